@@ -1,0 +1,376 @@
+//! The test control plane: a real etcd and a real kube-apiserver, built from
+//! their Go modules by `tools/testbin.sh`, started once per test binary on free
+//! loopback ports in a temporary folder, with their own CA, service-account keys
+//! and an admin (`system:masters`) client certificate.
+//!
+//! ```no_run
+//! # async fn t() {
+//! let env = ichor_testenv::TestEnv::shared();
+//! let client = env.client().await;
+//! let ns = env.namespace("my-test").await; // a fresh namespace per test
+//! # }
+//! ```
+//!
+//! Processes never outlive the test binary: each server runs under a small
+//! watchdog shell that reads the test process's end of a pipe and kills the
+//! server (and removes the folder) when that pipe closes — on a normal exit, a
+//! panic or a SIGKILL alike.
+//!
+//! What it cannot do: there are no kubelets, no controllers (no namespace
+//! deletion, no garbage collection, no Deployment → ReplicaSet → Pod) and no pod
+//! network. Tests patch Node and workload status themselves.
+
+mod certs;
+pub mod tools;
+
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+pub use certs::TestCa;
+pub use tools::Tool;
+
+/// How long the apiserver may take to report `/readyz` on a loaded 2-core machine.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot start {what}: {source}")]
+    Spawn {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("writing the test control plane's files in {dir}: {source}")]
+    Files {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("kube-apiserver was not ready within {timeout:?} ({reason}); last lines of its log:\n{log_tail}")]
+    NotReady {
+        timeout: Duration,
+        reason: String,
+        log_tail: String,
+    },
+    #[error("the test kubeconfig is invalid: {0}")]
+    Kubeconfig(String),
+}
+
+/// A running etcd + kube-apiserver pair.
+pub struct TestEnv {
+    dir: PathBuf,
+    kubeconfig_path: PathBuf,
+    server_url: String,
+    ca: TestCa,
+    // Dropping these closes the watchdogs' pipes, which stops the servers.
+    watchdogs: Mutex<Vec<Watchdog>>,
+}
+
+struct Watchdog {
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+static SHARED: OnceLock<TestEnv> = OnceLock::new();
+
+impl TestEnv {
+    /// The control plane of this test binary, started on first use. Panics with
+    /// the reason (and the apiserver's log tail) when it cannot start.
+    pub fn shared() -> &'static TestEnv {
+        SHARED.get_or_init(|| match TestEnv::start() {
+            Ok(env) => env,
+            Err(e) => panic!("test control plane: {e}"),
+        })
+    }
+
+    /// Starts a new control plane (most tests want [`TestEnv::shared`]).
+    pub fn start() -> Result<TestEnv, Error> {
+        let dir = tempfile::Builder::new()
+            .prefix("ichor-testenv-")
+            .tempdir()
+            .map_err(|source| Error::Files {
+                dir: std::env::temp_dir(),
+                source,
+            })?
+            .keep();
+        let files = |source| Error::Files {
+            dir: dir.clone(),
+            source,
+        };
+        let ca = TestCa::new("ichor-testenv-ca");
+        let serving = ca.issue_server("kube-apiserver", &["127.0.0.1", "localhost"]);
+        let admin = ca.issue_client("ichor-test-admin", &["system:masters"]);
+        let sa = rcgen::KeyPair::generate().expect("generate service-account key");
+
+        std::fs::write(dir.join("ca.crt"), ca.cert_pem()).map_err(files)?;
+        std::fs::write(dir.join("apiserver.crt"), &serving.cert_pem).map_err(files)?;
+        std::fs::write(dir.join("apiserver.key"), &serving.key_pem).map_err(files)?;
+        std::fs::write(dir.join("sa.pub"), sa.public_key_pem()).map_err(files)?;
+        std::fs::write(dir.join("sa.key"), sa.serialize_pem()).map_err(files)?;
+
+        let etcd_client = free_port();
+        let etcd_peer = free_port();
+        let api_port = free_port();
+        let etcd_url = format!("http://127.0.0.1:{etcd_client}");
+        let peer_url = format!("http://127.0.0.1:{etcd_peer}");
+        let server_url = format!("https://127.0.0.1:{api_port}");
+
+        let etcd_dir = dir.join("etcd");
+        let etcd = watchdog(
+            "etcd",
+            &Tool::Etcd.path(),
+            &[
+                "--name=default".into(),
+                format!("--data-dir={}", etcd_dir.display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=default={peer_url}"),
+                "--unsafe-no-fsync=true".into(),
+                "--log-level=warn".into(),
+            ],
+            &dir.join("etcd.log"),
+            // etcd stops last; its watchdog then removes the whole folder.
+            Some(&dir),
+        )?;
+
+        let d = |f: &str| dir.join(f).display().to_string();
+        let apiserver = watchdog(
+            "kube-apiserver",
+            &Tool::KubeApiserver.path(),
+            &[
+                format!("--etcd-servers={etcd_url}"),
+                format!("--cert-dir={}", d("certs")),
+                format!("--secure-port={api_port}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                "--endpoint-reconciler-type=none".into(),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--allow-privileged=true".into(),
+                "--disable-admission-plugins=ServiceAccount".into(),
+                "--authorization-mode=RBAC".into(),
+                format!("--service-account-issuer={server_url}/"),
+                format!("--service-account-key-file={}", d("sa.pub")),
+                format!("--service-account-signing-key-file={}", d("sa.key")),
+                format!("--client-ca-file={}", d("ca.crt")),
+                format!("--tls-cert-file={}", d("apiserver.crt")),
+                format!("--tls-private-key-file={}", d("apiserver.key")),
+                "--v=1".into(),
+            ],
+            &dir.join("kube-apiserver.log"),
+            None,
+        )?;
+
+        let kubeconfig_path = dir.join("kubeconfig");
+        let kubeconfig = kubeconfig_yaml(&server_url, &ca.cert_pem(), &admin.cert_pem, &admin.key_pem);
+        std::fs::write(&kubeconfig_path, kubeconfig).map_err(files)?;
+
+        let env = TestEnv {
+            dir,
+            kubeconfig_path,
+            server_url,
+            ca,
+            // Stopped in reverse: the apiserver first, then etcd.
+            watchdogs: Mutex::new(vec![etcd, apiserver]),
+        };
+        env.wait_ready()?;
+        Ok(env)
+    }
+
+    /// The admin kubeconfig file (O=system:masters client certificate).
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig_path
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn server_url(&self) -> &str {
+        &self.server_url
+    }
+
+    /// The folder holding the certificates, the kubeconfig and the servers' logs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The CA that signed the apiserver's certificate and the admin's; tests use
+    /// it to issue certificates for webhook servers they start.
+    pub fn ca(&self) -> &TestCa {
+        &self.ca
+    }
+
+    /// A kube client for the current tokio runtime, as the admin.
+    pub async fn client(&self) -> kube::Client {
+        let config = self.kube_config().await.expect("test kubeconfig");
+        kube::Client::try_from(config).expect("kube client from test kubeconfig")
+    }
+
+    /// The kube client configuration of the admin.
+    pub async fn kube_config(&self) -> Result<kube::Config, Error> {
+        let kc = Kubeconfig::read_from(&self.kubeconfig_path).map_err(|e| Error::Kubeconfig(e.to_string()))?;
+        kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| Error::Kubeconfig(e.to_string()))
+    }
+
+    /// Creates a new namespace named `<prefix>-<random>` and returns its name.
+    /// Namespaces are never deleted: the test control plane runs no namespace
+    /// controller, and it is thrown away with the test binary.
+    pub async fn namespace(&self, prefix: &str) -> String {
+        let client = self.client().await;
+        let name = format!("{prefix}-{:08x}", rand::random::<u32>());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
+        }))
+        .expect("namespace object");
+        Api::<Namespace>::all(client)
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+        name
+    }
+
+    /// The last `lines` lines of the apiserver's log.
+    pub fn apiserver_log_tail(&self, lines: usize) -> String {
+        log_tail(&self.dir.join("kube-apiserver.log"), lines)
+    }
+
+    /// Stops both servers now (dropping a non-shared `TestEnv` does the same).
+    pub fn stop(&self) {
+        let mut w = self.watchdogs.lock().unwrap_or_else(|p| p.into_inner());
+        w.drain(..).rev().for_each(drop);
+    }
+
+    fn wait_ready(&self) -> Result<(), Error> {
+        let kubeconfig = self.kubeconfig_path.clone();
+        let log = self.dir.join("kube-apiserver.log");
+        // Its own thread and runtime: callers may be inside any runtime or none.
+        let outcome = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            rt.block_on(poll_readyz(&kubeconfig))
+        })
+        .join()
+        .expect("readiness thread");
+        outcome.map_err(|reason| {
+            self.stop();
+            Error::NotReady {
+                timeout: READY_TIMEOUT,
+                reason,
+                log_tail: log_tail(&log, 40),
+            }
+        })
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn poll_readyz(kubeconfig: &Path) -> Result<(), String> {
+    let kc = Kubeconfig::read_from(kubeconfig).map_err(|e| e.to_string())?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let mut last = String::from("no answer yet");
+    while Instant::now() < deadline {
+        let req = http::Request::get("/readyz").body(Vec::new()).expect("request");
+        match client.request_text(req).await {
+            Ok(body) if body.trim() == "ok" => return Ok(()),
+            Ok(body) => last = format!("/readyz said {body:?}"),
+            Err(e) => last = format!("/readyz: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(last)
+}
+
+/// Starts `bin args…` under a watchdog shell: the server runs while the pipe
+/// from this process stays open; when it closes the server gets SIGTERM, then
+/// SIGKILL, and `cleanup` (a folder) is removed.
+fn watchdog(
+    what: &'static str,
+    bin: &Path,
+    args: &[String],
+    log: &Path,
+    cleanup: Option<&Path>,
+) -> Result<Watchdog, Error> {
+    const SCRIPT: &str = r#"
+log=$1; cleanup=$2; shift 2
+"$@" >"$log" 2>&1 </dev/null &
+pid=$!
+cat >/dev/null
+kill -TERM "$pid" 2>/dev/null
+for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+kill -KILL "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+[ -n "$cleanup" ] && rm -rf "$cleanup"
+exit 0
+"#;
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(SCRIPT)
+        .arg("ichor-testenv-watchdog")
+        .arg(log)
+        .arg(cleanup.map(|p| p.as_os_str()).unwrap_or_default())
+        .arg(bin)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = cmd.spawn().map_err(|source| Error::Spawn { what, source })?;
+    let mut stdin = child.stdin.take();
+    // Nothing is ever written; a zero-length write checks the pipe is open.
+    if let Some(s) = stdin.as_mut() {
+        let _ = s.write_all(b"");
+    }
+    Ok(Watchdog { child, stdin })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+fn log_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("(cannot read {}: {e})", path.display()));
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+fn kubeconfig_yaml(server: &str, ca_pem: &str, cert_pem: &str, key_pem: &str) -> String {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let doc = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "ichor-test", "cluster": {
+            "server": server, "certificate-authority-data": b64(ca_pem)}}],
+        "users": [{"name": "ichor-test-admin", "user": {
+            "client-certificate-data": b64(cert_pem), "client-key-data": b64(key_pem)}}],
+        "contexts": [{"name": "ichor-test", "context": {"cluster": "ichor-test", "user": "ichor-test-admin"}}],
+        "current-context": "ichor-test",
+    });
+    serde_yaml_ng::to_string(&doc).expect("kubeconfig yaml")
+}

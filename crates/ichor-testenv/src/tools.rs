@@ -1,0 +1,126 @@
+//! Where the upstream tools built by `tools/testbin.sh` live.
+//!
+//! Each path comes from its `ICHOR_<TOOL>` environment variable when set, else
+//! from the cache layout the script writes (`<cache>/<tool>-<version>/<tool>`),
+//! with versions read from `tools/versions.env` — the one file that pins them.
+
+use std::path::{Path, PathBuf};
+
+/// The upstream tools the tests run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    KubeApiserver,
+    Etcd,
+    Helm3,
+    Helm4,
+    Talosctl,
+}
+
+impl Tool {
+    fn env_var(self) -> &'static str {
+        match self {
+            Tool::KubeApiserver => "ICHOR_KUBE_APISERVER",
+            Tool::Etcd => "ICHOR_ETCD",
+            Tool::Helm3 => "ICHOR_HELM3",
+            Tool::Helm4 => "ICHOR_HELM4",
+            Tool::Talosctl => "ICHOR_TALOSCTL",
+        }
+    }
+
+    fn version_key(self) -> &'static str {
+        match self {
+            Tool::KubeApiserver => "KUBERNETES_VERSION",
+            Tool::Etcd => "ETCD_VERSION",
+            Tool::Helm3 => "HELM3_VERSION",
+            Tool::Helm4 => "HELM4_VERSION",
+            Tool::Talosctl => "TALOS_VERSION",
+        }
+    }
+
+    fn binary(self) -> &'static str {
+        match self {
+            Tool::KubeApiserver => "kube-apiserver",
+            Tool::Etcd => "etcd",
+            Tool::Helm3 | Tool::Helm4 => "helm",
+            Tool::Talosctl => "talosctl",
+        }
+    }
+
+    /// The pinned version of this tool, from `tools/versions.env`.
+    pub fn version(self) -> String {
+        pinned_version(self.version_key())
+    }
+
+    /// The path of this tool's binary. Panics with the command to run when it
+    /// has not been built: a test that needs a real peer must not pass without it.
+    pub fn path(self) -> PathBuf {
+        if let Some(p) = std::env::var_os(self.env_var()) {
+            return PathBuf::from(p);
+        }
+        let path = cache_dir()
+            .join(format!("{}-{}", self.binary(), self.version()))
+            .join(self.binary());
+        assert!(
+            path.is_file(),
+            "{} is not built at {}: run tools/testbin.sh (or make test), which builds it from its Go module",
+            self.binary(),
+            path.display()
+        );
+        path
+    }
+}
+
+/// The root of the tools cache: `$ICHOR_TESTBIN_DIR`, else
+/// `${XDG_CACHE_HOME:-$HOME/.cache}/ichor/testbin`, as the script computes it.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("ICHOR_TESTBIN_DIR") {
+        return PathBuf::from(d);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
+        });
+    base.join("ichor").join("testbin")
+}
+
+/// The repository root (where `tools/versions.env` lives).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crate lives at crates/<name>")
+        .to_path_buf()
+}
+
+fn pinned_version(key: &str) -> String {
+    let file = repo_root().join("tools/versions.env");
+    let text = std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .find(|(k, _)| k.trim() == key)
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_else(|| panic!("{key} is not set in {}", file.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_pinned_with_a_leading_v() {
+        for tool in [Tool::KubeApiserver, Tool::Etcd, Tool::Helm3, Tool::Helm4, Tool::Talosctl] {
+            let v = tool.version();
+            assert!(v.starts_with('v'), "{tool:?} version {v} lacks its v");
+            assert!(semver_like(&v[1..]), "{tool:?} version {v} is not x.y.z");
+        }
+        assert!(Tool::Helm3.version().starts_with("v3."));
+        assert!(Tool::Helm4.version().starts_with("v4."));
+    }
+
+    fn semver_like(s: &str) -> bool {
+        let parts: Vec<_> = s.split('.').collect();
+        parts.len() == 3 && parts.iter().all(|p| p.parse::<u32>().is_ok())
+    }
+}

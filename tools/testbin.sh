@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Builds the upstream tools that Ichor's tests talk to (kube-apiserver, etcd,
+# helm v3 and v4, talosctl) from their published Go modules, into a cache
+# outside the clone keyed by tool and version, so every clone on a machine
+# reuses them. Prints the directory of each tool on the last lines as
+# ICHOR_<TOOL>=path. Warm runs finish in well under a second.
+#
+#   tools/testbin.sh            build what is missing, print the paths
+#   tools/testbin.sh --env      print only `export ICHOR_...=` lines (for eval)
+#
+# Cache root: $ICHOR_TESTBIN_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/ichor/testbin.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=versions.env
+source "$here/versions.env"
+
+cache=${ICHOR_TESTBIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ichor/testbin}
+mode=${1:-build}
+mkdir -p "$cache"
+
+log() { [ "$mode" = "--env" ] && echo "$*" >&2 || echo "$*"; }
+
+# One build at a time per machine: two clones building the same tool would race.
+exec 9>"$cache/.lock"
+if ! flock -n 9; then
+  log "testbin: another build holds $cache/.lock; waiting for it"
+  flock 9
+fi
+
+export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
+
+# upstream_replaces MODULE VERSION LOCALMAP
+# Prints a go.mod replace block equal to the module's own replaces, with each
+# local path (./staging/src/k8s.io/api, ./pkg/machinery, ../api) rewritten to
+# the published module at the version LOCALMAP's python expression gives.
+upstream_replaces() {
+  local module=$1 version=$2 localmap=$3 gomod
+  gomod=$(go mod download -json "$module@$version" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+  go mod edit -json "$gomod" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+def localmap(old, new):
+    return '"$localmap"'
+lines = []
+for r in d.get("Replace") or []:
+    old, new_path, new_version = r["Old"]["Path"], r["New"]["Path"], r["New"].get("Version")
+    if new_path.startswith("."):
+        lines.append("\t%s => %s %s" % (old, old, localmap(old, new_path)))
+    else:
+        lines.append("\t%s => %s %s" % (old, new_path, new_version))
+print("replace (\n" + "\n".join(lines) + "\n)" if lines else "")
+'
+}
+
+# build TOOL VERSION PACKAGE MODULE REPLACES LDFLAGS [MAIN_CALL]
+# PACKAGE is a main package, or with MAIN_CALL a library package whose
+# function MAIN_CALL (for example etcdmain.Main(os.Args)) a generated main calls.
+build() {
+  local tool=$1 version=$2 pkg=$3 module=$4 replaces=$5 ldflags=$6 main_call=${7:-} binary=$1
+  local dir="$cache/$tool-$version"
+  if [ -x "$dir/$binary" ]; then
+    log "testbin: $tool $version cached at $dir"
+    return
+  fi
+  local start work
+  start=$(date +%s)
+  work=$(mktemp -d "$cache/.build-$tool.XXXXXX")
+  log "testbin: building $tool $version from $module (first time on this machine; this takes minutes)"
+  cat > "$work/go.mod" <<MOD
+module ichor.local/testbin/$tool
+
+go 1.26.0
+
+require $module $version
+
+$replaces
+MOD
+  (
+    cd "$work"
+    log "testbin:   resolving modules for $tool"
+    go get "$pkg@$version" >/dev/null 2>"$work/get.log" || { tail -n 30 "$work/get.log" >&2; exit 1; }
+    target=$pkg
+    if [ -n "$main_call" ]; then
+      printf 'package main\n\nimport (\n\t"os"\n\n\t"%s"\n)\n\nfunc main() { %s }\n' "$pkg" "$main_call" > main.go
+      target=.
+    else
+      # Keep the package a requirement of the wrapper when tidying.
+      printf '//go:build tools\n\npackage main\n\nimport _ "%s"\n' "$pkg" > tools.go
+    fi
+    go mod tidy >/dev/null 2>"$work/tidy.log" || { tail -n 30 "$work/tidy.log" >&2; exit 1; }
+    log "testbin:   compiling $tool"
+    go build -trimpath -ldflags "-s -w $ldflags" -o "$work/out/$binary" "$target"
+  ) || { log "testbin: building $tool $version failed (work dir kept: $work)"; exit 1; }
+  mkdir -p "$dir"
+  mv "$work/out/$binary" "$dir/$binary.tmp" && mv "$dir/$binary.tmp" "$dir/$binary"
+  rm -rf "$work"
+  log "testbin: built $tool $version in $(( $(date +%s) - start ))s -> $dir/$binary"
+}
+
+k8s_minor=${KUBERNETES_VERSION#v1.}; k8s_minor=${k8s_minor%%.*}
+k8s_staging=v0.${KUBERNETES_VERSION#v1.}
+k8s_ldflags="-X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$k8s_minor -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitTreeState=clean"
+
+need_build() { [ ! -x "$cache/$1-$2/${3:-$1}" ]; }
+
+if need_build kube-apiserver "$KUBERNETES_VERSION"; then
+  build kube-apiserver "$KUBERNETES_VERSION" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes \
+    "$(upstream_replaces k8s.io/kubernetes "$KUBERNETES_VERSION" "'$k8s_staging'")" "$k8s_ldflags"
+else build kube-apiserver "$KUBERNETES_VERSION" - - - -; fi
+
+if need_build etcd "$ETCD_VERSION"; then
+  # etcd's server module has no main package of its own; ours calls etcdmain.Main.
+  build etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3/etcdmain go.etcd.io/etcd/server/v3 \
+    "$(upstream_replaces go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "'$ETCD_VERSION'")" "" "etcdmain.Main(os.Args)"
+else build etcd "$ETCD_VERSION" - - - -; fi
+
+build helm "$HELM3_VERSION" helm.sh/helm/v3/cmd/helm helm.sh/helm/v3 "" \
+  "-X helm.sh/helm/v3/internal/version.version=$HELM3_VERSION"
+build helm "$HELM4_VERSION" helm.sh/helm/v4/cmd/helm helm.sh/helm/v4 "" \
+  "-X helm.sh/helm/v4/internal/version.version=$HELM4_VERSION"
+# talosctl reads its version from embedded files of the published module.
+
+if need_build talosctl "$TALOS_VERSION"; then
+  build talosctl "$TALOS_VERSION" github.com/siderolabs/talos/cmd/talosctl github.com/siderolabs/talos \
+    "$(upstream_replaces github.com/siderolabs/talos "$TALOS_VERSION" "'$TALOS_VERSION'")" ""
+else build talosctl "$TALOS_VERSION" - - - -; fi
+
+emit() {
+  if [ "$mode" = "--env" ]; then echo "export $1=$2"; else echo "$1=$2"; fi
+}
+emit ICHOR_KUBE_APISERVER "$cache/kube-apiserver-$KUBERNETES_VERSION/kube-apiserver"
+emit ICHOR_ETCD "$cache/etcd-$ETCD_VERSION/etcd"
+emit ICHOR_HELM3 "$cache/helm-$HELM3_VERSION/helm"
+emit ICHOR_HELM4 "$cache/helm-$HELM4_VERSION/helm"
+emit ICHOR_TALOSCTL "$cache/talosctl-$TALOS_VERSION/talosctl"
