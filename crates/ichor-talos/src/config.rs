@@ -1,0 +1,1 @@
+//! Typed Talos machine configuration (multi-document YAML).
