@@ -1,0 +1,1 @@
+//! Talos node emulator (work in progress).

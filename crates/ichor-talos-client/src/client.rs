@@ -1,0 +1,798 @@
+//! The Talos API client: one gRPC channel to an endpoint (apid), calls aimed at
+//! a node with the `node` metadata (one node per call), a timeout on every
+//! call, and bounded concurrency across nodes.
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use hyper_util::rt::TokioIo;
+use prost::Message;
+use rustls::pki_types::ServerName;
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::error::{Error, status_message};
+use crate::proto::cosi::resource as cosi;
+use crate::proto::cosi::resource::state_client::StateClient;
+use crate::proto::ichor::specs;
+use crate::proto::machine;
+use crate::proto::machine::machine_service_client::MachineServiceClient;
+use crate::resources::{self, Kind};
+use crate::tls::{self, ClientIdentity};
+
+/// apid's port, added to endpoints given without one.
+pub const APID_PORT: u16 = 50000;
+/// talosctl's receive limit (32 MiB).
+pub const MAX_MESSAGE_SIZE: usize = 32 * 1024 * 1024;
+
+/// Client tuning: per-call timeout and how many nodes are called at once.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Bound on every call (connection included); for Watch, on the setup
+    /// up to the server's "ready" message.
+    pub call_timeout: Duration,
+    /// Bound on establishing the TCP + TLS connection.
+    pub connect_timeout: Duration,
+    /// How many nodes [`TalosClient::on_nodes`] calls concurrently.
+    pub concurrency: usize,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            call_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            concurrency: 8,
+        }
+    }
+}
+
+/// A Talos API client bound to one endpoint. Cheap to clone (the channel is shared).
+#[derive(Clone)]
+pub struct TalosClient {
+    endpoint: String,
+    channel: Channel,
+    options: ClientOptions,
+}
+
+impl std::fmt::Debug for TalosClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TalosClient")
+            .field("endpoint", &self.endpoint)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+/// How ApplyConfiguration applies a config (`ApplyConfigurationRequest.Mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApplyMode {
+    /// Persist, then reboot (refused by Talos v1.14+ on configured nodes).
+    Reboot,
+    /// Let the node choose (no-reboot when possible).
+    Auto,
+    /// Apply live; refused when a reboot would be needed.
+    NoReboot,
+    /// Persist only; applied at the next reboot.
+    Staged,
+    /// Apply live and revert after the try timeout.
+    Try,
+}
+
+impl ApplyMode {
+    fn to_proto(self) -> machine::apply_configuration_request::Mode {
+        use machine::apply_configuration_request::Mode;
+        match self {
+            ApplyMode::Reboot => Mode::Reboot,
+            ApplyMode::Auto => Mode::Auto,
+            ApplyMode::NoReboot => Mode::NoReboot,
+            ApplyMode::Staged => Mode::Staged,
+            ApplyMode::Try => Mode::Try,
+        }
+    }
+
+    fn from_proto(value: i32) -> Option<Self> {
+        use machine::apply_configuration_request::Mode;
+        Some(match Mode::try_from(value).ok()? {
+            Mode::Reboot => ApplyMode::Reboot,
+            Mode::Auto => ApplyMode::Auto,
+            Mode::NoReboot => ApplyMode::NoReboot,
+            Mode::Staged => ApplyMode::Staged,
+            Mode::Try => ApplyMode::Try,
+        })
+    }
+}
+
+/// An ApplyConfiguration request.
+#[derive(Debug, Clone)]
+pub struct ApplyRequest {
+    /// The whole multi-document machine config.
+    pub data: Vec<u8>,
+    pub mode: ApplyMode,
+    /// Ask what would happen; nothing is applied.
+    pub dry_run: bool,
+    /// Revert delay for [`ApplyMode::Try`] (the node's default, 1m, when `None`).
+    pub try_timeout: Option<Duration>,
+}
+
+impl ApplyRequest {
+    /// A request with the given config and mode, not a dry run.
+    pub fn new(data: impl Into<Vec<u8>>, mode: ApplyMode) -> Self {
+        Self {
+            data: data.into(),
+            mode,
+            dry_run: false,
+            try_timeout: None,
+        }
+    }
+}
+
+/// What the node answered to ApplyConfiguration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplyResult {
+    /// The mode the node actually used (AUTO comes back resolved).
+    pub mode: Option<ApplyMode>,
+    /// The node's explanation (for a dry run, its summary and config diff).
+    pub mode_details: String,
+    pub warnings: Vec<String>,
+}
+
+/// The version a node reports through `MachineService/Version`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeVersion {
+    /// The Talos version tag, e.g. `v1.13.9`.
+    pub tag: String,
+    pub sha: String,
+    pub arch: String,
+    /// Platform name (e.g. `metal`), if the node knows it.
+    pub platform: Option<String>,
+    /// Platform mode (`metal`, `container`, …), if known.
+    pub platform_mode: Option<String>,
+    /// RBAC is reported only once the node has a machine config.
+    pub rbac: bool,
+}
+
+/// A COSI resource as read from a node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CosiResource {
+    pub namespace: String,
+    pub r#type: String,
+    pub id: String,
+    /// Decimal counter, or `undefined`.
+    pub version: String,
+    pub phase: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub annotations: std::collections::BTreeMap<String, String>,
+    /// The protobuf-encoded spec.
+    pub proto_spec: Vec<u8>,
+    /// The YAML-encoded spec.
+    pub yaml_spec: String,
+}
+
+impl CosiResource {
+    fn from_proto(r: cosi::Resource) -> Self {
+        let md = r.metadata.unwrap_or_default();
+        let spec = r.spec.unwrap_or_default();
+        Self {
+            namespace: md.namespace,
+            r#type: md.r#type,
+            id: md.id,
+            version: md.version,
+            phase: md.phase,
+            labels: md.labels.into_iter().collect(),
+            annotations: md.annotations.into_iter().collect(),
+            proto_spec: spec.proto_spec,
+            yaml_spec: spec.yaml_spec,
+        }
+    }
+
+    /// Decodes the protobuf spec into a spec message of [`crate::proto::ichor::specs`].
+    pub fn decode_spec<T: Message + Default>(&self) -> Result<T, prost::DecodeError> {
+        T::decode(self.proto_spec.as_slice())
+    }
+}
+
+/// The type of a COSI watch event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchEventType {
+    Created,
+    Updated,
+    Destroyed,
+    Bootstrapped,
+    Errored,
+    Noop,
+}
+
+/// One event of a COSI watch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatchEvent {
+    pub event_type: WatchEventType,
+    /// The resource (for DESTROYED a tombstone with metadata only).
+    pub resource: Option<CosiResource>,
+    /// The previous version on UPDATED.
+    pub old: Option<CosiResource>,
+    /// The error text of an ERRORED event.
+    pub error: Option<String>,
+}
+
+/// The machine type of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MachineType {
+    Unknown,
+    Init,
+    ControlPlane,
+    Worker,
+}
+
+/// Splits `host[:port]` (IPv6 in brackets when a port is given) and adds apid's port.
+fn parse_endpoint(endpoint: &str) -> Result<(String, u16), Error> {
+    let invalid = |reason: &str| Error::InvalidEndpoint {
+        endpoint: endpoint.to_string(),
+        reason: reason.to_string(),
+    };
+    let trimmed = endpoint.trim();
+    // URL-style endpoints are reduced to an address, as talosctl does.
+    let without_scheme = match trimmed.split_once("://") {
+        Some((scheme, rest)) => {
+            let rest = rest.trim_end_matches('/');
+            if scheme == "https" && !rest.contains(':') {
+                return Ok((rest.to_string(), 443));
+            }
+            rest
+        }
+        None => trimmed,
+    };
+    if without_scheme.is_empty() {
+        return Err(invalid("empty"));
+    }
+    if let Ok(ip) = without_scheme.parse::<IpAddr>() {
+        return Ok((ip.to_string(), APID_PORT));
+    }
+    if let Some(rest) = without_scheme.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or_else(|| invalid("unclosed '['"))?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse().map_err(|_| invalid("bad port"))?,
+            None if after.is_empty() => APID_PORT,
+            None => return Err(invalid("junk after ']'")),
+        };
+        return Ok((host.to_string(), port));
+    }
+    match without_scheme.rsplit_once(':') {
+        Some((host, port)) => {
+            let port = port.parse().map_err(|_| invalid("bad port"))?;
+            if host.is_empty() {
+                return Err(invalid("empty host"));
+            }
+            Ok((host.to_string(), port))
+        }
+        None => Ok((without_scheme.to_string(), APID_PORT)),
+    }
+}
+
+fn connector(
+    config: Arc<rustls::ClientConfig>,
+    host: String,
+) -> impl tower::Service<
+    http::Uri,
+    Response = TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+    Error = std::io::Error,
+    Future = impl Future<
+        Output = Result<
+            TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+            std::io::Error,
+        >,
+    > + Send,
+> + Clone
++ Send
++ 'static {
+    tower::service_fn(move |uri: http::Uri| {
+        let config = config.clone();
+        let host = host.clone();
+        async move {
+            let port = uri.port_u16().unwrap_or(APID_PORT);
+            let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+            tcp.set_nodelay(true)?;
+            let server_name = ServerName::try_from(host.clone())
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+            let tls = tokio_rustls::TlsConnector::from(config)
+                .connect(server_name, tcp)
+                .await?;
+            Ok(TokioIo::new(tls))
+        }
+    })
+}
+
+impl TalosClient {
+    /// A client for `endpoint` (`host`, `host:port`, `[v6]:port`; port 50000
+    /// when absent) with mutual TLS. Connects lazily: connection failures
+    /// surface on the first call, named by node and call.
+    pub fn new(
+        endpoint: &str,
+        identity: &ClientIdentity,
+        options: ClientOptions,
+    ) -> Result<Self, Error> {
+        let config = tls::client_config(identity)?;
+        Self::with_tls(endpoint, config, options)
+    }
+
+    /// A maintenance-mode client (talosctl `--insecure`): the server
+    /// certificate is not verified and no client certificate is sent.
+    pub fn maintenance(endpoint: &str, options: ClientOptions) -> Result<Self, Error> {
+        let config = tls::maintenance_client_config()?;
+        Self::with_tls(endpoint, config, options)
+    }
+
+    /// A client with a caller-made rustls configuration (ALPN `h2` is enforced).
+    pub fn with_tls(
+        endpoint: &str,
+        mut config: rustls::ClientConfig,
+        options: ClientOptions,
+    ) -> Result<Self, Error> {
+        let (host, port) = parse_endpoint(endpoint)?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let uri_host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.clone()
+        };
+        let uri = format!("http://{uri_host}:{port}");
+        let channel = Endpoint::from_shared(uri.clone())
+            .map_err(|e| Error::InvalidEndpoint {
+                endpoint: endpoint.to_string(),
+                reason: e.to_string(),
+            })?
+            .connect_timeout(options.connect_timeout)
+            .timeout(options.call_timeout)
+            .connect_with_connector_lazy(connector(Arc::new(config), host.clone()));
+        Ok(Self {
+            endpoint: format!("{uri_host}:{port}"),
+            channel,
+            options,
+        })
+    }
+
+    /// The endpoint this client talks to (`host:port`).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &ClientOptions {
+        &self.options
+    }
+
+    /// A copy with another per-call timeout.
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.options.call_timeout = timeout;
+        self
+    }
+
+    fn node_label(&self, node: &str) -> String {
+        if node.is_empty() {
+            self.endpoint.clone()
+        } else {
+            node.to_string()
+        }
+    }
+
+    fn request<T>(&self, node: &str, message: T) -> Result<tonic::Request<T>, Error> {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(self.options.call_timeout);
+        if !node.is_empty() {
+            let value =
+                MetadataValue::try_from(node).map_err(|e| Error::InvalidNode {
+                    node: node.to_string(),
+                    reason: e.to_string(),
+                })?;
+            request.metadata_mut().insert("node", value);
+        }
+        Ok(request)
+    }
+
+    /// Runs one call under the timeout and maps its status to an [`Error`] naming node and call.
+    async fn call<T, F>(&self, node: &str, call: &str, fut: F) -> Result<T, Error>
+    where
+        F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        match tokio::time::timeout(self.options.call_timeout, fut).await {
+            Err(_) => Err(Error::Timeout {
+                node: self.node_label(node),
+                call: call.to_string(),
+                timeout: self.options.call_timeout,
+            }),
+            Ok(Err(status)) => Err(self.status_error(node, call, &status)),
+            Ok(Ok(response)) => Ok(response.into_inner()),
+        }
+    }
+
+    fn status_error(&self, node: &str, call: &str, status: &tonic::Status) -> Error {
+        if status.code() == tonic::Code::Cancelled && status.message().contains("Timeout expired")
+        {
+            return Error::Timeout {
+                node: self.node_label(node),
+                call: call.to_string(),
+                timeout: self.options.call_timeout,
+            };
+        }
+        Error::Status {
+            node: self.node_label(node),
+            call: call.to_string(),
+            code: status.code(),
+            message: status_message(status),
+        }
+    }
+
+    fn machine(&self) -> MachineServiceClient<Channel> {
+        MachineServiceClient::new(self.channel.clone()).max_decoding_message_size(MAX_MESSAGE_SIZE)
+    }
+
+    fn state(&self) -> StateClient<Channel> {
+        StateClient::new(self.channel.clone()).max_decoding_message_size(MAX_MESSAGE_SIZE)
+    }
+
+    fn first<M>(
+        &self,
+        node: &str,
+        call: &str,
+        messages: Vec<M>,
+        metadata: impl Fn(&M) -> Option<&crate::proto::common::Metadata>,
+    ) -> Result<M, Error> {
+        let first = messages
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::EmptyResponse {
+                node: self.node_label(node),
+                call: call.to_string(),
+            })?;
+        if let Some(md) = metadata(&first)
+            && !md.error.is_empty()
+        {
+            return Err(Error::NodeReported {
+                node: self.node_label(node),
+                call: call.to_string(),
+                message: md.error.clone(),
+            });
+        }
+        Ok(first)
+    }
+
+    /// `MachineService/Version`. `node` empty targets the endpoint itself.
+    pub async fn version(&self, node: &str) -> Result<NodeVersion, Error> {
+        let call = "Version";
+        let request = self.request(node, ())?;
+        let response = self.call(node, call, self.machine().version(request)).await?;
+        let m = self.first(node, call, response.messages, |m| m.metadata.as_ref())?;
+        let v = m.version.unwrap_or_default();
+        Ok(NodeVersion {
+            tag: v.tag,
+            sha: v.sha,
+            arch: v.arch,
+            platform: m.platform.as_ref().map(|p| p.name.clone()),
+            platform_mode: m.platform.map(|p| p.mode),
+            rbac: m.features.is_some_and(|f| f.rbac),
+        })
+    }
+
+    /// `MachineService/Hostname`.
+    pub async fn hostname(&self, node: &str) -> Result<String, Error> {
+        let call = "Hostname";
+        let request = self.request(node, ())?;
+        let response = self
+            .call(node, call, self.machine().hostname(request))
+            .await?;
+        let m = self.first(node, call, response.messages, |m| m.metadata.as_ref())?;
+        Ok(m.hostname)
+    }
+
+    /// `MachineService/ApplyConfiguration`.
+    pub async fn apply_configuration(
+        &self,
+        node: &str,
+        apply: &ApplyRequest,
+    ) -> Result<ApplyResult, Error> {
+        let call = if apply.dry_run {
+            "ApplyConfiguration (dry run)"
+        } else {
+            "ApplyConfiguration"
+        };
+        let message = machine::ApplyConfigurationRequest {
+            data: apply.data.clone(),
+            mode: apply.mode.to_proto() as i32,
+            dry_run: apply.dry_run,
+            try_mode_timeout: apply.try_timeout.map(|d| prost_types::Duration {
+                seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+                nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+            }),
+        };
+        let request = self.request(node, message)?;
+        let response = self
+            .call(node, call, self.machine().apply_configuration(request))
+            .await?;
+        let m = self.first(node, call, response.messages, |m| m.metadata.as_ref())?;
+        Ok(ApplyResult {
+            mode: ApplyMode::from_proto(m.mode),
+            mode_details: m.mode_details,
+            warnings: m.warnings,
+        })
+    }
+
+    /// `MachineService/Reboot`; returns the actor id of the reboot.
+    pub async fn reboot(&self, node: &str) -> Result<String, Error> {
+        let call = "Reboot";
+        let request = self.request(node, machine::RebootRequest { mode: 0 })?;
+        let response = self.call(node, call, self.machine().reboot(request)).await?;
+        let m = self.first(node, call, response.messages, |m| m.metadata.as_ref())?;
+        Ok(m.actor_id)
+    }
+
+    /// `cosi.resource.State/Get`.
+    pub async fn cosi_get(
+        &self,
+        node: &str,
+        namespace: &str,
+        r#type: &str,
+        id: &str,
+    ) -> Result<CosiResource, Error> {
+        let call = format!("COSI Get {type}/{id}");
+        let request = self.request(
+            node,
+            cosi::GetRequest {
+                namespace: namespace.to_string(),
+                r#type: r#type.to_string(),
+                id: id.to_string(),
+                options: Some(cosi::GetOptions {}),
+            },
+        )?;
+        let response = self.call(node, &call, self.state().get(request)).await?;
+        let resource = response.resource.ok_or_else(|| Error::EmptyResponse {
+            node: self.node_label(node),
+            call: call.clone(),
+        })?;
+        Ok(CosiResource::from_proto(resource))
+    }
+
+    /// `cosi.resource.State/List`: every resource of a type, gathered under the call timeout.
+    pub async fn cosi_list(
+        &self,
+        node: &str,
+        namespace: &str,
+        r#type: &str,
+    ) -> Result<Vec<CosiResource>, Error> {
+        let call = format!("COSI List {type}");
+        let request = self.request(
+            node,
+            cosi::ListRequest {
+                namespace: namespace.to_string(),
+                r#type: r#type.to_string(),
+                options: Some(cosi::ListOptions::default()),
+            },
+        )?;
+        let mut state = self.state();
+        let gather = async {
+            let mut stream = state.list(request).await?.into_inner();
+            let mut items = Vec::new();
+            while let Some(item) = stream.message().await? {
+                if let Some(r) = item.resource {
+                    items.push(CosiResource::from_proto(r));
+                }
+            }
+            Ok::<_, tonic::Status>(tonic::Response::new(items))
+        };
+        self.call(node, &call, gather).await
+    }
+
+    /// `cosi.resource.State/Watch` of one resource (`id` given) or of a whole
+    /// kind (`id` `None`, with the current items first, then BOOTSTRAPPED).
+    /// The setup (up to the server's ready message) is bounded by the call
+    /// timeout; the returned stream runs until the caller drops it.
+    pub async fn cosi_watch(
+        &self,
+        node: &str,
+        namespace: &str,
+        r#type: &str,
+        id: Option<&str>,
+    ) -> Result<impl Stream<Item = Result<WatchEvent, Error>> + Send + 'static + use<>, Error> {
+        let call = match id {
+            Some(id) => format!("COSI Watch {type}/{id}"),
+            None => format!("COSI Watch {type}"),
+        };
+        let mut request = self.request(
+            node,
+            cosi::WatchRequest {
+                namespace: namespace.to_string(),
+                r#type: r#type.to_string(),
+                id: id.map(str::to_string),
+                options: Some(cosi::WatchOptions {
+                    bootstrap_contents: id.is_none(),
+                    ..Default::default()
+                }),
+                api_version: 1,
+            },
+        )?;
+        // The stream outlives the call timeout: only the setup is bounded here.
+        request.set_timeout(Duration::from_secs(365 * 24 * 3600));
+        let mut state = self.state();
+        let setup = async {
+            let mut stream = state.watch(request).await?.into_inner();
+            // The first message is an empty "ready" signal.
+            let _ready = stream.message().await?;
+            Ok::<_, tonic::Status>(tonic::Response::new(stream))
+        };
+        let stream = self.call(node, &call, setup).await?;
+        let node_label = self.node_label(node);
+        let events = futures::stream::unfold(
+            (stream, node_label, call, std::collections::VecDeque::new()),
+            |(mut stream, node, call, mut pending)| async move {
+                loop {
+                    if let Some(ev) = pending.pop_front() {
+                        return Some((Ok(ev), (stream, node, call, pending)));
+                    }
+                    match stream.message().await {
+                        Ok(Some(resp)) => {
+                            pending.extend(resp.event.into_iter().map(convert_event));
+                        }
+                        Ok(None) => return None,
+                        Err(status) => {
+                            let err = Error::Status {
+                                node: node.clone(),
+                                call: call.clone(),
+                                code: status.code(),
+                                message: status_message(&status),
+                            };
+                            return Some((Err(err), (stream, node, call, pending)));
+                        }
+                    }
+                }
+            },
+        );
+        Ok(events)
+    }
+
+    async fn get_kind(&self, node: &str, kind: Kind) -> Result<CosiResource, Error> {
+        self.cosi_get(node, kind.namespace, kind.r#type, kind.id)
+            .await
+    }
+
+    async fn get_spec<T: Message + Default>(&self, node: &str, kind: Kind) -> Result<T, Error> {
+        let r = self.get_kind(node, kind).await?;
+        r.decode_spec::<T>().map_err(|e| Error::Decode {
+            node: self.node_label(node),
+            call: format!("COSI Get {}/{}", kind.r#type, kind.id),
+            what: "the resource spec".to_string(),
+            reason: e.to_string(),
+        })
+    }
+
+    async fn get_optional_spec<T: Message + Default>(
+        &self,
+        node: &str,
+        kind: Kind,
+    ) -> Result<Option<T>, Error> {
+        match self.get_spec(node, kind).await {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The live machine config: the exact bytes the node runs (needs `os:admin`).
+    pub async fn machine_config(&self, node: &str) -> Result<Vec<u8>, Error> {
+        let spec: specs::MachineConfigSpec = self.get_spec(node, resources::MACHINE_CONFIG).await?;
+        Ok(spec.yaml_marshalled)
+    }
+
+    /// The persisted machine config (what the node boots with next).
+    pub async fn persistent_machine_config(&self, node: &str) -> Result<Vec<u8>, Error> {
+        let kind = Kind {
+            id: resources::MACHINE_CONFIG_PERSISTENT_ID,
+            ..resources::MACHINE_CONFIG
+        };
+        let spec: specs::MachineConfigSpec = self.get_spec(node, kind).await?;
+        Ok(spec.yaml_marshalled)
+    }
+
+    /// The node's machine type.
+    pub async fn machine_type(&self, node: &str) -> Result<MachineType, Error> {
+        let spec: specs::MachineTypeSpec = self.get_spec(node, resources::MACHINE_TYPE).await?;
+        Ok(match specs::MachineType::try_from(spec.machine_type) {
+            Ok(specs::MachineType::Init) => MachineType::Init,
+            Ok(specs::MachineType::ControlPlane) => MachineType::ControlPlane,
+            Ok(specs::MachineType::Worker) => MachineType::Worker,
+            _ => MachineType::Unknown,
+        })
+    }
+
+    /// The `Versions.runtime.talos.dev` resource.
+    pub async fn version_resource(&self, node: &str) -> Result<specs::VersionSpec, Error> {
+        self.get_spec(node, resources::VERSION).await
+    }
+
+    /// The Kubernetes node name.
+    pub async fn nodename(&self, node: &str) -> Result<specs::NodenameSpec, Error> {
+        self.get_spec(node, resources::NODENAME).await
+    }
+
+    /// KubePrism's configuration; `None` when KubePrism is disabled.
+    pub async fn kubeprism_config(
+        &self,
+        node: &str,
+    ) -> Result<Option<specs::KubePrismConfigSpec>, Error> {
+        self.get_optional_spec(node, resources::KUBEPRISM_CONFIG)
+            .await
+    }
+
+    /// KubePrism's status; `None` when KubePrism is disabled.
+    pub async fn kubeprism_status(
+        &self,
+        node: &str,
+    ) -> Result<Option<specs::KubePrismStatusesSpec>, Error> {
+        self.get_optional_spec(node, resources::KUBEPRISM_STATUS)
+            .await
+    }
+
+    /// The bootstrap manifests config; `None` on workers (and control-plane
+    /// nodes without a Kubernetes network config).
+    pub async fn bootstrap_manifests_config(
+        &self,
+        node: &str,
+    ) -> Result<Option<specs::BootstrapManifestsConfigSpec>, Error> {
+        self.get_optional_spec(node, resources::BOOTSTRAP_MANIFESTS_CONFIG)
+            .await
+    }
+
+    /// Runs `f` once per node, at most [`ClientOptions::concurrency`] at a
+    /// time, and returns the results in the order of `nodes`.
+    pub async fn on_nodes<T, F, Fut>(&self, nodes: &[String], f: F) -> Vec<(String, Result<T, Error>)>
+    where
+        F: Fn(TalosClient, String) -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let limit = self.options.concurrency.max(1);
+        futures::stream::iter(nodes.iter().cloned())
+            .map(|node| {
+                let fut = f(self.clone(), node.clone());
+                async move { (node, fut.await) }
+            })
+            .buffered(limit)
+            .collect()
+            .await
+    }
+}
+
+fn convert_event(e: cosi::Event) -> WatchEvent {
+    let event_type = match cosi::EventType::try_from(e.event_type) {
+        Ok(cosi::EventType::Created) => WatchEventType::Created,
+        Ok(cosi::EventType::Updated) => WatchEventType::Updated,
+        Ok(cosi::EventType::Destroyed) => WatchEventType::Destroyed,
+        Ok(cosi::EventType::Bootstrapped) => WatchEventType::Bootstrapped,
+        Ok(cosi::EventType::Errored) => WatchEventType::Errored,
+        Ok(cosi::EventType::Noop) | Err(_) => WatchEventType::Noop,
+    };
+    WatchEvent {
+        event_type,
+        resource: e.resource.map(CosiResource::from_proto),
+        old: e.old.map(CosiResource::from_proto),
+        error: e.error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_get_apid_port() {
+        assert_eq!(parse_endpoint("10.0.0.1").unwrap(), ("10.0.0.1".into(), 50000));
+        assert_eq!(parse_endpoint("10.0.0.1:123").unwrap(), ("10.0.0.1".into(), 123));
+        assert_eq!(parse_endpoint("node-1").unwrap(), ("node-1".into(), 50000));
+        assert_eq!(parse_endpoint("fd00::1").unwrap(), ("fd00::1".into(), 50000));
+        assert_eq!(parse_endpoint("[fd00::1]:7").unwrap(), ("fd00::1".into(), 7));
+        assert_eq!(parse_endpoint("https://cp.example").unwrap(), ("cp.example".into(), 443));
+        assert_eq!(parse_endpoint("https://cp.example:6443").unwrap(), ("cp.example".into(), 6443));
+        assert!(parse_endpoint("").is_err());
+        assert!(parse_endpoint("host:notaport").is_err());
+    }
+}

@@ -1,0 +1,128 @@
+//! Errors of the Talos API client. Every call error names the node and the call.
+
+use std::time::Duration;
+
+/// Errors building TLS material or a connection (before any call is made).
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("no certificate found in the {what} PEM")]
+    NoCertificate { what: &'static str },
+    #[error("cannot parse the {what} PEM: {reason}")]
+    Pem { what: &'static str, reason: String },
+    #[error("cannot decode the base64 of the {what}: {source}")]
+    Base64 {
+        what: &'static str,
+        #[source]
+        source: base64::DecodeError,
+    },
+    #[error("CA certificate rejected: {0}")]
+    Ca(#[source] rustls::Error),
+    #[error("client certificate or key rejected: {0}")]
+    ClientAuth(#[source] rustls::Error),
+    #[error("TLS configuration: {0}")]
+    Config(#[source] rustls::Error),
+}
+
+/// A client error. Call errors carry the node (`node`, the value of the `node`
+/// gRPC metadata, or the endpoint when the call targets the endpoint itself)
+/// and the call (`Version`, `COSI Get MachineConfigs.config.talos.dev/v1alpha1`, …).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid Talos endpoint {endpoint:?}: {reason}")]
+    InvalidEndpoint { endpoint: String, reason: String },
+    #[error("invalid node name {node:?}: {reason}")]
+    InvalidNode { node: String, reason: String },
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("node {node}: {call}: no answer within {timeout:?}")]
+    Timeout {
+        node: String,
+        call: String,
+        timeout: Duration,
+    },
+    #[error("node {node}: {call}: {code:?}: {message}")]
+    Status {
+        node: String,
+        call: String,
+        code: tonic::Code,
+        message: String,
+    },
+    #[error("node {node}: {call}: the node reported an error: {message}")]
+    NodeReported {
+        node: String,
+        call: String,
+        message: String,
+    },
+    #[error("node {node}: {call}: the response holds no message")]
+    EmptyResponse { node: String, call: String },
+    #[error("node {node}: {call}: cannot decode {what}: {reason}")]
+    Decode {
+        node: String,
+        call: String,
+        what: String,
+        reason: String,
+    },
+}
+
+impl Error {
+    /// The node the failed call targeted, if the error comes from a call.
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            Error::Timeout { node, .. }
+            | Error::Status { node, .. }
+            | Error::NodeReported { node, .. }
+            | Error::EmptyResponse { node, .. }
+            | Error::Decode { node, .. } => Some(node),
+            Error::InvalidNode { node, .. } => Some(node),
+            Error::InvalidEndpoint { .. } | Error::Tls(_) => None,
+        }
+    }
+
+    /// The call that failed, if the error comes from a call.
+    pub fn call(&self) -> Option<&str> {
+        match self {
+            Error::Timeout { call, .. }
+            | Error::Status { call, .. }
+            | Error::NodeReported { call, .. }
+            | Error::EmptyResponse { call, .. }
+            | Error::Decode { call, .. } => Some(call),
+            _ => None,
+        }
+    }
+
+    /// The gRPC status code, when the node (or the transport) answered with one.
+    pub fn code(&self) -> Option<tonic::Code> {
+        match self {
+            Error::Status { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// True when the resource asked for does not exist (`NotFound`).
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(tonic::Code::NotFound)
+    }
+
+    /// True when the node refused the caller's role (`PermissionDenied`).
+    pub fn is_permission_denied(&self) -> bool {
+        self.code() == Some(tonic::Code::PermissionDenied)
+    }
+}
+
+/// Flattens a tonic status, including its transport source (TLS handshake
+/// failures, refused connections), into one readable message.
+pub(crate) fn status_message(status: &tonic::Status) -> String {
+    let mut message = status.message().to_string();
+    let mut source = std::error::Error::source(status);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !message.contains(&text) {
+            if !message.is_empty() {
+                message.push_str(": ");
+            }
+            message.push_str(&text);
+        }
+        source = s.source();
+    }
+    message
+}

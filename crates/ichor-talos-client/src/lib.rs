@@ -1,0 +1,26 @@
+//! The Talos API client of Ichor.
+//!
+//! The wire layer lives in its own crate so that the pure config crate
+//! (`ichor-talos`) builds without tonic and protoc (ADR 0002).
+//!
+//! * [`TalosClient`]: one endpoint (apid), calls aimed at a node through the
+//!   `node` gRPC metadata, a timeout on every call, bounded concurrency across
+//!   nodes ([`TalosClient::on_nodes`]), and errors ([`Error`]) that name the
+//!   node and the call.
+//! * [`tls`]: mutual TLS with ALPN `h2`, Talos's `ED25519 PRIVATE KEY` keys,
+//!   and the maintenance-mode (unverified) configuration.
+//! * [`resources`]: namespace/type/id of the COSI resources Ichor reads.
+//! * [`proto`]: the generated types (from our own `.proto` files).
+
+pub mod client;
+pub mod error;
+pub mod proto;
+pub mod resources;
+pub mod tls;
+
+pub use client::{
+    APID_PORT, ApplyMode, ApplyRequest, ApplyResult, ClientOptions, CosiResource, MachineType,
+    NodeVersion, TalosClient, WatchEvent, WatchEventType,
+};
+pub use error::{Error, TlsError};
+pub use tls::ClientIdentity;

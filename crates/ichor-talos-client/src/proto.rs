@@ -1,0 +1,37 @@
+//! Types generated from the project's own `.proto` files (`proto/`), written
+//! from the wire facts in `shared/facts/talos-api.md`. Module paths follow the
+//! protobuf packages, so the gRPC paths match Talos's
+//! (`/machine.MachineService/Version`, `/cosi.resource.State/Get`, …).
+
+#![allow(missing_docs, clippy::all, clippy::pedantic)]
+
+pub mod google {
+    pub mod rpc {
+        include!(concat!(env!("OUT_DIR"), "/google.rpc.rs"));
+    }
+}
+
+pub mod common {
+    include!(concat!(env!("OUT_DIR"), "/common.rs"));
+}
+
+pub mod machine {
+    include!(concat!(env!("OUT_DIR"), "/machine.rs"));
+}
+
+pub mod cosi {
+    pub mod resource {
+        include!(concat!(env!("OUT_DIR"), "/cosi.resource.rs"));
+
+        pub mod meta {
+            include!(concat!(env!("OUT_DIR"), "/cosi.resource.meta.rs"));
+        }
+    }
+}
+
+pub mod ichor {
+    /// Spec messages of the Talos resources Ichor reads (field numbers from the facts file).
+    pub mod specs {
+        include!(concat!(env!("OUT_DIR"), "/ichor.specs.rs"));
+    }
+}
