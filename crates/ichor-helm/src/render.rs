@@ -1,0 +1,194 @@
+//! Rendering a chart with the real `helm` binary:
+//! `helm install NAME CHART --namespace NS --dry-run=client --output json --values FILE`.
+//! Helm prints the release it would create (chart, user values, manifest with
+//! hooks split off, notes); see `docs/adr/0005-helm-release-engine.md`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::record::Release;
+
+/// Where a chart comes from, as `helm install` takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChartRef {
+    /// A local chart folder or `.tgz`, an `oci://` reference, or a chart
+    /// name inside [`ChartRef::repo`].
+    pub reference: String,
+    /// `--version` (ignored by helm for a local path).
+    pub version: Option<String>,
+    /// `--repo URL` for a chart name in a classic Helm repository.
+    pub repo: Option<String>,
+}
+
+impl ChartRef {
+    /// A chart on disk (folder or archive); needs no network.
+    pub fn path(p: impl AsRef<Path>) -> Self {
+        ChartRef {
+            reference: p.as_ref().display().to_string(),
+            version: None,
+            repo: None,
+        }
+    }
+}
+
+/// How to run `helm`.
+#[derive(Debug, Clone)]
+pub struct Renderer {
+    /// The `helm` binary (v3.17+ or v4).
+    pub helm: PathBuf,
+    /// `--kubeconfig`; without it helm uses its own defaults (in-cluster
+    /// config in a pod, `$KUBECONFIG`, `~/.kube/config`).
+    pub kubeconfig: Option<PathBuf>,
+    /// Extra environment for the helm process (`HELM_CACHE_HOME`, ...).
+    pub env: Vec<(String, String)>,
+    /// Upper bound for one helm run (a remote chart is downloaded in it).
+    pub timeout: Duration,
+}
+
+impl Renderer {
+    pub fn new(helm: impl Into<PathBuf>) -> Self {
+        Renderer {
+            helm: helm.into(),
+            kubeconfig: None,
+            env: Vec::new(),
+            timeout: Duration::from_secs(300),
+        }
+    }
+
+    pub fn kubeconfig(mut self, path: impl Into<PathBuf>) -> Self {
+        self.kubeconfig = Some(path.into());
+        self
+    }
+
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Renders `chart` as release `name` in `namespace` with `values` (written
+    /// to a temporary file and passed with `--values`). The returned release
+    /// carries `chart`, `config`, `manifest`, `hooks` and `info.notes` as helm
+    /// produced them; the caller sets revision, status and times.
+    pub async fn render(
+        &self,
+        name: &str,
+        namespace: &str,
+        chart: &ChartRef,
+        values: &Value,
+    ) -> Result<Release, RenderError> {
+        let dir = tempfile::Builder::new()
+            .prefix("ichor-helm-")
+            .tempdir()
+            .map_err(|source| RenderError::Io {
+                what: "creating a temporary folder for the values file".into(),
+                source,
+            })?;
+        let values_path = dir.path().join("values.json");
+        let text = serde_json::to_vec_pretty(values).map_err(|e| RenderError::Io {
+            what: "encoding the values".into(),
+            source: std::io::Error::other(e),
+        })?;
+        std::fs::write(&values_path, text).map_err(|source| RenderError::Io {
+            what: format!("writing {}", values_path.display()),
+            source,
+        })?;
+
+        let mut args: Vec<String> = vec![
+            "install".into(),
+            name.into(),
+            chart.reference.clone(),
+            "--namespace".into(),
+            namespace.into(),
+            "--dry-run=client".into(),
+            "--output".into(),
+            "json".into(),
+            "--values".into(),
+            values_path.display().to_string(),
+        ];
+        if let Some(v) = &chart.version {
+            args.extend(["--version".into(), v.clone()]);
+        }
+        if let Some(r) = &chart.repo {
+            args.extend(["--repo".into(), r.clone()]);
+        }
+        if let Some(k) = &self.kubeconfig {
+            args.extend(["--kubeconfig".into(), k.display().to_string()]);
+        }
+        let mut cmd = tokio::process::Command::new(&self.helm);
+        cmd.args(&args)
+            .kill_on_drop(true)
+            .stdin(std::process::Stdio::null());
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let shown = format!("{} {}", self.helm.display(), args.join(" "));
+        let out = match tokio::time::timeout(self.timeout, cmd.output()).await {
+            Err(_) => {
+                return Err(RenderError::Timeout {
+                    command: shown,
+                    timeout: self.timeout,
+                });
+            }
+            Ok(Err(source)) => {
+                return Err(RenderError::Spawn {
+                    helm: self.helm.clone(),
+                    source,
+                });
+            }
+            Ok(Ok(out)) => out,
+        };
+        if !out.status.success() {
+            return Err(RenderError::Failed {
+                command: shown,
+                status: out.status.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        parse_rendered(&out.stdout).map_err(|e| RenderError::Output {
+            command: shown,
+            message: e,
+        })
+    }
+}
+
+/// Parses helm's `--output json`: the release object (some helm versions
+/// print warnings before it, so parsing starts at the first `{`).
+pub fn parse_rendered(stdout: &[u8]) -> Result<Release, String> {
+    let start = stdout
+        .iter()
+        .position(|b| *b == b'{')
+        .ok_or("no JSON object in helm's output")?;
+    serde_json::from_slice(&stdout[start..])
+        .map_err(|e| format!("helm's JSON does not parse as a release: {e}"))
+}
+
+/// Why rendering failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error(
+        "cannot run helm at {helm}: {source}; install helm (v3.17+ or v4) or point Ichor at it"
+    )]
+    Spawn {
+        helm: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("rendering the chart: `{command}` exited with {status}: {stderr}")]
+    Failed {
+        command: String,
+        status: String,
+        stderr: String,
+    },
+    #[error(
+        "rendering the chart: `{command}` did not finish within {timeout:?}; check access to the chart source"
+    )]
+    Timeout { command: String, timeout: Duration },
+    #[error("rendering the chart: `{command}` printed something Ichor cannot read: {message}")]
+    Output { command: String, message: String },
+    #[error("rendering the chart: {what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+}
