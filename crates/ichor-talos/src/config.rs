@@ -1,1 +1,0 @@
-//! Typed Talos machine configuration (multi-document YAML).

@@ -1,0 +1,247 @@
+//! Typed Talos machine configuration: a multi-document YAML file.
+//!
+//! A [`MachineConfig`] is an ordered list of [`Document`]s. The legacy
+//! `v1alpha1` document and the documents Ichor reads or renders are typed;
+//! every other document is kept as [`OtherDocument`] (its YAML mapping,
+//! unchanged). Every typed struct carries a flattened `extra` map holding the
+//! fields Ichor does not model, so parse → serialise loses nothing.
+//!
+//! Serialisation is deterministic: typed fields first, in declaration order,
+//! then the unknown fields in the order they were read. A second round trip
+//! is byte-identical to the first.
+//!
+//! [`MachineConfig::facts`] answers, in one place and whatever the shape
+//! (v1.12/v1.13 `v1alpha1`-only or v1.14 multi-document), what adopt needs.
+
+mod document;
+mod facts;
+pub mod kube;
+pub mod v1alpha1;
+
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_yaml_ng::{Mapping, Value};
+
+pub use document::{Document, DocumentKind, OtherDocument};
+pub use facts::{
+    CniName, ConfigFacts, ConfigShape, InlineManifestFact, KubePrismFact, MachineType,
+};
+pub use kube::*;
+pub use v1alpha1::V1Alpha1Config;
+
+/// Fields of a document that Ichor does not model, kept in input order.
+pub type Extra = indexmap::IndexMap<String, Value>;
+
+/// Errors of the `config` module.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read machine config file {path}: {source}; check the path and its permissions")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A document is not valid YAML.
+    #[error(
+        "{origin}: document #{index} is not valid YAML: {source}; fix the YAML syntax of that document"
+    )]
+    Yaml {
+        /// Where the text came from (a file path, or a description).
+        origin: String,
+        /// 1-based position of the document in the file.
+        index: usize,
+        /// The YAML error.
+        source: serde_yaml_ng::Error,
+    },
+    /// A document is YAML but not a mapping.
+    #[error(
+        "{origin}: document #{index} is a YAML {found}, but every Talos config document is a mapping; remove or fix that document"
+    )]
+    NotAMapping {
+        /// Where the text came from.
+        origin: String,
+        /// 1-based position of the document.
+        index: usize,
+        /// What was found instead (`sequence`, `string`, ...).
+        found: &'static str,
+    },
+    /// A known document kind has a field of the wrong type.
+    #[error(
+        "{origin}: document #{index} (kind {kind}) does not have the shape Talos expects: {source}; fix that field"
+    )]
+    Shape {
+        /// Where the text came from.
+        origin: String,
+        /// 1-based position of the document.
+        index: usize,
+        /// The document kind (`v1alpha1` for the legacy document).
+        kind: String,
+        /// The decoding error.
+        source: serde_yaml_ng::Error,
+    },
+    /// Serialising a document failed (a bug: typed documents always serialise).
+    #[error(
+        "cannot serialise document #{index} (kind {kind}) to YAML: {source}; this is a bug in ichor-talos, please report it"
+    )]
+    Serialise {
+        /// 1-based position of the document.
+        index: usize,
+        /// The document kind.
+        kind: String,
+        /// The YAML error.
+        source: serde_yaml_ng::Error,
+    },
+}
+
+/// A whole Talos machine configuration: an ordered list of documents.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MachineConfig {
+    /// The documents, in file order.
+    pub documents: Vec<Document>,
+}
+
+impl MachineConfig {
+    /// Parses a (multi-document) machine config. Empty documents are skipped.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        Self::parse_with_origin(text, "machine config")
+    }
+
+    /// Parses a machine config; `origin` (for example a file path) is named in errors.
+    pub fn parse_with_origin(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let values = parse_yaml_documents(text, origin)?;
+        let mut documents = Vec::with_capacity(values.len());
+        for (i, value) in values.into_iter().enumerate() {
+            documents.push(Document::from_mapping(value, origin, i + 1)?);
+        }
+        Ok(Self { documents })
+    }
+
+    /// Reads and parses a machine config file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse_with_origin(&text, &path.display().to_string())
+    }
+
+    /// Serialises the config: documents separated by `---`, deterministic.
+    pub fn to_yaml(&self) -> Result<String, ConfigError> {
+        let mut out = String::new();
+        for (i, doc) in self.documents.iter().enumerate() {
+            if i > 0 {
+                out.push_str("---\n");
+            }
+            let mapping = doc.to_mapping().map_err(|source| ConfigError::Serialise {
+                index: i + 1,
+                kind: doc.kind_name().to_string(),
+                source,
+            })?;
+            let text =
+                serde_yaml_ng::to_string(&mapping).map_err(|source| ConfigError::Serialise {
+                    index: i + 1,
+                    kind: doc.kind_name().to_string(),
+                    source,
+                })?;
+            out.push_str(&text);
+        }
+        Ok(out)
+    }
+
+    /// Every document as a YAML mapping, in order (what [`Self::to_yaml`] writes).
+    pub fn to_mappings(&self) -> Result<Vec<Mapping>, ConfigError> {
+        self.documents
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                d.to_mapping().map_err(|source| ConfigError::Serialise {
+                    index: i + 1,
+                    kind: d.kind_name().to_string(),
+                    source,
+                })
+            })
+            .collect()
+    }
+
+    /// Builds a config from YAML mappings (for example after a patch).
+    pub fn from_mappings(mappings: Vec<Mapping>, origin: &str) -> Result<Self, ConfigError> {
+        let mut documents = Vec::with_capacity(mappings.len());
+        for (i, m) in mappings.into_iter().enumerate() {
+            documents.push(Document::from_mapping(m, origin, i + 1)?);
+        }
+        Ok(Self { documents })
+    }
+
+    /// The legacy `v1alpha1` document, if present.
+    pub fn v1alpha1(&self) -> Option<&V1Alpha1Config> {
+        self.documents.iter().find_map(|d| match d {
+            Document::V1Alpha1(v) => Some(v.as_ref()),
+            _ => None,
+        })
+    }
+
+    /// The legacy `v1alpha1` document, mutable, if present.
+    pub fn v1alpha1_mut(&mut self) -> Option<&mut V1Alpha1Config> {
+        self.documents.iter_mut().find_map(|d| match d {
+            Document::V1Alpha1(v) => Some(v.as_mut()),
+            _ => None,
+        })
+    }
+
+    /// Documents of one kind, in order.
+    pub fn documents_of(&self, kind: DocumentKind) -> impl Iterator<Item = &Document> {
+        self.documents.iter().filter(move |d| d.kind() == kind)
+    }
+
+    /// Whether any document of this kind is present.
+    pub fn has(&self, kind: DocumentKind) -> bool {
+        self.documents.iter().any(|d| d.kind() == kind)
+    }
+
+    /// What adopt needs to know, whatever the shape. See [`ConfigFacts`].
+    pub fn facts(&self) -> ConfigFacts {
+        facts::compute(self)
+    }
+}
+
+/// Splits multi-document YAML into mappings, skipping empty documents.
+pub(crate) fn parse_yaml_documents(text: &str, origin: &str) -> Result<Vec<Mapping>, ConfigError> {
+    let mut out = Vec::new();
+    for (i, de) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let value = Value::deserialize(de).map_err(|source| ConfigError::Yaml {
+            origin: origin.to_string(),
+            index: i + 1,
+            source,
+        })?;
+        match value {
+            Value::Null => {}
+            Value::Mapping(m) => out.push(m),
+            other => {
+                return Err(ConfigError::NotAMapping {
+                    origin: origin.to_string(),
+                    index: i + 1,
+                    found: value_kind(&other),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn value_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Sequence(_) => "sequence",
+        Value::Mapping(_) => "mapping",
+        Value::Tagged(_) => "tagged value",
+    }
+}
+
+#[cfg(test)]
+mod tests;
