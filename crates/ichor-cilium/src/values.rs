@@ -1,0 +1,435 @@
+//! Effective values: the Cilium chart values Ichor installs, as a pure
+//! function of the cluster settings and the kube-proxy mode. Ichor-owned
+//! keys first, user values merged on top; a user value that would set an
+//! Ichor-owned key is refused. The hash of the effective values is how the
+//! controller recognises "the release is at the values it should have".
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+/// The tunnel protocol (`spec.cni.tunnel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tunnel {
+    #[default]
+    Vxlan,
+    Geneve,
+}
+
+impl Tunnel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tunnel::Vxlan => "vxlan",
+            Tunnel::Geneve => "geneve",
+        }
+    }
+}
+
+impl std::str::FromStr for Tunnel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "vxlan" => Ok(Tunnel::Vxlan),
+            "geneve" => Ok(Tunnel::Geneve),
+            o => Err(format!("unknown tunnel {o:?}: use vxlan or geneve")),
+        }
+    }
+}
+
+/// Whether kube-proxy runs (`enabled`) or Cilium replaces it (`replaced`):
+/// the kube-proxy *mode* the values are derived for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KubeProxy {
+    Enabled,
+    Replaced,
+}
+
+impl KubeProxy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KubeProxy::Enabled => "enabled",
+            KubeProxy::Replaced => "replaced",
+        }
+    }
+}
+
+impl std::str::FromStr for KubeProxy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "enabled" => Ok(KubeProxy::Enabled),
+            "replaced" => Ok(KubeProxy::Replaced),
+            o => Err(format!(
+                "unknown kube-proxy mode {o:?}: use enabled or replaced"
+            )),
+        }
+    }
+}
+
+/// What the values depend on: the parts of a TalosCluster that matter to
+/// Cilium, and the node count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterSettings {
+    pub tunnel: Tunnel,
+    pub kube_proxy: KubeProxy,
+    /// `spec.cni.cilium.values`: user values (a mapping), merged on top.
+    #[serde(default)]
+    pub user_values: Map<String, Value>,
+    /// Nodes in the cluster; on a one-node cluster the operator runs one
+    /// replica (its required anti-affinity would leave a second Pending).
+    pub node_count: u32,
+}
+
+impl ClusterSettings {
+    pub fn new(tunnel: Tunnel, kube_proxy: KubeProxy, node_count: u32) -> Self {
+        ClusterSettings {
+            tunnel,
+            kube_proxy,
+            user_values: Map::new(),
+            node_count,
+        }
+    }
+
+    pub fn with_user_values(mut self, values: Map<String, Value>) -> Self {
+        self.user_values = values;
+        self
+    }
+}
+
+/// Dotted paths of the values Ichor always sets.
+pub const OWNED_KEYS: [&str; 10] = [
+    "k8sServiceHost",
+    "k8sServicePort",
+    "kubeProxyReplacement",
+    "tunnelProtocol",
+    "ipam.mode",
+    "cgroup.autoMount.enabled",
+    "cgroup.hostRoot",
+    "securityContext.capabilities.ciliumAgent",
+    "securityContext.capabilities.cleanCiliumState",
+    "operator.replicas",
+];
+
+/// Capabilities of the agent on Talos (no `SYS_MODULE`: Talos forbids loading modules).
+pub const AGENT_CAPABILITIES: [&str; 11] = [
+    "CHOWN",
+    "KILL",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "SYS_ADMIN",
+    "SYS_RESOURCE",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "SETGID",
+    "SETUID",
+];
+/// Capabilities of the clean-state init container on Talos.
+pub const CLEAN_STATE_CAPABILITIES: [&str; 3] = ["NET_ADMIN", "SYS_ADMIN", "SYS_RESOURCE"];
+
+/// A user value that Ichor does not accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValuesError {
+    #[error(
+        "Cilium value {key} is set by Ichor and cannot be overridden (user value at {user_path}); remove it from spec.cni.cilium.values (or --cilium-values) and use the TalosCluster's own field where there is one (spec.cni.tunnel, spec.cni.kubeProxy)"
+    )]
+    OwnedKey { key: String, user_path: String },
+}
+
+/// The Ichor-owned values alone, for these settings and kube-proxy mode.
+pub fn owned_values(settings: &ClusterSettings, kube_proxy: KubeProxy) -> Map<String, Value> {
+    let mut v = json!({
+        "k8sServiceHost": "localhost",
+        "k8sServicePort": 7445,
+        "kubeProxyReplacement": match kube_proxy { KubeProxy::Enabled => "false", KubeProxy::Replaced => "true" },
+        "tunnelProtocol": settings.tunnel.as_str(),
+        "ipam": {"mode": "kubernetes"},
+        "cgroup": {"autoMount": {"enabled": false}, "hostRoot": "/sys/fs/cgroup"},
+        "securityContext": {"capabilities": {
+            "ciliumAgent": AGENT_CAPABILITIES,
+            "cleanCiliumState": CLEAN_STATE_CAPABILITIES,
+        }},
+    });
+    if settings.node_count <= 1 {
+        v["operator"] = json!({"replicas": 1});
+    }
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("a JSON object literal"),
+    }
+}
+
+/// Whether `path` is owned for these settings (`operator.replicas` only on
+/// a one-node cluster).
+fn owned_here(settings: &ClusterSettings) -> impl Iterator<Item = &'static str> {
+    let one_node = settings.node_count <= 1;
+    OWNED_KEYS
+        .into_iter()
+        .filter(move |k| *k != "operator.replicas" || one_node)
+}
+
+/// The effective values for the settings' own kube-proxy mode.
+pub fn effective_values(settings: &ClusterSettings) -> Result<Map<String, Value>, ValuesError> {
+    effective_values_for_mode(settings, settings.kube_proxy)
+}
+
+/// The effective values: Ichor-owned keys for (`settings`, `kube_proxy`), with
+/// the user values merged on top (maps merge deeply, anything else
+/// replaces). A user value at or above an Ichor-owned key is refused.
+pub fn effective_values_for_mode(
+    settings: &ClusterSettings,
+    kube_proxy: KubeProxy,
+) -> Result<Map<String, Value>, ValuesError> {
+    check_user_values(settings)?;
+    let mut out = owned_values(settings, kube_proxy);
+    merge(&mut out, &settings.user_values);
+    Ok(out)
+}
+
+/// Refuses user values that set an Ichor-owned key, or replace a map that
+/// holds one with something that is not a map.
+pub fn check_user_values(settings: &ClusterSettings) -> Result<(), ValuesError> {
+    for key in owned_here(settings) {
+        let parts: Vec<&str> = key.split('.').collect();
+        let mut node = &settings.user_values;
+        for (i, part) in parts.iter().enumerate() {
+            let Some(v) = node.get(*part) else { break };
+            let user_path = parts[..=i].join(".");
+            if i + 1 == parts.len() {
+                return Err(ValuesError::OwnedKey {
+                    key: key.to_string(),
+                    user_path,
+                });
+            }
+            match v {
+                Value::Object(m) => node = m,
+                Value::Null => break,
+                _ => {
+                    return Err(ValuesError::OwnedKey {
+                        key: key.to_string(),
+                        user_path,
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn merge(base: &mut Map<String, Value>, top: &Map<String, Value>) {
+    for (k, v) in top {
+        match (base.get_mut(k), v) {
+            (Some(Value::Object(b)), Value::Object(t)) => merge(b, t),
+            _ => {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+/// A stable hash of values: SHA-256 of their canonical JSON (keys sorted at
+/// every level), as lowercase hex. Key order and formatting do not matter.
+pub fn values_hash(values: &Map<String, Value>) -> String {
+    let mut canonical = String::new();
+    write_canonical(&Value::Object(values.clone()), &mut canonical);
+    hex::encode(Sha256::digest(canonical.as_bytes()))
+}
+
+fn write_canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                write_canonical(&m[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(x, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use proptest::prelude::*;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    /// Covers: R1.4b
+    #[test]
+    fn owned_keys_follow_the_settings() {
+        let s = ClusterSettings::new(Tunnel::Geneve, KubeProxy::Replaced, 3);
+        let v = effective_values(&s).unwrap();
+        assert_eq!(v["k8sServiceHost"], "localhost");
+        assert_eq!(v["k8sServicePort"], 7445);
+        assert_eq!(v["kubeProxyReplacement"], "true");
+        assert_eq!(v["tunnelProtocol"], "geneve");
+        assert_eq!(v["ipam"]["mode"], "kubernetes");
+        assert_eq!(v["cgroup"]["autoMount"]["enabled"], false);
+        assert_eq!(v["cgroup"]["hostRoot"], "/sys/fs/cgroup");
+        assert_eq!(
+            v["securityContext"]["capabilities"]["ciliumAgent"]
+                .as_array()
+                .unwrap()
+                .len(),
+            11
+        );
+        assert!(
+            !v["securityContext"]["capabilities"]["ciliumAgent"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("SYS_MODULE"))
+        );
+        assert_eq!(
+            v["securityContext"]["capabilities"]["cleanCiliumState"],
+            json!(["NET_ADMIN", "SYS_ADMIN", "SYS_RESOURCE"])
+        );
+        assert!(
+            v.get("operator").is_none(),
+            "3 nodes keep the chart's operator replicas"
+        );
+
+        let one = ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Enabled, 1);
+        let v = effective_values(&one).unwrap();
+        assert_eq!(v["kubeProxyReplacement"], "false");
+        assert_eq!(v["tunnelProtocol"], "vxlan");
+        assert_eq!(v["operator"]["replicas"], 1);
+        // The mode argument decides kubeProxyReplacement.
+        let v = effective_values_for_mode(&one, KubeProxy::Replaced).unwrap();
+        assert_eq!(v["kubeProxyReplacement"], "true");
+    }
+
+    /// Covers: R1.4c
+    #[test]
+    fn user_values_merge_deeply_on_top() {
+        let s = ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Enabled, 3).with_user_values(obj(
+            json!({
+                "hubble": {"relay": {"enabled": true}},
+                "ipam": {"operator": {"clusterPoolIPv4PodCIDRList": ["10.0.0.0/8"]}},
+                "operator": {"replicas": 3},
+            }),
+        ));
+        let v = effective_values(&s).unwrap();
+        assert_eq!(v["ipam"]["mode"], "kubernetes");
+        assert_eq!(
+            v["ipam"]["operator"]["clusterPoolIPv4PodCIDRList"][0],
+            "10.0.0.0/8"
+        );
+        assert_eq!(v["hubble"]["relay"]["enabled"], true);
+        assert_eq!(
+            v["operator"]["replicas"], 3,
+            "operator.replicas is the user's on 3 nodes"
+        );
+    }
+
+    /// Covers: R1.4c
+    #[test]
+    fn owned_keys_are_refused_by_name() {
+        let cases = [
+            (
+                json!({"tunnelProtocol": "geneve"}),
+                3,
+                "tunnelProtocol",
+                "tunnelProtocol",
+            ),
+            (
+                json!({"ipam": {"mode": "cluster-pool"}}),
+                3,
+                "ipam.mode",
+                "ipam.mode",
+            ),
+            (json!({"ipam": "x"}), 3, "ipam.mode", "ipam"),
+            (
+                json!({"operator": {"replicas": 2}}),
+                1,
+                "operator.replicas",
+                "operator.replicas",
+            ),
+            (
+                json!({"securityContext": {"capabilities": {"ciliumAgent": []}}}),
+                2,
+                "securityContext.capabilities.ciliumAgent",
+                "securityContext.capabilities.ciliumAgent",
+            ),
+            (
+                json!({"k8sServicePort": 6443}),
+                2,
+                "k8sServicePort",
+                "k8sServicePort",
+            ),
+        ];
+        for (user, nodes, key, path) in cases {
+            let s = ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Enabled, nodes)
+                .with_user_values(obj(user.clone()));
+            let e = effective_values(&s).unwrap_err();
+            assert_eq!(
+                e,
+                ValuesError::OwnedKey {
+                    key: key.into(),
+                    user_path: path.into()
+                },
+                "{user}"
+            );
+            assert!(e.to_string().contains(key), "{e}");
+        }
+    }
+
+    #[test]
+    fn hash_is_stable_and_order_independent() {
+        let a = obj(json!({"a": 1, "b": {"c": [1, 2], "d": "x"}}));
+        let b = obj(json!({"b": {"d": "x", "c": [1, 2]}, "a": 1}));
+        assert_eq!(values_hash(&a), values_hash(&b));
+        assert_eq!(values_hash(&a).len(), 64);
+        let c = obj(json!({"a": 1, "b": {"c": [2, 1], "d": "x"}}));
+        assert_ne!(values_hash(&a), values_hash(&c));
+        // Pinned: a change to the hash function changes every release's hash.
+        assert_eq!(
+            values_hash(&obj(json!({}))),
+            "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+        );
+    }
+
+    proptest! {
+        /// The effective values always carry the owned keys unchanged,
+        /// whatever user values are accepted.
+        #[test]
+        fn accepted_user_values_never_change_owned_keys(
+            keys in prop::collection::btree_map("[a-z]{1,5}", "[a-z]{0,5}", 0..5),
+            nodes in 0u32..5, geneve in any::<bool>(), replaced in any::<bool>(),
+        ) {
+            let tunnel = if geneve { Tunnel::Geneve } else { Tunnel::Vxlan };
+            let kp = if replaced { KubeProxy::Replaced } else { KubeProxy::Enabled };
+            let user: Map<String, Value> = keys.into_iter().map(|(k, v)| (k, Value::from(v))).collect();
+            let s = ClusterSettings::new(tunnel, kp, nodes).with_user_values(user);
+            let owned = owned_values(&s, kp);
+            if let Ok(v) = effective_values(&s) {
+                for (k, val) in &owned {
+                    prop_assert_eq!(&v[k], val);
+                }
+                prop_assert_eq!(values_hash(&v), values_hash(&effective_values(&s).unwrap()));
+            }
+        }
+    }
+}
