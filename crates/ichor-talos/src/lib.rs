@@ -6,6 +6,7 @@
 //! operator's own files (bundle, talosconfig) when asked to.
 
 pub mod config;
+pub mod patch;
 
 #[cfg(test)]
 pub(crate) mod test_support {

@@ -1,0 +1,215 @@
+use super::*;
+use crate::config::{CniName, Document, DocumentKind};
+use crate::test_support::fixture;
+use pretty_assertions::assert_eq;
+
+fn smp(cfg: &MachineConfig, patch: &str) -> MachineConfig {
+    ConfigPatch::parse(patch, "test patch")
+        .unwrap()
+        .apply(cfg, "test patch")
+        .unwrap()
+}
+
+fn v12_cp() -> MachineConfig {
+    MachineConfig::parse(&fixture("stability-v1.12/base-controlplane.yaml")).unwrap()
+}
+
+fn v14_cp() -> MachineConfig {
+    MachineConfig::parse(&fixture("stability-v1.14/base-controlplane.yaml")).unwrap()
+}
+
+#[test]
+fn strategic_merge_sets_nested_fields_and_keeps_the_rest() {
+    let cfg = v12_cp();
+    let out = smp(
+        &cfg,
+        "cluster:\n  network:\n    cni:\n      name: none\n  proxy:\n    disabled: true\n",
+    );
+    let f = out.facts();
+    assert_eq!(f.cni, Some(CniName::None));
+    assert_eq!(f.kube_proxy_enabled, Some(false));
+    // untouched fields stay
+    assert_eq!(f.pod_subnets, cfg.facts().pod_subnets);
+    assert_eq!(out.documents.len(), cfg.documents.len());
+    assert_eq!(
+        out.v1alpha1().unwrap().machine.as_ref().unwrap().ca,
+        cfg.v1alpha1().unwrap().machine.as_ref().unwrap().ca
+    );
+}
+
+#[test]
+fn pod_and_service_subnets_are_replaced_other_lists_appended() {
+    let cfg = v12_cp();
+    let out = smp(
+        &cfg,
+        "machine:\n  certSANs: [a.example]\ncluster:\n  network:\n    podSubnets: [10.1.0.0/16]\n    serviceSubnets: [10.2.0.0/16]\n",
+    );
+    let f = out.facts();
+    assert_eq!(f.pod_subnets, vec!["10.1.0.0/16"]);
+    assert_eq!(f.service_subnets, vec!["10.2.0.0/16"]);
+    let sans = out
+        .v1alpha1()
+        .unwrap()
+        .machine
+        .as_ref()
+        .unwrap()
+        .cert_sans
+        .clone()
+        .unwrap();
+    assert_eq!(sans.last().map(String::as_str), Some("a.example"));
+
+    let v14 = smp(
+        &v14_cp(),
+        "apiVersion: v1alpha1\nkind: KubeNetworkConfig\npodSubnets: [10.9.0.0/16]\n",
+    );
+    assert_eq!(v14.facts().pod_subnets, vec!["10.9.0.0/16"]);
+}
+
+/// Covers: R1.6 (the cilium preset's `$patch: delete` of KubeFlannelCNIConfig)
+#[test]
+fn patch_delete_removes_a_document_and_is_a_no_op_when_absent() {
+    let cfg = v14_cp();
+    let del = "apiVersion: v1alpha1\nkind: KubeFlannelCNIConfig\n$patch: delete\n";
+    let out = smp(&cfg, del);
+    assert!(!out.has(DocumentKind::KubeFlannelCni));
+    assert_eq!(out.documents.len(), cfg.documents.len() - 1);
+    assert_eq!(out.facts().cni, Some(CniName::None));
+    let again = smp(&out, del);
+    assert_eq!(again, out, "deleting an absent document changes nothing");
+}
+
+#[test]
+fn patch_delete_removes_a_key() {
+    let out = smp(
+        &v12_cp(),
+        "machine:\n  features:\n    kubePrism:\n      $patch: delete\n",
+    );
+    assert!(!out.facts().kube_prism.enabled);
+    let features = out
+        .v1alpha1()
+        .unwrap()
+        .machine
+        .as_ref()
+        .unwrap()
+        .features
+        .clone()
+        .unwrap();
+    assert!(features.kube_prism.is_none());
+    assert!(features.extra.contains_key("diskQuotaSupport"));
+}
+
+#[test]
+fn named_documents_match_by_name_and_new_ones_are_appended() {
+    let cfg = v14_cp();
+    let out = smp(
+        &cfg,
+        "apiVersion: v1alpha1\nkind: KubeAuthorizerConfig\nname: rbac\ntype: Webhook\n---\napiVersion: v1alpha1\nkind: KubeInlineManifestConfig\nname: cilium\nmanifest: 'kind: List'\n",
+    );
+    let types: Vec<_> = out
+        .documents
+        .iter()
+        .filter(|d| d.kind_name() == "KubeAuthorizerConfig")
+        .map(|d| {
+            d.to_mapping()
+                .unwrap()
+                .get("type")
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(types, vec!["Node", "Webhook"]);
+    assert!(matches!(
+        out.documents.last(),
+        Some(Document::KubeInlineManifest(_))
+    ));
+    assert_eq!(out.facts().inline_manifests.len(), 1);
+}
+
+#[test]
+fn interfaces_merge_by_name_and_vlans_by_id() {
+    let base = MachineConfig::parse(
+        "version: v1alpha1\nmachine:\n  network:\n    interfaces:\n      - interface: eth0\n        dhcp: true\n        vlans:\n          - vlanId: 10\n            mtu: 1500\n      - interface: eth1\n        dhcp: true\n",
+    )
+    .unwrap();
+    let out = smp(
+        &base,
+        "machine:\n  network:\n    interfaces:\n      - interface: eth0\n        mtu: 9000\n        vlans:\n          - vlanId: 10\n            mtu: 9000\n          - vlanId: 20\n      - interface: eth1\n        $patch: delete\n",
+    );
+    let want = MachineConfig::parse(
+        "version: v1alpha1\nmachine:\n  network:\n    interfaces:\n      - interface: eth0\n        dhcp: true\n        vlans:\n          - vlanId: 10\n            mtu: 9000\n          - vlanId: 20\n        mtu: 9000\n",
+    )
+    .unwrap();
+    assert_eq!(out.to_yaml().unwrap(), want.to_yaml().unwrap());
+}
+
+#[test]
+fn audit_policy_is_replaced_not_merged() {
+    let out = smp(
+        &v12_cp(),
+        "cluster:\n  apiServer:\n    auditPolicy:\n      kind: Policy\n",
+    );
+    let m = out.to_mappings().unwrap();
+    let ap = m[0]["cluster"]["apiServer"]["auditPolicy"].clone();
+    assert_eq!(
+        ap,
+        serde_yaml_ng::from_str::<Value>("kind: Policy").unwrap()
+    );
+}
+
+#[test]
+fn json6902_on_a_single_document_config() {
+    let cfg = v12_cp();
+    let single = MachineConfig {
+        documents: vec![cfg.documents[0].clone()],
+    };
+    let p = ConfigPatch::parse(
+        "- op: add\n  path: /cluster/network/cni\n  value:\n    name: none\n- op: add\n  path: /machine/certSANs/-\n  value: x.example\n",
+        "p.yaml",
+    )
+    .unwrap();
+    assert!(matches!(p, ConfigPatch::Json6902(_)));
+    let out = p.apply(&single, "p.yaml").unwrap();
+    assert_eq!(out.facts().cni, Some(CniName::None));
+
+    let json = ConfigPatch::parse(
+        r#"[{"op":"remove","path":"/machine/features/kubePrism"}]"#,
+        "p.json",
+    )
+    .unwrap();
+    assert!(
+        !json
+            .apply(&single, "p.json")
+            .unwrap()
+            .facts()
+            .kube_prism
+            .enabled
+    );
+}
+
+#[test]
+fn json6902_errors_are_clear() {
+    let p = ConfigPatch::parse("- op: remove\n  path: /nope\n", "p.yaml").unwrap();
+    let err = p.apply(&v14_cp(), "p.yaml").unwrap_err();
+    assert!(err.to_string().contains("strategic merge"), "{err}");
+    let single = MachineConfig {
+        documents: vec![v12_cp().documents[0].clone()],
+    };
+    let err = p.apply(&single, "p.yaml").unwrap_err();
+    assert!(matches!(err, PatchError::Json6902Apply { .. }), "{err}");
+    let err = ConfigPatch::parse("- just a string\n", "bad.yaml").unwrap_err();
+    assert!(err.to_string().contains("JSON 6902"), "{err}");
+}
+
+#[test]
+fn a_patch_producing_a_bad_type_is_refused() {
+    let err = ConfigPatch::parse(
+        "apiVersion: v1alpha1\nkind: KubePrismConfig\nport: seven\n",
+        "p",
+    )
+    .unwrap()
+    .apply(&v14_cp(), "p")
+    .unwrap_err();
+    assert!(matches!(err, PatchError::Result { .. }), "{err}");
+}
