@@ -1,0 +1,224 @@
+//! `TalosCluster`: one Talos cluster that Ichor manages.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The desired state of a Talos cluster: where its API is, which versions it
+/// runs, its pod and service networks, and how its CNI is managed.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[kube(
+    group = "ichor.maesh.dev",
+    version = "v1alpha1",
+    kind = "TalosCluster",
+    doc = "A Talos cluster managed by Ichor: endpoint, versions, networks, CNI; status carries Ready and CNIHandover.",
+    plural = "talosclusters",
+    singular = "taloscluster",
+    shortname = "tc",
+    category = "ichor",
+    namespaced,
+    status = "TalosClusterStatus",
+    derive = "PartialEq",
+    printcolumn(name = "Endpoint", type_ = "string", json_path = ".spec.endpoint"),
+    printcolumn(name = "Talos", type_ = "string", json_path = ".spec.talosVersion"),
+    printcolumn(
+        name = "Kubernetes",
+        type_ = "string",
+        json_path = ".spec.kubernetesVersion"
+    ),
+    printcolumn(name = "CNI", type_ = "string", json_path = ".spec.cni.preset"),
+    printcolumn(
+        name = "Handover",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"CNIHandover\")].status"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TalosClusterSpec {
+    /// The Kubernetes API endpoint of the cluster, as in Talos's
+    /// cluster.controlPlane.endpoint (for example https://10.0.0.10:6443).
+    #[schemars(length(min = 1, max = 2048))]
+    #[x_kube(validation = Rule::new("self.startsWith('https://')").message("spec.endpoint must be an https:// URL, for example https://10.0.0.10:6443"))]
+    pub endpoint: String,
+    /// The Talos version the nodes run (for example v1.12.1).
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("self.matches('^v[0-9]+\\\\.[0-9]+\\\\.[0-9]+.*$')").message("spec.talosVersion must look like v1.12.1"))]
+    pub talos_version: String,
+    /// The Kubernetes version the cluster runs (for example v1.34.1).
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("self.matches('^v[0-9]+\\\\.[0-9]+\\\\.[0-9]+.*$')").message("spec.kubernetesVersion must look like v1.34.1"))]
+    pub kubernetes_version: String,
+    /// Pod and service subnets. Read from the nodes on adopt; empty means
+    /// "whatever the nodes run".
+    #[serde(default)]
+    pub network: ClusterNetwork,
+    /// How the cluster's CNI is managed.
+    #[serde(default)]
+    pub cni: CniSpec,
+    /// The Secret (in the TalosCluster's namespace) holding the Talos secrets bundle.
+    pub secrets_ref: SecretsRef,
+}
+
+/// Pod and service networks of the cluster (CIDRs).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterNetwork {
+    /// Pod subnets (cluster.network.podSubnets).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_subnets: Vec<String>,
+    /// Service subnets (cluster.network.serviceSubnets).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub service_subnets: Vec<String>,
+}
+
+/// The CNI of the cluster. With preset `cilium` Ichor owns Cilium as its Helm
+/// release; with `unmanaged` the CNI is the user's and Ichor leaves the CNI
+/// paths of the machine config as the nodes have them.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[x_kube(validation = Rule::new("self.preset == 'unmanaged' || !has(self.unmanaged)").message("spec.cni.unmanaged is only allowed with preset unmanaged; remove it or set preset: unmanaged"))]
+#[x_kube(validation = Rule::new("self.preset == 'cilium' || !has(self.cilium)").message("spec.cni.cilium is only allowed with preset cilium; remove it or set preset: cilium"))]
+#[serde(rename_all = "camelCase")]
+pub struct CniSpec {
+    /// cilium: Ichor installs and owns Cilium. unmanaged: the CNI is the user's.
+    #[serde(default)]
+    pub preset: CniPreset,
+    /// Cilium's tunnel protocol. Immutable once set.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.cni.tunnel is immutable once set: changing the tunnel protocol of a running cluster breaks pod traffic between nodes; create the cluster again to change it"))]
+    pub tunnel: Tunnel,
+    /// enabled: Talos runs kube-proxy. replaced: Cilium replaces kube-proxy
+    /// (kubeProxyReplacement=true) and Talos's kube-proxy is disabled.
+    #[serde(default)]
+    pub kube_proxy: KubeProxyMode,
+    /// Cilium settings (preset cilium only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cilium: Option<CiliumSpec>,
+    /// Settings for a CNI Ichor does not manage (preset unmanaged only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmanaged: Option<UnmanagedCni>,
+}
+
+/// Cilium settings of the cilium preset.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[x_kube(validation = Rule::new("!has(self.values) || (!has(self.values.k8sServiceHost) && !has(self.values.k8sServicePort) && !has(self.values.kubeProxyReplacement) && !has(self.values.tunnelProtocol))").message("spec.cni.cilium.values must not set k8sServiceHost, k8sServicePort, kubeProxyReplacement or tunnelProtocol: Ichor owns them; set spec.cni.tunnel and spec.cni.kubeProxy instead"))]
+#[serde(rename_all = "camelCase")]
+pub struct CiliumSpec {
+    /// Cilium Helm chart values merged over Ichor's defaults (free-form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::cilium_values")]
+    pub values: Option<serde_json::Value>,
+}
+
+/// Settings of the unmanaged preset.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnmanagedCni {
+    /// What the Talos machine config says about the CNI: none (cni.name: none,
+    /// the CNI was applied by hand), flannel (Talos's default) or custom (URLs).
+    #[serde(default, rename = "talosCNI")]
+    pub talos_cni: TalosCNI,
+}
+
+/// Where the Talos secrets bundle of a cluster is stored.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretsRef {
+    /// Name of the Secret, in the TalosCluster's namespace.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Key within the Secret holding the bundle YAML (default secrets.yaml).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl SecretsRef {
+    /// The key to read, `secrets.yaml` unless set.
+    pub fn key_or_default(&self) -> &str {
+        self.key.as_deref().unwrap_or("secrets.yaml")
+    }
+}
+
+/// How the CNI is managed: cilium (Ichor owns Cilium) or unmanaged (the user's).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CniPreset {
+    #[default]
+    Cilium,
+    Unmanaged,
+}
+
+/// Cilium's tunnel protocol: vxlan (the default) or geneve.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Tunnel {
+    #[default]
+    Vxlan,
+    Geneve,
+}
+
+/// Whether kube-proxy runs (enabled) or Cilium replaces it (replaced).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum KubeProxyMode {
+    #[default]
+    Enabled,
+    Replaced,
+}
+
+/// The CNI setting of the Talos machine config for an unmanaged CNI: none, flannel or custom.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TalosCNI {
+    #[default]
+    None,
+    Flannel,
+    Custom,
+}
+
+/// The CNI found running in the cluster: none, cilium, flannel, calico, other or mixed.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DetectedCni {
+    None,
+    Cilium,
+    Flannel,
+    Calico,
+    Other,
+    Mixed,
+}
+
+/// What Ichor observes about the cluster.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TalosClusterStatus {
+    /// Ready and CNIHandover, among others (see ichor_api::conditions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// The CNI as detected in the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cni: Option<CniStatus>,
+    /// The metadata.generation this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The CNI as Ichor sees it in the cluster.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CniStatus {
+    /// The CNI detected in the cluster (cilium from the moment Ichor's Cilium is installed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detected: Option<DetectedCni>,
+}

@@ -1,0 +1,221 @@
+//! Condition types and reasons, and the one place conditions are built and merged.
+//!
+//! Time is injected (`now`), so callers and tests decide the clock. A
+//! condition's `lastTransitionTime` changes only when its status changes.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// Condition types.
+pub mod types {
+    /// The object is reconciled and healthy (TalosCluster, TalosMachine, IchorInstallation).
+    pub const READY: &str = "Ready";
+    /// TalosCluster: Ichor's Cilium release has taken over the CNI (spec 1.5.5).
+    pub const CNI_HANDOVER: &str = "CNIHandover";
+    /// TalosMachine: the live config differs from the desired config.
+    pub const DRIFTED: &str = "Drifted";
+    /// TalosMachine: the last apply of the desired config and its read-back.
+    pub const APPLIED: &str = "Applied";
+    /// TalosMachine: the machine is held, so Ichor writes nothing to it.
+    pub const HELD: &str = "Held";
+    /// TalosOperation: the operation has finished (successfully or not).
+    pub const COMPLETE: &str = "Complete";
+}
+
+/// Condition reasons (CamelCase, as Kubernetes requires).
+pub mod reasons {
+    // Ready
+    /// Everything Ichor checked is as it should be.
+    pub const RECONCILED: &str = "Reconciled";
+    /// The node's Talos API did not answer.
+    pub const NODE_UNREACHABLE: &str = "NodeUnreachable";
+    /// The secrets bundle Secret is missing or unreadable.
+    pub const BUNDLE_UNAVAILABLE: &str = "BundleUnavailable";
+    /// The TalosCluster a machine refers to does not exist.
+    pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
+    /// The desired config could not be rendered (bad patch, bad live config).
+    pub const RENDER_FAILED: &str = "RenderFailed";
+
+    // CNIHandover
+    /// Ichor's Cilium release is deployed at the effective-values hash and its DaemonSet is Ready.
+    pub const HANDED_OVER: &str = "HandedOver";
+    /// The Cilium release is missing or at another values hash.
+    pub const WAITING_FOR_RELEASE: &str = "WaitingForRelease";
+    /// The release is deployed; the Cilium DaemonSet is not Ready yet.
+    pub const WAITING_FOR_DAEMON_SET: &str = "WaitingForDaemonSet";
+    /// The ichor-cni Job that runs the Cilium apply failed.
+    pub const JOB_FAILED: &str = "JobFailed";
+    /// The CNI is the user's (preset unmanaged); there is nothing to hand over.
+    pub const UNMANAGED: &str = "Unmanaged";
+
+    // Drifted
+    /// Live and desired config are equal on every path (or only class A differs).
+    pub const NO_DRIFT: &str = "NoDrift";
+    /// Only class B drift: Ichor applies it without a reboot when not held.
+    pub const SAFE_DRIFT: &str = "SafeDrift";
+    /// Class C drift: Ichor will not apply it on its own.
+    pub const UNSAFE_DRIFT: &str = "UnsafeDrift";
+
+    // Held
+    /// spec.hold is true.
+    pub const HOLD_SET: &str = "HoldSet";
+    /// spec.hold is false.
+    pub const RELEASED: &str = "Released";
+
+    // Applied
+    /// The desired config was applied in no-reboot mode and read back equal.
+    pub const APPLIED: &str = "Applied";
+    /// The node refused the apply or it failed.
+    pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// The config read back after an apply differs from what was applied.
+    pub const READ_BACK_MISMATCH: &str = "ReadBackMismatch";
+
+    // Complete (TalosOperation)
+    /// The operation finished successfully.
+    pub const SUCCEEDED: &str = "Succeeded";
+    /// The operation failed.
+    pub const FAILED: &str = "Failed";
+    /// The operation kind is refused on this install (for example kind ichor on a Helm-managed Ichor).
+    pub const REFUSED: &str = "Refused";
+}
+
+/// The status of a condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    True,
+    False,
+    Unknown,
+}
+
+impl Status {
+    /// `"True"`, `"False"` or `"Unknown"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+}
+
+impl From<bool> for Status {
+    fn from(b: bool) -> Self {
+        if b { Status::True } else { Status::False }
+    }
+}
+
+/// Builds a condition. `now` becomes its `lastTransitionTime` unless
+/// [`set`] keeps an older one.
+pub fn new(
+    type_: &str,
+    status: Status,
+    reason: &str,
+    message: impl Into<String>,
+    observed_generation: Option<i64>,
+    now: Time,
+) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: status.as_str().to_owned(),
+        reason: reason.to_owned(),
+        message: message.into(),
+        observed_generation,
+        last_transition_time: now,
+    }
+}
+
+/// Puts `condition` into `conditions`, replacing one of the same type. The
+/// existing `lastTransitionTime` is kept when the status did not change.
+/// Returns whether anything changed.
+pub fn set(conditions: &mut Vec<Condition>, mut condition: Condition) -> bool {
+    match conditions.iter_mut().find(|c| c.type_ == condition.type_) {
+        Some(existing) => {
+            if existing.status == condition.status {
+                condition.last_transition_time = existing.last_transition_time.clone();
+            }
+            if *existing == condition {
+                return false;
+            }
+            *existing = condition;
+            true
+        }
+        None => {
+            conditions.push(condition);
+            true
+        }
+    }
+}
+
+/// The condition of that type, if any.
+pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether the condition of that type exists and is `True`.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    find(conditions, type_).is_some_and(|c| c.status == "True")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn t(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).expect("timestamp"))
+    }
+
+    #[test]
+    fn transition_time_is_kept_while_status_stays() {
+        let mut cs = Vec::new();
+        assert!(set(
+            &mut cs,
+            new(
+                types::READY,
+                Status::False,
+                reasons::NODE_UNREACHABLE,
+                "a",
+                Some(1),
+                t(10)
+            )
+        ));
+        assert!(set(
+            &mut cs,
+            new(
+                types::READY,
+                Status::False,
+                reasons::RENDER_FAILED,
+                "b",
+                Some(2),
+                t(20)
+            )
+        ));
+        assert_eq!(cs.len(), 1);
+        assert_eq!(cs[0].last_transition_time, t(10));
+        assert_eq!(cs[0].reason, reasons::RENDER_FAILED);
+        assert!(!set(
+            &mut cs,
+            new(
+                types::READY,
+                Status::False,
+                reasons::RENDER_FAILED,
+                "b",
+                Some(2),
+                t(30)
+            )
+        ));
+        assert!(set(
+            &mut cs,
+            new(
+                types::READY,
+                Status::True,
+                reasons::RECONCILED,
+                "",
+                Some(2),
+                t(40)
+            )
+        ));
+        assert_eq!(cs[0].last_transition_time, t(40));
+        assert!(is_true(&cs, types::READY));
+        assert!(!is_true(&cs, types::CNI_HANDOVER));
+    }
+}

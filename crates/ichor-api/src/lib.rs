@@ -1,0 +1,52 @@
+//! Ichor's Kubernetes API: group `ichor.maesh.dev`, version `v1alpha1`.
+//!
+//! - [`TalosCluster`] — one Talos cluster: endpoint, versions, network, CNI.
+//! - [`TalosMachine`] — one node of a cluster: role, address, hold, patches;
+//!   its status carries the drift per path with its class.
+//! - [`IchorInstallation`] — the singleton that says how Ichor itself is installed.
+//! - [`TalosOperation`] — a one-shot operation (upgrade, reboot) on a cluster.
+//!
+//! Condition types and reasons are constants in [`conditions`], and conditions
+//! are built and merged there only. [`crds`] lists every CRD and renders the
+//! YAML that `crdgen` writes to `dist/crds/`.
+//!
+//! This crate talks to no server.
+
+// kube's derive takes one `printcolumn(...)` per column; clippy reads the
+// repeated `type_ = "string"` inside them as duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
+pub mod cilium;
+pub mod cluster;
+pub mod conditions;
+pub mod crds;
+pub mod installation;
+pub mod machine;
+pub mod operation;
+mod schema;
+
+pub use cluster::{
+    CiliumSpec, ClusterNetwork, CniPreset, CniSpec, CniStatus, DetectedCni, KubeProxyMode,
+    SecretsRef, TalosCNI, TalosCluster, TalosClusterSpec, TalosClusterStatus, Tunnel, UnmanagedCni,
+};
+pub use installation::{
+    DeploymentSpec, IchorInstallation, IchorInstallationSpec, IchorInstallationStatus, Manager,
+    SINGLETON_NAME as INSTALLATION_NAME,
+};
+pub use machine::{
+    ClusterRef, DriftClass, DriftEntry, MachinePatch, MachineRole, TalosMachine, TalosMachineSpec,
+    TalosMachineStatus,
+};
+pub use operation::{
+    OperationKind, OperationPhase, OperationTarget, TalosOperation, TalosOperationSpec,
+    TalosOperationStatus,
+};
+
+/// The API group of every Ichor resource.
+pub const GROUP: &str = "ichor.maesh.dev";
+/// The API version of this crate's types.
+pub const VERSION: &str = "v1alpha1";
+/// The namespace Ichor runs in and keeps its objects in.
+pub const SYSTEM_NAMESPACE: &str = "ichor-system";
+/// Annotation set on a TalosCluster that `ichor adopt` created.
+pub const ADOPTED_ANNOTATION: &str = "ichor.maesh.dev/adopted";

@@ -1,0 +1,148 @@
+//! `TalosMachine`: one node of a TalosCluster.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// One Talos node: which cluster it belongs to, its role and address, whether
+/// Ichor may write to it (hold), and the user's config patches.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[kube(
+    group = "ichor.maesh.dev",
+    version = "v1alpha1",
+    kind = "TalosMachine",
+    doc = "One node of a TalosCluster; status carries the drift between its live and desired config, per path, with its class.",
+    plural = "talosmachines",
+    singular = "talosmachine",
+    shortname = "tm",
+    category = "ichor",
+    namespaced,
+    status = "TalosMachineStatus",
+    derive = "PartialEq",
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".spec.clusterRef.name"
+    ),
+    printcolumn(name = "Role", type_ = "string", json_path = ".spec.role"),
+    printcolumn(name = "Address", type_ = "string", json_path = ".spec.address"),
+    printcolumn(name = "Hold", type_ = "boolean", json_path = ".spec.hold"),
+    printcolumn(name = "Talos", type_ = "string", json_path = ".status.talosVersion"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TalosMachineSpec {
+    /// The TalosCluster (same namespace) this machine belongs to. Immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.clusterRef is immutable: a machine cannot move to another cluster; delete this TalosMachine and create a new one"))]
+    pub cluster_ref: ClusterRef,
+    /// controlplane or worker. Immutable: Talos cannot change a node's role in place.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.role is immutable: Talos cannot change a node's role in place; reinstall the node instead"))]
+    pub role: MachineRole,
+    /// The address Ichor dials the node's Talos API on (IP or host name, no port).
+    #[schemars(length(min = 1))]
+    pub address: String,
+    /// While true, Ichor computes drift for this machine and writes nothing to
+    /// it. Defaults to true, so nothing reaches a node until someone releases it.
+    #[serde(default = "default_hold")]
+    pub hold: bool,
+    /// Talos config patches applied after Ichor's own paths, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub patches: Vec<MachinePatch>,
+}
+
+fn default_hold() -> bool {
+    true
+}
+
+/// A reference to the TalosCluster a machine belongs to.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterRef {
+    /// Name of the TalosCluster in the same namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// The role of a Talos node: controlplane or worker.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MachineRole {
+    Controlplane,
+    Worker,
+}
+
+/// One Talos config patch: a strategic merge patch (YAML documents) or an
+/// RFC 6902 JSON patch (a YAML list of operations), as talosctl accepts them.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachinePatch {
+    /// A name for messages and drift reports; unique within the machine.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// The patch text.
+    pub inline: String,
+}
+
+/// The class of one drift entry (see docs/adr/0004-drift-classes.md):
+/// A: nothing to do; B: Ichor applies it without a reboot; C: Ichor never applies it on its own.
+#[derive(
+    Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
+pub enum DriftClass {
+    A,
+    B,
+    C,
+}
+
+/// One path where the live config and the desired config differ (or were compared).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftEntry {
+    /// The config path, for example `cluster.network.cni.name` or
+    /// `KubeProxyConfig.enabled`.
+    pub path: String,
+    /// A, B or C.
+    pub class: DriftClass,
+    /// The value the node runs (YAML), absent when the path is not set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<String>,
+    /// The value Ichor wants (YAML), absent when the path should not be set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired: Option<String>,
+    /// Why the entry has its class, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// What Ichor observes about one machine.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TalosMachineStatus {
+    /// Hash of the last desired config rendered for this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_hash: Option<String>,
+    /// The drift between the node's live config and the desired config, per path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drift: Vec<DriftEntry>,
+    /// The Talos version the node reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub talos_version: Option<String>,
+    /// Ready, Drifted, Applied and Held, among others (see ichor_api::conditions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// The metadata.generation this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}

@@ -1,0 +1,215 @@
+//! The generated CRDs on a real kube-apiserver (the test control plane):
+//! they are accepted and become Established, valid objects are stored, and
+//! the CEL rules refuse invalid ones with the message a person reads.
+
+use std::time::{Duration, Instant};
+
+use ichor_api::{
+    CniPreset, CniSpec, IchorInstallation, IchorInstallationSpec, SecretsRef, TalosCluster,
+    TalosClusterSpec, Tunnel,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+
+/// How long the apiserver may take to establish a CRD on a loaded machine.
+const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn client_with_crds() -> kube::Client {
+    let env = ichor_testenv::TestEnv::shared();
+    let client = env.client().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let ssa = PatchParams::apply("ichor-api-test").force();
+    for crd in ichor_api::crds::all() {
+        let name = crd.metadata.name.clone().expect("crd name");
+        crds.patch(&name, &ssa, &Patch::Apply(&crd))
+            .await
+            .unwrap_or_else(|e| panic!("the apiserver refused the CRD {name}: {e}"));
+    }
+    for crd in ichor_api::crds::all() {
+        let name = crd.metadata.name.clone().expect("crd name");
+        let deadline = Instant::now() + ESTABLISH_TIMEOUT;
+        loop {
+            let got = crds
+                .get(&name)
+                .await
+                .unwrap_or_else(|e| panic!("get CRD {name}: {e}"));
+            let conditions = got.status.and_then(|s| s.conditions).unwrap_or_default();
+            if conditions
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "CRD {name} was not Established within {ESTABLISH_TIMEOUT:?}; its conditions: {conditions:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    client
+}
+
+fn cluster(name: &str) -> TalosCluster {
+    TalosCluster::new(
+        name,
+        TalosClusterSpec {
+            endpoint: "https://10.0.0.10:6443".into(),
+            talos_version: "v1.12.1".into(),
+            kubernetes_version: "v1.34.1".into(),
+            network: Default::default(),
+            cni: CniSpec::default(),
+            secrets_ref: SecretsRef {
+                name: "bundle".into(),
+                key: None,
+            },
+        },
+    )
+}
+
+fn refusal(err: kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 422, "expected 422 Invalid, got {status:?}");
+            status.message
+        }
+        other => panic!("expected the apiserver to refuse with 422, got {other}"),
+    }
+}
+
+/// Covers: R1.4a
+#[tokio::test]
+async fn tunnel_is_immutable_once_set() {
+    let client = client_with_crds().await;
+    let ns = ichor_testenv::TestEnv::shared()
+        .namespace("ichor-api")
+        .await;
+    let api: Api<TalosCluster> = Api::namespaced(client, &ns);
+
+    let created = api
+        .create(&PostParams::default(), &cluster("c1"))
+        .await
+        .expect("a valid TalosCluster is stored");
+    assert_eq!(
+        created.spec.cni.tunnel,
+        Tunnel::Vxlan,
+        "the API default tunnel is vxlan"
+    );
+    assert_eq!(created.spec.cni.preset, CniPreset::Cilium);
+
+    let mut changed = created.clone();
+    changed.spec.cni.tunnel = Tunnel::Geneve;
+    let err = api
+        .replace("c1", &PostParams::default(), &changed)
+        .await
+        .expect_err("tunnel change must be refused");
+    let msg = refusal(err);
+    assert!(
+        msg.contains("spec.cni.tunnel is immutable once set"),
+        "message: {msg}"
+    );
+
+    // Other fields stay editable.
+    let mut other = created;
+    other.spec.kubernetes_version = "v1.34.2".into();
+    api.replace("c1", &PostParams::default(), &other)
+        .await
+        .expect("changing the Kubernetes version is allowed");
+}
+
+/// Covers: R1.4c
+#[tokio::test]
+async fn ichor_owned_cilium_values_are_refused() {
+    let client = client_with_crds().await;
+    let ns = ichor_testenv::TestEnv::shared()
+        .namespace("ichor-api")
+        .await;
+    let api: Api<TalosCluster> = Api::namespaced(client, &ns);
+
+    let mut c = cluster("owned");
+    c.spec.cni.cilium = Some(ichor_api::CiliumSpec {
+        values: Some(serde_json::json!({"tunnelProtocol": "geneve", "hubble": {"enabled": true}})),
+    });
+    let msg = refusal(
+        api.create(&PostParams::default(), &c)
+            .await
+            .expect_err("owned key must be refused"),
+    );
+    assert!(
+        msg.contains("spec.cni.cilium.values must not set"),
+        "message: {msg}"
+    );
+
+    c.spec.cni.cilium = Some(ichor_api::CiliumSpec {
+        values: Some(serde_json::json!({"hubble": {"enabled": true}, "operator": {"replicas": 1}})),
+    });
+    let stored = api
+        .create(&PostParams::default(), &c)
+        .await
+        .expect("user values without owned keys are stored");
+    let values = stored
+        .spec
+        .cni
+        .cilium
+        .and_then(|c| c.values)
+        .expect("values kept");
+    assert_eq!(
+        values["operator"]["replicas"], 1,
+        "free-form values are kept as given"
+    );
+}
+
+/// An unknown preset is refused by the schema's enum.
+#[tokio::test]
+async fn unknown_preset_is_refused() {
+    let client = client_with_crds().await;
+    let ns = ichor_testenv::TestEnv::shared()
+        .namespace("ichor-api")
+        .await;
+    let api: Api<TalosCluster> = Api::namespaced(client, &ns);
+    let mut obj = serde_json::to_value(cluster("badpreset")).expect("json");
+    obj["spec"]["cni"]["preset"] = "calico".into();
+    let obj: kube::api::DynamicObject = serde_json::from_value(obj).expect("dynamic");
+    let dynamic: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        api.into_client(),
+        &ns,
+        &kube::api::ApiResource::erase::<TalosCluster>(&()),
+    );
+    let msg = refusal(
+        dynamic
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect_err("unknown preset"),
+    );
+    assert!(msg.contains("spec.cni.preset"), "message: {msg}");
+}
+
+/// The IchorInstallation is a singleton named ichor.
+#[tokio::test]
+async fn installation_is_a_singleton() {
+    let client = client_with_crds().await;
+    let ns = ichor_testenv::TestEnv::shared()
+        .namespace("ichor-api")
+        .await;
+    let api: Api<IchorInstallation> = Api::namespaced(client, &ns);
+    let spec = IchorInstallationSpec {
+        version: "v0.1.0".into(),
+        deployment: Default::default(),
+        installer_repository: None,
+    };
+    let msg = refusal(
+        api.create(
+            &PostParams::default(),
+            &IchorInstallation::new("other", spec.clone()),
+        )
+        .await
+        .expect_err("a second name is refused"),
+    );
+    assert!(msg.contains("must be named ichor"), "message: {msg}");
+    api.create(
+        &PostParams::default(),
+        &IchorInstallation::new(ichor_api::INSTALLATION_NAME, spec),
+    )
+    .await
+    .expect("the singleton is stored");
+}
