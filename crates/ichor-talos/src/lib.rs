@@ -7,6 +7,9 @@
 
 pub mod config;
 pub mod patch;
+pub mod pem;
+pub mod secrets;
+pub mod talosconfig;
 
 #[cfg(test)]
 pub(crate) mod test_support {
@@ -49,4 +52,24 @@ pub(crate) mod test_support {
         out.sort();
         out
     }
+}
+
+/// Writes a file readable by its owner only (0600 on Unix), replacing it.
+pub(crate) fn write_private_file(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    f.write_all(bytes)?;
+    f.sync_all()
 }

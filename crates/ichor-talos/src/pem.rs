@@ -1,0 +1,84 @@
+//! Small PEM and base64 helpers (Talos stores PEM, often base64 again).
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+
+/// PEM label Talos uses for Ed25519 PKCS#8 keys (not the standard `PRIVATE KEY`).
+pub const ED25519_PEM_LABEL: &str = "ED25519 PRIVATE KEY";
+
+/// Encodes DER bytes as PEM with the given label (64-character lines, trailing newline).
+pub fn encode(label: &str, der: &[u8]) -> String {
+    let b64 = STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for chunk in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(chunk).unwrap_or_default());
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
+/// Decodes the first PEM block: returns (label, DER bytes).
+pub fn decode(pem: &str) -> Option<(String, Vec<u8>)> {
+    let start = pem.find("-----BEGIN ")?;
+    let rest = &pem[start + "-----BEGIN ".len()..];
+    let label_end = rest.find("-----")?;
+    let label = rest[..label_end].to_string();
+    let body_start = label_end + 5;
+    let end_marker = format!("-----END {label}-----");
+    let body_end = rest.find(&end_marker)?;
+    let body: String = rest[body_start..body_end]
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    let der = STANDARD.decode(body).ok()?;
+    Some((label, der))
+}
+
+/// Rewrites a PEM block's label (Talos's `ED25519 PRIVATE KEY` ↔ `PRIVATE KEY`).
+pub fn relabel(pem: &str, label: &str) -> Option<String> {
+    decode(pem).map(|(_, der)| encode(label, &der))
+}
+
+/// Standard base64 of text (how Talos stores PEM in `v1alpha1`, bundles and talosconfig).
+pub fn b64(text: &str) -> String {
+    STANDARD.encode(text.as_bytes())
+}
+
+/// Decodes standard base64 into UTF-8 text.
+pub fn unb64(text: &str) -> Option<String> {
+    let bytes = STANDARD.decode(text.trim()).ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// PKCS#8 v1 prefix of an Ed25519 private key; the 32-byte seed follows.
+const ED25519_PKCS8_V1_PREFIX: [u8; 16] = [
+    0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
+];
+
+/// PKCS#8 v1 DER (the form Talos writes) from an Ed25519 PKCS#8 v1 or v2 DER.
+pub fn ed25519_pkcs8_v1(der: &[u8]) -> Option<Vec<u8>> {
+    // v1 and v2 share the algorithm identifier and the seed position; only the
+    // outer length and version byte differ.
+    if der.len() < 48 || der[5..16] != ED25519_PKCS8_V1_PREFIX[5..16] {
+        return None;
+    }
+    let mut out = ED25519_PKCS8_V1_PREFIX.to_vec();
+    out.extend_from_slice(&der[16..48]);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pem_round_trip_and_relabel() {
+        let der: Vec<u8> = (0u8..=200).collect();
+        let p = encode("CERTIFICATE", &der);
+        assert_eq!(decode(&p), Some(("CERTIFICATE".to_string(), der.clone())));
+        let r = relabel(&p, "X").unwrap();
+        assert!(r.starts_with("-----BEGIN X-----\n"));
+        assert_eq!(unb64(&b64(&p)).as_deref(), Some(p.as_str()));
+    }
+}

@@ -1,0 +1,458 @@
+//! The Talos secrets bundle (`talosctl gen secrets` format) and its recovery
+//! from a control-plane machine config in either shape.
+//!
+//! Keys are the lower-cased Go field names (`bootstraptoken`, `trustdinfo`,
+//! `k8saggregator`, ...). Certificates and keys are base64 of PEM. Unknown
+//! keys are kept.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::v1alpha1::Base64CertAndKey;
+use crate::config::{ConfigError, Document, Extra, MachineConfig, MachineType};
+use crate::pem::b64;
+
+/// Errors of the `secrets` module.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretsError {
+    /// The bundle file could not be read.
+    #[error(
+        "cannot read secrets bundle {path}: {source}; check the path (the file `talosctl gen secrets` wrote)"
+    )]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The bundle file could not be written.
+    #[error(
+        "cannot write secrets bundle {path}: {source}; check that the directory exists and is writable"
+    )]
+    Write {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The bundle is not valid YAML or misses a section.
+    #[error(
+        "{origin} is not a Talos secrets bundle: {source}; expected the YAML `talosctl gen secrets` writes (cluster, secrets, trustdinfo, certs)"
+    )]
+    Parse {
+        /// Where the text came from.
+        origin: String,
+        /// The YAML error.
+        source: serde_yaml_ng::Error,
+    },
+    /// Serialising failed (a bug).
+    #[error(
+        "cannot serialise the secrets bundle: {0}; this is a bug in ichor-talos, please report it"
+    )]
+    Serialise(serde_yaml_ng::Error),
+    /// The machine config could not be read.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A worker config holds no CA keys.
+    #[error(
+        "{origin} is a worker config: workers hold no CA keys, so no secrets bundle can be recovered from it. Use a control-plane node's config instead (for example `talosctl -n <control-plane-ip> get machineconfig -o yaml`)"
+    )]
+    WorkerConfig {
+        /// Where the config came from.
+        origin: String,
+    },
+    /// A control-plane config misses a secret.
+    #[error(
+        "{origin} has no {what} (looked at {looked_at}); recover the bundle from an unredacted control-plane config read with an os:admin talosconfig"
+    )]
+    Missing {
+        /// Where the config came from.
+        origin: String,
+        /// Which secret is missing.
+        what: &'static str,
+        /// Which fields were read.
+        looked_at: &'static str,
+    },
+}
+
+/// `cluster`: discovery identity.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ClusterIdentity {
+    /// Cluster ID (opaque base64 string).
+    #[serde(default)]
+    pub id: String,
+    /// Cluster secret (base64).
+    #[serde(default)]
+    pub secret: String,
+    /// Keys Ichor does not model.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `secrets`: tokens and encryption secrets.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ClusterSecrets {
+    /// Kubernetes bootstrap token `<6>.<16>`.
+    #[serde(default)]
+    pub bootstraptoken: String,
+    /// Secretbox encryption secret (base64 32 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secretboxencryptionsecret: Option<String>,
+    /// AES-CBC encryption secret (pre-1.3 clusters only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aescbcencryptionsecret: Option<String>,
+    /// Keys Ichor does not model.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `trustdinfo`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct TrustdInfo {
+    /// trustd token `<6>.<16>`.
+    #[serde(default)]
+    pub token: String,
+    /// Keys Ichor does not model.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `certs`: the CAs (certificate and key, base64 of PEM).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct BundleCerts {
+    /// etcd CA (ECDSA).
+    #[serde(default)]
+    pub etcd: Base64CertAndKey,
+    /// Kubernetes CA (ECDSA).
+    #[serde(default)]
+    pub k8s: Base64CertAndKey,
+    /// Kubernetes aggregator CA (ECDSA).
+    #[serde(default)]
+    pub k8saggregator: Base64CertAndKey,
+    /// Service-account signing key (`key` only).
+    #[serde(default)]
+    pub k8sserviceaccount: Base64CertAndKey,
+    /// Talos OS (API) CA (Ed25519, key label `ED25519 PRIVATE KEY`).
+    #[serde(default)]
+    pub os: Base64CertAndKey,
+    /// Keys Ichor does not model.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// A Talos secrets bundle.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct SecretsBundle {
+    /// Discovery identity.
+    #[serde(default)]
+    pub cluster: ClusterIdentity,
+    /// Tokens and encryption secrets.
+    #[serde(default)]
+    pub secrets: ClusterSecrets,
+    /// trustd token.
+    #[serde(default)]
+    pub trustdinfo: TrustdInfo,
+    /// The CAs.
+    #[serde(default)]
+    pub certs: BundleCerts,
+    /// Keys Ichor does not model.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+fn non_empty(s: Option<&String>) -> Option<String> {
+    s.filter(|s| !s.is_empty()).cloned()
+}
+
+impl SecretsBundle {
+    /// Parses bundle YAML; `origin` is named in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Self, SecretsError> {
+        serde_yaml_ng::from_str(text).map_err(|source| SecretsError::Parse {
+            origin: origin.to_string(),
+            source,
+        })
+    }
+
+    /// Reads a bundle file.
+    pub fn from_file(path: &Path) -> Result<Self, SecretsError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SecretsError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Serialises the bundle (deterministic).
+    pub fn to_yaml(&self) -> Result<String, SecretsError> {
+        serde_yaml_ng::to_string(self).map_err(SecretsError::Serialise)
+    }
+
+    /// Writes the bundle with mode 0600 (it holds every key of the cluster).
+    pub fn write_file(&self, path: &Path) -> Result<(), SecretsError> {
+        let text = self.to_yaml()?;
+        crate::write_private_file(path, text.as_bytes()).map_err(|source| SecretsError::Write {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    /// Recovers the bundle from a control-plane machine config, in either shape
+    /// (what `talosctl gen secrets --from-controlplane-config` does).
+    ///
+    /// A worker config is refused with [`SecretsError::WorkerConfig`].
+    pub fn from_machine_config(cfg: &MachineConfig, origin: &str) -> Result<Self, SecretsError> {
+        let facts = cfg.facts();
+        if facts.machine_type == MachineType::Worker {
+            return Err(SecretsError::WorkerConfig {
+                origin: origin.to_string(),
+            });
+        }
+        let missing = |what, looked_at| SecretsError::Missing {
+            origin: origin.to_string(),
+            what,
+            looked_at,
+        };
+        let v1 = cfg.v1alpha1();
+        let machine = v1.and_then(|v| v.machine.as_ref());
+        let cluster = v1.and_then(|v| v.cluster.as_ref());
+
+        let mut identity = None;
+        let mut api_ca = None;
+        let mut agg_ca = None;
+        let mut sa = None;
+        let mut enc = None;
+        for d in &cfg.documents {
+            match d {
+                Document::DiscoveryIdentity(d) => identity = Some(d),
+                Document::KubeApiServerCa(d) => api_ca = d.issuing_ca.as_ref(),
+                Document::KubeAggregatorCa(d) => agg_ca = d.issuing_ca.as_ref(),
+                Document::KubeServiceAccount(d) => sa = d.issuer.as_ref(),
+                Document::KubeEtcdEncryption(d) => enc = Some(d),
+                _ => {}
+            }
+        }
+
+        let id = non_empty(cluster.and_then(|c| c.id.as_ref()))
+            .or_else(|| non_empty(identity.and_then(|i| i.cluster_id.as_ref())))
+            .ok_or_else(|| {
+                missing(
+                    "cluster ID",
+                    "cluster.id, DiscoveryIdentityConfig.clusterID",
+                )
+            })?;
+        let secret = non_empty(cluster.and_then(|c| c.secret.as_ref()))
+            .or_else(|| non_empty(identity.and_then(|i| i.cluster_secret.as_ref())))
+            .ok_or_else(|| {
+                missing(
+                    "cluster secret",
+                    "cluster.secret, DiscoveryIdentityConfig.clusterSecret",
+                )
+            })?;
+        let bootstraptoken = non_empty(cluster.and_then(|c| c.token.as_ref()))
+            .ok_or_else(|| missing("bootstrap token", "cluster.token"))?;
+        let secretbox = non_empty(cluster.and_then(|c| c.secretbox_encryption_secret.as_ref()))
+            .or_else(|| enc.and_then(|e| e.provider_secret("secretbox")));
+        let aescbc = non_empty(cluster.and_then(|c| c.aescbc_encryption_secret.as_ref()))
+            .or_else(|| enc.and_then(|e| e.provider_secret("aescbc")));
+        if secretbox.is_none() && aescbc.is_none() {
+            return Err(missing(
+                "etcd encryption secret",
+                "cluster.secretboxEncryptionSecret, cluster.aescbcEncryptionSecret, KubeEtcdEncryptionConfig",
+            ));
+        }
+        let trustd = non_empty(machine.and_then(|m| m.token.as_ref()))
+            .ok_or_else(|| missing("trustd token", "machine.token"))?;
+
+        let full = |c: Option<&Base64CertAndKey>| {
+            c.filter(|c| non_empty(c.crt.as_ref()).is_some() && non_empty(c.key.as_ref()).is_some())
+                .map(|c| Base64CertAndKey {
+                    crt: c.crt.clone(),
+                    key: c.key.clone(),
+                    extra: Extra::new(),
+                })
+        };
+        let from_pem = |c: Option<&crate::config::PemCertAndKey>| {
+            c.and_then(
+                |c| match (non_empty(c.cert.as_ref()), non_empty(c.key.as_ref())) {
+                    (Some(cert), Some(key)) => Some(Base64CertAndKey {
+                        crt: Some(b64(&cert)),
+                        key: Some(b64(&key)),
+                        extra: Extra::new(),
+                    }),
+                    _ => None,
+                },
+            )
+        };
+
+        let os = full(machine.and_then(|m| m.ca.as_ref()))
+            .ok_or_else(|| missing("OS CA certificate and key", "machine.ca"))?;
+        let etcd = full(
+            cluster
+                .and_then(|c| c.etcd.as_ref())
+                .and_then(|e| e.ca.as_ref()),
+        )
+        .ok_or_else(|| missing("etcd CA certificate and key", "cluster.etcd.ca"))?;
+        let k8s = full(cluster.and_then(|c| c.ca.as_ref()))
+            .or_else(|| from_pem(api_ca))
+            .ok_or_else(|| {
+                missing(
+                    "Kubernetes CA certificate and key",
+                    "cluster.ca, KubeAPIServerCAConfig.issuingCA",
+                )
+            })?;
+        let k8saggregator = full(cluster.and_then(|c| c.aggregator_ca.as_ref()))
+            .or_else(|| from_pem(agg_ca))
+            .ok_or_else(|| {
+                missing(
+                    "aggregator CA certificate and key",
+                    "cluster.aggregatorCA, KubeAggregatorCAConfig.issuingCA",
+                )
+            })?;
+        let sa_key = non_empty(
+            cluster
+                .and_then(|c| c.service_account.as_ref())
+                .and_then(|s| s.key.as_ref()),
+        )
+        .or_else(|| non_empty(sa.and_then(|s| s.private_key.as_ref())).map(|k| b64(&k)))
+        .ok_or_else(|| {
+            missing(
+                "service-account key",
+                "cluster.serviceAccount.key, KubeServiceAccountConfig.issuer.privateKey",
+            )
+        })?;
+
+        Ok(Self {
+            cluster: ClusterIdentity {
+                id,
+                secret,
+                extra: Extra::new(),
+            },
+            secrets: ClusterSecrets {
+                bootstraptoken,
+                secretboxencryptionsecret: secretbox,
+                aescbcencryptionsecret: aescbc,
+                extra: Extra::new(),
+            },
+            trustdinfo: TrustdInfo {
+                token: trustd,
+                extra: Extra::new(),
+            },
+            certs: BundleCerts {
+                etcd,
+                k8s,
+                k8saggregator,
+                k8sserviceaccount: Base64CertAndKey {
+                    crt: None,
+                    key: Some(sa_key),
+                    extra: Extra::new(),
+                },
+                os,
+                extra: Extra::new(),
+            },
+            extra: Extra::new(),
+        })
+    }
+
+    /// The OS CA as (certificate PEM, key PEM), decoded from base64.
+    pub fn os_ca_pem(&self) -> Option<(String, String)> {
+        let crt = crate::pem::unb64(self.certs.os.crt.as_deref()?)?;
+        let key = crate::pem::unb64(self.certs.os.key.as_deref()?)?;
+        Some((crt, key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{fixture, fixtures_dir};
+    use pretty_assertions::assert_eq;
+    use serde_yaml_ng::Value;
+
+    fn as_value(s: &str) -> Value {
+        serde_yaml_ng::from_str(s).unwrap()
+    }
+
+    #[test]
+    fn bundle_fixture_round_trips() {
+        let text = fixture("stability-secrets.yaml");
+        let b = SecretsBundle::parse(&text, "stability-secrets.yaml").unwrap();
+        assert_eq!(b.secrets.bootstraptoken, "inn7ol.u4ehnti8qyls9ymo");
+        assert!(b.secrets.aescbcencryptionsecret.is_none());
+        let out = b.to_yaml().unwrap();
+        assert_eq!(as_value(&text), as_value(&out));
+        assert_eq!(
+            SecretsBundle::parse(&out, "out")
+                .unwrap()
+                .to_yaml()
+                .unwrap(),
+            out
+        );
+    }
+
+    #[test]
+    fn recover_from_both_shapes_gives_the_fixture_bundle() {
+        let want = as_value(&fixture("stability-secrets.yaml"));
+        for f in [
+            "stability-v1.12/base-controlplane.yaml",
+            "stability-v1.14/base-controlplane.yaml",
+            "stability-v1.12/overrides-controlplane.yaml",
+            "stability-v1.14/overrides-controlplane.yaml",
+        ] {
+            let cfg = MachineConfig::from_file(&fixtures_dir().join(f)).unwrap();
+            let b = SecretsBundle::from_machine_config(&cfg, f).unwrap();
+            assert_eq!(as_value(&b.to_yaml().unwrap()), want, "{f}");
+        }
+    }
+
+    #[test]
+    fn worker_configs_are_refused_with_what_to_do() {
+        for f in [
+            "stability-v1.12/base-worker.yaml",
+            "stability-v1.14/base-worker.yaml",
+        ] {
+            let cfg = MachineConfig::parse(&fixture(f)).unwrap();
+            let err = SecretsBundle::from_machine_config(&cfg, f).unwrap_err();
+            assert!(
+                matches!(err, SecretsError::WorkerConfig { .. }),
+                "{f}: {err}"
+            );
+            let msg = err.to_string();
+            assert!(
+                msg.contains(f) && msg.contains("control-plane node's config"),
+                "{msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn redacted_or_partial_control_plane_config_says_what_is_missing() {
+        let cfg =
+            MachineConfig::parse("version: v1alpha1\nmachine:\n  type: controlplane\n").unwrap();
+        let err = SecretsBundle::from_machine_config(&cfg, "cp.yaml").unwrap_err();
+        assert!(
+            err.to_string().contains("cp.yaml has no cluster ID"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn write_and_read_back_with_private_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("secrets.yaml");
+        let b = SecretsBundle::parse(&fixture("stability-secrets.yaml"), "f").unwrap();
+        b.write_file(&p).unwrap();
+        assert_eq!(SecretsBundle::from_file(&p).unwrap(), b);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(
+                std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+                0o600
+            );
+        }
+        let (crt, key) = b.os_ca_pem().unwrap();
+        assert!(crt.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(key.starts_with("-----BEGIN ED25519 PRIVATE KEY-----"));
+    }
+}
