@@ -31,25 +31,32 @@ fi
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 
-# upstream_replaces MODULE VERSION LOCALMAP
+# upstream_replaces MODULE VERSION LOCALMAP [OVERRIDES]
 # Prints a go.mod replace block equal to the module's own replaces, with each
 # local path (./staging/src/k8s.io/api, ./pkg/machinery, ../api) rewritten to
-# the published module at the version LOCALMAP's python expression gives.
+# the published module at the version LOCALMAP's python expression gives, and
+# each OVERRIDES entry (old=new@version, space-separated) replacing its module.
 upstream_replaces() {
-  local module=$1 version=$2 localmap=$3 gomod
+  local module=$1 version=$2 localmap=$3 overrides=${4:-} gomod
   gomod=$(go mod download -json "$module@$version" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
-  go mod edit -json "$gomod" | python3 -c '
-import json, sys
+  go mod edit -json "$gomod" | OVERRIDES="$overrides" python3 -c '
+import json, os, sys
 d = json.load(sys.stdin)
+overrides = dict(o.split("=", 1) for o in os.environ["OVERRIDES"].split())
 def localmap(old, new):
     return '"$localmap"'
 lines = []
 for r in d.get("Replace") or []:
     old, new_path, new_version = r["Old"]["Path"], r["New"]["Path"], r["New"].get("Version")
+    if old in overrides:
+        continue
     if new_path.startswith("."):
         lines.append("\t%s => %s %s" % (old, old, localmap(old, new_path)))
     else:
         lines.append("\t%s => %s %s" % (old, new_path, new_version))
+for old, new in overrides.items():
+    path, version = new.split("@")
+    lines.append("\t%s => %s %s" % (old, path, version))
 print("replace (\n" + "\n".join(lines) + "\n)" if lines else "")
 '
 }
@@ -124,7 +131,7 @@ build helm "$HELM4_VERSION" helm.sh/helm/v4/cmd/helm helm.sh/helm/v4 "" \
 
 if need_build talosctl "$TALOS_VERSION"; then
   build talosctl "$TALOS_VERSION" github.com/siderolabs/talos/cmd/talosctl github.com/siderolabs/talos \
-    "$(upstream_replaces github.com/siderolabs/talos "$TALOS_VERSION" "'$TALOS_VERSION'")" ""
+    "$(upstream_replaces github.com/siderolabs/talos "$TALOS_VERSION" "'$TALOS_VERSION'" "$TALOS_OVERRIDES")" ""
 else build talosctl "$TALOS_VERSION" - - - -; fi
 
 emit() {

@@ -24,7 +24,11 @@ impl TestCa {
         let mut params = CertificateParams::default();
         params.distinguished_name = dn(common_name, &[]);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
         validity(&mut params);
         let key = KeyPair::generate().expect("CA key");
         let cert = params.self_signed(&key).expect("self-signed CA");
@@ -51,7 +55,10 @@ impl TestCa {
             })
             .collect();
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         self.issue(params)
     }
 
@@ -60,7 +67,10 @@ impl TestCa {
         let mut params = CertificateParams::default();
         params.distinguished_name = dn(common_name, organizations);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         self.issue(params)
     }
 

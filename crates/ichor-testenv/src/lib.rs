@@ -52,7 +52,9 @@ pub enum Error {
         dir: PathBuf,
         source: std::io::Error,
     },
-    #[error("kube-apiserver was not ready within {timeout:?} ({reason}); last lines of its log:\n{log_tail}")]
+    #[error(
+        "kube-apiserver was not ready within {timeout:?} ({reason}); last lines of its log:\n{log_tail}"
+    )]
     NotReady {
         timeout: Duration,
         reason: String,
@@ -98,6 +100,9 @@ impl TestEnv {
 
     /// Starts a new control plane (most tests want [`TestEnv::shared`]).
     pub fn start() -> Result<TestEnv, Error> {
+        // Resolve the binaries first: a missing tool must not leave a folder behind.
+        let etcd_bin = Tool::Etcd.path();
+        let apiserver_bin = Tool::KubeApiserver.path();
         let dir = tempfile::Builder::new()
             .prefix("ichor-testenv-")
             .tempdir()
@@ -106,6 +111,12 @@ impl TestEnv {
                 source,
             })?
             .keep();
+        Self::start_in(dir.clone(), &etcd_bin, &apiserver_bin).inspect_err(|_| {
+            let _ = std::fs::remove_dir_all(&dir);
+        })
+    }
+
+    fn start_in(dir: PathBuf, etcd_bin: &Path, apiserver_bin: &Path) -> Result<TestEnv, Error> {
         let files = |source| Error::Files {
             dir: dir.clone(),
             source,
@@ -131,7 +142,7 @@ impl TestEnv {
         let etcd_dir = dir.join("etcd");
         let etcd = watchdog(
             "etcd",
-            &Tool::Etcd.path(),
+            etcd_bin,
             &[
                 "--name=default".into(),
                 format!("--data-dir={}", etcd_dir.display()),
@@ -151,7 +162,7 @@ impl TestEnv {
         let d = |f: &str| dir.join(f).display().to_string();
         let apiserver = watchdog(
             "kube-apiserver",
-            &Tool::KubeApiserver.path(),
+            apiserver_bin,
             &[
                 format!("--etcd-servers={etcd_url}"),
                 format!("--cert-dir={}", d("certs")),
@@ -176,7 +187,8 @@ impl TestEnv {
         )?;
 
         let kubeconfig_path = dir.join("kubeconfig");
-        let kubeconfig = kubeconfig_yaml(&server_url, &ca.cert_pem(), &admin.cert_pem, &admin.key_pem);
+        let kubeconfig =
+            kubeconfig_yaml(&server_url, &ca.cert_pem(), &admin.cert_pem, &admin.key_pem);
         std::fs::write(&kubeconfig_path, kubeconfig).map_err(files)?;
 
         let env = TestEnv {
@@ -220,7 +232,8 @@ impl TestEnv {
 
     /// The kube client configuration of the admin.
     pub async fn kube_config(&self) -> Result<kube::Config, Error> {
-        let kc = Kubeconfig::read_from(&self.kubeconfig_path).map_err(|e| Error::Kubeconfig(e.to_string()))?;
+        let kc = Kubeconfig::read_from(&self.kubeconfig_path)
+            .map_err(|e| Error::Kubeconfig(e.to_string()))?;
         kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
             .await
             .map_err(|e| Error::Kubeconfig(e.to_string()))
@@ -268,11 +281,12 @@ impl TestEnv {
         .join()
         .expect("readiness thread");
         outcome.map_err(|reason| {
+            let log_tail = log_tail(&log, 40);
             self.stop();
             Error::NotReady {
                 timeout: READY_TIMEOUT,
                 reason,
-                log_tail: log_tail(&log, 40),
+                log_tail,
             }
         })
     }
@@ -293,7 +307,9 @@ async fn poll_readyz(kubeconfig: &Path) -> Result<(), String> {
     let deadline = Instant::now() + READY_TIMEOUT;
     let mut last = String::from("no answer yet");
     while Instant::now() < deadline {
-        let req = http::Request::get("/readyz").body(Vec::new()).expect("request");
+        let req = http::Request::get("/readyz")
+            .body(Vec::new())
+            .expect("request");
         match client.request_text(req).await {
             Ok(body) if body.trim() == "ok" => return Ok(()),
             Ok(body) => last = format!("/readyz said {body:?}"),
@@ -337,7 +353,9 @@ exit 0
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let mut child = cmd.spawn().map_err(|source| Error::Spawn { what, source })?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|source| Error::Spawn { what, source })?;
     let mut stdin = child.stdin.take();
     // Nothing is ever written; a zero-length write checks the pipe is open.
     if let Some(s) = stdin.as_mut() {
@@ -354,7 +372,8 @@ fn free_port() -> u16 {
 }
 
 fn log_tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("(cannot read {}: {e})", path.display()));
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| format!("(cannot read {}: {e})", path.display()));
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }

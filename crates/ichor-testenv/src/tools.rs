@@ -110,7 +110,13 @@ mod tests {
 
     #[test]
     fn versions_are_pinned_with_a_leading_v() {
-        for tool in [Tool::KubeApiserver, Tool::Etcd, Tool::Helm3, Tool::Helm4, Tool::Talosctl] {
+        for tool in [
+            Tool::KubeApiserver,
+            Tool::Etcd,
+            Tool::Helm3,
+            Tool::Helm4,
+            Tool::Talosctl,
+        ] {
             let v = tool.version();
             assert!(v.starts_with('v'), "{tool:?} version {v} lacks its v");
             assert!(semver_like(&v[1..]), "{tool:?} version {v} is not x.y.z");
