@@ -254,6 +254,71 @@ async fn workloads_exist(client: &kube::Client, ns: &str) -> Result<bool, Error>
     Ok(ds.is_some() && dep.is_some())
 }
 
+/// The hand-over signal (spec 1.5.5, ADR 0099 decision 2): the release
+/// `cilium` is deployed at the effective-values hash and the DaemonSet is
+/// Ready. Read-only; needs no helm binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandoverCheck {
+    /// The hash of the effective values of the settings.
+    pub desired_hash: String,
+    /// The newest deployed revision and the hash of its values, if any.
+    pub deployed: Option<(u32, String)>,
+    /// `Ok` when DaemonSet `cilium` is Ready, else what it waits for.
+    pub daemonset: Result<(), String>,
+}
+
+impl HandoverCheck {
+    /// The release is at the desired values.
+    pub fn at_desired_hash(&self) -> bool {
+        self.deployed
+            .as_ref()
+            .is_some_and(|(_, h)| *h == self.desired_hash)
+    }
+
+    /// Hand-over may be declared: desired hash deployed and DaemonSet Ready.
+    pub fn complete(&self) -> bool {
+        self.at_desired_hash() && self.daemonset.is_ok()
+    }
+}
+
+/// Reads what [`HandoverCheck`] needs.
+pub async fn check_handover(
+    client: kube::Client,
+    storage_namespace: &str,
+    release_namespace: &str,
+    settings: &ClusterSettings,
+) -> Result<HandoverCheck, Error> {
+    let desired_hash = values_hash(&effective_values(settings)?);
+    let history = ichor_helm::SecretStorage::new(client.clone(), storage_namespace)
+        .history(RELEASE_NAME)
+        .await
+        .map_err(ichor_helm::Error::from)?;
+    let deployed = history
+        .iter()
+        .rev()
+        .find(|s| s.release.status() == ichor_helm::Status::Deployed)
+        .map(|s| (s.release.version, release_values_hash(&s.release)));
+    let ds = Api::<DaemonSet>::namespaced(client, release_namespace)
+        .get_opt(AGENT_DAEMONSET)
+        .await
+        .map_err(|source| Error::Read {
+            what: format!("DaemonSet {release_namespace}/{AGENT_DAEMONSET}"),
+            source,
+        })?;
+    let daemonset = match ds {
+        None => Err("not found".to_string()),
+        Some(d) => ichor_helm::manifest::rollout_status(
+            "DaemonSet",
+            &serde_json::to_value(&d).unwrap_or_default(),
+        ),
+    };
+    Ok(HandoverCheck {
+        desired_hash,
+        deployed,
+        daemonset,
+    })
+}
+
 /// The bounded Ready wait of [`bootstrap`].
 #[derive(Clone)]
 pub struct WaitOptions {

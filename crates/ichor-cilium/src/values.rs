@@ -98,6 +98,53 @@ impl ClusterSettings {
     }
 }
 
+impl From<ichor_api::Tunnel> for Tunnel {
+    fn from(t: ichor_api::Tunnel) -> Self {
+        match t {
+            ichor_api::Tunnel::Vxlan => Tunnel::Vxlan,
+            ichor_api::Tunnel::Geneve => Tunnel::Geneve,
+        }
+    }
+}
+
+impl From<ichor_api::KubeProxyMode> for KubeProxy {
+    fn from(k: ichor_api::KubeProxyMode) -> Self {
+        match k {
+            ichor_api::KubeProxyMode::Enabled => KubeProxy::Enabled,
+            ichor_api::KubeProxyMode::Replaced => KubeProxy::Replaced,
+        }
+    }
+}
+
+impl ClusterSettings {
+    /// The settings of a `TalosCluster` (`spec.cni.tunnel`, `spec.cni.kubeProxy`,
+    /// `spec.cni.cilium.values`) on a cluster of `node_count` nodes (the
+    /// TalosCluster does not say how many nodes it has: count its
+    /// TalosMachines or the Nodes).
+    pub fn from_cluster(
+        cluster: &ichor_api::TalosCluster,
+        node_count: u32,
+    ) -> Result<Self, ValuesError> {
+        let cni = &cluster.spec.cni;
+        let user_values = match cni.cilium.as_ref().and_then(|c| c.values.clone()) {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(m)) => m,
+            Some(other) => {
+                return Err(ValuesError::NotAMap {
+                    cluster: kube::ResourceExt::name_any(cluster),
+                    got: other.to_string(),
+                });
+            }
+        };
+        Ok(ClusterSettings {
+            tunnel: cni.tunnel.into(),
+            kube_proxy: cni.kube_proxy.into(),
+            user_values,
+            node_count,
+        })
+    }
+}
+
 /// Dotted paths of the values Ichor always sets.
 pub const OWNED_KEYS: [&str; 10] = [
     "k8sServiceHost",
@@ -132,6 +179,10 @@ pub const CLEAN_STATE_CAPABILITIES: [&str; 3] = ["NET_ADMIN", "SYS_ADMIN", "SYS_
 /// A user value that Ichor does not accept.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ValuesError {
+    #[error(
+        "the Cilium user values of TalosCluster {cluster} must be a mapping of chart keys, got {got}; fix spec.cni.cilium.values"
+    )]
+    NotAMap { cluster: String, got: String },
     #[error(
         "Cilium value {key} is set by Ichor and cannot be overridden (user value at {user_path}); remove it from spec.cni.cilium.values (or --cilium-values) and use the TalosCluster's own field where there is one (spec.cni.tunnel, spec.cni.kubeProxy)"
     )]
@@ -409,6 +460,29 @@ mod tests {
             values_hash(&obj(json!({}))),
             "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
         );
+    }
+
+    /// Covers: R1.4d
+    #[test]
+    fn settings_from_a_talos_cluster() {
+        let cluster: ichor_api::TalosCluster = serde_json::from_value(json!({
+            "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
+            "metadata": {"name": "prod", "namespace": "ichor-system"},
+            "spec": {"endpoint": "https://10.0.0.10:6443", "talosVersion": "v1.12.1",
+                "kubernetesVersion": "v1.34.1", "secretsRef": {"name": "b"},
+                "cni": {"preset": "cilium", "tunnel": "geneve", "kubeProxy": "replaced",
+                    "cilium": {"values": {"hubble": {"enabled": false}}}}}
+        }))
+        .unwrap();
+        let s = ClusterSettings::from_cluster(&cluster, 3).unwrap();
+        assert_eq!(s.tunnel, Tunnel::Geneve);
+        assert_eq!(s.kube_proxy, KubeProxy::Replaced);
+        assert_eq!(s.node_count, 3);
+        assert_eq!(s.user_values["hubble"]["enabled"], false);
+        let mut bad = cluster.clone();
+        bad.spec.cni.cilium.as_mut().unwrap().values = Some(json!([1]));
+        let e = ClusterSettings::from_cluster(&bad, 3).unwrap_err();
+        assert!(e.to_string().contains("TalosCluster prod"), "{e}");
     }
 
     proptest! {

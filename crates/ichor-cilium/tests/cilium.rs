@@ -122,7 +122,7 @@ async fn set_node_ready(client: &kube::Client, name: &str, ready: bool) {
 /// what it waits for, and ends when the DaemonSet, the operator and every
 /// node are Ready. The values in `cilium-config` and in the record are the
 /// effective values; real helm v3 and v4 read the record.
-/// Covers: R1.5b, R4.4b, R4.4d, R3.1
+/// Covers: R1.5b, R1.5e, R4.4b, R4.4d, R3.1
 #[tokio::test]
 async fn bootstrap_installs_the_standin_and_waits_until_ready() {
     let env = TestEnv::shared();
@@ -231,6 +231,21 @@ async fn bootstrap_installs_the_standin_and_waits_until_ready() {
         );
         assert_eq!(values, Value::Object(effective.clone()), "{tool:?}");
     }
+
+    // The controller's hand-over check sees the desired hash and a Ready DaemonSet.
+    let check =
+        ichor_cilium::check_handover(client.clone(), "ichor-system", "kube-system", &settings)
+            .await
+            .unwrap();
+    assert!(check.complete(), "{check:?}");
+    let other = ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Replaced, 2);
+    let check = ichor_cilium::check_handover(client.clone(), "ichor-system", "kube-system", &other)
+        .await
+        .unwrap();
+    assert!(
+        !check.at_desired_hash() && check.daemonset.is_ok(),
+        "{check:?}"
+    );
 
     // A rerun finds the release at the same values: no new revision.
     let again = ichor_cilium::bootstrap(client.clone(), &opts, &settings, &wait)

@@ -56,7 +56,7 @@ pub enum StorageError {
         verb: &'static str,
         release: String,
         namespace: String,
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 }
 
@@ -101,7 +101,7 @@ impl SecretStorage {
             verb,
             release,
             namespace,
-            source,
+            source: Box::new(source),
         }
     }
 
