@@ -1,1 +1,263 @@
-//! Talos node emulator (work in progress).
+//! `ichor-talemu`: a Talos node emulator for tests and the lab. It speaks the
+//! Talos gRPC API (MachineService Version / Hostname / ApplyConfiguration /
+//! Reboot and the COSI State service's Get / List / Watch) over mutual TLS, so
+//! that both Ichor's client and the real `talosctl` can talk to it.
+//!
+//! **Never use it from production code**: it exists to tell the truth about
+//! the client in tests, nothing more.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), ichor_talemu::EmuError> {
+//! use ichor_talemu::{Emulator, NodeSpec};
+//! let config = std::fs::read("base-controlplane.yaml")?;
+//! let emu = Emulator::start(vec![NodeSpec::new("cp-1", config)]).await?;
+//! let client = emu.admin_client(0)?; // an ichor_talos_client::TalosClient
+//! let version = client.version("").await.unwrap();
+//! assert_eq!(version.tag, "v1.13.9");
+//! # Ok(()) }
+//! ```
+
+pub mod derive;
+pub mod diff;
+mod error;
+mod node;
+pub mod pki;
+pub mod resources;
+mod server;
+mod service;
+pub mod talosconfig;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ichor_talos_client::{ClientIdentity, ClientOptions, TalosClient};
+
+pub use error::EmuError;
+pub use node::{Fault, NodeSpec, WriteAction, WriteRecord};
+pub use pki::{CertifiedKey, ClientCertSpec, Pki};
+
+use node::Node;
+use service::{Cluster, NodeApi};
+
+/// Options of an emulator.
+pub struct EmulatorOptions {
+    /// The CA to sign server certificates with; a fresh Ed25519 CA when `None`.
+    pub pki: Option<Pki>,
+    /// How long a rebooting node stays unreachable.
+    pub reboot_outage: Duration,
+}
+
+impl Default for EmulatorOptions {
+    fn default() -> Self {
+        Self {
+            pki: None,
+            reboot_outage: Duration::from_millis(300),
+        }
+    }
+}
+
+/// A running emulated node, as tests see it.
+#[derive(Debug, Clone)]
+pub struct NodeHandle {
+    pub hostname: String,
+    /// The node's IP (what `node` metadata names it by).
+    pub address: std::net::IpAddr,
+    /// Where it listens.
+    pub listen: SocketAddr,
+}
+
+impl NodeHandle {
+    /// The endpoint to dial, `ip:port`.
+    pub fn endpoint(&self) -> String {
+        self.listen.to_string()
+    }
+}
+
+/// One emulator process holding N nodes, each on its own listener.
+pub struct Emulator {
+    pki: Pki,
+    cluster: Arc<Cluster>,
+    handles: Vec<NodeHandle>,
+    writes: Arc<Mutex<Vec<WriteRecord>>>,
+    shutdown: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Emulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Emulator")
+            .field("nodes", &self.handles)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Emulator {
+    /// Starts the nodes with a fresh CA. Must run inside a tokio runtime.
+    pub async fn start(nodes: Vec<NodeSpec>) -> Result<Self, EmuError> {
+        Self::start_with(nodes, EmulatorOptions::default()).await
+    }
+
+    /// Starts the nodes with the given options.
+    pub async fn start_with(
+        nodes: Vec<NodeSpec>,
+        options: EmulatorOptions,
+    ) -> Result<Self, EmuError> {
+        let pki = match options.pki {
+            Some(p) => p,
+            None => Pki::generate()?,
+        };
+        let writes = Arc::new(Mutex::new(Vec::new()));
+        let mut built = Vec::new();
+        let mut listeners = Vec::new();
+        for spec in nodes {
+            let listener = server::bind(SocketAddr::new(spec.address, spec.port)).await?;
+            listeners.push(listener);
+            built.push(Node::new(spec, Arc::clone(&writes), options.reboot_outage)?);
+        }
+        let cluster = Arc::new(Cluster { nodes: built });
+        let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
+        let mut handles = Vec::new();
+        let mut tasks = Vec::new();
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let node = &cluster.nodes[i];
+            let ips = vec![node.spec.address];
+            let server_cert = pki.server_cert(&node.spec.hostname, &ips)?;
+            let maint_cert = Pki::self_signed_server_cert(&node.spec.hostname, &ips)?;
+            let mtls = Arc::new(server::mtls_config(pki.ca_pem(), &server_cert)?);
+            let maint = Arc::new(server::maintenance_config(&maint_cert)?);
+            handles.push(NodeHandle {
+                hostname: node.spec.hostname.clone(),
+                address: node.spec.address,
+                listen: listener.local_addr()?,
+            });
+            let api = NodeApi {
+                cluster: Arc::clone(&cluster),
+                me: i,
+            };
+            tasks.push(tokio::spawn(server::serve(
+                listener,
+                api,
+                mtls,
+                maint,
+                shutdown_rx.clone(),
+            )));
+        }
+        Ok(Self {
+            pki,
+            cluster,
+            handles,
+            writes,
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// The running nodes, in the order given.
+    pub fn nodes(&self) -> &[NodeHandle] {
+        &self.handles
+    }
+
+    /// Node `i`'s endpoint (`ip:port`).
+    pub fn endpoint(&self, i: usize) -> String {
+        self.handles[i].endpoint()
+    }
+
+    /// The CA that signed the nodes' certificates (PEM).
+    pub fn ca_pem(&self) -> &str {
+        self.pki.ca_pem()
+    }
+
+    /// The emulator's CA, to issue more certificates.
+    pub fn pki(&self) -> &Pki {
+        &self.pki
+    }
+
+    /// A client certificate signed by the emulator's CA.
+    pub fn issue_client_cert(&self, spec: &ClientCertSpec) -> Result<CertifiedKey, EmuError> {
+        self.pki.client_cert(spec)
+    }
+
+    /// Client TLS material for a certificate like `spec`.
+    pub fn client_identity(&self, spec: &ClientCertSpec) -> Result<ClientIdentity, EmuError> {
+        let cert = self.pki.client_cert(spec)?;
+        Ok(ClientIdentity::from_pem(
+            self.pki.ca_pem(),
+            cert.cert_pem,
+            cert.key_pem,
+        ))
+    }
+
+    /// An `os:admin` client for node `i`'s endpoint.
+    pub fn admin_client(&self, i: usize) -> Result<TalosClient, EmuError> {
+        self.client(i, &ClientCertSpec::admin(), ClientOptions::default())
+    }
+
+    /// A client for node `i`'s endpoint with a certificate like `spec`.
+    pub fn client(
+        &self,
+        i: usize,
+        spec: &ClientCertSpec,
+        options: ClientOptions,
+    ) -> Result<TalosClient, EmuError> {
+        let identity = self.client_identity(spec)?;
+        TalosClient::new(&self.endpoint(i), &identity, options).map_err(|e| match e {
+            ichor_talos_client::Error::Tls(t) => EmuError::TlsMaterial(t),
+            other => EmuError::Config {
+                node: self.handles[i].hostname.clone(),
+                reason: other.to_string(),
+            },
+        })
+    }
+
+    /// A talosconfig (YAML) with one context named `context`, every node's
+    /// endpoint and address, and a fresh client certificate like `spec`.
+    pub fn talosconfig(&self, context: &str, spec: &ClientCertSpec) -> Result<String, EmuError> {
+        let cert = self.pki.client_cert(spec)?;
+        let endpoints: Vec<String> = self.handles.iter().map(NodeHandle::endpoint).collect();
+        let nodes: Vec<String> = self.handles.iter().map(|h| h.address.to_string()).collect();
+        talosconfig::render(context, &endpoints, &nodes, self.pki.ca_pem(), &cert)
+    }
+
+    /// Every write the nodes took, in order, with times.
+    pub fn writes(&self) -> Vec<WriteRecord> {
+        self.writes.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Node `i`'s active machine config (`None` in maintenance mode).
+    pub fn active_config(&self, i: usize) -> Option<Vec<u8>> {
+        self.cluster.nodes[i].lock().active.clone()
+    }
+
+    /// Node `i`'s persisted machine config.
+    pub fn persistent_config(&self, i: usize) -> Option<Vec<u8>> {
+        self.cluster.nodes[i].lock().persistent.clone()
+    }
+
+    /// Node `i`'s boot id (changes on every reboot).
+    pub fn boot_id(&self, i: usize) -> String {
+        self.cluster.nodes[i].lock().boot_id.clone()
+    }
+
+    /// Injects a fault into node `i`.
+    pub fn set_fault(&self, i: usize, fault: Fault) {
+        self.cluster.nodes[i].lock().fault = fault;
+    }
+
+    /// Stops every node.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}

@@ -1,1 +1,103 @@
-fn main() {}
+//! `ichor-talemu serve`: runs emulated Talos nodes until interrupted and
+//! writes a talosconfig for them. For tests and the lab only.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use ichor_talemu::{ClientCertSpec, Emulator, NodeSpec};
+
+#[derive(Parser)]
+#[command(name = "ichor-talemu", about = "Talos node emulator (tests and lab only)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve N emulated nodes until Ctrl-C.
+    Serve {
+        /// How many nodes.
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
+        /// The Talos version the nodes report.
+        #[arg(long, default_value = "v1.13.9")]
+        talos_version: String,
+        /// Machine config files; node i gets file i modulo their count.
+        /// Without any, the nodes start in maintenance mode.
+        #[arg(long = "config")]
+        configs: Vec<PathBuf>,
+        /// The first node's address; the next nodes get the following addresses.
+        #[arg(long, default_value = "127.0.0.1")]
+        first_address: Ipv4Addr,
+        /// The first node's port (0: any free port for every node).
+        #[arg(long, default_value_t = 0)]
+        first_port: u16,
+        /// Where to write `talosconfig`, `ca.crt` and `endpoints.txt`.
+        #[arg(long)]
+        state_dir: PathBuf,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
+    let Cli { command } = Cli::parse();
+    let Command::Serve {
+        nodes,
+        talos_version,
+        configs,
+        first_address,
+        first_port,
+        state_dir,
+    } = command;
+    let configs: Vec<Vec<u8>> = configs
+        .iter()
+        .map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
+        .collect::<Result<_, _>>()?;
+    let mut specs = Vec::new();
+    for i in 0..nodes {
+        let offset = u32::try_from(i)?;
+        let address = IpAddr::V4(Ipv4Addr::from(u32::from(first_address) + offset));
+        let hostname = format!("talemu-{}", i + 1);
+        let spec = match configs.is_empty() {
+            true => NodeSpec::maintenance(hostname),
+            false => NodeSpec::new(hostname, configs[i % configs.len()].clone()),
+        };
+        let port = if first_port == 0 {
+            0
+        } else {
+            first_port + u16::try_from(i)?
+        };
+        specs.push(
+            spec.with_version(talos_version.clone())
+                .with_address(address)
+                .with_port(port),
+        );
+    }
+    let emu = Emulator::start(specs).await?;
+    std::fs::create_dir_all(&state_dir)?;
+    let talosconfig = emu.talosconfig("talemu", &ClientCertSpec::admin())?;
+    std::fs::write(state_dir.join("talosconfig"), talosconfig)?;
+    std::fs::write(state_dir.join("ca.crt"), emu.ca_pem())?;
+    let endpoints: Vec<String> = emu
+        .nodes()
+        .iter()
+        .map(|n| format!("{} {} {}\n", n.hostname, n.address, n.endpoint()))
+        .collect();
+    std::fs::write(state_dir.join("endpoints.txt"), endpoints.concat())?;
+    for n in emu.nodes() {
+        println!("{} address={} endpoint={}", n.hostname, n.address, n.endpoint());
+    }
+    println!(
+        "talosconfig: {} (emulated nodes; not a real cluster)",
+        state_dir.join("talosconfig").display()
+    );
+    tokio::signal::ctrl_c().await?;
+    emu.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,307 @@
+//! What an emulated node derives from its machine config: the facts its COSI
+//! resources show. Reads both shapes: v1.12/v1.13 (everything in the v1alpha1
+//! document) and v1.14 (Kubernetes settings in their own documents).
+
+use serde_yaml_ng::Value;
+
+/// The machine type of a config (`machine.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MachineType {
+    Unknown,
+    Init,
+    ControlPlane,
+    Worker,
+}
+
+impl MachineType {
+    /// The enum number of `MachineTypeSpec.machine_type`.
+    pub fn proto(self) -> i32 {
+        match self {
+            MachineType::Unknown => 0,
+            MachineType::Init => 1,
+            MachineType::ControlPlane => 2,
+            MachineType::Worker => 3,
+        }
+    }
+
+    /// The YAML form (`controlplane`, `worker`, `init`, `unknown`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MachineType::Unknown => "unknown",
+            MachineType::Init => "init",
+            MachineType::ControlPlane => "controlplane",
+            MachineType::Worker => "worker",
+        }
+    }
+
+    /// Control plane (or init) node.
+    pub fn is_control_plane(self) -> bool {
+        matches!(self, MachineType::ControlPlane | MachineType::Init)
+    }
+}
+
+/// The facts of a machine config the emulator shows as resources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigFacts {
+    pub machine_type: MachineType,
+    /// A static hostname from the config, if it sets one.
+    pub hostname: Option<String>,
+    /// KubePrism's port when enabled.
+    pub kubeprism_port: Option<u16>,
+    /// `flannel`, `custom` or `none`.
+    pub cni_name: String,
+    pub proxy_enabled: bool,
+    pub proxy_image: String,
+    pub coredns_enabled: bool,
+    pub pod_subnets: Vec<String>,
+    pub service_subnets: Vec<String>,
+    pub dns_domain: String,
+    /// `cluster.controlPlane.endpoint` (or `KubeClusterConfig.endpoint`).
+    pub control_plane_endpoint: Option<String>,
+    pub cluster_id: String,
+    pub cluster_name: String,
+    /// The config has a Kubernetes network section (v1alpha1 `cluster.network` or `KubeNetworkConfig`).
+    pub has_kubernetes_network: bool,
+}
+
+/// Splits a multi-document YAML into its documents (empty documents dropped).
+pub fn documents(bytes: &[u8]) -> Result<Vec<Value>, String> {
+    use serde::Deserialize as _;
+    let mut docs = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_slice(bytes) {
+        let value = Value::deserialize(doc).map_err(|e| e.to_string())?;
+        if !value.is_null() {
+            docs.push(value);
+        }
+    }
+    Ok(docs)
+}
+
+/// True for the v1alpha1 document (has `machine`, `cluster`, `debug` or `persist`, and no `kind`).
+pub fn is_v1alpha1(doc: &Value) -> bool {
+    doc.get("kind").is_none()
+        && ["machine", "cluster", "debug", "persist"]
+            .iter()
+            .any(|k| doc.get(k).is_some())
+}
+
+fn kind_of(doc: &Value) -> Option<&str> {
+    doc.get("kind").and_then(Value::as_str)
+}
+
+fn path<'a>(v: &'a Value, keys: &[&str]) -> Option<&'a Value> {
+    keys.iter().try_fold(v, |v, k| v.get(k))
+}
+
+fn str_at(v: &Value, keys: &[&str]) -> Option<String> {
+    path(v, keys).and_then(Value::as_str).map(str::to_string)
+}
+
+fn bool_at(v: &Value, keys: &[&str]) -> Option<bool> {
+    path(v, keys).and_then(Value::as_bool)
+}
+
+fn strings_at(v: &Value, keys: &[&str]) -> Option<Vec<String>> {
+    path(v, keys).and_then(Value::as_sequence).map(|s| {
+        s.iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect()
+    })
+}
+
+/// Derives the facts of a config. `multidoc_kubernetes` selects the v1.14
+/// reading of a v1alpha1 document without `cluster.network` (no flannel).
+pub fn facts(bytes: &[u8], multidoc_kubernetes: bool) -> Result<ConfigFacts, String> {
+    let docs = documents(bytes)?;
+    let null = Value::Null;
+    let v1 = docs.iter().find(|d| is_v1alpha1(d)).unwrap_or(&null);
+    let by_kind = |kind: &str| docs.iter().find(|d| kind_of(d) == Some(kind));
+
+    let machine_type = match str_at(v1, &["machine", "type"]).as_deref() {
+        Some("controlplane") => MachineType::ControlPlane,
+        Some("init") => MachineType::Init,
+        Some("worker") => MachineType::Worker,
+        _ => MachineType::Unknown,
+    };
+    let hostname = by_kind("HostnameConfig")
+        .and_then(|d| str_at(d, &["hostname"]))
+        .or_else(|| str_at(v1, &["machine", "network", "hostname"]));
+
+    let kubeprism_port = match by_kind("KubePrismConfig") {
+        Some(d) => Some(
+            path(d, &["port"])
+                .and_then(Value::as_u64)
+                .and_then(|p| u16::try_from(p).ok())
+                .unwrap_or(7445),
+        ),
+        None => {
+            if bool_at(v1, &["machine", "features", "kubePrism", "enabled"]) == Some(true) {
+                let port = path(v1, &["machine", "features", "kubePrism", "port"])
+                    .and_then(Value::as_u64)
+                    .and_then(|p| u16::try_from(p).ok())
+                    .filter(|p| *p != 0)
+                    .unwrap_or(7445);
+                Some(port)
+            } else {
+                None
+            }
+        }
+    };
+
+    let network = path(v1, &["cluster", "network"]);
+    let kube_network = by_kind("KubeNetworkConfig");
+    let cni_name = if by_kind("KubeFlannelCNIConfig").is_some() {
+        "flannel".to_string()
+    } else if let Some(name) = str_at(v1, &["cluster", "network", "cni", "name"]) {
+        name
+    } else if network.is_some() || !multidoc_kubernetes {
+        "flannel".to_string()
+    } else {
+        "none".to_string()
+    };
+    let proxy_enabled = match by_kind("KubeProxyConfig") {
+        Some(d) => bool_at(d, &["enabled"]).unwrap_or(true),
+        None => bool_at(v1, &["cluster", "proxy", "disabled"]) != Some(true),
+    };
+    let proxy_image = by_kind("KubeProxyConfig")
+        .and_then(|d| str_at(d, &["image"]))
+        .or_else(|| str_at(v1, &["cluster", "proxy", "image"]))
+        .unwrap_or_default();
+    let coredns_enabled = match by_kind("KubeCoreDNSConfig") {
+        Some(d) => bool_at(d, &["enabled"]).unwrap_or(true),
+        None => bool_at(v1, &["cluster", "coreDNS", "disabled"]) != Some(true),
+    };
+    let from_net = |key: &str, default: &str| {
+        kube_network
+            .and_then(|d| strings_at(d, &[key]))
+            .or_else(|| strings_at(v1, &["cluster", "network", key]))
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| vec![default.to_string()])
+    };
+    let pod_subnets = from_net("podSubnets", "10.244.0.0/16");
+    let service_subnets = from_net("serviceSubnets", "10.96.0.0/12");
+    let dns_domain = kube_network
+        .and_then(|d| str_at(d, &["dnsDomain"]))
+        .or_else(|| str_at(v1, &["cluster", "network", "dnsDomain"]))
+        .unwrap_or_else(|| "cluster.local".to_string());
+    let control_plane_endpoint = by_kind("KubeClusterConfig")
+        .and_then(|d| str_at(d, &["endpoint"]))
+        .or_else(|| str_at(v1, &["cluster", "controlPlane", "endpoint"]));
+    let cluster_id = by_kind("DiscoveryIdentityConfig")
+        .and_then(|d| str_at(d, &["clusterID"]))
+        .or_else(|| str_at(v1, &["cluster", "id"]))
+        .unwrap_or_default();
+    let cluster_name = by_kind("KubeClusterConfig")
+        .and_then(|d| str_at(d, &["clusterName"]))
+        .or_else(|| str_at(v1, &["cluster", "clusterName"]))
+        .unwrap_or_default();
+    let has_kubernetes_network =
+        kube_network.is_some() || network.is_some() || (!multidoc_kubernetes && v1.get("cluster").is_some());
+
+    Ok(ConfigFacts {
+        machine_type,
+        hostname,
+        kubeprism_port,
+        cni_name,
+        proxy_enabled,
+        proxy_image,
+        coredns_enabled,
+        pod_subnets,
+        service_subnets,
+        dns_domain,
+        control_plane_endpoint,
+        cluster_id,
+        cluster_name,
+        has_kubernetes_network,
+    })
+}
+
+/// The parts of a v1alpha1 document Talos v1.12/v1.13 can change without a
+/// reboot (`CanApplyImmediate`): everything else must be equal.
+const IMMEDIATE_MACHINE_KEYS: &[&str] = &[
+    "ca",
+    "acceptedCAs",
+    "time",
+    "certSANs",
+    "install",
+    "network",
+    "sysfs",
+    "sysctls",
+    "logging",
+    "controlplane",
+    "kubelet",
+    "kernel",
+    "registries",
+    "pods",
+    "seccompProfiles",
+    "nodeAnnotations",
+    "nodeLabels",
+    "nodeTaints",
+];
+const IMMEDIATE_FEATURE_KEYS: &[&str] = &[
+    "kubernetesTalosAPIAccess",
+    "kubePrism",
+    "hostDNS",
+    "imageCache",
+    "nodeAddressSortAlgorithm",
+];
+
+/// Whether `new` can replace `current` without a reboot, by Talos v1.13's
+/// rule. `Err` carries the reason, as Talos words it.
+pub fn can_apply_immediate(current: &[u8], new: &[u8]) -> Result<(), String> {
+    let cur_docs = documents(current)?;
+    let new_docs = documents(new)?;
+    let cur = cur_docs
+        .into_iter()
+        .find(is_v1alpha1)
+        .ok_or("current config is not v1alpha1")?;
+    let mut new = new_docs
+        .into_iter()
+        .find(is_v1alpha1)
+        .ok_or("new config is not v1alpha1")?;
+    let copy = |new: &mut Value, cur: &Value, keys: &[&str]| {
+        let cur_v = path(cur, keys).cloned();
+        let Some((last, parents)) = keys.split_last() else {
+            return;
+        };
+        let Some(parent) = parents
+            .iter()
+            .try_fold(&mut *new, |v, k| v.get_mut(*k))
+            .and_then(Value::as_mapping_mut)
+        else {
+            return;
+        };
+        match cur_v {
+            Some(v) => {
+                parent.insert(Value::from(*last), v);
+            }
+            None => {
+                parent.remove(*last);
+            }
+        }
+    };
+    copy(&mut new, &cur, &["debug"]);
+    copy(&mut new, &cur, &["cluster"]);
+    if cur.get("machine").is_some() && new.get("machine").is_some() {
+        for key in IMMEDIATE_MACHINE_KEYS {
+            copy(&mut new, &cur, &["machine", key]);
+        }
+        if path(&cur, &["machine", "features"]).is_some()
+            && path(&new, &["machine", "features"]).is_some()
+        {
+            for key in IMMEDIATE_FEATURE_KEYS {
+                copy(&mut new, &cur, &["machine", "features", key]);
+            }
+        }
+    }
+    if new == cur {
+        return Ok(());
+    }
+    let a = serde_yaml_ng::to_string(&cur).unwrap_or_default();
+    let b = serde_yaml_ng::to_string(&new).unwrap_or_default();
+    Err(format!(
+        "this config change can't be applied in immediate mode\ndiff:\n{}",
+        crate::diff::unified(&a, &b)
+    ))
+}

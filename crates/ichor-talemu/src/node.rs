@@ -1,0 +1,636 @@
+//! One emulated node: its identity, its machine config (active and
+//! persistent), its resources with their versions, and the writes it takes.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::broadcast;
+use tonic::Status;
+
+use ichor_talos_client::proto::cosi::resource as cosi;
+use ichor_talos_client::proto::machine;
+
+use crate::derive;
+use crate::resources::{self, Item, NodeView};
+
+/// How an emulated node starts.
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    /// The node's hostname (CN and DNS SAN of its certificate; the hostname
+    /// it reports unless its config sets one).
+    pub hostname: String,
+    /// The node's IP: the name `node` metadata uses to reach it and an IP SAN
+    /// of its certificate. Any 127.0.0.0/8 address works on Linux.
+    pub address: IpAddr,
+    /// Port to listen on (0: any free port).
+    pub port: u16,
+    /// The Talos version it reports, e.g. `v1.13.9`. Also selects the
+    /// ApplyConfiguration rules (v1.14+ never asks for a reboot).
+    pub talos_version: String,
+    /// The machine config; `None` starts the node in maintenance mode.
+    pub config: Option<Vec<u8>>,
+}
+
+impl NodeSpec {
+    /// A configured node on 127.0.0.1 (any port) running Talos v1.13.9.
+    pub fn new(hostname: impl Into<String>, config: impl Into<Vec<u8>>) -> Self {
+        Self {
+            hostname: hostname.into(),
+            address: IpAddr::from([127, 0, 0, 1]),
+            port: 0,
+            talos_version: "v1.13.9".to_string(),
+            config: Some(config.into()),
+        }
+    }
+
+    /// A node in maintenance mode (no config; insecure API).
+    pub fn maintenance(hostname: impl Into<String>) -> Self {
+        Self {
+            config: None,
+            ..Self::new(hostname, Vec::new())
+        }
+    }
+
+    /// Another Talos version.
+    pub fn with_version(mut self, version: impl Into<String>) -> Self {
+        self.talos_version = version.into();
+        self
+    }
+
+    /// Another address (for several routable nodes: 127.0.0.2, 127.0.0.3, …).
+    pub fn with_address(mut self, address: IpAddr) -> Self {
+        self.address = address;
+        self
+    }
+
+    /// A fixed port.
+    pub fn with_port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+}
+
+/// A fault injected into a node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Fault {
+    /// Normal operation.
+    #[default]
+    None,
+    /// The node is unreachable: connections are dropped, forwarded calls fail `Unavailable`.
+    Down,
+    /// Every answer is delayed by this long.
+    Slow(Duration),
+    /// Every call fails with this status code and message.
+    Refuse(tonic::Code, String),
+}
+
+/// What a write did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteAction {
+    /// An ApplyConfiguration that changed the node (dry runs are not writes).
+    ApplyConfiguration {
+        /// The mode used (after AUTO was resolved).
+        mode: String,
+        /// The config bytes sent.
+        config: Vec<u8>,
+    },
+    /// A try-mode config was reverted after its timeout.
+    TryRollback,
+    /// A reboot (from Reboot or an apply in REBOOT mode).
+    Reboot { actor_id: String },
+}
+
+/// One write a node took, with the time it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteRecord {
+    pub at: SystemTime,
+    /// The hostname of the node written to.
+    pub node: String,
+    pub action: WriteAction,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Stored {
+    pub item: Item,
+    pub version: u64,
+    pub created: SystemTime,
+    pub updated: SystemTime,
+}
+
+impl Stored {
+    pub fn to_proto(&self) -> cosi::Resource {
+        cosi::Resource {
+            metadata: Some(cosi::Metadata {
+                namespace: self.item.namespace.clone(),
+                r#type: self.item.r#type.clone(),
+                id: self.item.id.clone(),
+                version: self.version.to_string(),
+                owner: String::new(),
+                phase: "running".to_string(),
+                created: Some(prost_types::Timestamp::from(self.created)),
+                updated: Some(prost_types::Timestamp::from(self.updated)),
+                finalizers: Vec::new(),
+                labels: Default::default(),
+                annotations: self.item.annotations.iter().cloned().collect(),
+            }),
+            spec: Some(cosi::Spec {
+                proto_spec: self.item.proto_spec.clone(),
+                yaml_spec: self.item.yaml_spec.clone(),
+            }),
+        }
+    }
+
+    /// A tombstone (metadata only) for DESTROYED events.
+    pub fn tombstone(&self) -> cosi::Resource {
+        let mut r = self.to_proto();
+        r.spec = None;
+        r
+    }
+}
+
+type Key = (String, String, String);
+
+pub(crate) struct NodeState {
+    pub active: Option<Vec<u8>>,
+    pub persistent: Option<Vec<u8>>,
+    pub boot_id: String,
+    /// 3 maintenance, 4 running, 5 rebooting.
+    pub stage: i32,
+    pub down_until: Option<Instant>,
+    pub rebooting_after_apply: bool,
+    pub rollback: Option<tokio::task::JoinHandle<()>>,
+    pub store: BTreeMap<Key, Stored>,
+    pub fault: Fault,
+}
+
+/// An emulated node.
+pub(crate) struct Node {
+    pub spec: NodeSpec,
+    /// (major, minor) of the Talos version.
+    pub version: (u64, u64),
+    pub state: Mutex<NodeState>,
+    pub events: broadcast::Sender<cosi::Event>,
+    pub writes: Arc<Mutex<Vec<WriteRecord>>>,
+    pub reboot_outage: Duration,
+}
+
+pub(crate) fn parse_version(v: &str) -> Option<(u64, u64)> {
+    let v = v.strip_prefix('v').unwrap_or(v);
+    let mut parts = v.split(['.', '-']);
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+pub(crate) fn new_uuid() -> String {
+    let b: [u8; 16] = rand::random();
+    let mut b = b;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// Go's `time.Duration.String()` for whole milliseconds (`1m0s`, `30s`, `1.5s`).
+pub(crate) fn go_duration(d: Duration) -> String {
+    let total_ms = d.as_millis();
+    if total_ms == 0 {
+        return "0s".to_string();
+    }
+    let h = total_ms / 3_600_000;
+    let m = (total_ms / 60_000) % 60;
+    let ms = total_ms % 60_000;
+    let secs = if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        let s = format!("{}.{:03}", ms / 1000, ms % 1000);
+        format!("{}s", s.trim_end_matches('0'))
+    };
+    if h > 0 {
+        format!("{h}h{m}m{secs}")
+    } else if m > 0 {
+        format!("{m}m{secs}")
+    } else {
+        secs
+    }
+}
+
+impl Node {
+    pub fn new(
+        spec: NodeSpec,
+        writes: Arc<Mutex<Vec<WriteRecord>>>,
+        reboot_outage: Duration,
+    ) -> Result<Arc<Self>, crate::EmuError> {
+        let version =
+            parse_version(&spec.talos_version).ok_or_else(|| crate::EmuError::Version {
+                version: spec.talos_version.clone(),
+            })?;
+        if let Some(cfg) = &spec.config {
+            derive::facts(cfg, version >= (1, 14)).map_err(|reason| crate::EmuError::Config {
+                node: spec.hostname.clone(),
+                reason,
+            })?;
+        }
+        let (events, _) = broadcast::channel(1024);
+        let node = Arc::new(Self {
+            version,
+            state: Mutex::new(NodeState {
+                active: spec.config.clone(),
+                persistent: spec.config.clone(),
+                boot_id: new_uuid(),
+                stage: if spec.config.is_some() { 4 } else { 3 },
+                down_until: None,
+                rebooting_after_apply: false,
+                rollback: None,
+                store: BTreeMap::new(),
+                fault: Fault::None,
+            }),
+            spec,
+            events,
+            writes,
+            reboot_outage,
+        });
+        node.refresh(&mut node.lock());
+        Ok(node)
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, NodeState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn multidoc_kubernetes(&self) -> bool {
+        self.version >= (1, 14)
+    }
+
+    pub fn in_maintenance(&self) -> bool {
+        self.lock().active.is_none()
+    }
+
+    /// Whether the node is down (fault or reboot outage).
+    pub fn is_down(&self) -> bool {
+        let st = self.lock();
+        st.fault == Fault::Down || st.down_until.is_some_and(|t| Instant::now() < t)
+    }
+
+    fn record(&self, action: WriteAction) {
+        self.writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(WriteRecord {
+                at: SystemTime::now(),
+                node: self.spec.hostname.clone(),
+                action,
+            });
+    }
+
+    /// Recomputes the node's resources, bumps versions of changed ones and
+    /// sends watch events.
+    pub fn refresh(&self, st: &mut NodeState) {
+        let facts = st
+            .active
+            .as_deref()
+            .and_then(|c| derive::facts(c, self.multidoc_kubernetes()).ok());
+        let view = NodeView {
+            hostname: &self.spec.hostname,
+            talos_version: &self.spec.talos_version,
+            v1_13_or_later: self.version >= (1, 13),
+            active_config: st.active.as_deref(),
+            persistent_config: st.persistent.as_deref(),
+            facts: facts.as_ref(),
+            stage: st.stage,
+        };
+        let items = resources::node_items(&view);
+        let now = SystemTime::now();
+        let mut seen = std::collections::BTreeSet::new();
+        for item in items {
+            let key = (item.namespace.clone(), item.r#type.clone(), item.id.clone());
+            seen.insert(key.clone());
+            match st.store.get_mut(&key) {
+                Some(stored) if stored.item == item => {}
+                Some(stored) => {
+                    let old = stored.to_proto();
+                    stored.item = item;
+                    stored.version += 1;
+                    stored.updated = now;
+                    let _ = self.events.send(cosi::Event {
+                        resource: Some(stored.to_proto()),
+                        event_type: cosi::EventType::Updated as i32,
+                        old: Some(old),
+                        error: None,
+                        bookmark: None,
+                    });
+                }
+                None => {
+                    let stored = Stored {
+                        item,
+                        version: 1,
+                        created: now,
+                        updated: now,
+                    };
+                    let _ = self.events.send(cosi::Event {
+                        resource: Some(stored.to_proto()),
+                        event_type: cosi::EventType::Created as i32,
+                        old: None,
+                        error: None,
+                        bookmark: None,
+                    });
+                    st.store.insert(key, stored);
+                }
+            }
+        }
+        let gone: Vec<Key> = st
+            .store
+            .keys()
+            .filter(|k| !seen.contains(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(stored) = st.store.remove(&key) {
+                let _ = self.events.send(cosi::Event {
+                    resource: Some(stored.tombstone()),
+                    event_type: cosi::EventType::Destroyed as i32,
+                    old: None,
+                    error: None,
+                    bookmark: None,
+                });
+            }
+        }
+    }
+
+    /// `MachineService/Version` of this node.
+    pub fn version_message(&self) -> machine::Version {
+        let configured = !self.in_maintenance();
+        machine::Version {
+            metadata: None,
+            version: Some(machine::VersionInfo {
+                tag: self.spec.talos_version.clone(),
+                sha: "ichor-talemu".to_string(),
+                built: String::new(),
+                go_version: "emulated".to_string(),
+                os: "linux".to_string(),
+                arch: "amd64".to_string(),
+            }),
+            platform: Some(machine::PlatformInfo {
+                name: "metal".to_string(),
+                mode: "metal".to_string(),
+            }),
+            features: configured.then_some(machine::FeaturesInfo { rbac: true }),
+        }
+    }
+
+    /// The hostname the node reports.
+    pub fn hostname(&self) -> String {
+        let st = self.lock();
+        st.active
+            .as_deref()
+            .and_then(|c| derive::facts(c, self.multidoc_kubernetes()).ok())
+            .and_then(|f| f.hostname)
+            .unwrap_or_else(|| self.spec.hostname.clone())
+    }
+
+    /// ApplyConfiguration with the rules of the emulated Talos version.
+    pub fn apply(
+        self: &Arc<Self>,
+        req: machine::ApplyConfigurationRequest,
+        is_admin: bool,
+    ) -> Result<machine::ApplyConfiguration, Status> {
+        use machine::apply_configuration_request::Mode;
+        let mut st = self.lock();
+        if st.rebooting_after_apply {
+            return Err(Status::failed_precondition(
+                "configuration was already applied and node is rebooting, cannot apply more configuration changes until next reboot",
+            ));
+        }
+        let in_maintenance = st.active.is_none();
+        if !in_maintenance && !is_admin {
+            return Err(Status::permission_denied("not authorized"));
+        }
+        let docs = derive::documents(&req.data).map_err(Status::invalid_argument)?;
+        if docs.is_empty() {
+            return Err(Status::invalid_argument("the configuration is empty"));
+        }
+        let has_v1alpha1 = docs.iter().any(derive::is_v1alpha1);
+        if !in_maintenance && !has_v1alpha1 {
+            return Err(Status::invalid_argument(
+                "the applied machine configuration doesn't contain v1alpha1 config, did you mean to patch the machine config instead?",
+            ));
+        }
+        for doc in &docs {
+            if !derive::is_v1alpha1(doc)
+                && (doc.get("apiVersion").is_none() || doc.get("kind").is_none())
+            {
+                return Err(Status::invalid_argument(
+                    "error decoding document: missing kind or apiVersion",
+                ));
+            }
+        }
+        let v14 = self.multidoc_kubernetes();
+        let mut mode = Mode::try_from(req.mode)
+            .map_err(|_| Status::invalid_argument(format!("unknown mode {}", req.mode)))?;
+        if mode == Mode::Reboot {
+            if in_maintenance {
+                mode = Mode::NoReboot;
+            } else if v14 {
+                return Err(Status::unimplemented(
+                    "the REBOOT mode is not supported, please use AUTO or NO_REBOOT modes instead",
+                ));
+            }
+        }
+        let current = st.active.clone().unwrap_or_default();
+        let immediate = || {
+            if in_maintenance || v14 {
+                Ok(())
+            } else {
+                derive::can_apply_immediate(&current, &req.data)
+            }
+        };
+        let mut mode_err = String::new();
+        let mut details = match mode {
+            Mode::Try | Mode::NoReboot => {
+                immediate().map_err(Status::invalid_argument)?;
+                "Applied configuration without a reboot"
+            }
+            Mode::Staged => "Staged configuration to be applied after the next reboot",
+            Mode::Auto => match immediate() {
+                Ok(()) => {
+                    mode = Mode::NoReboot;
+                    "Applied configuration without a reboot"
+                }
+                Err(e) => {
+                    mode = Mode::Reboot;
+                    mode_err = format!(": {e}");
+                    "Applied configuration with a reboot"
+                }
+            },
+            Mode::Reboot => "Applied configuration with a reboot",
+        }
+        .to_string();
+
+        if req.dry_run {
+            let old = String::from_utf8_lossy(&current).into_owned();
+            let new = String::from_utf8_lossy(&req.data).into_owned();
+            let mut diff = crate::diff::unified(&old, &new);
+            if diff.is_empty() {
+                diff = "No changes.".to_string();
+            }
+            return Ok(machine::ApplyConfiguration {
+                metadata: None,
+                warnings: Vec::new(),
+                mode: mode as i32,
+                mode_details: format!(
+                    "Dry run summary:\n{details} (skipped in dry-run).\nConfig diff:\n\n{diff}"
+                ),
+            });
+        }
+
+        if mode != Mode::Try
+            && let Some(h) = st.rollback.take()
+        {
+            h.abort();
+        }
+        let data = req.data.clone();
+        match mode {
+            Mode::Try => {
+                let timeout = req
+                    .try_mode_timeout
+                    .and_then(|d| Duration::try_from(d).ok())
+                    .unwrap_or(Duration::from_secs(60));
+                details.push_str(&format!(
+                    "\nThe config is applied in 'try' mode and will be automatically reverted back in {}",
+                    go_duration(timeout)
+                ));
+                if let Some(h) = st.rollback.take() {
+                    h.abort();
+                }
+                let node = Arc::clone(self);
+                st.rollback = Some(tokio::spawn(async move {
+                    tokio::time::sleep(timeout).await;
+                    let mut st = node.lock();
+                    st.active = st.persistent.clone();
+                    st.rollback = None;
+                    node.refresh(&mut st);
+                    drop(st);
+                    node.record(WriteAction::TryRollback);
+                }));
+                st.active = Some(data);
+            }
+            Mode::NoReboot => {
+                st.persistent = Some(data.clone());
+                st.active = Some(data);
+            }
+            Mode::Staged => {
+                st.persistent = Some(data);
+            }
+            Mode::Reboot => {
+                st.persistent = Some(data);
+                st.rebooting_after_apply = true;
+            }
+            Mode::Auto => unreachable!("AUTO is resolved above"),
+        }
+        if st.active.is_none() {
+            // A node in maintenance mode becomes configured.
+            st.active = st.persistent.clone();
+        }
+        if st.stage == 3 && st.active.is_some() {
+            st.stage = 4;
+        }
+        self.refresh(&mut st);
+        drop(st);
+        let mode_name = match mode {
+            Mode::Reboot => "reboot",
+            Mode::Auto => "auto",
+            Mode::NoReboot => "no_reboot",
+            Mode::Staged => "staged",
+            Mode::Try => "try",
+        };
+        self.record(WriteAction::ApplyConfiguration {
+            mode: mode_name.to_string(),
+            config: req.data,
+        });
+        if mode == Mode::Reboot {
+            self.start_reboot(new_uuid());
+        }
+        Ok(machine::ApplyConfiguration {
+            metadata: None,
+            warnings: Vec::new(),
+            mode: mode as i32,
+            mode_details: details + &mode_err,
+        })
+    }
+
+    /// Reboot: returns the actor id; the node is down for the outage, then
+    /// comes back with a new boot id and its persistent config active.
+    pub fn reboot(self: &Arc<Self>) -> machine::Reboot {
+        let actor_id = new_uuid();
+        self.start_reboot(actor_id.clone());
+        machine::Reboot {
+            metadata: None,
+            actor_id,
+        }
+    }
+
+    fn start_reboot(self: &Arc<Self>, actor_id: String) {
+        self.record(WriteAction::Reboot {
+            actor_id: actor_id.clone(),
+        });
+        let outage = self.reboot_outage;
+        {
+            let mut st = self.lock();
+            st.stage = 5;
+            st.down_until = Some(Instant::now() + outage);
+            self.refresh(&mut st);
+        }
+        let node = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(outage).await;
+            let mut st = node.lock();
+            if let Some(h) = st.rollback.take() {
+                h.abort();
+            }
+            if st.persistent.is_some() {
+                st.active = st.persistent.clone();
+            }
+            st.boot_id = new_uuid();
+            st.stage = if st.active.is_some() { 4 } else { 3 };
+            st.down_until = None;
+            st.rebooting_after_apply = false;
+            node.refresh(&mut st);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(go_duration(Duration::from_secs(60)), "1m0s");
+        assert_eq!(go_duration(Duration::from_secs(30)), "30s");
+        assert_eq!(go_duration(Duration::from_secs(3600)), "1h0m0s");
+        assert_eq!(go_duration(Duration::from_millis(1500)), "1.5s");
+    }
+
+    #[test]
+    fn versions_parse() {
+        assert_eq!(parse_version("v1.13.9"), Some((1, 13)));
+        assert_eq!(parse_version("v1.14.0-rc.1"), Some((1, 14)));
+        assert_eq!(parse_version("latest"), None);
+    }
+
+    #[test]
+    fn uuids_look_like_v4() {
+        let u = new_uuid();
+        assert_eq!(u.len(), 36);
+        assert_eq!(&u[14..15], "4");
+    }
+}

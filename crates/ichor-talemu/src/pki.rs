@@ -1,0 +1,191 @@
+//! The emulator's certificates: an Ed25519 OS CA (`O=talos`, like Talos's),
+//! server certificates for emulated nodes, and client certificates for tests
+//! (Ed25519, `O=<roles>`, EKU ClientAuth only, as `talosctl gen config` makes).
+
+use std::net::IpAddr;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+
+use crate::error::EmuError;
+
+/// Talos's PEM label for Ed25519 PKCS#8 keys.
+pub const ED25519_KEY_LABEL: &str = "ED25519 PRIVATE KEY";
+
+/// A certificate and its key, both PEM (the key under Talos's Ed25519 label).
+#[derive(Clone)]
+pub struct CertifiedKey {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for CertifiedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertifiedKey")
+            .field("cert_pem", &self.cert_pem)
+            .field("key_pem", &"<redacted>")
+            .finish()
+    }
+}
+
+/// What a client certificate should look like. The default is Talos's admin
+/// certificate: `O=os:admin`, EKU ClientAuth only, valid for a long time.
+#[derive(Debug, Clone)]
+pub struct ClientCertSpec {
+    /// Roles, written as the subject's Organization values (`os:admin`, `os:reader`, …).
+    pub roles: Vec<String>,
+    /// Extended key usages (Talos requires exactly `[ClientAuth]`).
+    pub ext_key_usages: Vec<ExtendedKeyUsagePurpose>,
+    /// Validity window as (year, month, day) in UTC; `None` keeps rcgen's
+    /// long default (1975 to 4096).
+    pub not_before: Option<(i32, u8, u8)>,
+    pub not_after: Option<(i32, u8, u8)>,
+}
+
+impl ClientCertSpec {
+    /// A certificate carrying these roles, EKU ClientAuth only.
+    pub fn with_roles<S: Into<String>>(roles: impl IntoIterator<Item = S>) -> Self {
+        Self {
+            roles: roles.into_iter().map(Into::into).collect(),
+            ext_key_usages: vec![ExtendedKeyUsagePurpose::ClientAuth],
+            not_before: None,
+            not_after: None,
+        }
+    }
+
+    /// Talos's admin certificate.
+    pub fn admin() -> Self {
+        Self::with_roles(["os:admin"])
+    }
+}
+
+/// The emulator's certificate authority.
+pub struct Pki {
+    ca_cert_pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl std::fmt::Debug for Pki {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pki").finish_non_exhaustive()
+    }
+}
+
+fn relabel_to_pkcs8(pem: &str) -> String {
+    pem.replace(ED25519_KEY_LABEL, "PRIVATE KEY")
+}
+
+fn relabel_to_talos(pem: &str) -> String {
+    pem.replace("PRIVATE KEY", ED25519_KEY_LABEL)
+}
+
+impl Pki {
+    /// A fresh Ed25519 CA with `O=talos`.
+    pub fn generate() -> Result<Self, EmuError> {
+        let ca_key = KeyPair::generate_for(&rcgen::PKCS_ED25519)?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "talos");
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::CrlSign,
+        ];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let cert = params.self_signed(&ca_key)?;
+        Ok(Self {
+            ca_cert_pem: cert.pem(),
+            issuer: Issuer::new(params, ca_key),
+        })
+    }
+
+    /// A CA given as PEM (for example `certs.os` of a secrets bundle); the key
+    /// may use Talos's `ED25519 PRIVATE KEY` label.
+    pub fn from_pem(ca_cert_pem: &str, ca_key_pem: &str) -> Result<Self, EmuError> {
+        let ca_key = KeyPair::from_pem(&relabel_to_pkcs8(ca_key_pem))?;
+        let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key)?;
+        Ok(Self {
+            ca_cert_pem: ca_cert_pem.to_string(),
+            issuer,
+        })
+    }
+
+    /// The CA certificate (PEM).
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_cert_pem
+    }
+
+    fn issuer(&self) -> &Issuer<'static, KeyPair> {
+        &self.issuer
+    }
+
+    /// A server certificate for an emulated node: EKU ServerAuth, CN = hostname,
+    /// SANs = the hostname, the node's IPs and 127.0.0.1 (as apid's).
+    pub fn server_cert(&self, hostname: &str, ips: &[IpAddr]) -> Result<CertifiedKey, EmuError> {
+        let key = KeyPair::generate_for(&rcgen::PKCS_ED25519)?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, hostname);
+        let mut sans = vec![SanType::DnsName(hostname.try_into()?)];
+        let mut all_ips: Vec<IpAddr> = ips.to_vec();
+        let loopback: IpAddr = [127, 0, 0, 1].into();
+        if !all_ips.contains(&loopback) {
+            all_ips.push(loopback);
+        }
+        sans.extend(all_ips.into_iter().map(SanType::IpAddress));
+        params.subject_alt_names = sans;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let cert = params.signed_by(&key, self.issuer())?;
+        Ok(CertifiedKey {
+            cert_pem: cert.pem(),
+            key_pem: relabel_to_talos(&key.serialize_pem()),
+        })
+    }
+
+    /// A client certificate signed by this CA.
+    pub fn client_cert(&self, spec: &ClientCertSpec) -> Result<CertifiedKey, EmuError> {
+        let key = KeyPair::generate_for(&rcgen::PKCS_ED25519)?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        for role in &spec.roles {
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, role.as_str());
+        }
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = spec.ext_key_usages.clone();
+        if let Some((y, m, d)) = spec.not_before {
+            params.not_before = rcgen::date_time_ymd(y, m, d);
+        }
+        if let Some((y, m, d)) = spec.not_after {
+            params.not_after = rcgen::date_time_ymd(y, m, d);
+        }
+        let cert = params.signed_by(&key, self.issuer())?;
+        Ok(CertifiedKey {
+            cert_pem: cert.pem(),
+            key_pem: relabel_to_talos(&key.serialize_pem()),
+        })
+    }
+
+    /// A self-signed server certificate, as a node in maintenance mode serves.
+    pub fn self_signed_server_cert(hostname: &str, ips: &[IpAddr]) -> Result<CertifiedKey, EmuError> {
+        let key = KeyPair::generate_for(&rcgen::PKCS_ED25519)?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, hostname);
+        let mut sans = vec![SanType::DnsName(hostname.try_into()?)];
+        sans.extend(ips.iter().copied().map(SanType::IpAddress));
+        params.subject_alt_names = sans;
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let cert = params.self_signed(&key)?;
+        Ok(CertifiedKey {
+            cert_pem: cert.pem(),
+            key_pem: relabel_to_talos(&key.serialize_pem()),
+        })
+    }
+}

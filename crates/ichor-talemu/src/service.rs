@@ -1,0 +1,511 @@
+//! The gRPC services of an emulated node (MachineService and the COSI State
+//! service), with apid's routing on the `node`/`nodes` metadata and the
+//! role checks of Talos's authorizer.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use tonic::metadata::MetadataMap;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+use tonic::{Request, Response, Status};
+
+use ichor_talos_client::proto::common;
+use ichor_talos_client::proto::cosi::resource as cosi;
+use ichor_talos_client::proto::cosi::resource::state_server::State;
+use ichor_talos_client::proto::google::rpc;
+use ichor_talos_client::proto::machine;
+use ichor_talos_client::proto::machine::machine_service_server::MachineService;
+
+use crate::derive;
+use crate::node::{Fault, Node};
+use crate::resources;
+
+const ADMIN: &str = "os:admin";
+const OPERATOR: &str = "os:operator";
+const READER: &str = "os:reader";
+
+/// The nodes of one emulator process.
+pub(crate) struct Cluster {
+    pub nodes: Vec<Arc<Node>>,
+}
+
+/// Who is calling: a maintenance-mode caller (no certificate) or the roles of
+/// the client certificate (its subject's Organization values).
+#[derive(Debug, Clone)]
+pub(crate) enum Caller {
+    Maintenance,
+    Roles(Vec<String>),
+}
+
+impl Caller {
+    fn has_any(&self, roles: &[&str]) -> bool {
+        match self {
+            Caller::Maintenance => true,
+            Caller::Roles(have) => have.iter().any(|r| roles.contains(&r.as_str())),
+        }
+    }
+
+    fn is_admin(&self) -> bool {
+        self.has_any(&[ADMIN])
+    }
+}
+
+/// Reads the roles from the verified client certificate of the connection.
+fn caller<T>(request: &Request<T>) -> Caller {
+    let Some(info) = request.extensions().get::<TlsConnectInfo<TcpConnectInfo>>() else {
+        return Caller::Maintenance;
+    };
+    let Some(certs) = info.peer_certs() else {
+        return Caller::Maintenance;
+    };
+    let Some(leaf) = certs.first() else {
+        return Caller::Maintenance;
+    };
+    let roles = match x509_parser::parse_x509_certificate(leaf.as_ref()) {
+        Ok((_, cert)) => cert
+            .subject()
+            .iter_organization()
+            .filter_map(|o| o.as_str().ok())
+            .map(str::to_string)
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    Caller::Roles(roles)
+}
+
+enum Route {
+    One(usize),
+    Many(Vec<String>),
+}
+
+/// The services as served by one node (`me`).
+#[derive(Clone)]
+pub(crate) struct NodeApi {
+    pub cluster: Arc<Cluster>,
+    pub me: usize,
+}
+
+fn unavailable(target: &str) -> Status {
+    Status::unavailable(format!(
+        "connection error: desc = \"transport: Error while dialing: dial tcp {target}:50000: connect: connection refused\""
+    ))
+}
+
+impl NodeApi {
+    fn node(&self, i: usize) -> &Arc<Node> {
+        &self.cluster.nodes[i]
+    }
+
+    fn can_forward(&self) -> bool {
+        let node = self.node(self.me);
+        let st = node.lock();
+        st.active
+            .as_deref()
+            .and_then(|c| derive::facts(c, node.multidoc_kubernetes()).ok())
+            .is_some_and(|f| f.machine_type.is_control_plane())
+    }
+
+    /// Finds the node a `node` value names (address or hostname), preferring this one.
+    fn resolve(&self, target: &str) -> Result<usize, Status> {
+        let target = target.trim();
+        if target.contains(':') && target.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(Status::internal(format!("invalid target {target:?}")));
+        }
+        let matches = |n: &Node| n.spec.address.to_string() == target || n.spec.hostname == target;
+        if matches(self.node(self.me)) {
+            return Ok(self.me);
+        }
+        let found = self.cluster.nodes.iter().position(|n| matches(n));
+        match found {
+            Some(i) if !self.can_forward() => {
+                let _ = i;
+                Err(Status::permission_denied("no request forwarding"))
+            }
+            Some(i) => Ok(i),
+            None => Err(unavailable(target)),
+        }
+    }
+
+    fn route(&self, md: &MetadataMap, cosi: bool) -> Result<Route, Status> {
+        if md.get("proxyfrom").is_some() {
+            return Ok(Route::One(self.me));
+        }
+        let node: Vec<String> = md
+            .get_all("node")
+            .iter()
+            .filter_map(|v| v.to_str().ok().map(str::to_string))
+            .collect();
+        if node.len() > 1 {
+            return Err(Status::invalid_argument("node metadata must be single-valued"));
+        }
+        if let Some(target) = node.first() {
+            return Ok(Route::One(self.resolve(target)?));
+        }
+        let nodes: Vec<String> = md
+            .get_all("nodes")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if nodes.is_empty() {
+            return Ok(Route::One(self.me));
+        }
+        if cosi {
+            return Err(Status::invalid_argument(
+                "one-2-many proxying is not supported for COSI methods",
+            ));
+        }
+        Ok(Route::Many(nodes))
+    }
+
+    /// Applies the target node's fault (down, slow, refusing).
+    async fn guard(&self, i: usize) -> Result<(), Status> {
+        let node = self.node(i);
+        if node.is_down() {
+            return Err(unavailable(&node.spec.address.to_string()));
+        }
+        let fault = node.lock().fault.clone();
+        match fault {
+            Fault::None | Fault::Down => Ok(()),
+            Fault::Slow(d) => {
+                tokio::time::sleep(d).await;
+                Ok(())
+            }
+            Fault::Refuse(code, message) => Err(Status::new(code, message)),
+        }
+    }
+
+    /// Runs a unary MachineService call on the routed node(s). With `nodes`
+    /// (one-to-many) each answer gets `metadata.hostname`, and failures
+    /// become messages carrying `metadata.error`, as apid aggregates them.
+    async fn unary<M, F>(&self, md: &MetadataMap, f: F) -> Result<Vec<M>, Status>
+    where
+        M: Default,
+        F: Fn(&Arc<Node>) -> Result<M, Status>,
+        M: HasMetadata,
+    {
+        match self.route(md, false)? {
+            Route::One(i) => {
+                self.guard(i).await?;
+                Ok(vec![f(self.node(i))?])
+            }
+            Route::Many(targets) => {
+                let mut out = Vec::new();
+                for target in targets {
+                    let result = match self.resolve(&target) {
+                        Ok(i) => match self.guard(i).await {
+                            Ok(()) => f(self.node(i)),
+                            Err(e) => Err(e),
+                        },
+                        Err(e) => Err(e),
+                    };
+                    let mut m = match result {
+                        Ok(m) => {
+                            let mut m = m;
+                            m.set_metadata(common::Metadata {
+                                hostname: target.clone(),
+                                ..Default::default()
+                            });
+                            m
+                        }
+                        Err(status) => {
+                            let mut m = M::default();
+                            m.set_metadata(common::Metadata {
+                                hostname: target.clone(),
+                                error: status.message().to_string(),
+                                status: Some(rpc::Status {
+                                    code: status.code() as i32,
+                                    message: status.message().to_string(),
+                                    details: Vec::new(),
+                                }),
+                            });
+                            m
+                        }
+                    };
+                    let _ = &mut m;
+                    out.push(m);
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    fn authorize(caller: &Caller, roles: &[&str]) -> Result<(), Status> {
+        if caller.has_any(roles) {
+            Ok(())
+        } else {
+            Err(Status::permission_denied("not authorized"))
+        }
+    }
+
+    /// The COSI access filter: known type and namespace, read access, admin for sensitive types.
+    async fn cosi_target(
+        &self,
+        md: &MetadataMap,
+        caller: &Caller,
+        namespace: &str,
+        r#type: &str,
+    ) -> Result<usize, Status> {
+        Self::authorize(caller, &[ADMIN, OPERATOR, READER])?;
+        let Route::One(i) = self.route(md, true)? else {
+            unreachable!("COSI routes are single");
+        };
+        self.guard(i).await?;
+        let def = resources::definition(r#type).ok_or_else(|| {
+            Status::permission_denied(format!("resource type {type:?} is not supported"))
+        })?;
+        if !resources::NAMESPACES.iter().any(|(ns, _)| *ns == namespace) {
+            return Err(Status::permission_denied(format!(
+                "namespace {namespace:?} is not supported"
+            )));
+        }
+        if def.sensitive && !caller.is_admin() {
+            return Err(Status::permission_denied("not authorized"));
+        }
+        Ok(i)
+    }
+}
+
+/// Messages of the `messages` pattern carry a `common.Metadata` in field 1.
+pub(crate) trait HasMetadata {
+    fn set_metadata(&mut self, md: common::Metadata);
+}
+
+macro_rules! has_metadata {
+    ($($t:ty),*) => {$(
+        impl HasMetadata for $t {
+            fn set_metadata(&mut self, md: common::Metadata) {
+                self.metadata = Some(md);
+            }
+        }
+    )*};
+}
+has_metadata!(
+    machine::Version,
+    machine::Hostname,
+    machine::ApplyConfiguration,
+    machine::Reboot
+);
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl MachineService for NodeApi {
+    async fn apply_configuration(
+        &self,
+        request: Request<machine::ApplyConfigurationRequest>,
+    ) -> Result<Response<machine::ApplyConfigurationResponse>, Status> {
+        let caller = caller(&request);
+        let md = request.metadata().clone();
+        let req = request.into_inner();
+        let messages = self
+            .unary(&md, |node| node.apply(req.clone(), caller.is_admin()))
+            .await?;
+        Ok(Response::new(machine::ApplyConfigurationResponse { messages }))
+    }
+
+    async fn hostname(
+        &self,
+        request: Request<()>,
+    ) -> Result<Response<machine::HostnameResponse>, Status> {
+        Self::authorize(&caller(&request), &[ADMIN, OPERATOR, READER])?;
+        let messages = self
+            .unary(request.metadata(), |node| {
+                Ok(machine::Hostname {
+                    metadata: None,
+                    hostname: node.hostname(),
+                })
+            })
+            .await?;
+        Ok(Response::new(machine::HostnameResponse { messages }))
+    }
+
+    async fn reboot(
+        &self,
+        request: Request<machine::RebootRequest>,
+    ) -> Result<Response<machine::RebootResponse>, Status> {
+        Self::authorize(&caller(&request), &[ADMIN, OPERATOR])?;
+        let messages = self
+            .unary(request.metadata(), |node| Ok(node.reboot()))
+            .await?;
+        Ok(Response::new(machine::RebootResponse { messages }))
+    }
+
+    async fn version(
+        &self,
+        request: Request<()>,
+    ) -> Result<Response<machine::VersionResponse>, Status> {
+        Self::authorize(&caller(&request), &[ADMIN, OPERATOR, READER])?;
+        let messages = self
+            .unary(request.metadata(), |node| Ok(node.version_message()))
+            .await?;
+        Ok(Response::new(machine::VersionResponse { messages }))
+    }
+}
+
+fn not_found(r#type: &str, id: &str) -> Status {
+    Status::not_found(format!("resource {type}/{id} doesn't exist"))
+}
+
+#[tonic::async_trait]
+impl State for NodeApi {
+    async fn get(
+        &self,
+        request: Request<cosi::GetRequest>,
+    ) -> Result<Response<cosi::GetResponse>, Status> {
+        let caller = caller(&request);
+        let md = request.metadata().clone();
+        let req = request.into_inner();
+        let i = self
+            .cosi_target(&md, &caller, &req.namespace, &req.r#type)
+            .await?;
+        let st = self.node(i).lock();
+        let key = (req.namespace.clone(), req.r#type.clone(), req.id.clone());
+        let stored = st
+            .store
+            .get(&key)
+            .ok_or_else(|| not_found(&req.r#type, &req.id))?;
+        Ok(Response::new(cosi::GetResponse {
+            resource: Some(stored.to_proto()),
+        }))
+    }
+
+    type ListStream = BoxStream<cosi::ListResponse>;
+
+    async fn list(
+        &self,
+        request: Request<cosi::ListRequest>,
+    ) -> Result<Response<Self::ListStream>, Status> {
+        let caller = caller(&request);
+        let md = request.metadata().clone();
+        let req = request.into_inner();
+        let i = self
+            .cosi_target(&md, &caller, &req.namespace, &req.r#type)
+            .await?;
+        let items: Vec<Result<cosi::ListResponse, Status>> = {
+            let st = self.node(i).lock();
+            st.store
+                .iter()
+                .filter(|((ns, t, _), _)| *ns == req.namespace && *t == req.r#type)
+                .map(|(_, s)| {
+                    Ok(cosi::ListResponse {
+                        resource: Some(s.to_proto()),
+                    })
+                })
+                .collect()
+        };
+        Ok(Response::new(Box::pin(futures::stream::iter(items))))
+    }
+
+    type WatchStream = BoxStream<cosi::WatchResponse>;
+
+    async fn watch(
+        &self,
+        request: Request<cosi::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let caller = caller(&request);
+        let md = request.metadata().clone();
+        let req = request.into_inner();
+        let i = self
+            .cosi_target(&md, &caller, &req.namespace, &req.r#type)
+            .await?;
+        let options = req.options.clone().unwrap_or_default();
+        if req.id.is_some() && (options.bootstrap_contents || !options.label_query.is_empty()) {
+            return Err(Status::unimplemented(
+                "bootstrap contents and label queries are not supported for single resource watch",
+            ));
+        }
+        let node = Arc::clone(self.node(i));
+        // Subscribe before reading the current state, so no change is lost.
+        let mut events = node.events.subscribe();
+        let mut initial: Vec<cosi::WatchResponse> = vec![cosi::WatchResponse { event: Vec::new() }];
+        let event = |resource, event_type: cosi::EventType| cosi::WatchResponse {
+            event: vec![cosi::Event {
+                resource,
+                event_type: event_type as i32,
+                old: None,
+                error: None,
+                bookmark: None,
+            }],
+        };
+        {
+            let st = node.lock();
+            match &req.id {
+                Some(id) => {
+                    let key = (req.namespace.clone(), req.r#type.clone(), id.clone());
+                    match st.store.get(&key) {
+                        Some(s) => initial.push(event(Some(s.to_proto()), cosi::EventType::Created)),
+                        None => {
+                            let tombstone = cosi::Resource {
+                                metadata: Some(cosi::Metadata {
+                                    namespace: req.namespace.clone(),
+                                    r#type: req.r#type.clone(),
+                                    id: id.clone(),
+                                    version: "undefined".to_string(),
+                                    phase: "running".to_string(),
+                                    ..Default::default()
+                                }),
+                                spec: None,
+                            };
+                            initial.push(event(Some(tombstone), cosi::EventType::Destroyed));
+                        }
+                    }
+                }
+                None if options.bootstrap_contents => {
+                    for ((ns, t, _), s) in &st.store {
+                        if *ns == req.namespace && *t == req.r#type {
+                            initial.push(event(Some(s.to_proto()), cosi::EventType::Created));
+                        }
+                    }
+                    if req.api_version >= 1 {
+                        initial.push(event(None, cosi::EventType::Bootstrapped));
+                    }
+                }
+                None => {}
+            }
+        }
+        let (ns, ty, id) = (req.namespace, req.r#type, req.id);
+        let live = async_stream_events(move |tx| async move {
+            loop {
+                match events.recv().await {
+                    Ok(ev) => {
+                        let Some(md) = ev.resource.as_ref().and_then(|r| r.metadata.as_ref()) else {
+                            continue;
+                        };
+                        if md.namespace != ns || md.r#type != ty {
+                            continue;
+                        }
+                        if id.as_ref().is_some_and(|id| *id != md.id) {
+                            continue;
+                        }
+                        if tx
+                            .send(Ok(cosi::WatchResponse { event: vec![ev] }))
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        let stream = futures::StreamExt::chain(futures::stream::iter(initial.into_iter().map(Ok)), live);
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// A stream fed by a task through a channel (the task ends when the stream is dropped).
+fn async_stream_events<F, Fut>(f: F) -> impl Stream<Item = Result<cosi::WatchResponse, Status>> + Send + 'static
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Result<cosi::WatchResponse, Status>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(f(tx));
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}

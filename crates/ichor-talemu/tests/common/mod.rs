@@ -1,0 +1,41 @@
+//! Shared helpers of the emulator tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// The shared Talos fixtures (`$ICHOR_FIXTURES`, else `../shared/fixtures/talos`
+/// beside the workspace).
+pub fn fixtures_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("ICHOR_FIXTURES") {
+        return PathBuf::from(d);
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/talos")
+}
+
+/// A fixture's bytes.
+pub fn fixture(rel: &str) -> Vec<u8> {
+    let path = fixtures_dir().join(rel);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("reading fixture {}: {e}", path.display()))
+}
+
+/// The v1.12-shape control-plane fixture.
+pub fn cp_v112() -> Vec<u8> {
+    fixture("stability-v1.12/base-controlplane.yaml")
+}
+
+/// The v1.12-shape worker fixture.
+pub fn worker_v112() -> Vec<u8> {
+    fixture("stability-v1.12/base-worker.yaml")
+}
+
+/// The v1.14-shape control-plane fixture.
+pub fn cp_v114() -> Vec<u8> {
+    fixture("stability-v1.14/base-controlplane.yaml")
+}
+
+/// Replaces the first occurrence of `from` in a config (panics when absent).
+pub fn edit(config: &[u8], from: &str, to: &str) -> Vec<u8> {
+    let text = String::from_utf8(config.to_vec()).unwrap();
+    assert!(text.contains(from), "{from:?} not in the config");
+    text.replacen(from, to, 1).into_bytes()
+}
