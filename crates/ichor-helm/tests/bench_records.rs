@@ -18,7 +18,7 @@ use ichor_testenv::{TestEnv, Tool};
 use serde_json::json;
 
 /// A release the size of a Cilium record: the demo chart rendered by real
-/// helm, with its chart padded by 150 synthetic 4 KiB templates.
+/// helm, with its chart padded by 150 synthetic 4 KiB templates (about 0.8 MB of JSON).
 async fn cilium_sized_release(home: &HelmHome) -> ichor_helm::Release {
     let r = home.renderer(Tool::Helm4);
     let mut rel = r
@@ -33,14 +33,37 @@ async fn cilium_sized_release(home: &HelmHome) -> ichor_helm::Release {
     let templates = rel.chart.as_mut().unwrap()["templates"]
         .as_array_mut()
         .unwrap();
+    // Template-like text with some entropy (a repeated line would compress
+    // far better than a real chart does).
+    const WORDS: [&str; 16] = [
+        "{{- if",
+        ".Values.",
+        "hubble",
+        "operator",
+        "nindent 4",
+        "include",
+        "\"cilium.",
+        "}}",
+        "name:",
+        "value:",
+        "- key",
+        "toYaml",
+        "default",
+        "end }}",
+        "securityContext",
+        "tolerations",
+    ];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     for i in 0..150 {
-        let text: String = (0..64)
-            .map(|l| {
-                format!(
-                    "{{{{- /* synthetic template {i} line {l}: padding to Cilium's size */ -}}}}\n"
-                )
-            })
-            .collect();
+        let mut text = String::with_capacity(4096);
+        while text.len() < 4000 {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            text.push_str(WORDS[(seed >> 60) as usize]);
+            text.push_str(&format!("{:x}", (seed >> 40) & 0xfff));
+            text.push(if (seed >> 32) & 7 == 0 { '\n' } else { ' ' });
+        }
         templates.push(json!({"name": format!("templates/pad-{i}.yaml"),
             "data": base64::engine::general_purpose::STANDARD.encode(text)}));
     }
