@@ -354,6 +354,13 @@ impl SecretsBundle {
         })
     }
 
+    /// Recovers the bundle from a control-plane config file: a plain machine
+    /// config or `talosctl get machineconfig -o yaml` output.
+    pub fn from_config_file(path: &Path) -> Result<Self, SecretsError> {
+        let cfg = MachineConfig::from_file_live(path)?;
+        Self::from_machine_config(&cfg, &path.display().to_string())
+    }
+
     /// The OS CA as (certificate PEM, key PEM), decoded from base64.
     pub fn os_ca_pem(&self) -> Option<(String, String)> {
         let crt = crate::pem::unb64(self.certs.os.crt.as_deref()?)?;
@@ -434,6 +441,63 @@ mod tests {
             err.to_string().contains("cp.yaml has no cluster ID"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn recover_from_a_file() {
+        let p = fixtures_dir().join("stability-v1.14/base-controlplane.yaml");
+        let b = SecretsBundle::from_config_file(&p).unwrap();
+        assert_eq!(b.trustdinfo.token, "d8cwfa.eyvpi0xwxyarbfid");
+        let w = fixtures_dir().join("stability-v1.14/base-worker.yaml");
+        let err = SecretsBundle::from_config_file(&w).unwrap_err().to_string();
+        assert!(err.contains("base-worker.yaml is a worker config"), "{err}");
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn s() -> impl Strategy<Value = String> {
+            "[a-zA-Z0-9+/=.\\- ]{0,24}"
+        }
+
+        fn ck() -> impl Strategy<Value = Base64CertAndKey> {
+            (prop::option::of(s()), prop::option::of(s())).prop_map(|(crt, key)| Base64CertAndKey {
+                crt,
+                key,
+                extra: Extra::new(),
+            })
+        }
+
+        proptest! {
+            /// parse(serialise(x)) == x and serialisation is deterministic.
+            #[test]
+            fn bundle_round_trips(
+                id in s(), secret in s(), token in s(), sb in prop::option::of(s()),
+                aes in prop::option::of(s()), trustd in s(),
+                certs in (ck(), ck(), ck(), ck(), ck()),
+            ) {
+                let b = SecretsBundle {
+                    cluster: ClusterIdentity { id, secret, extra: Extra::new() },
+                    secrets: ClusterSecrets {
+                        bootstraptoken: token,
+                        secretboxencryptionsecret: sb,
+                        aescbcencryptionsecret: aes,
+                        extra: Extra::new(),
+                    },
+                    trustdinfo: TrustdInfo { token: trustd, extra: Extra::new() },
+                    certs: BundleCerts {
+                        etcd: certs.0, k8s: certs.1, k8saggregator: certs.2,
+                        k8sserviceaccount: certs.3, os: certs.4, extra: Extra::new(),
+                    },
+                    extra: Extra::new(),
+                };
+                let text = b.to_yaml().unwrap();
+                let back = SecretsBundle::parse(&text, "prop").unwrap();
+                prop_assert_eq!(&back, &b);
+                prop_assert_eq!(back.to_yaml().unwrap(), text);
+            }
+        }
     }
 
     #[test]

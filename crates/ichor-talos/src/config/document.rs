@@ -138,10 +138,7 @@ impl Document {
             let kind = kind.as_str().unwrap_or_default().to_string();
             return Self::typed_from_mapping(&kind, m, origin, index);
         }
-        let is_v1alpha1 = ["version", "machine", "cluster", "debug", "persist"]
-            .iter()
-            .any(|k| m.contains_key(*k));
-        if is_v1alpha1 {
+        if super::is_v1alpha1_mapping(&m) {
             let v: V1Alpha1Config =
                 serde_yaml_ng::from_value(Value::Mapping(m)).map_err(|source| {
                     ConfigError::Shape {

@@ -82,6 +82,16 @@ pub enum ConfigError {
         /// The decoding error.
         source: serde_yaml_ng::Error,
     },
+    /// A `talosctl get machineconfig -o yaml` output holds several nodes' configs.
+    #[error(
+        "{origin} holds {count} MachineConfig resources (one per node); save one node's config, for example with `talosctl -n <ip> get machineconfig -o yaml`"
+    )]
+    SeveralResources {
+        /// Where the text came from.
+        origin: String,
+        /// How many resources it holds.
+        count: usize,
+    },
     /// Serialising a document failed (a bug: typed documents always serialise).
     #[error(
         "cannot serialise document #{index} (kind {kind}) to YAML: {source}; this is a bug in ichor-talos, please report it"
@@ -117,6 +127,34 @@ impl MachineConfig {
             documents.push(Document::from_mapping(value, origin, i + 1)?);
         }
         Ok(Self { documents })
+    }
+
+    /// Parses either a plain machine config or the output of
+    /// `talosctl get machineconfig -o yaml` (a COSI resource whose `spec` is
+    /// the config text), which is what operators usually save from a node.
+    pub fn parse_live(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let docs = parse_yaml_documents(text, origin)?;
+        let specs: Vec<&str> = docs
+            .iter()
+            .filter_map(machine_config_resource_spec)
+            .collect();
+        match specs.as_slice() {
+            [] => Self::parse_with_origin(text, origin),
+            [spec] => Self::parse_with_origin(spec, &format!("{origin} (resource spec)")),
+            many => Err(ConfigError::SeveralResources {
+                origin: origin.to_string(),
+                count: many.len(),
+            }),
+        }
+    }
+
+    /// Reads a file with [`Self::parse_live`].
+    pub fn from_file_live(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse_live(&text, &path.display().to_string())
     }
 
     /// Reads and parses a machine config file.
@@ -201,6 +239,35 @@ impl MachineConfig {
         self.documents.iter().any(|d| d.kind() == kind)
     }
 
+    /// The first document whose `kind:` is `kind_name` (any document, typed or not).
+    pub fn find_by_kind_name(&self, kind_name: &str) -> Option<&Document> {
+        self.documents.iter().find(|d| d.kind_name() == kind_name)
+    }
+
+    /// Replaces the document with the same kind and name (the legacy document
+    /// for [`Document::V1Alpha1`]), or appends it when there is none.
+    pub fn upsert(&mut self, doc: Document) {
+        let (kind, name) = (doc.kind_name().to_string(), doc.name());
+        match self
+            .documents
+            .iter_mut()
+            .find(|d| d.kind_name() == kind && d.name() == name)
+        {
+            Some(slot) => *slot = doc,
+            None => self.documents.push(doc),
+        }
+    }
+
+    /// Removes every document with this `kind:` (and `name`, when given);
+    /// returns how many were removed.
+    pub fn remove(&mut self, kind_name: &str, name: Option<&str>) -> usize {
+        let before = self.documents.len();
+        self.documents.retain(|d| {
+            !(d.kind_name() == kind_name && (name.is_none() || d.name().as_deref() == name))
+        });
+        before - self.documents.len()
+    }
+
     /// What adopt needs to know, whatever the shape. See [`ConfigFacts`].
     pub fn facts(&self) -> ConfigFacts {
         facts::compute(self)
@@ -229,6 +296,24 @@ pub(crate) fn parse_yaml_documents(text: &str, origin: &str) -> Result<Vec<Mappi
         }
     }
     Ok(out)
+}
+
+/// The COSI resource type of the machine config.
+pub const MACHINE_CONFIG_RESOURCE_TYPE: &str = "MachineConfigs.config.talos.dev";
+
+fn machine_config_resource_spec(m: &Mapping) -> Option<&str> {
+    let meta = m.get("metadata")?;
+    (meta.get("type")?.as_str()? == MACHINE_CONFIG_RESOURCE_TYPE).then_some(())?;
+    m.get("spec")?.as_str()
+}
+
+/// Whether a mapping is the legacy `v1alpha1` document: no `kind`, and any
+/// of `version`, `machine`, `cluster`, `debug`, `persist` (as Talos decides).
+pub fn is_v1alpha1_mapping(m: &Mapping) -> bool {
+    !m.contains_key("kind")
+        && ["version", "machine", "cluster", "debug", "persist"]
+            .iter()
+            .any(|k| m.contains_key(*k))
 }
 
 pub(crate) fn value_kind(v: &Value) -> &'static str {

@@ -376,3 +376,47 @@ mod props {
         }
     }
 }
+
+#[test]
+fn live_resource_output_is_unwrapped() {
+    let cfg = MachineConfig::parse_live(&fixture("cosi-machineconfig-resource.yaml"), "res.yaml")
+        .unwrap();
+    assert_eq!(cfg.facts().machine_type, MachineType::ControlPlane);
+    let plain = fixture("stability-v1.12/base-controlplane.yaml");
+    assert_eq!(
+        MachineConfig::parse_live(&plain, "p").unwrap(),
+        MachineConfig::parse(&plain).unwrap()
+    );
+    let two = format!(
+        "{}\n---\n{}",
+        fixture("cosi-machineconfig-resource.yaml"),
+        fixture("cosi-machineconfig-resource.yaml")
+    );
+    let err = MachineConfig::parse_live(&two, "two.yaml").unwrap_err();
+    assert!(
+        err.to_string().contains("holds 2 MachineConfig resources"),
+        "{err}"
+    );
+}
+
+#[test]
+fn upsert_and_remove_documents() {
+    let mut cfg = MachineConfig::parse(&fixture("stability-v1.14/base-controlplane.yaml")).unwrap();
+    let n = cfg.documents.len();
+    cfg.upsert(Document::KubePrism(KubePrismConfig::new(7446)));
+    assert_eq!(cfg.documents.len(), n);
+    assert_eq!(cfg.facts().kube_prism.port, Some(7446));
+    cfg.upsert(Document::KubeInlineManifest(KubeInlineManifestConfig::new(
+        "cilium",
+        "kind: List",
+    )));
+    cfg.upsert(Document::KubeInlineManifest(KubeInlineManifestConfig::new(
+        "other",
+        "kind: List",
+    )));
+    assert_eq!(cfg.documents.len(), n + 2);
+    assert_eq!(cfg.remove("KubeInlineManifestConfig", Some("cilium")), 1);
+    assert_eq!(cfg.remove("KubeAuthorizerConfig", None), 2);
+    assert!(cfg.find_by_kind_name("KubeAuthorizerConfig").is_none());
+    assert!(cfg.find_by_kind_name("HostnameConfig").is_some());
+}

@@ -52,6 +52,14 @@ pub enum PatchError {
         /// What is wrong.
         reason: String,
     },
+    /// A strategic merge patch document that is neither `v1alpha1` nor has a `kind`.
+    #[error(
+        "strategic merge patch {origin} has a document with neither `kind` nor any v1alpha1 key (version, machine, cluster, debug, persist); give it `apiVersion` and `kind`, or put it under `machine:`/`cluster:`"
+    )]
+    UnknownDocument {
+        /// Where the patch came from.
+        origin: String,
+    },
     /// JSON 6902 on a multi-document config.
     #[error(
         "JSON 6902 patch {origin} cannot be applied: the config has {documents} documents and Talos applies JSON patches only to a config holding just the v1alpha1 document; write it as a strategic merge patch instead"
@@ -150,6 +158,11 @@ pub fn apply_strategic_merge(
     })?;
     for patch in patch_docs {
         let id = DocId::of(patch);
+        if id == DocId::Unmatched {
+            return Err(PatchError::UnknownDocument {
+                origin: origin.to_string(),
+            });
+        }
         if is_delete(patch) {
             docs.retain(|d| DocId::of(d) != id);
             continue;
@@ -205,33 +218,39 @@ pub fn apply_json6902(
     })
 }
 
-/// How a document is matched: (apiVersion, kind, name); `None` kind = v1alpha1.
+/// How a document is matched: (apiVersion, kind, name) for multi-document
+/// kinds, the legacy `v1alpha1` document by its keys; a document with neither
+/// never matches anything.
 #[derive(Debug, PartialEq, Eq)]
-struct DocId {
-    api_version: Option<String>,
-    kind: Option<String>,
-    name: Option<String>,
+enum DocId {
+    V1Alpha1,
+    Kind {
+        api_version: Option<String>,
+        kind: String,
+        name: Option<String>,
+    },
+    Unmatched,
 }
 
 impl DocId {
     fn of(m: &Mapping) -> Self {
         let s = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
         match s("kind") {
-            Some(kind) => Self {
+            Some(kind) => Self::Kind {
                 api_version: s("apiVersion"),
-                kind: Some(kind),
+                kind,
                 name: s("name"),
             },
-            None => Self {
-                api_version: None,
-                kind: None,
-                name: None,
-            },
+            None if crate::config::is_v1alpha1_mapping(m) => Self::V1Alpha1,
+            None => Self::Unmatched,
         }
     }
 
     fn path_root(&self) -> String {
-        self.kind.clone().unwrap_or_default()
+        match self {
+            Self::Kind { kind, .. } => kind.clone(),
+            _ => String::new(),
+        }
     }
 }
 

@@ -213,3 +213,38 @@ fn a_patch_producing_a_bad_type_is_refused() {
     .unwrap_err();
     assert!(matches!(err, PatchError::Result { .. }), "{err}");
 }
+
+#[test]
+fn a_patch_document_without_kind_or_v1alpha1_keys_is_refused() {
+    let err = ConfigPatch::parse("foo: bar\n", "p.yaml")
+        .unwrap()
+        .apply(&v14_cp(), "p.yaml")
+        .unwrap_err();
+    assert!(matches!(err, PatchError::UnknownDocument { .. }), "{err}");
+    assert!(err.to_string().contains("p.yaml"), "{err}");
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// A patch without lists is idempotent, and what it sets is what facts() reads.
+        #[test]
+        fn map_only_patches_are_idempotent(port in 1u32..65536, hostname in "[a-z][a-z0-9-]{0,12}", legacy in any::<bool>()) {
+            let cfg = if legacy { v12_cp() } else { v14_cp() };
+            let patch = format!(
+                "machine:\n  network:\n    hostname: {hostname}\n---\napiVersion: v1alpha1\nkind: KubePrismConfig\nport: {port}\n"
+            );
+            let once = smp(&cfg, &patch);
+            let twice = smp(&once, &patch);
+            prop_assert_eq!(&once, &twice);
+            prop_assert_eq!(once.facts().kube_prism.port, Some(port));
+            let del = "apiVersion: v1alpha1\nkind: KubePrismConfig\n$patch: delete\n";
+            let d1 = smp(&once, del);
+            prop_assert_eq!(&smp(&d1, del), &d1);
+        }
+    }
+}

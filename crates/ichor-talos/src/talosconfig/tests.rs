@@ -203,3 +203,45 @@ fn write_then_load_with_flag() {
     let err = Talosconfig::load(Some(&dir.path().join("missing"))).unwrap_err();
     assert!(err.to_string().contains("--talosconfig"), "{err}");
 }
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ctx() -> impl Strategy<Value = TalosContext> {
+        (
+            prop::collection::vec("[a-z0-9.:]{1,15}", 0..3),
+            prop::option::of(prop::collection::vec("[a-z0-9.]{1,15}", 0..3)),
+            prop::option::of("[A-Za-z0-9+/=]{0,20}"),
+            prop::option::of("[A-Za-z0-9+/=]{0,20}"),
+            prop::option::of("[A-Za-z0-9+/=]{0,20}"),
+        )
+            .prop_map(|(endpoints, nodes, ca, crt, key)| TalosContext {
+                endpoints,
+                nodes,
+                ca,
+                crt,
+                key,
+                extra: Extra::new(),
+            })
+    }
+
+    proptest! {
+        /// parse(serialise(x)) == x and serialisation is deterministic.
+        #[test]
+        fn talosconfig_round_trips(
+            current in prop::option::of("[a-z]{1,8}"),
+            contexts in prop::collection::vec(("[a-z][a-z0-9-]{0,8}", ctx()), 0..4),
+        ) {
+            let cfg = Talosconfig {
+                context: current,
+                contexts: contexts.into_iter().collect(),
+                extra: Extra::new(),
+            };
+            let text = cfg.to_yaml().unwrap();
+            let back = Talosconfig::parse(&text, "prop").unwrap();
+            prop_assert_eq!(&back, &cfg);
+            prop_assert_eq!(back.to_yaml().unwrap(), text);
+        }
+    }
+}
