@@ -415,3 +415,138 @@ async fn ready_wait_gives_up_and_names_what_is_left() {
     );
     assert!(msg.contains("not Ready within 1s"), "{msg}");
 }
+
+/// Spec 1.4: the TalosCluster is built in memory first and Cilium is
+/// installed with the effective values of that object; once the object is
+/// written (through the real API server, CRD and all) and read back, the
+/// controller derives the same values, so it finds the release at its hash.
+/// Covers: R1.4d, R1.5e, R5.1
+#[tokio::test]
+async fn values_installed_equal_the_values_derived_from_the_written_cluster() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    for crd in ichor_api::crds::all() {
+        match crds.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("create CRD: {e}"),
+        }
+    }
+    let store = env.namespace("ichor").await;
+    let ns = env.namespace("kube").await;
+    let in_memory: ichor_api::TalosCluster = serde_json::from_value(json!({
+        "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
+        "metadata": {"name": "adopted", "namespace": store, "annotations": {"ichor.maesh.dev/adopted": "true"}},
+        "spec": {"endpoint": "https://10.0.0.10:6443", "talosVersion": "v1.12.1", "kubernetesVersion": "v1.34.1",
+            "secretsRef": {"name": "bundle"},
+            "cni": {"preset": "cilium", "tunnel": "geneve", "kubeProxy": "replaced",
+                "cilium": {"values": {"hubble": {"relay": {"enabled": true}}}}}}
+    }))
+    .unwrap();
+    let settings = ClusterSettings::from_cluster(&in_memory, 3).unwrap();
+    let home = HelmHome::new();
+    let applied =
+        ichor_cilium::apply_for_cluster(client.clone(), &options(&home, &store, &ns), &settings)
+            .await
+            .unwrap();
+
+    // Write the same object (the CRD may take a moment to be served).
+    let api = Api::<ichor_api::TalosCluster>::namespaced(client.clone(), &store);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let written = loop {
+        match api.create(&PostParams::default(), &in_memory).await {
+            Ok(o) => break o,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("create TalosCluster: {e}"),
+        }
+    };
+    let read_back = api
+        .get(&written.metadata.name.clone().unwrap())
+        .await
+        .unwrap();
+    let derived = ClusterSettings::from_cluster(&read_back, 3).unwrap();
+    assert_eq!(
+        effective_values(&derived).unwrap(),
+        effective_values(&settings).unwrap()
+    );
+    let check = ichor_cilium::check_handover(client.clone(), &store, &ns, &derived)
+        .await
+        .unwrap();
+    assert!(check.at_desired_hash(), "{check:?}");
+    assert_eq!(
+        check.deployed,
+        Some((applied.release.version, applied.values_hash.clone()))
+    );
+    // Not Ready yet (no kubelet): hand-over waits for the DaemonSet.
+    assert!(!check.complete());
+    mark_ready(&client, &ns).await;
+    let check = ichor_cilium::check_handover(client.clone(), &store, &ns, &derived)
+        .await
+        .unwrap();
+    assert!(check.complete(), "{check:?}");
+}
+
+/// Spec case E5 through ichor-cilium: the install dies after its pending
+/// record is written; the rerun holding the CNI lock (exclusive) repairs the
+/// record and finishes as an upgrade, objects intact.
+/// Covers: R1.7c, R5.6
+#[tokio::test]
+async fn rerun_after_a_killed_install_repairs_and_upgrades() {
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let store = env.namespace("ichor").await;
+    let ns = env.namespace("kube").await;
+    let home = HelmHome::new();
+    let settings = ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Enabled, 3);
+    let mut waiting = options(&home, &store, &ns);
+    waiting.apply.wait = true;
+    let (c, o, s) = (client.clone(), waiting.clone(), settings.clone());
+    let task = tokio::spawn(async move { ichor_cilium::apply_for_cluster(c, &o, &s).await });
+    let dss = Api::<DaemonSet>::namespaced(client.clone(), &ns);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while dss.get_opt("cilium").await.unwrap().is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "install never applied the DaemonSet"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    task.abort();
+    let _ = task.await;
+    let uid = dss.get("cilium").await.unwrap().metadata.uid;
+    let v1 = home.json(Tool::Helm4, &["status", "cilium", "--namespace", &store]);
+    assert_eq!(v1["info"]["status"], "pending-install");
+
+    let plain = options(&home, &store, &ns);
+    let err = ichor_cilium::apply_for_cluster(client.clone(), &plain, &settings)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("another operation is in progress since"),
+        "{err}"
+    );
+
+    let mut exclusive = options(&home, &store, &ns);
+    exclusive.apply.exclusive = true;
+    let done = ichor_cilium::apply_for_cluster(client.clone(), &exclusive, &settings)
+        .await
+        .unwrap();
+    assert_eq!(done.release.version, 2);
+    assert_eq!(dss.get("cilium").await.unwrap().metadata.uid, uid);
+    for tool in [Tool::Helm3, Tool::Helm4] {
+        let history = home.json(tool, &["history", "cilium", "--namespace", &store]);
+        let st: Vec<&str> = history
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["status"].as_str().unwrap())
+            .collect();
+        assert_eq!(st, vec!["superseded", "deployed"], "{tool:?}");
+    }
+}
