@@ -1,0 +1,251 @@
+//! The CNI rules of spec 1.6, for both config shapes.
+//!
+//! Preset `cilium`:
+//! - the CNI is `none`: legacy `cluster.network.cni.name: none` (its `urls`
+//!   and `flannel` removed); every `KubeFlannelCNIConfig` document deleted (the
+//!   `$patch: delete` of the spec, which deletes nothing when there is none);
+//!   the `custom-cni` external manifest deleted;
+//! - kube-proxy disabled only for `kubeProxy: replaced` (legacy
+//!   `cluster.proxy.disabled: true`, v1.14 `KubeProxyConfig.enabled: false`),
+//!   on control-plane nodes and on workers whose config has the section;
+//!   for `enabled`, a `disabled: true` / `enabled: false` is taken away;
+//! - KubePrism on (7445 unless the node already has a port);
+//! - the inline cni entry (named [`INLINE_CNI_NAME`]) on control-plane nodes
+//!   only until `CNIHandover=True`: before it, Ichor's manifest when the
+//!   caller gives one (else whatever the node has); from it on, no entry (and
+//!   no taken-over entry either).
+//!
+//! Preset `unmanaged`: the CNI paths stay as the node has them.
+//!
+//! Each rule writes only where the value differs, so a node that already
+//! matches renders byte for byte as it is.
+
+use ichor_api::{CniPreset, KubeProxyMode};
+use serde_yaml_ng::{Mapping, Value};
+
+use crate::path::{self, get, is_v1alpha1, kind_of, remove, set};
+
+/// The name of the inline manifest that carries Cilium before the hand-over.
+pub const INLINE_CNI_NAME: &str = "cilium";
+/// KubePrism's port (Talos's default).
+pub const KUBEPRISM_PORT: u64 = 7445;
+
+/// What the CNI rules need to know.
+#[derive(Debug, Clone, Copy)]
+pub struct CniInput<'a> {
+    /// `spec.cni.preset`.
+    pub preset: CniPreset,
+    /// `spec.cni.kubeProxy`.
+    pub kube_proxy: KubeProxyMode,
+    /// Whether the TalosCluster has `CNIHandover=True`.
+    pub handover: bool,
+    /// Whether the node is a control-plane node (inline manifests live there).
+    pub control_plane: bool,
+    /// Ichor's Cilium manifest to keep inline until the hand-over (`None`: keep what the node has).
+    pub inline_cni: Option<&'a str>,
+    /// The name of an inline manifest taken over from a previous install, removed at the hand-over too.
+    pub taken_over_inline: Option<&'a str>,
+}
+
+/// Applies the CNI rules to the documents of a config.
+pub fn apply(docs: &mut Vec<Mapping>, input: &CniInput<'_>) {
+    if input.preset != CniPreset::Cilium {
+        return;
+    }
+    let multidoc = docs
+        .iter()
+        .filter_map(kind_of)
+        .any(|k| k.starts_with("Kube") && !k.starts_with("KubeSpan"));
+    cni_none(docs, multidoc);
+    kube_proxy(docs, multidoc, input.kube_proxy, input.control_plane);
+    kube_prism(docs, multidoc);
+    if input.control_plane {
+        inline_entry(docs, multidoc, input);
+    }
+}
+
+fn v1alpha1(docs: &mut [Mapping]) -> Option<&mut Mapping> {
+    docs.iter_mut().find(|m| is_v1alpha1(m))
+}
+
+/// Whether the legacy document carries this cluster section (legacy shape, or
+/// a v1.14 config upgraded from an older one that kept its legacy fields).
+fn legacy_has(docs: &mut [Mapping], multidoc: bool, keys: &[&str]) -> bool {
+    match v1alpha1(docs) {
+        Some(v1) => get(v1, keys).is_some() || (!multidoc && v1.contains_key("cluster")),
+        None => false,
+    }
+}
+
+fn cni_none(docs: &mut Vec<Mapping>, multidoc: bool) {
+    if legacy_has(docs, multidoc, &["cluster", "network"])
+        && let Some(v1) = v1alpha1(docs)
+    {
+        set(
+            v1,
+            &["cluster", "network", "cni", "name"],
+            Value::String("none".into()),
+        );
+        remove(v1, &["cluster", "network", "cni", "urls"]);
+        remove(v1, &["cluster", "network", "cni", "flannel"]);
+    }
+    docs.retain(|m| {
+        let kind = kind_of(m);
+        let name = m.get("name").and_then(Value::as_str);
+        kind != Some("KubeFlannelCNIConfig")
+            && !(kind == Some("KubeExternalManifestConfig")
+                && name == Some(ichor_talos::config::CUSTOM_CNI_MANIFEST_NAME))
+    });
+}
+
+fn kube_proxy(docs: &mut [Mapping], multidoc: bool, mode: KubeProxyMode, control_plane: bool) {
+    let replaced = mode == KubeProxyMode::Replaced;
+    let has_section = v1alpha1(docs).is_some_and(|v1| get(v1, &["cluster", "proxy"]).is_some());
+    // kube-proxy is deployed from the control plane; a worker's config says
+    // nothing about it unless it already has the section.
+    if !control_plane && !has_section {
+        return;
+    }
+    if legacy_has(docs, multidoc, &["cluster", "proxy"]) {
+        if let Some(v1) = v1alpha1(docs) {
+            if replaced {
+                set(v1, &["cluster", "proxy", "disabled"], Value::Bool(true));
+            } else if get(v1, &["cluster", "proxy", "disabled"]) == Some(&Value::Bool(true)) {
+                remove(v1, &["cluster", "proxy", "disabled"]);
+            }
+        }
+        return;
+    }
+    for doc in docs
+        .iter_mut()
+        .filter(|m| kind_of(m) == Some("KubeProxyConfig"))
+    {
+        if replaced {
+            set(doc, &["enabled"], Value::Bool(false));
+        } else if doc.get("enabled") == Some(&Value::Bool(false)) {
+            remove(doc, &["enabled"]);
+        }
+    }
+}
+
+fn kube_prism(docs: &mut Vec<Mapping>, multidoc: bool) {
+    if let Some(doc) = docs
+        .iter_mut()
+        .find(|m| kind_of(m) == Some("KubePrismConfig"))
+    {
+        let port = doc.get("port").and_then(Value::as_u64).unwrap_or(0);
+        if port == 0 {
+            set(doc, &["port"], Value::Number(KUBEPRISM_PORT.into()));
+        }
+        return;
+    }
+    if let Some(v1) = v1alpha1(docs)
+        && (get(v1, &["machine", "features", "kubePrism"]).is_some() || !multidoc)
+    {
+        set(
+            v1,
+            &["machine", "features", "kubePrism", "enabled"],
+            Value::Bool(true),
+        );
+        if get(v1, &["machine", "features", "kubePrism", "port"]).is_none() {
+            set(
+                v1,
+                &["machine", "features", "kubePrism", "port"],
+                Value::Number(KUBEPRISM_PORT.into()),
+            );
+        }
+        return;
+    }
+    let mut doc = Mapping::new();
+    doc.insert(
+        "apiVersion".into(),
+        ichor_talos::config::MULTIDOC_API_VERSION.into(),
+    );
+    doc.insert("kind".into(), "KubePrismConfig".into());
+    doc.insert("port".into(), Value::Number(KUBEPRISM_PORT.into()));
+    docs.push(doc);
+}
+
+fn inline_entry(docs: &mut Vec<Mapping>, multidoc: bool, input: &CniInput<'_>) {
+    let name_of = |v: &Value| {
+        v.as_mapping()
+            .and_then(|m| m.get("name"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    if input.handover {
+        let gone = |n: Option<&str>| {
+            n == Some(INLINE_CNI_NAME) || (n.is_some() && n == input.taken_over_inline)
+        };
+        if let Some(v1) = v1alpha1(docs) {
+            let mut now_empty = false;
+            if let Some(list) = path::sequence_mut(v1, &["cluster", "inlineManifests"]) {
+                list.retain(|item| !gone(name_of(item).as_deref()));
+                now_empty = list.is_empty();
+            }
+            if now_empty {
+                remove(v1, &["cluster", "inlineManifests"]);
+            }
+        }
+        docs.retain(|m| {
+            !(kind_of(m) == Some("KubeInlineManifestConfig")
+                && gone(m.get("name").and_then(Value::as_str)))
+        });
+        return;
+    }
+    let Some(manifest) = input.inline_cni else {
+        return;
+    };
+    if let Some(doc) = docs.iter_mut().find(|m| {
+        kind_of(m) == Some("KubeInlineManifestConfig")
+            && m.get("name").and_then(Value::as_str) == Some(INLINE_CNI_NAME)
+    }) {
+        set(doc, &["manifest"], Value::String(manifest.to_owned()));
+        return;
+    }
+    let legacy_list =
+        v1alpha1(docs).is_some_and(|v1| get(v1, &["cluster", "inlineManifests"]).is_some());
+    if multidoc && !legacy_list {
+        let mut doc = Mapping::new();
+        doc.insert(
+            "apiVersion".into(),
+            ichor_talos::config::MULTIDOC_API_VERSION.into(),
+        );
+        doc.insert("kind".into(), "KubeInlineManifestConfig".into());
+        doc.insert("name".into(), INLINE_CNI_NAME.into());
+        doc.insert("manifest".into(), manifest.into());
+        docs.push(doc);
+        return;
+    }
+    let Some(v1) = v1alpha1(docs) else {
+        return;
+    };
+    if !v1.contains_key("cluster") {
+        return;
+    }
+    if get(v1, &["cluster", "inlineManifests"]).is_none() {
+        set(
+            v1,
+            &["cluster", "inlineManifests"],
+            Value::Sequence(Vec::new()),
+        );
+    }
+    if let Some(list) = path::sequence_mut(v1, &["cluster", "inlineManifests"]) {
+        match list
+            .iter_mut()
+            .find(|i| name_of(i).as_deref() == Some(INLINE_CNI_NAME))
+        {
+            Some(item) => {
+                if let Some(m) = item.as_mapping_mut() {
+                    set(m, &["contents"], Value::String(manifest.to_owned()));
+                }
+            }
+            None => {
+                let mut item = Mapping::new();
+                item.insert("name".into(), INLINE_CNI_NAME.into());
+                item.insert("contents".into(), manifest.into());
+                list.push(Value::Mapping(item));
+            }
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Drift: the per-path comparison of a node's live config with its desired
+//! config, each difference classified by [`crate::classes`].
+
+use ichor_api::{DriftClass, DriftEntry};
+use ichor_talos::config::MachineConfig;
+use serde_yaml_ng::{Mapping, Value};
+
+use crate::Error;
+use crate::classes::{self, REDACTED};
+use crate::path::{ConfigPath, document_paths};
+
+/// Longest value text kept in a drift entry (status must stay small).
+pub const MAX_VALUE_LEN: usize = 1024;
+
+/// The drift of one machine: every path where live and desired differ, sorted by path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Drift {
+    /// The differences, sorted by path.
+    pub entries: Vec<DriftEntry>,
+}
+
+impl Drift {
+    /// The highest class present (C > B > A), `None` when nothing differs.
+    pub fn max_class(&self) -> Option<DriftClass> {
+        self.entries.iter().map(|e| e.class).max()
+    }
+
+    /// Entries of one class.
+    pub fn of_class(&self, class: DriftClass) -> impl Iterator<Item = &DriftEntry> {
+        self.entries.iter().filter(move |e| e.class == class)
+    }
+
+    /// Whether Ichor may apply the desired config on its own: some class B
+    /// drift and no class C (the hold is the caller's to check).
+    pub fn is_applicable(&self) -> bool {
+        self.max_class() == Some(DriftClass::B)
+    }
+
+    /// Whether nothing needs doing (no drift, or only class A).
+    pub fn is_clean(&self) -> bool {
+        self.max_class().is_none_or(|c| c == DriftClass::A)
+    }
+}
+
+/// Compares live and desired config per path. A subtree present on one side
+/// only is one entry at its root; keyed lists (items with a `name`) compare
+/// item by item; other lists compare as a whole.
+pub fn compare(live: &MachineConfig, desired: &MachineConfig) -> Result<Drift, Error> {
+    let live = live.to_mappings().map_err(|source| Error::Serialise {
+        what: "live",
+        source,
+    })?;
+    let desired = desired.to_mappings().map_err(|source| Error::Serialise {
+        what: "desired",
+        source,
+    })?;
+    Ok(compare_documents(&live, &desired))
+}
+
+/// [`compare`] over documents already turned into mappings.
+pub fn compare_documents(live: &[Mapping], desired: &[Mapping]) -> Drift {
+    let live_paths = document_paths(live);
+    let desired_paths = document_paths(desired);
+    let mut entries = Vec::new();
+    for (path, d) in desired_paths.iter().zip(desired) {
+        let l = live_paths.iter().position(|p| p == path).map(|i| &live[i]);
+        diff_mapping(path, l, Some(d), &mut entries);
+    }
+    for (path, l) in live_paths.iter().zip(live) {
+        if !desired_paths.contains(path) {
+            diff_mapping(path, Some(l), None, &mut entries);
+        }
+    }
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    Drift { entries }
+}
+
+fn diff_mapping(
+    path: &ConfigPath,
+    live: Option<&Mapping>,
+    desired: Option<&Mapping>,
+    out: &mut Vec<DriftEntry>,
+) {
+    match (live, desired) {
+        (Some(l), Some(d)) => {
+            for (k, dv) in d {
+                let key = key_text(k);
+                diff(&path.key(&key), l.get(k), Some(dv), out);
+            }
+            for (k, lv) in l {
+                if !d.contains_key(k) {
+                    diff(&path.key(&key_text(k)), Some(lv), None, out);
+                }
+            }
+        }
+        (l, d) => {
+            let lv = l.cloned().map(Value::Mapping);
+            let dv = d.cloned().map(Value::Mapping);
+            push(path, lv.as_ref(), dv.as_ref(), out);
+        }
+    }
+}
+
+fn diff(
+    path: &ConfigPath,
+    live: Option<&Value>,
+    desired: Option<&Value>,
+    out: &mut Vec<DriftEntry>,
+) {
+    if live == desired {
+        return;
+    }
+    match (live, desired) {
+        (Some(Value::Mapping(l)), Some(Value::Mapping(d))) => {
+            diff_mapping(path, Some(l), Some(d), out)
+        }
+        (l, d) if keyed_or_absent(l) && keyed_or_absent(d) => {
+            let empty = Vec::new();
+            let l = l.and_then(Value::as_sequence).unwrap_or(&empty);
+            let d = d.and_then(Value::as_sequence).unwrap_or(&empty);
+            for di in d {
+                let name = item_name(di);
+                let li = l.iter().find(|x| item_name(x) == name);
+                diff(&path.item(name), li, Some(di), out);
+            }
+            for li in l {
+                let name = item_name(li);
+                if !d.iter().any(|x| item_name(x) == name) {
+                    diff(&path.item(name), Some(li), None, out);
+                }
+            }
+        }
+        _ => push(path, live, desired, out),
+    }
+}
+
+fn push(
+    path: &ConfigPath,
+    live: Option<&Value>,
+    desired: Option<&Value>,
+    out: &mut Vec<DriftEntry>,
+) {
+    let (class, reason) = classes::classify(path, live, desired);
+    let secret = classes::is_secret(path);
+    let show = |v: Option<&Value>| {
+        v.map(|v| {
+            if secret {
+                REDACTED.to_owned()
+            } else {
+                value_text(v)
+            }
+        })
+    };
+    out.push(DriftEntry {
+        path: path.to_string(),
+        class,
+        live: show(live),
+        desired: show(desired),
+        reason: Some(reason.to_owned()),
+    });
+}
+
+/// A keyed list, or nothing (so a keyed list added or removed as a whole is
+/// still reported item by item); at least one side is a list.
+fn keyed_or_absent(v: Option<&Value>) -> bool {
+    match v {
+        None => true,
+        Some(Value::Sequence(s)) => keyed(s),
+        Some(_) => false,
+    }
+}
+
+/// A list is keyed when every item is a mapping with a distinct string `name`.
+fn keyed(items: &[Value]) -> bool {
+    let names: Vec<&str> = items
+        .iter()
+        .filter_map(|i| i.as_mapping()?.get("name")?.as_str())
+        .collect();
+    !items.is_empty()
+        && names.len() == items.len()
+        && names
+            .iter()
+            .enumerate()
+            .all(|(i, n)| !names[..i].contains(n))
+}
+
+fn item_name(v: &Value) -> &str {
+    v.as_mapping()
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+fn key_text(k: &Value) -> String {
+    match k {
+        Value::String(s) => s.clone(),
+        other => value_text(other),
+    }
+}
+
+/// A value as drift shows it: scalars as text, the rest as YAML; long values cut.
+pub fn value_text(v: &Value) -> String {
+    let text = match v {
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::Null => "null".to_owned(),
+        other => serde_yaml_ng::to_string(other)
+            .unwrap_or_default()
+            .trim_end()
+            .to_owned(),
+    };
+    if text.len() <= MAX_VALUE_LEN {
+        return text;
+    }
+    let mut cut = MAX_VALUE_LEN;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}… ({} bytes in all)", &text[..cut], text.len())
+}

@@ -1,0 +1,285 @@
+//! Paths into a machine config, across documents.
+//!
+//! A path names one node of the config tree: the document, then mapping keys
+//! and keyed list items. It is written the way people read configs:
+//!
+//! - `cluster.network.cni.name` — a key of the legacy `v1alpha1` document;
+//! - `KubeProxyConfig.enabled` — a key of a multi-document kind;
+//! - `KubeInlineManifestConfig[cilium].manifest` — a named document;
+//! - `cluster.inlineManifests[cilium].contents` — a list item found by its `name`;
+//! - `machine.nodeLabels["node.kubernetes.io/exclude"]` — a key with dots.
+
+use std::fmt;
+
+use serde_yaml_ng::{Mapping, Value};
+
+/// One step of a [`ConfigPath`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Segment {
+    /// A mapping key (or, first, the kind of a multi-document kind).
+    Key(String),
+    /// A list item or a document, found by its `name` (`#2` for the second unnamed document of a kind).
+    Item(String),
+}
+
+/// A path into a machine config (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConfigPath(pub Vec<Segment>);
+
+impl ConfigPath {
+    /// The path with one more key.
+    pub fn key(&self, k: &str) -> ConfigPath {
+        let mut v = self.0.clone();
+        v.push(Segment::Key(k.to_owned()));
+        ConfigPath(v)
+    }
+
+    /// The path with one more item.
+    pub fn item(&self, name: &str) -> ConfigPath {
+        let mut v = self.0.clone();
+        v.push(Segment::Item(name.to_owned()));
+        ConfigPath(v)
+    }
+
+    /// Whether this path is `pattern` or lies under it. `pattern` uses the
+    /// display syntax; `*` matches any one key and `[*]` any one item. The
+    /// empty pattern matches every path.
+    pub fn is_under(&self, pattern: &str) -> bool {
+        let pat = parse_pattern(pattern);
+        pat.len() <= self.0.len()
+            && pat.iter().zip(&self.0).all(|(p, s)| match (p, s) {
+                (Segment::Key(p), Segment::Key(s)) | (Segment::Item(p), Segment::Item(s)) => {
+                    p == "*" || p == s
+                }
+                _ => false,
+            })
+    }
+
+    /// Whether `pattern` lies under this path (this path is an ancestor of it, or equal).
+    pub fn is_ancestor_of(&self, pattern: &str) -> bool {
+        let pat = parse_pattern(pattern);
+        self.0.len() <= pat.len()
+            && self.0.iter().zip(&pat).all(|(s, p)| match (p, s) {
+                (Segment::Key(p), Segment::Key(s)) | (Segment::Item(p), Segment::Item(s)) => {
+                    p == "*" || p == s
+                }
+                _ => false,
+            })
+    }
+}
+
+impl fmt::Display for ConfigPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, seg) in self.0.iter().enumerate() {
+            match seg {
+                Segment::Key(k) if needs_quotes(k) => write!(f, "[{k:?}]")?,
+                Segment::Key(k) if i == 0 => write!(f, "{k}")?,
+                Segment::Key(k) => write!(f, ".{k}")?,
+                Segment::Item(n) => write!(f, "[{n}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+fn needs_quotes(k: &str) -> bool {
+    k.is_empty() || k.contains(['.', '[', ']', '"', ' '])
+}
+
+/// Parses a pattern in display syntax (no quoted keys needed in patterns).
+fn parse_pattern(pattern: &str) -> Vec<Segment> {
+    let mut out = Vec::new();
+    for token in pattern.split('.').filter(|t| !t.is_empty()) {
+        let mut rest = token;
+        if let Some(open) = rest.find('[') {
+            if open > 0 {
+                out.push(Segment::Key(rest[..open].to_owned()));
+            }
+            rest = &rest[open..];
+            while let Some(stripped) = rest.strip_prefix('[') {
+                let close = stripped.find(']').unwrap_or(stripped.len());
+                out.push(Segment::Item(stripped[..close].to_owned()));
+                rest = stripped.get(close + 1..).unwrap_or("");
+            }
+        } else {
+            out.push(Segment::Key(rest.to_owned()));
+        }
+    }
+    out
+}
+
+/// Whether a mapping is the legacy `v1alpha1` document (as Talos decides:
+/// no `kind`, and one of `version`, `machine`, `cluster`, `debug`, `persist`).
+pub(crate) fn is_v1alpha1(m: &Mapping) -> bool {
+    !m.contains_key("kind")
+        && ["version", "machine", "cluster", "debug", "persist"]
+            .iter()
+            .any(|k| m.contains_key(*k))
+}
+
+/// The `kind` of a multi-document kind.
+pub(crate) fn kind_of(m: &Mapping) -> Option<&str> {
+    m.get("kind").and_then(Value::as_str)
+}
+
+/// The path of every document, in order: `[]` for `v1alpha1`, `Kind` or
+/// `Kind[name]` for the others (`Kind[#n]` for the n-th unnamed one of a kind).
+pub(crate) fn document_paths(docs: &[Mapping]) -> Vec<ConfigPath> {
+    let mut seen: Vec<(String, usize)> = Vec::new();
+    docs.iter()
+        .map(|m| {
+            if is_v1alpha1(m) {
+                return ConfigPath::default();
+            }
+            let kind = kind_of(m).unwrap_or("<no kind>").to_owned();
+            let base = ConfigPath::default().key(&kind);
+            match m.get("name").and_then(Value::as_str) {
+                Some(name) => base.item(name),
+                None => {
+                    let n = match seen.iter_mut().find(|(k, _)| *k == kind) {
+                        Some((_, n)) => {
+                            *n += 1;
+                            *n
+                        }
+                        None => {
+                            seen.push((kind.clone(), 1));
+                            1
+                        }
+                    };
+                    if n == 1 {
+                        base
+                    } else {
+                        base.item(&format!("#{n}"))
+                    }
+                }
+            }
+        })
+        .collect()
+}
+
+/// The value at `keys` under a mapping.
+pub(crate) fn get<'a>(m: &'a Mapping, keys: &[&str]) -> Option<&'a Value> {
+    let (first, rest) = keys.split_first()?;
+    let v = m.get(*first)?;
+    if rest.is_empty() {
+        Some(v)
+    } else {
+        get(v.as_mapping()?, rest)
+    }
+}
+
+/// Sets the value at `keys`, creating mappings on the way (a non-mapping on
+/// the way is replaced). Returns whether anything changed.
+pub(crate) fn set(m: &mut Mapping, keys: &[&str], value: Value) -> bool {
+    let Some((first, rest)) = keys.split_first() else {
+        return false;
+    };
+    if rest.is_empty() {
+        if m.get(*first) == Some(&value) {
+            return false;
+        }
+        m.insert(Value::String((*first).to_owned()), value);
+        return true;
+    }
+    let child = m
+        .entry(Value::String((*first).to_owned()))
+        .or_insert_with(|| Value::Mapping(Mapping::new()));
+    if !child.is_mapping() {
+        *child = Value::Mapping(Mapping::new());
+    }
+    match child.as_mapping_mut() {
+        Some(cm) => set(cm, rest, value),
+        None => false,
+    }
+}
+
+/// Sets the value at `keys` only when the parent mapping exists. Returns whether anything changed.
+pub(crate) fn set_existing(m: &mut Mapping, keys: &[&str], value: Value) -> bool {
+    let Some((last, parents)) = keys.split_last() else {
+        return false;
+    };
+    let parent = if parents.is_empty() {
+        Some(m)
+    } else {
+        get_mut(m, parents).and_then(Value::as_mapping_mut)
+    };
+    match parent {
+        Some(p) if p.get(*last) != Some(&value) => {
+            p.insert(Value::String((*last).to_owned()), value);
+            true
+        }
+        _ => false,
+    }
+}
+
+fn get_mut<'a>(m: &'a mut Mapping, keys: &[&str]) -> Option<&'a mut Value> {
+    let (first, rest) = keys.split_first()?;
+    let v = m.get_mut(*first)?;
+    if rest.is_empty() {
+        Some(v)
+    } else {
+        get_mut(v.as_mapping_mut()?, rest)
+    }
+}
+
+/// The mapping at `keys`, mutable.
+pub(crate) fn mapping_mut<'a>(m: &'a mut Mapping, keys: &[&str]) -> Option<&'a mut Mapping> {
+    if keys.is_empty() {
+        return Some(m);
+    }
+    get_mut(m, keys).and_then(Value::as_mapping_mut)
+}
+
+/// The list at `keys`, mutable.
+pub(crate) fn sequence_mut<'a>(m: &'a mut Mapping, keys: &[&str]) -> Option<&'a mut Vec<Value>> {
+    get_mut(m, keys).and_then(Value::as_sequence_mut)
+}
+
+/// Removes the value at `keys`. Returns whether anything changed.
+pub(crate) fn remove(m: &mut Mapping, keys: &[&str]) -> bool {
+    let Some((last, parents)) = keys.split_last() else {
+        return false;
+    };
+    match mapping_mut(m, parents) {
+        Some(p) => p.shift_remove(*last).is_some(),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_and_patterns() {
+        let p = ConfigPath::default()
+            .key("cluster")
+            .key("inlineManifests")
+            .item("cilium")
+            .key("contents");
+        assert_eq!(p.to_string(), "cluster.inlineManifests[cilium].contents");
+        assert!(p.is_under("cluster.inlineManifests[cilium]"));
+        assert!(p.is_under("cluster.inlineManifests[*]"));
+        assert!(p.is_under("cluster.inlineManifests"));
+        assert!(p.is_under(""));
+        assert!(!p.is_under("cluster.inlineManifests[other]"));
+        assert!(!p.is_under("cluster.network"));
+        let d = ConfigPath::default().key("KubeProxyConfig").key("enabled");
+        assert_eq!(d.to_string(), "KubeProxyConfig.enabled");
+        assert!(d.is_under("KubeProxyConfig"));
+        let l = ConfigPath::default()
+            .key("machine")
+            .key("nodeLabels")
+            .key("node.kubernetes.io/x");
+        assert_eq!(
+            l.to_string(),
+            "machine.nodeLabels[\"node.kubernetes.io/x\"]"
+        );
+        assert!(l.is_under("machine.nodeLabels"));
+        assert!(
+            ConfigPath::default()
+                .key("cluster")
+                .is_ancestor_of("cluster.ca.key")
+        );
+    }
+}

@@ -1,0 +1,234 @@
+//! The desired config of one node.
+//!
+//! desired = the node's live config (the base: every path Ichor does not own
+//! is kept as it is) + the paths Ichor owns, from the TalosCluster and the
+//! TalosMachine + the machine's patches, in order. Pure and deterministic:
+//! the same input always gives the same bytes.
+
+use ichor_api::conditions::{self, types};
+use ichor_api::{MachineRole, TalosCluster, TalosClusterSpec, TalosMachine, TalosMachineSpec};
+use ichor_talos::config::MachineConfig;
+use ichor_talos::patch::ConfigPatch;
+use serde_yaml_ng::{Mapping, Value};
+use sha2::{Digest, Sha256};
+
+use crate::Error;
+use crate::cni::{self, CniInput};
+use crate::path::{get, is_v1alpha1, kind_of, set, set_existing};
+
+/// Everything a render needs. Build it with [`RenderInput::from_objects`] or by hand.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderInput<'a> {
+    /// The TalosMachine's name (for messages).
+    pub machine_name: &'a str,
+    /// The cluster's spec.
+    pub cluster: &'a TalosClusterSpec,
+    /// Whether the cluster has `CNIHandover=True`.
+    pub cni_handover: bool,
+    /// The machine's spec.
+    pub machine: &'a TalosMachineSpec,
+    /// The config the node runs now.
+    pub live: &'a MachineConfig,
+    /// Ichor's Cilium manifest to keep inline until the hand-over (ichor init); `None` keeps what the node has.
+    pub inline_cni: Option<&'a str>,
+    /// The name of an inline CNI manifest taken over from the user, removed at the hand-over.
+    pub taken_over_inline: Option<&'a str>,
+}
+
+impl<'a> RenderInput<'a> {
+    /// The input for a machine of a cluster; the hand-over comes from the
+    /// cluster's `CNIHandover` condition.
+    pub fn from_objects(
+        cluster: &'a TalosCluster,
+        machine: &'a TalosMachine,
+        live: &'a MachineConfig,
+    ) -> Self {
+        let handover = cluster
+            .status
+            .as_ref()
+            .is_some_and(|s| conditions::is_true(&s.conditions, types::CNI_HANDOVER));
+        RenderInput {
+            machine_name: machine.metadata.name.as_deref().unwrap_or("<unnamed>"),
+            cluster: &cluster.spec,
+            cni_handover: handover,
+            machine: &machine.spec,
+            live,
+            inline_cni: None,
+            taken_over_inline: None,
+        }
+    }
+}
+
+/// A rendered desired config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    /// The desired config.
+    pub config: MachineConfig,
+}
+
+impl Rendered {
+    /// The desired config as the YAML Ichor applies.
+    pub fn yaml(&self) -> Result<String, Error> {
+        self.config.to_yaml().map_err(|source| Error::Serialise {
+            what: "desired",
+            source,
+        })
+    }
+
+    /// SHA-256 of [`Rendered::yaml`], hex (for `status.configHash`).
+    pub fn hash(&self) -> Result<String, Error> {
+        Ok(hex::encode(Sha256::digest(self.yaml()?.as_bytes())))
+    }
+}
+
+/// Renders the desired config of one node.
+pub fn render(input: &RenderInput<'_>) -> Result<Rendered, Error> {
+    let mut docs = input
+        .live
+        .to_mappings()
+        .map_err(|source| Error::Serialise {
+            what: "live",
+            source,
+        })?;
+    cluster_paths(&mut docs, input.cluster);
+    cni::apply(
+        &mut docs,
+        &CniInput {
+            preset: input.cluster.cni.preset,
+            kube_proxy: input.cluster.cni.kube_proxy,
+            handover: input.cni_handover,
+            control_plane: input.machine.role == MachineRole::Controlplane,
+            inline_cni: input.inline_cni,
+            taken_over_inline: input.taken_over_inline,
+        },
+    );
+    let origin = format!("the render of TalosMachine {}", input.machine_name);
+    let mut config =
+        MachineConfig::from_mappings(docs, &origin).map_err(|source| Error::Rendered {
+            machine: input.machine_name.to_owned(),
+            source,
+        })?;
+    for patch in &input.machine.patches {
+        let origin = format!("{:?} of TalosMachine {}", patch.name, input.machine_name);
+        let parsed = ConfigPatch::parse(&patch.inline, &origin).map_err(|source| Error::Patch {
+            machine: input.machine_name.to_owned(),
+            patch: patch.name.clone(),
+            source: Box::new(source),
+        })?;
+        config = parsed
+            .apply(&config, &origin)
+            .map_err(|source| Error::Patch {
+                machine: input.machine_name.to_owned(),
+                patch: patch.name.clone(),
+                source: Box::new(source),
+            })?;
+    }
+    Ok(Rendered { config })
+}
+
+/// The image paths that carry the Kubernetes version: (legacy keys, multi-document kind).
+const VERSIONED_IMAGES: &[(&[&str], &str)] = &[
+    (&["machine", "kubelet", "image"], "KubeletConfig"),
+    (&["cluster", "apiServer", "image"], "KubeAPIServerConfig"),
+    (
+        &["cluster", "controllerManager", "image"],
+        "KubeControllerManagerConfig",
+    ),
+    (&["cluster", "scheduler", "image"], "KubeSchedulerConfig"),
+    (&["cluster", "proxy", "image"], "KubeProxyConfig"),
+];
+
+/// Ichor-owned cluster paths, written only where the node's config has them
+/// (a worker's v1.14 config, for example, carries no cluster-wide settings).
+fn cluster_paths(docs: &mut [Mapping], spec: &TalosClusterSpec) {
+    let endpoint = Value::String(spec.endpoint.clone());
+    let subnets =
+        |v: &[String]| Value::Sequence(v.iter().map(|s| Value::String(s.clone())).collect());
+    for doc in docs.iter_mut() {
+        if is_v1alpha1(doc) {
+            set_existing(
+                doc,
+                &["cluster", "controlPlane", "endpoint"],
+                endpoint.clone(),
+            );
+            if !spec.network.pod_subnets.is_empty() {
+                set_existing(
+                    doc,
+                    &["cluster", "network", "podSubnets"],
+                    subnets(&spec.network.pod_subnets),
+                );
+            }
+            if !spec.network.service_subnets.is_empty() {
+                set_existing(
+                    doc,
+                    &["cluster", "network", "serviceSubnets"],
+                    subnets(&spec.network.service_subnets),
+                );
+            }
+            for (keys, _) in VERSIONED_IMAGES {
+                retag_at(doc, keys, &spec.kubernetes_version);
+            }
+            continue;
+        }
+        match kind_of(doc).unwrap_or_default() {
+            "KubeClusterConfig" => {
+                set(doc, &["endpoint"], endpoint.clone());
+            }
+            "KubeNetworkConfig" => {
+                if !spec.network.pod_subnets.is_empty() {
+                    set(doc, &["podSubnets"], subnets(&spec.network.pod_subnets));
+                }
+                if !spec.network.service_subnets.is_empty() {
+                    set(
+                        doc,
+                        &["serviceSubnets"],
+                        subnets(&spec.network.service_subnets),
+                    );
+                }
+            }
+            kind => {
+                if VERSIONED_IMAGES.iter().any(|(_, k)| *k == kind) {
+                    retag_at(doc, &["image"], &spec.kubernetes_version);
+                }
+            }
+        }
+    }
+}
+
+fn retag_at(doc: &mut Mapping, keys: &[&str], version: &str) {
+    if let Some(image) = get(doc, keys).and_then(Value::as_str) {
+        let new = retag(image, version);
+        if new != image {
+            set(doc, keys, Value::String(new));
+        }
+    }
+}
+
+/// `image` with its tag set to `tag` (a digest is dropped; the repository is kept).
+pub fn retag(image: &str, tag: &str) -> String {
+    let no_digest = image.split('@').next().unwrap_or(image);
+    let slash = no_digest.rfind('/').map_or(0, |i| i + 1);
+    let repo = match no_digest[slash..].rfind(':') {
+        Some(i) => &no_digest[..slash + i],
+        None => no_digest,
+    };
+    format!("{repo}:{tag}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retag;
+
+    #[test]
+    fn retag_keeps_the_repository() {
+        assert_eq!(
+            retag("ghcr.io/siderolabs/kubelet:v1.28.0", "v1.34.1"),
+            "ghcr.io/siderolabs/kubelet:v1.34.1"
+        );
+        assert_eq!(
+            retag("localhost:5000/kubelet", "v1.34.1"),
+            "localhost:5000/kubelet:v1.34.1"
+        );
+        assert_eq!(retag("r.io/k:v1@sha256:ab", "v2"), "r.io/k:v2");
+    }
+}

@@ -1,0 +1,457 @@
+//! Render and drift on real Talos configs, both shapes.
+
+mod common;
+
+use common::*;
+use ichor_api::{CniPreset, DriftClass, KubeProxyMode, MachineRole};
+use ichor_render::{ConfigPath, INLINE_CNI_NAME, compare};
+use pretty_assertions::assert_eq;
+use serde_yaml_ng::{Mapping, Value};
+
+/// The CNI-relevant paths of spec 1.6, in both shapes.
+const CNI_PATHS: &[&str] = &[
+    "cluster.network.cni",
+    "cluster.proxy",
+    "cluster.inlineManifests",
+    "machine.features.kubePrism",
+    "KubeFlannelCNIConfig",
+    "KubeProxyConfig",
+    "KubePrismConfig",
+    "KubeInlineManifestConfig",
+    "KubeExternalManifestConfig",
+];
+
+/// The YAML bytes of one CNI path (a key path in the v1alpha1 document, or
+/// every document of a kind), for byte comparison.
+fn cni_path_bytes(cfg: &ichor_talos::config::MachineConfig, path: &str) -> String {
+    let docs = cfg.to_mappings().expect("mappings");
+    let mut out = String::new();
+    if path.starts_with(|c: char| c.is_ascii_uppercase()) {
+        for d in docs
+            .iter()
+            .filter(|d| d.get("kind").and_then(Value::as_str) == Some(path))
+        {
+            out.push_str(&serde_yaml_ng::to_string(d).expect("yaml"));
+            out.push_str("---\n");
+        }
+        return out;
+    }
+    let v1: Option<&Mapping> = docs.iter().find(|d| !d.contains_key("kind"));
+    let mut cur = v1.map(|m| Value::Mapping(m.clone()));
+    for k in path.split('.') {
+        cur = cur.and_then(|v| v.as_mapping().and_then(|m| m.get(k)).cloned());
+    }
+    cur.map(|v| serde_yaml_ng::to_string(&v).expect("yaml"))
+        .unwrap_or_else(|| "<absent>".into())
+}
+
+fn cni_none_cases() -> Vec<(&'static str, KubeProxyMode, String)> {
+    let mut cases = Vec::new();
+    for f in [
+        "v1.12-cni-none-controlplane.yaml",
+        "v1.12-cni-none-worker.yaml",
+        "v1.14-cni-none-controlplane.yaml",
+        "v1.14-cni-none-worker.yaml",
+    ] {
+        let text = own_fixture(f);
+        cases.push((f, KubeProxyMode::Enabled, text.clone()));
+        // The same node with kube-proxy disabled (what `replaced` records).
+        let replaced = if f.starts_with("v1.12") {
+            text.replacen("    proxy:\n", "    proxy:\n        disabled: true\n", 1)
+        } else {
+            text.replacen(
+                "kind: KubeProxyConfig\n",
+                "kind: KubeProxyConfig\nenabled: false\n",
+                1,
+            )
+        };
+        if replaced != text || f.ends_with("worker.yaml") {
+            cases.push((f, KubeProxyMode::Replaced, replaced));
+        }
+    }
+    cases
+}
+
+/// Spec 1.6: with the cilium preset and CNIHandover=True, the render of a
+/// `cni.name: none` live config equals it byte for byte on every
+/// CNI-relevant path (and everywhere else), for both shapes and both
+/// kube-proxy modes; drift is empty.
+/// Covers: R1.6
+#[test]
+fn cni_none_renders_byte_equal_on_cni_paths() {
+    for (file, mode, text) in cni_none_cases() {
+        let live = parse(&text);
+        let spec = cluster(CniPreset::Cilium, mode);
+        let m = machine(role_of(file), &[]);
+        let desired = render(&spec, &m, &live, true, None);
+        for path in CNI_PATHS {
+            assert_eq!(
+                cni_path_bytes(&desired.config, path),
+                cni_path_bytes(&live, path),
+                "{file} ({mode:?}): path {path} differs"
+            );
+        }
+        assert_eq!(
+            desired.yaml().expect("yaml"),
+            live.to_yaml().expect("yaml"),
+            "{file} ({mode:?})"
+        );
+        let drift = compare(&live, &desired.config).expect("drift");
+        assert!(
+            drift.entries.is_empty(),
+            "{file} ({mode:?}): {:#?}",
+            drift.entries
+        );
+    }
+}
+
+/// Spec 1.6: before the hand-over the inline cni entry is rendered (class B
+/// drift on a control-plane node); from the hand-over on, it is gone.
+/// Covers: R1.6, R1.5e
+#[test]
+fn inline_cni_entry_only_until_handover() {
+    for file in [
+        "v1.12-cni-none-controlplane.yaml",
+        "v1.14-cni-none-controlplane.yaml",
+    ] {
+        let live = parse(&own_fixture(file));
+        let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
+        let m = machine(MachineRole::Controlplane, &[]);
+        let before = render(
+            &spec,
+            &m,
+            &live,
+            false,
+            Some("apiVersion: v1\nkind: List\n"),
+        );
+        let drift = compare(&live, &before.config).expect("drift");
+        assert_eq!(drift.entries.len(), 1, "{file}: {:#?}", drift.entries);
+        let e = &drift.entries[0];
+        assert!(
+            e.path.contains(&format!("[{INLINE_CNI_NAME}]")),
+            "{file}: {}",
+            e.path
+        );
+        assert_eq!(e.class, DriftClass::B);
+
+        // After the hand-over, a node that still has the entry loses it.
+        let after = render(
+            &spec,
+            &m,
+            &before.config,
+            true,
+            Some("apiVersion: v1\nkind: List\n"),
+        );
+        assert_eq!(
+            after.yaml().expect("yaml"),
+            live.to_yaml().expect("yaml"),
+            "{file}"
+        );
+        let drift = compare(&before.config, &after.config).expect("drift");
+        assert_eq!(drift.entries.len(), 1);
+        assert_eq!(drift.entries[0].class, DriftClass::B);
+        assert!(drift.entries[0].desired.is_none());
+
+        // Without a manifest from the caller, the node's entry is kept before the hand-over.
+        let kept = render(&spec, &m, &before.config, false, None);
+        assert_eq!(kept.config, before.config);
+    }
+}
+
+/// A worker never gets the inline entry (inline manifests live on control-plane nodes).
+#[test]
+fn workers_get_no_inline_entry() {
+    let live = parse(&own_fixture("v1.12-cni-none-worker.yaml"));
+    let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
+    let out = render(
+        &spec,
+        &machine(MachineRole::Worker, &[]),
+        &live,
+        false,
+        Some("x: y\n"),
+    );
+    assert_eq!(out.config, live);
+}
+
+/// The cilium preset on a flannel node: the CNI change is class C (Ichor
+/// never switches a running cluster's CNI on its own), in both shapes.
+/// Covers: R1.6
+#[test]
+fn cilium_preset_on_flannel_is_class_c() {
+    let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
+    let cases = [
+        (
+            "stability-v1.12/base-controlplane.yaml",
+            "cluster.network.cni",
+        ),
+        (
+            "stability-v1.14/base-controlplane.yaml",
+            "KubeFlannelCNIConfig",
+        ),
+    ];
+    for (file, path) in cases {
+        let live = parse(&shared_fixture(file));
+        let desired = render(
+            &spec,
+            &machine(MachineRole::Controlplane, &[]),
+            &live,
+            true,
+            None,
+        );
+        let drift = compare(&live, &desired.config).expect("drift");
+        let paths: Vec<(&str, DriftClass)> = drift
+            .entries
+            .iter()
+            .map(|e| (e.path.as_str(), e.class))
+            .collect();
+        assert_eq!(paths, vec![(path, DriftClass::C)], "{file}");
+        assert!(!drift.is_applicable());
+        assert_eq!(drift.max_class(), Some(DriftClass::C));
+    }
+}
+
+/// `replaced` disables kube-proxy (legacy `cluster.proxy.disabled`, v1.14
+/// `KubeProxyConfig.enabled: false`) — class C on a node that runs it.
+#[test]
+fn replaced_disables_kube_proxy_as_class_c() {
+    let spec = cluster(CniPreset::Cilium, KubeProxyMode::Replaced);
+    for (file, path) in [
+        ("v1.12-cni-none-controlplane.yaml", "cluster.proxy.disabled"),
+        (
+            "v1.14-cni-none-controlplane.yaml",
+            "KubeProxyConfig.enabled",
+        ),
+    ] {
+        let live = parse(&own_fixture(file));
+        let desired = render(
+            &spec,
+            &machine(MachineRole::Controlplane, &[]),
+            &live,
+            true,
+            None,
+        );
+        let drift = compare(&live, &desired.config).expect("drift");
+        assert_eq!(drift.entries.len(), 1, "{file}: {:#?}", drift.entries);
+        assert_eq!(drift.entries[0].path, path);
+        assert_eq!(drift.entries[0].class, DriftClass::C);
+        assert_eq!(
+            drift.entries[0].desired.as_deref(),
+            Some(if path.ends_with("disabled") {
+                "true"
+            } else {
+                "false"
+            })
+        );
+    }
+}
+
+/// KubePrism is turned on by the cilium preset, class B, in both shapes.
+#[test]
+fn kubeprism_is_turned_on_as_class_b() {
+    let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
+    let v12 = own_fixture("v1.12-cni-none-controlplane.yaml").replacen(
+        "        kubePrism:\n            enabled: true\n            port: 7445\n",
+        "",
+        1,
+    );
+    let v14 = own_fixture("v1.14-cni-none-controlplane.yaml").replacen(
+        "---\napiVersion: v1alpha1\nkind: KubePrismConfig\nport: 7445\n",
+        "",
+        1,
+    );
+    for (name, text, path) in [
+        ("v1.12", v12, "machine.features.kubePrism"),
+        ("v1.14", v14, "KubePrismConfig"),
+    ] {
+        let live = parse(&text);
+        let desired = render(
+            &spec,
+            &machine(MachineRole::Controlplane, &[]),
+            &live,
+            true,
+            None,
+        );
+        let drift = compare(&live, &desired.config).expect("drift");
+        let paths: Vec<(&str, DriftClass)> = drift
+            .entries
+            .iter()
+            .map(|e| (e.path.as_str(), e.class))
+            .collect();
+        assert_eq!(paths, vec![(path, DriftClass::B)], "{name}");
+        assert!(drift.is_applicable());
+    }
+}
+
+/// Unmanaged: the CNI paths stay as the node has them (flannel, custom), so
+/// nothing drifts, and every other path is kept as it is.
+#[test]
+fn unmanaged_keeps_cni_paths() {
+    for file in [
+        "stability-v1.12/base-controlplane.yaml",
+        "stability-v1.12/base-worker.yaml",
+        "stability-v1.14/base-controlplane.yaml",
+        "stability-v1.14/base-worker.yaml",
+    ] {
+        let live = parse(&shared_fixture(file));
+        let spec = cluster(CniPreset::Unmanaged, KubeProxyMode::Enabled);
+        let out = render(&spec, &machine(role_of(file), &[]), &live, false, None);
+        assert_eq!(
+            out.yaml().expect("yaml"),
+            live.to_yaml().expect("yaml"),
+            "{file}"
+        );
+    }
+}
+
+/// Paths Ichor does not own are kept byte for byte, even on a node with a
+/// custom CNI, another DNS domain and API port (the overrides fixtures):
+/// only the Ichor-owned paths that differ from the spec show up.
+#[test]
+fn paths_ichor_does_not_own_are_kept() {
+    let live = parse(&shared_fixture(
+        "stability-v1.12/overrides-controlplane.yaml",
+    ));
+    let spec = cluster(CniPreset::Unmanaged, KubeProxyMode::Enabled);
+    let out = render(
+        &spec,
+        &machine(MachineRole::Controlplane, &[]),
+        &live,
+        false,
+        None,
+    );
+    let drift = compare(&live, &out.config).expect("drift");
+    for e in &drift.entries {
+        assert!(
+            [
+                "cluster.controlPlane.endpoint",
+                "machine.kubelet.image",
+                "cluster.apiServer.image"
+            ]
+            .iter()
+            .any(|p| e.path.starts_with(p))
+                || e.path.ends_with(".image"),
+            "unexpected drift at {}",
+            e.path
+        );
+    }
+    let live_docs = live.to_mappings().expect("mappings");
+    let out_docs = out.config.to_mappings().expect("mappings");
+    assert_eq!(
+        live_docs[1..],
+        out_docs[1..],
+        "documents other than v1alpha1 are untouched"
+    );
+}
+
+/// A Kubernetes version change in the spec renders new image tags: class C
+/// (an upgrade goes through a TalosOperation).
+#[test]
+fn kubernetes_version_change_is_class_c() {
+    let live = parse(&own_fixture("v1.14-cni-none-controlplane.yaml"));
+    let mut spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
+    spec.kubernetes_version = "v1.29.1".into();
+    let out = render(
+        &spec,
+        &machine(MachineRole::Controlplane, &[]),
+        &live,
+        true,
+        None,
+    );
+    let drift = compare(&live, &out.config).expect("drift");
+    let paths: Vec<&str> = drift.entries.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        vec![
+            "KubeAPIServerConfig.image",
+            "KubeControllerManagerConfig.image",
+            "KubeProxyConfig.image",
+            "KubeSchedulerConfig.image",
+            "KubeletConfig.image",
+        ]
+    );
+    assert!(drift.entries.iter().all(|e| e.class == DriftClass::C));
+    assert!(drift.entries.iter().any(|e| {
+        e.reason
+            .as_deref()
+            .is_some_and(|r| r.contains("kubernetes-upgrade"))
+    }));
+}
+
+/// Patches apply after Ichor's paths; a label is class B, an unknown path C,
+/// and a secret's value never shows in drift.
+#[test]
+fn patches_are_classified_and_secrets_redacted() {
+    let live = parse(&own_fixture("v1.12-cni-none-controlplane.yaml"));
+    let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
+    let m = machine(
+        MachineRole::Controlplane,
+        &[
+            ("labels", "machine:\n  nodeLabels:\n    zone: a\n"),
+            ("secret", "cluster:\n  secret: c2VjcmV0\n"),
+            ("unknown", "machine:\n  somethingNew: 1\n"),
+        ],
+    );
+    let out = render(&spec, &m, &live, true, None);
+    let drift = compare(&live, &out.config).expect("drift");
+    let got: Vec<(&str, DriftClass)> = drift
+        .entries
+        .iter()
+        .map(|e| (e.path.as_str(), e.class))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("cluster.secret", DriftClass::C),
+            ("machine.nodeLabels.zone", DriftClass::B),
+            ("machine.somethingNew", DriftClass::C),
+        ]
+    );
+    let secret = &drift.entries[0];
+    assert_eq!(
+        secret.desired.as_deref(),
+        Some(ichor_render::classes::REDACTED)
+    );
+    assert_eq!(
+        secret.live.as_deref(),
+        Some(ichor_render::classes::REDACTED)
+    );
+    assert_eq!(drift.entries[1].desired.as_deref(), Some("a"));
+}
+
+/// A patch that cannot be applied is an error naming the machine and the patch.
+#[test]
+fn bad_patch_names_machine_and_patch() {
+    let live = parse(&own_fixture("v1.14-cni-none-controlplane.yaml"));
+    let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
+    let m = machine(
+        MachineRole::Controlplane,
+        &[("json", "- op: remove\n  path: /machine/nothing\n")],
+    );
+    let err = ichor_render::render(&ichor_render::RenderInput {
+        machine_name: "cp-1",
+        cluster: &spec,
+        cni_handover: true,
+        machine: &m,
+        live: &live,
+        inline_cni: None,
+        taken_over_inline: None,
+    })
+    .expect_err("a JSON patch on a multi-document config fails");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("TalosMachine cp-1")
+            && msg.contains("\"json\"")
+            && msg.contains("spec.patches"),
+        "{msg}"
+    );
+}
+
+/// Drift paths read the way people write configs.
+#[test]
+fn drift_paths_display() {
+    let p = ConfigPath::default()
+        .key("KubeInlineManifestConfig")
+        .item("cilium")
+        .key("manifest");
+    assert_eq!(p.to_string(), "KubeInlineManifestConfig[cilium].manifest");
+}
