@@ -1,0 +1,27 @@
+//! `ichor adopt`'s decisions, as pure functions over what the inspection read.
+//!
+//! The inspection (reading nodes through the Talos API and the Kubernetes side)
+//! produces an [`Inspection`]; everything adopt decides from it lives here and
+//! does no I/O, so each rule of the spec is a unit test:
+//!
+//! - [`classify::classify_cni`] — spec 1.1 and the rows of ADR 0103's table;
+//! - [`classify::decide_mode`] — which path adopt takes, or the refusal;
+//! - [`preconditions::check`] — spec 1.3, before consent;
+//! - [`gate::include_cilium_policies`] — spec 2.1, the one policy decision;
+//! - [`plan::Plan`] — what adopt prints before asking for consent;
+//! - [`waits`] — spec decision 3: what a bounded wait says every 30 s, and
+//!   when it fails early.
+
+pub mod classify;
+pub mod gate;
+pub mod inspection;
+pub mod plan;
+pub mod preconditions;
+pub mod waits;
+
+pub use classify::{AdoptMode, CniClassification, Refusal, classify_cni, decide_mode};
+pub use gate::{PolicyGate, include_cilium_policies};
+pub use inspection::{
+    CiliumRecord, CniKind, CniWorkload, Inspection, KubeInspection, KubeNode, TalosNode,
+};
+pub use plan::Plan;
