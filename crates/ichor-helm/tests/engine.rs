@@ -231,6 +231,7 @@ async fn upgrade_prunes_objects_that_left_the_chart_and_honours_keep() {
 
 /// An existing DaemonSet without Helm's metadata is refused without take
 /// ownership (nothing applied, revision failed), and adopted with it.
+/// Covers: R2.0 (takeover of an existing Cilium works through take ownership)
 #[tokio::test]
 async fn take_ownership_adopts_an_existing_daemonset() {
     let env = TestEnv::shared();
@@ -296,6 +297,7 @@ async fn take_ownership_adopts_an_existing_daemonset() {
 
 /// The rollout wait is bounded, reports what it waits for, and ends when a
 /// test (playing the kubelets) reports the DaemonSet rolled out.
+/// Covers: R3.1 (bounded, says what is left)
 #[tokio::test]
 async fn rollout_wait_is_bounded_and_ends_when_status_is_patched() {
     let env = TestEnv::shared();
@@ -534,4 +536,81 @@ async fn history_is_capped_at_ten_and_rollback_reapplies_an_earlier_revision() {
         let values = home.json(tool, &["get", "values", "demo", "--namespace", &store]);
         assert_eq!(values["greeting"], "n5", "{tool:?}");
     }
+}
+
+/// Bad input gets a clear error and nothing is written: a chart that fails
+/// to render (helm's message is passed on), and a chart with lifecycle hooks
+/// (Ichor does not run hooks), leave no record and no object.
+#[tokio::test]
+async fn render_failures_and_hooks_write_nothing() {
+    let env = TestEnv::shared();
+    let store = env.namespace("store").await;
+    let ns = env.namespace("bad").await;
+    let home = HelmHome::new();
+    let engine = engine(&store, &home).await;
+
+    let err = engine
+        .install(
+            &request("demo", &ns, json!({"refuse": "no greeting"})),
+            &no_wait(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Render { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("demo refuses to render: no greeting"),
+        "{err}"
+    );
+
+    let err = engine
+        .install(&request("demo", &ns, json!({"hook": true})), &no_wait())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::HooksUnsupported { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("Job demo-hook (post-install,post-upgrade)"),
+        "{err}"
+    );
+
+    let err = engine
+        .install(
+            &request("demo", &ns, json!(["not", "a", "map"])),
+            &no_wait(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::ValuesNotAMap { .. }), "{err}");
+
+    assert!(engine.history("demo").await.unwrap().is_empty());
+    let cms = Api::<ConfigMap>::namespaced(env.client().await, &ns);
+    assert!(cms.get_opt("demo-config").await.unwrap().is_none());
+}
+
+/// Rendering works with helm v3 too (it needs the cluster for
+/// `--dry-run=client`; see ADR 0005), and a release cannot move namespace.
+#[tokio::test]
+async fn helm_v3_renders_too_and_the_release_namespace_is_fixed() {
+    let env = TestEnv::shared();
+    let store = env.namespace("store").await;
+    let ns = env.namespace("v3").await;
+    let home = HelmHome::new();
+    let engine = ichor_helm::Engine::new(env.client().await, &store, home.renderer(Tool::Helm3));
+    let rel = engine
+        .install(&request("demo", &ns, json!({"greeting": "v3"})), &no_wait())
+        .await
+        .unwrap();
+    assert_eq!(rel.status(), Status::Deployed);
+    assert_eq!(rel.chart_name(), Some("demo"));
+    let status = home.json(Tool::Helm4, &["status", "demo", "--namespace", &store]);
+    assert_eq!(status["namespace"], ns.as_str());
+
+    let other = env.namespace("elsewhere").await;
+    let err = engine
+        .upgrade(&request("demo", &other, json!({})), &no_wait())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NamespaceMismatch { .. }), "{err}");
+    assert!(err.to_string().contains(&format!("use {ns}")), "{err}");
 }
