@@ -196,8 +196,9 @@ pub fn facts(bytes: &[u8], multidoc_kubernetes: bool) -> Result<ConfigFacts, Str
         .and_then(|d| str_at(d, &["clusterName"]))
         .or_else(|| str_at(v1, &["cluster", "clusterName"]))
         .unwrap_or_default();
-    let has_kubernetes_network =
-        kube_network.is_some() || network.is_some() || (!multidoc_kubernetes && v1.get("cluster").is_some());
+    let has_kubernetes_network = kube_network.is_some()
+        || network.is_some()
+        || (!multidoc_kubernetes && v1.get("cluster").is_some());
 
     Ok(ConfigFacts {
         machine_type,

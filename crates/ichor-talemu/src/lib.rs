@@ -221,7 +221,10 @@ impl Emulator {
 
     /// Every write the nodes took, in order, with times.
     pub fn writes(&self) -> Vec<WriteRecord> {
-        self.writes.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Node `i`'s active machine config (`None` in maintenance mode).

@@ -209,7 +209,7 @@ pub(crate) fn go_duration(d: Duration) -> String {
     let h = total_ms / 3_600_000;
     let m = (total_ms / 60_000) % 60;
     let ms = total_ms % 60_000;
-    let secs = if ms % 1000 == 0 {
+    let secs = if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         let s = format!("{}.{:03}", ms / 1000, ms % 1000);

@@ -174,7 +174,10 @@ impl Pki {
     }
 
     /// A self-signed server certificate, as a node in maintenance mode serves.
-    pub fn self_signed_server_cert(hostname: &str, ips: &[IpAddr]) -> Result<CertifiedKey, EmuError> {
+    pub fn self_signed_server_cert(
+        hostname: &str,
+        ips: &[IpAddr],
+    ) -> Result<CertifiedKey, EmuError> {
         let key = KeyPair::generate_for(&rcgen::PKCS_ED25519)?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name.push(DnType::CommonName, hostname);

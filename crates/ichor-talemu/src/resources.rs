@@ -118,7 +118,10 @@ pub const DEFINITIONS: &[Definition] = &[
         display: "Info",
         extra_aliases: &[],
         sensitive: false,
-        columns: &[("Cluster ID", "{.clusterId}"), ("Cluster Name", "{.clusterName}")],
+        columns: &[
+            ("Cluster ID", "{.clusterId}"),
+            ("Cluster Name", "{.clusterName}"),
+        ],
     },
     Definition {
         namespace: kinds::RESOURCE_DEFINITION.namespace,
@@ -144,7 +147,10 @@ pub const NAMESPACES: &[(&str, &str)] = &[
     ("config", "Talos node configuration."),
     ("controlplane", "Kubernetes control plane resources."),
     ("k8s", "Kubernetes all node types resources."),
-    ("meta", "Metadata namespace which contains resource definitions."),
+    (
+        "meta",
+        "Metadata namespace which contains resource definitions.",
+    ),
     ("network", "Networking resources."),
     ("runtime", "Talos runtime resources."),
 ];
@@ -248,7 +254,12 @@ pub fn meta_items() -> Vec<Item> {
                 Value::Sequence(
                     def.columns
                         .iter()
-                        .map(|(n, p)| map(vec![("name", Value::from(*n)), ("jsonPath", Value::from(*p))]))
+                        .map(|(n, p)| {
+                            map(vec![
+                                ("name", Value::from(*n)),
+                                ("jsonPath", Value::from(*p)),
+                            ])
+                        })
                         .collect(),
                 ),
             ),
@@ -313,7 +324,10 @@ fn host_port(endpoint: &str) -> Option<(String, u32)> {
     let rest = rest.split('/').next()?;
     if let Some(v6) = rest.strip_prefix('[') {
         let (host, after) = v6.split_once(']')?;
-        let port = after.strip_prefix(':').and_then(|p| p.parse().ok()).unwrap_or(443);
+        let port = after
+            .strip_prefix(':')
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(443);
         return Some((host.to_string(), port));
     }
     match rest.rsplit_once(':') {
@@ -462,11 +476,7 @@ pub fn node_items(view: &NodeView<'_>) -> Vec<Item> {
 
     if let Some(port) = facts.kubeprism_port {
         let mut endpoints = Vec::new();
-        if let Some((host, p)) = facts
-            .control_plane_endpoint
-            .as_deref()
-            .and_then(host_port)
-        {
+        if let Some((host, p)) = facts.control_plane_endpoint.as_deref().and_then(host_port) {
             endpoints.push((host, p));
         }
         if facts.machine_type.is_control_plane() {
@@ -482,7 +492,12 @@ pub fn node_items(view: &NodeView<'_>) -> Vec<Item> {
         let yaml_endpoints = Value::Sequence(
             endpoints
                 .iter()
-                .map(|(h, p)| map(vec![("host", Value::from(h.as_str())), ("port", Value::from(*p))]))
+                .map(|(h, p)| {
+                    map(vec![
+                        ("host", Value::from(h.as_str())),
+                        ("port", Value::from(*p)),
+                    ])
+                })
                 .collect(),
         );
         items.push(item(
@@ -591,14 +606,14 @@ mod tests {
     #[test]
     fn aliases_follow_cosi_rules() {
         let def = definition("MachineConfigs.config.talos.dev").unwrap();
-        let (aliases, all) = aliases(def);
-        assert_eq!(aliases, vec!["machineconfig", "mc", "mcs"]);
+        let (short, all) = aliases(def);
+        assert_eq!(short, vec!["machineconfig", "mc", "mcs"]);
         assert!(all.contains(&"machineconfigs".to_string()));
         assert!(all.contains(&"machineconfigs.config".to_string()));
         assert!(all.contains(&"machineconfigs.config.talos".to_string()));
         let def = definition("KubePrismConfigs.kubernetes.talos.dev").unwrap();
-        let (aliases, _) = aliases(def);
-        assert!(aliases.contains(&"kubeprismconfig".to_string()));
+        let (short, _) = aliases(def);
+        assert!(short.contains(&"kubeprismconfig".to_string()));
     }
 
     #[test]

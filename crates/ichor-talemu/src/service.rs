@@ -137,7 +137,9 @@ impl NodeApi {
             .filter_map(|v| v.to_str().ok().map(str::to_string))
             .collect();
         if node.len() > 1 {
-            return Err(Status::invalid_argument("node metadata must be single-valued"));
+            return Err(Status::invalid_argument(
+                "node metadata must be single-valued",
+            ));
         }
         if let Some(target) = node.first() {
             return Ok(Route::One(self.resolve(target)?));
@@ -304,7 +306,9 @@ impl MachineService for NodeApi {
         let messages = self
             .unary(&md, |node| node.apply(req.clone(), caller.is_admin()))
             .await?;
-        Ok(Response::new(machine::ApplyConfigurationResponse { messages }))
+        Ok(Response::new(machine::ApplyConfigurationResponse {
+            messages,
+        }))
     }
 
     async fn hostname(
@@ -437,7 +441,9 @@ impl State for NodeApi {
                 Some(id) => {
                     let key = (req.namespace.clone(), req.r#type.clone(), id.clone());
                     match st.store.get(&key) {
-                        Some(s) => initial.push(event(Some(s.to_proto()), cosi::EventType::Created)),
+                        Some(s) => {
+                            initial.push(event(Some(s.to_proto()), cosi::EventType::Created))
+                        }
                         None => {
                             let tombstone = cosi::Resource {
                                 metadata: Some(cosi::Metadata {
@@ -472,7 +478,8 @@ impl State for NodeApi {
             loop {
                 match events.recv().await {
                     Ok(ev) => {
-                        let Some(md) = ev.resource.as_ref().and_then(|r| r.metadata.as_ref()) else {
+                        let Some(md) = ev.resource.as_ref().and_then(|r| r.metadata.as_ref())
+                        else {
                             continue;
                         };
                         if md.namespace != ns || md.r#type != ty {
@@ -494,13 +501,16 @@ impl State for NodeApi {
                 }
             }
         });
-        let stream = futures::StreamExt::chain(futures::stream::iter(initial.into_iter().map(Ok)), live);
+        let stream =
+            futures::StreamExt::chain(futures::stream::iter(initial.into_iter().map(Ok)), live);
         Ok(Response::new(Box::pin(stream)))
     }
 }
 
 /// A stream fed by a task through a channel (the task ends when the stream is dropped).
-fn async_stream_events<F, Fut>(f: F) -> impl Stream<Item = Result<cosi::WatchResponse, Status>> + Send + 'static
+fn async_stream_events<F, Fut>(
+    f: F,
+) -> impl Stream<Item = Result<cosi::WatchResponse, Status>> + Send + 'static
 where
     F: FnOnce(tokio::sync::mpsc::Sender<Result<cosi::WatchResponse, Status>>) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,

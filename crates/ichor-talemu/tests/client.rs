@@ -56,7 +56,11 @@ async fn cosi_reads_of_a_v112_control_plane() {
     assert_eq!(c.machine_type("").await.unwrap(), MachineType::ControlPlane);
     assert_eq!(c.version_resource("").await.unwrap().version, "v1.13.9");
     assert_eq!(c.nodename("").await.unwrap().nodename, "cp-1");
-    let kp = c.kubeprism_config("").await.unwrap().expect("KubePrism is enabled");
+    let kp = c
+        .kubeprism_config("")
+        .await
+        .unwrap()
+        .expect("KubePrism is enabled");
     assert_eq!(kp.port, 7445);
     assert_eq!(kp.host, "127.0.0.1");
     let status = c.kubeprism_status("").await.unwrap().unwrap();
@@ -71,7 +75,10 @@ async fn cosi_reads_of_a_v112_control_plane() {
         .cosi_list("", "meta", resources::RESOURCE_DEFINITION.r#type)
         .await
         .unwrap();
-    assert!(defs.iter().any(|d| d.id == "machineconfigs.config.talos.dev"));
+    assert!(
+        defs.iter()
+            .any(|d| d.id == "machineconfigs.config.talos.dev")
+    );
     let mc = c
         .cosi_get("", "config", resources::MACHINE_CONFIG.r#type, "v1alpha1")
         .await
@@ -79,7 +86,9 @@ async fn cosi_reads_of_a_v112_control_plane() {
     assert_eq!(mc.version, "1");
     assert_eq!(mc.phase, "running");
     assert_eq!(
-        mc.annotations.get("talos.dev/yaml-spec").map(String::as_str),
+        mc.annotations
+            .get("talos.dev/yaml-spec")
+            .map(String::as_str),
         Some("1")
     );
 }
@@ -123,14 +132,22 @@ async fn apply_modes() {
     let emu = one_cp().await;
     let c = emu.admin_client(0).unwrap();
     let original = common::cp_v112();
-    let changed = common::edit(&original, "kubePrism:\n            enabled: true\n            port: 7445", "kubePrism:\n            enabled: true\n            port: 7446");
+    let changed = common::edit(
+        &original,
+        "kubePrism:\n            enabled: true\n            port: 7445",
+        "kubePrism:\n            enabled: true\n            port: 7446",
+    );
 
     let mut dry = ApplyRequest::new(changed.clone(), ApplyMode::NoReboot);
     dry.dry_run = true;
     let r = c.apply_configuration("", &dry).await.unwrap();
     assert_eq!(r.mode, Some(ApplyMode::NoReboot));
     assert!(r.mode_details.starts_with("Dry run summary:\nApplied configuration without a reboot (skipped in dry-run).\nConfig diff:\n\n"), "{}", r.mode_details);
-    assert!(r.mode_details.contains("+            port: 7446"), "{}", r.mode_details);
+    assert!(
+        r.mode_details.contains("+            port: 7446"),
+        "{}",
+        r.mode_details
+    );
     assert!(emu.writes().is_empty(), "a dry run writes nothing");
     assert_eq!(emu.active_config(0).unwrap(), original);
 
@@ -156,20 +173,31 @@ async fn apply_modes() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(tonic::Code::InvalidArgument));
-    assert!(err.to_string().contains("can't be applied in immediate mode"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("can't be applied in immediate mode"),
+        "{err}"
+    );
 
     let r = c
         .apply_configuration("", &ApplyRequest::new(staged.clone(), ApplyMode::Staged))
         .await
         .unwrap();
-    assert_eq!(r.mode_details, "Staged configuration to be applied after the next reboot");
+    assert_eq!(
+        r.mode_details,
+        "Staged configuration to be applied after the next reboot"
+    );
     assert_eq!(c.machine_config("").await.unwrap(), changed);
     assert_eq!(c.persistent_machine_config("").await.unwrap(), staged);
 
     let writes = emu.writes();
     assert_eq!(writes.len(), 2);
-    assert!(matches!(&writes[0].action, WriteAction::ApplyConfiguration { mode, .. } if mode == "no_reboot"));
-    assert!(matches!(&writes[1].action, WriteAction::ApplyConfiguration { mode, .. } if mode == "staged"));
+    assert!(
+        matches!(&writes[0].action, WriteAction::ApplyConfiguration { mode, .. } if mode == "no_reboot")
+    );
+    assert!(
+        matches!(&writes[1].action, WriteAction::ApplyConfiguration { mode, .. } if mode == "staged")
+    );
 }
 
 /// v1.14 rules: AUTO is always NO_REBOOT and REBOOT is refused.
@@ -205,11 +233,20 @@ async fn apply_try_reverts() {
     let mut req = ApplyRequest::new(changed.clone(), ApplyMode::Try);
     req.try_timeout = Some(Duration::from_millis(400));
     let r = c.apply_configuration("", &req).await.unwrap();
-    assert!(r.mode_details.ends_with("automatically reverted back in 0.4s"), "{}", r.mode_details);
+    assert!(
+        r.mode_details
+            .ends_with("automatically reverted back in 0.4s"),
+        "{}",
+        r.mode_details
+    );
     assert_eq!(c.machine_config("").await.unwrap(), changed);
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(c.machine_config("").await.unwrap(), original);
-    assert!(emu.writes().iter().any(|w| w.action == WriteAction::TryRollback));
+    assert!(
+        emu.writes()
+            .iter()
+            .any(|w| w.action == WriteAction::TryRollback)
+    );
 }
 
 /// Reboot: an actor id, a short outage, a new boot id, the staged config active.
@@ -243,7 +280,11 @@ async fn cosi_watch_sees_an_apply() {
     let emu = one_cp().await;
     let c = emu.admin_client(0).unwrap();
     let k = resources::KUBEPRISM_CONFIG;
-    let mut one = Box::pin(c.cosi_watch("", k.namespace, k.r#type, Some(k.id)).await.unwrap());
+    let mut one = Box::pin(
+        c.cosi_watch("", k.namespace, k.r#type, Some(k.id))
+            .await
+            .unwrap(),
+    );
     let first = one.next().await.unwrap().unwrap();
     assert_eq!(first.event_type, WatchEventType::Created);
     let mut kind = Box::pin(c.cosi_watch("", k.namespace, k.r#type, None).await.unwrap());
@@ -264,7 +305,8 @@ async fn cosi_watch_sees_an_apply() {
     assert_eq!(next.event_type, WatchEventType::Updated);
     let r = next.resource.unwrap();
     assert_eq!(r.version, "2");
-    let spec: ichor_talos_client::proto::ichor::specs::KubePrismConfigSpec = r.decode_spec().unwrap();
+    let spec: ichor_talos_client::proto::ichor::specs::KubePrismConfigSpec =
+        r.decode_spec().unwrap();
     assert_eq!(spec.port, 7449);
     let next = tokio::time::timeout(Duration::from_secs(5), kind.next())
         .await
@@ -327,9 +369,15 @@ async fn timeout_names_node_and_call() {
         )
         .unwrap();
     let err = c.version("127.0.0.22").await.unwrap_err();
-    assert!(matches!(err, ichor_talos_client::Error::Timeout { .. }), "{err:?}");
+    assert!(
+        matches!(err, ichor_talos_client::Error::Timeout { .. }),
+        "{err:?}"
+    );
     let text = err.to_string();
-    assert!(text.contains("127.0.0.22") && text.contains("Version"), "{text}");
+    assert!(
+        text.contains("127.0.0.22") && text.contains("Version"),
+        "{text}"
+    );
     // The other node still answers.
     assert_eq!(c.version("127.0.0.21").await.unwrap().tag, "v1.13.9");
 }
@@ -347,11 +395,21 @@ async fn down_and_unknown_nodes() {
     emu.set_fault(1, Fault::Down);
     let err = c.version("127.0.0.32").await.unwrap_err();
     assert_eq!(err.code(), Some(tonic::Code::Unavailable), "{err}");
-    assert!(err.to_string().starts_with("node 127.0.0.32: Version:"), "{err}");
+    assert!(
+        err.to_string().starts_with("node 127.0.0.32: Version:"),
+        "{err}"
+    );
     let err = c.machine_config("10.9.9.9").await.unwrap_err();
     assert_eq!(err.code(), Some(tonic::Code::Unavailable), "{err}");
-    assert!(err.to_string().contains("node 10.9.9.9: COSI Get MachineConfigs.config.talos.dev/v1alpha1"), "{err}");
-    emu.set_fault(1, Fault::Refuse(tonic::Code::Unavailable, "maintenance window".into()));
+    assert!(
+        err.to_string()
+            .contains("node 10.9.9.9: COSI Get MachineConfigs.config.talos.dev/v1alpha1"),
+        "{err}"
+    );
+    emu.set_fault(
+        1,
+        Fault::Refuse(tonic::Code::Unavailable, "maintenance window".into()),
+    );
     let err = c.hostname("127.0.0.32").await.unwrap_err();
     assert!(err.to_string().contains("maintenance window"), "{err}");
     assert!(emu.writes().is_empty());
@@ -361,7 +419,9 @@ async fn down_and_unknown_nodes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn wrong_ca_is_refused() {
     let emu = one_cp().await;
-    let other = Emulator::start(vec![NodeSpec::new("x", common::cp_v112())]).await.unwrap();
+    let other = Emulator::start(vec![NodeSpec::new("x", common::cp_v112())])
+        .await
+        .unwrap();
     let cert = emu.issue_client_cert(&ClientCertSpec::admin()).unwrap();
     let identity = ClientIdentity::from_pem(other.ca_pem(), cert.cert_pem, cert.key_pem);
     let c = TalosClient::new(&emu.endpoint(0), &identity, quick()).unwrap();
@@ -372,7 +432,10 @@ async fn wrong_ca_is_refused() {
         .unwrap_err();
     assert_eq!(err.code(), Some(tonic::Code::Unavailable), "{err}");
     assert!(err.to_string().contains("ApplyConfiguration"), "{err}");
-    assert!(err.to_string().to_lowercase().contains("certificate"), "{err}");
+    assert!(
+        err.to_string().to_lowercase().contains("certificate"),
+        "{err}"
+    );
     assert!(emu.writes().is_empty());
 }
 
@@ -417,9 +480,16 @@ async fn reader_role_limits() {
     assert!(c.kubeprism_config("").await.unwrap().is_some());
     let err = c.machine_config("").await.unwrap_err();
     assert!(err.is_permission_denied(), "{err}");
-    assert!(err.to_string().contains("COSI Get MachineConfigs.config.talos.dev/v1alpha1"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("COSI Get MachineConfigs.config.talos.dev/v1alpha1"),
+        "{err}"
+    );
     let err = c
-        .apply_configuration("", &ApplyRequest::new(common::cp_v112(), ApplyMode::NoReboot))
+        .apply_configuration(
+            "",
+            &ApplyRequest::new(common::cp_v112(), ApplyMode::NoReboot),
+        )
         .await
         .unwrap_err();
     assert!(err.is_permission_denied(), "{err}");
@@ -431,7 +501,9 @@ async fn reader_role_limits() {
 /// Maintenance mode: an insecure connection, no client certificate; an apply configures the node.
 #[tokio::test(flavor = "multi_thread")]
 async fn maintenance_mode() {
-    let emu = Emulator::start(vec![NodeSpec::maintenance("fresh")]).await.unwrap();
+    let emu = Emulator::start(vec![NodeSpec::maintenance("fresh")])
+        .await
+        .unwrap();
     let c = TalosClient::maintenance(&emu.endpoint(0), quick()).unwrap();
     let v = c.version("").await.unwrap();
     assert!(!v.rbac, "no RBAC before a config is loaded");
@@ -443,7 +515,10 @@ async fn maintenance_mode() {
     assert_eq!(emu.active_config(0).unwrap(), common::cp_v112());
     // Now configured: the node wants mutual TLS.
     let admin = emu.admin_client(0).unwrap();
-    assert_eq!(admin.machine_type("").await.unwrap(), MachineType::ControlPlane);
+    assert_eq!(
+        admin.machine_type("").await.unwrap(),
+        MachineType::ControlPlane
+    );
 }
 
 /// Invalid YAML is refused with InvalidArgument and nothing is written.
@@ -452,17 +527,26 @@ async fn invalid_config_is_refused() {
     let emu = one_cp().await;
     let c = emu.admin_client(0).unwrap();
     let err = c
-        .apply_configuration("", &ApplyRequest::new(b"machine: [\n".to_vec(), ApplyMode::NoReboot))
+        .apply_configuration(
+            "",
+            &ApplyRequest::new(b"machine: [\n".to_vec(), ApplyMode::NoReboot),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(tonic::Code::InvalidArgument));
     let err = c
         .apply_configuration(
             "",
-            &ApplyRequest::new(b"apiVersion: v1alpha1\nkind: HostnameConfig\nauto: stable\n".to_vec(), ApplyMode::NoReboot),
+            &ApplyRequest::new(
+                b"apiVersion: v1alpha1\nkind: HostnameConfig\nauto: stable\n".to_vec(),
+                ApplyMode::NoReboot,
+            ),
         )
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("doesn't contain v1alpha1 config"), "{err}");
+    assert!(
+        err.to_string().contains("doesn't contain v1alpha1 config"),
+        "{err}"
+    );
     assert!(emu.writes().is_empty());
 }

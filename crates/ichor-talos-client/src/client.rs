@@ -252,7 +252,9 @@ fn parse_endpoint(endpoint: &str) -> Result<(String, u16), Error> {
         return Ok((ip.to_string(), APID_PORT));
     }
     if let Some(rest) = without_scheme.strip_prefix('[') {
-        let (host, after) = rest.split_once(']').ok_or_else(|| invalid("unclosed '['"))?;
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| invalid("unclosed '['"))?;
         let port = match after.strip_prefix(':') {
             Some(p) => p.parse().map_err(|_| invalid("bad port"))?,
             None if after.is_empty() => APID_PORT,
@@ -382,11 +384,10 @@ impl TalosClient {
         let mut request = tonic::Request::new(message);
         request.set_timeout(self.options.call_timeout);
         if !node.is_empty() {
-            let value =
-                MetadataValue::try_from(node).map_err(|e| Error::InvalidNode {
-                    node: node.to_string(),
-                    reason: e.to_string(),
-                })?;
+            let value = MetadataValue::try_from(node).map_err(|e| Error::InvalidNode {
+                node: node.to_string(),
+                reason: e.to_string(),
+            })?;
             request.metadata_mut().insert("node", value);
         }
         Ok(request)
@@ -409,8 +410,7 @@ impl TalosClient {
     }
 
     fn status_error(&self, node: &str, call: &str, status: &tonic::Status) -> Error {
-        if status.code() == tonic::Code::Cancelled && status.message().contains("Timeout expired")
-        {
+        if status.code() == tonic::Code::Cancelled && status.message().contains("Timeout expired") {
             return Error::Timeout {
                 node: self.node_label(node),
                 call: call.to_string(),
@@ -463,7 +463,9 @@ impl TalosClient {
     pub async fn version(&self, node: &str) -> Result<NodeVersion, Error> {
         let call = "Version";
         let request = self.request(node, ())?;
-        let response = self.call(node, call, self.machine().version(request)).await?;
+        let response = self
+            .call(node, call, self.machine().version(request))
+            .await?;
         let m = self.first(node, call, response.messages, |m| m.metadata.as_ref())?;
         let v = m.version.unwrap_or_default();
         Ok(NodeVersion {
@@ -523,7 +525,9 @@ impl TalosClient {
     pub async fn reboot(&self, node: &str) -> Result<String, Error> {
         let call = "Reboot";
         let request = self.request(node, machine::RebootRequest { mode: 0 })?;
-        let response = self.call(node, call, self.machine().reboot(request)).await?;
+        let response = self
+            .call(node, call, self.machine().reboot(request))
+            .await?;
         let m = self.first(node, call, response.messages, |m| m.metadata.as_ref())?;
         Ok(m.actor_id)
     }
@@ -745,7 +749,11 @@ impl TalosClient {
 
     /// Runs `f` once per node, at most [`ClientOptions::concurrency`] at a
     /// time, and returns the results in the order of `nodes`.
-    pub async fn on_nodes<T, F, Fut>(&self, nodes: &[String], f: F) -> Vec<(String, Result<T, Error>)>
+    pub async fn on_nodes<T, F, Fut>(
+        &self,
+        nodes: &[String],
+        f: F,
+    ) -> Vec<(String, Result<T, Error>)>
     where
         F: Fn(TalosClient, String) -> Fut,
         Fut: Future<Output = Result<T, Error>>,
@@ -785,13 +793,31 @@ mod tests {
 
     #[test]
     fn endpoints_get_apid_port() {
-        assert_eq!(parse_endpoint("10.0.0.1").unwrap(), ("10.0.0.1".into(), 50000));
-        assert_eq!(parse_endpoint("10.0.0.1:123").unwrap(), ("10.0.0.1".into(), 123));
+        assert_eq!(
+            parse_endpoint("10.0.0.1").unwrap(),
+            ("10.0.0.1".into(), 50000)
+        );
+        assert_eq!(
+            parse_endpoint("10.0.0.1:123").unwrap(),
+            ("10.0.0.1".into(), 123)
+        );
         assert_eq!(parse_endpoint("node-1").unwrap(), ("node-1".into(), 50000));
-        assert_eq!(parse_endpoint("fd00::1").unwrap(), ("fd00::1".into(), 50000));
-        assert_eq!(parse_endpoint("[fd00::1]:7").unwrap(), ("fd00::1".into(), 7));
-        assert_eq!(parse_endpoint("https://cp.example").unwrap(), ("cp.example".into(), 443));
-        assert_eq!(parse_endpoint("https://cp.example:6443").unwrap(), ("cp.example".into(), 6443));
+        assert_eq!(
+            parse_endpoint("fd00::1").unwrap(),
+            ("fd00::1".into(), 50000)
+        );
+        assert_eq!(
+            parse_endpoint("[fd00::1]:7").unwrap(),
+            ("fd00::1".into(), 7)
+        );
+        assert_eq!(
+            parse_endpoint("https://cp.example").unwrap(),
+            ("cp.example".into(), 443)
+        );
+        assert_eq!(
+            parse_endpoint("https://cp.example:6443").unwrap(),
+            ("cp.example".into(), 6443)
+        );
         assert!(parse_endpoint("").is_err());
         assert!(parse_endpoint("host:notaport").is_err());
     }

@@ -9,7 +9,10 @@ use clap::{Parser, Subcommand};
 use ichor_talemu::{ClientCertSpec, Emulator, NodeSpec};
 
 #[derive(Parser)]
-#[command(name = "ichor-talemu", about = "Talos node emulator (tests and lab only)")]
+#[command(
+    name = "ichor-talemu",
+    about = "Talos node emulator (tests and lab only)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -91,7 +94,12 @@ async fn main() -> anyhow::Result<()> {
         .collect();
     std::fs::write(state_dir.join("endpoints.txt"), endpoints.concat())?;
     for n in emu.nodes() {
-        println!("{} address={} endpoint={}", n.hostname, n.address, n.endpoint());
+        println!(
+            "{} address={} endpoint={}",
+            n.hostname,
+            n.address,
+            n.endpoint()
+        );
     }
     println!(
         "talosconfig: {} (emulated nodes; not a real cluster)",

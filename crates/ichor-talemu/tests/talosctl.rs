@@ -1,0 +1,240 @@
+//! The real `talosctl` (built by tools/testbin.sh) against the emulator: if
+//! talosctl accepts what the emulator says, the emulator tells the truth about
+//! the wire format, and our client's tests against it mean something.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ichor_talemu::{ClientCertSpec, Emulator, NodeSpec, WriteAction};
+use ichor_testenv::Tool;
+
+struct Run {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ok={}\n--- stdout\n{}\n--- stderr\n{}",
+            self.ok, self.stdout, self.stderr
+        )
+    }
+}
+
+/// A talosconfig for the emulator in a temp dir, with a client certificate
+/// issued by rcgen: Ed25519, O=<roles>, EKU ClientAuth only.
+fn talosconfig(emu: &Emulator, dir: &Path, spec: &ClientCertSpec) -> PathBuf {
+    let path = dir.join(format!(
+        "talosconfig-{}",
+        spec.roles.join("-").replace(':', "_")
+    ));
+    std::fs::write(&path, emu.talosconfig("talemu", spec).unwrap()).unwrap();
+    path
+}
+
+/// Runs `talosctl --talosconfig F -n <node address> -e <endpoint> ARGS…`, bounded.
+async fn talosctl(emu: &Emulator, config: &Path, args: &[&str]) -> Run {
+    let node = emu.nodes()[0].address.to_string();
+    let endpoint = emu.endpoint(0);
+    let mut cmd = tokio::process::Command::new(Tool::Talosctl.path());
+    cmd.arg("--talosconfig")
+        .arg(config)
+        .args(["-n", &node, "-e", &endpoint])
+        .args(args)
+        .env_remove("TALOSCONFIG")
+        .env("HOME", config.parent().unwrap())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("talosctl answered within 60s")
+        .expect("talosctl runs");
+    Run {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+async fn setup() -> (Emulator, tempfile::TempDir, PathBuf) {
+    let emu = Emulator::start(vec![NodeSpec::new("cp-1", common::cp_v112())])
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let admin = talosconfig(&emu, dir.path(), &ClientCertSpec::admin());
+    (emu, dir, admin)
+}
+
+/// `talosctl version` prints the emulated node's version.
+#[tokio::test(flavor = "multi_thread")]
+async fn talosctl_version() {
+    let (emu, _dir, admin) = setup().await;
+    let run = talosctl(&emu, &admin, &["version"]).await;
+    assert!(run.ok, "{run}");
+    assert!(run.stdout.contains("Server:"), "{run}");
+    assert!(run.stdout.contains("NODE:        127.0.0.1"), "{run}");
+    assert!(run.stdout.contains("Tag:         v1.13.9"), "{run}");
+    assert!(run.stdout.contains("Enabled:     RBAC"), "{run}");
+}
+
+/// `talosctl get machineconfig -o yaml` returns the exact config the node holds.
+#[tokio::test(flavor = "multi_thread")]
+async fn talosctl_get_machineconfig_yaml() {
+    let (emu, _dir, admin) = setup().await;
+    let run = talosctl(&emu, &admin, &["get", "machineconfig", "-o", "yaml"]).await;
+    assert!(run.ok, "{run}");
+    assert!(
+        run.stdout.contains("type: MachineConfigs.config.talos.dev"),
+        "{run}"
+    );
+    assert!(run.stdout.contains("id: v1alpha1"), "{run}");
+    assert!(run.stdout.contains("talos.dev/yaml-spec"), "{run}");
+    // Every line of the config is in the spec block scalar.
+    let config = String::from_utf8(common::cp_v112()).unwrap();
+    for line in config.lines().filter(|l| !l.trim().is_empty()) {
+        assert!(
+            run.stdout.contains(line.trim_start()),
+            "missing {line:?}\n{run}"
+        );
+    }
+}
+
+/// `talosctl get kubeprismconfigs` (table and YAML) and other resources Ichor reads.
+/// Covers: R1.3b
+#[tokio::test(flavor = "multi_thread")]
+async fn talosctl_get_kubeprism_and_friends() {
+    let (emu, _dir, admin) = setup().await;
+    let run = talosctl(&emu, &admin, &["get", "kubeprismconfigs"]).await;
+    assert!(run.ok, "{run}");
+    assert!(run.stdout.contains("KubePrismConfig"), "{run}");
+    assert!(run.stdout.contains("k8s-loadbalancer-config"), "{run}");
+    assert!(run.stdout.contains("7445"), "{run}");
+
+    let run = talosctl(&emu, &admin, &["get", "kubeprismconfig", "-o", "yaml"]).await;
+    assert!(run.ok, "{run}");
+    assert!(run.stdout.contains("port: 7445"), "{run}");
+    assert!(run.stdout.contains("host: 127.0.0.1"), "{run}");
+
+    let run = talosctl(&emu, &admin, &["get", "kubeprismstatuses", "-o", "yaml"]).await;
+    assert!(run.ok, "{run}");
+    assert!(run.stdout.contains("healthy: true"), "{run}");
+
+    let run = talosctl(&emu, &admin, &["get", "machinetype", "-o", "yaml"]).await;
+    assert!(run.ok, "{run}");
+    assert!(run.stdout.contains("spec: controlplane"), "{run}");
+
+    let run = talosctl(
+        &emu,
+        &admin,
+        &["get", "bootstrapmanifestsconfigs", "-o", "yaml"],
+    )
+    .await;
+    assert!(run.ok, "{run}");
+    assert!(run.stdout.contains("cniName: flannel"), "{run}");
+    assert!(run.stdout.contains("proxyEnabled: true"), "{run}");
+
+    let run = talosctl(&emu, &admin, &["get", "nodename"]).await;
+    assert!(run.ok, "{run}");
+    assert!(run.stdout.contains("cp-1"), "{run}");
+
+    let run = talosctl(&emu, &admin, &["get", "version", "-o", "yaml"]).await;
+    assert!(run.ok, "{run}");
+    assert!(run.stdout.contains("version: v1.13.9"), "{run}");
+}
+
+/// `apply-config --dry-run` shows the diff and writes nothing; `--mode no-reboot`
+/// applies; `--mode try` applies for a while; `reboot --wait=false` reboots.
+#[tokio::test(flavor = "multi_thread")]
+async fn talosctl_apply_config_and_reboot() {
+    let (emu, dir, admin) = setup().await;
+    let changed = common::edit(&common::cp_v112(), "port: 7445", "port: 7446");
+    let file = dir.path().join("changed.yaml");
+    std::fs::write(&file, &changed).unwrap();
+    let file = file.to_str().unwrap();
+
+    let run = talosctl(&emu, &admin, &["apply-config", "--dry-run", "-f", file]).await;
+    assert!(run.ok, "{run}");
+    assert!(run.stderr.contains("Dry run summary:"), "{run}");
+    assert!(run.stderr.contains("+            port: 7446"), "{run}");
+    assert!(emu.writes().is_empty(), "a dry run writes nothing");
+
+    let run = talosctl(
+        &emu,
+        &admin,
+        &["apply-config", "--mode", "no-reboot", "-f", file],
+    )
+    .await;
+    assert!(run.ok, "{run}");
+    assert!(
+        run.stderr
+            .contains("Applied configuration without a reboot"),
+        "{run}"
+    );
+    assert_eq!(emu.active_config(0).unwrap(), changed);
+    assert_eq!(emu.persistent_config(0).unwrap(), changed);
+    let run = talosctl(&emu, &admin, &["get", "kubeprismconfig", "-o", "yaml"]).await;
+    assert!(run.stdout.contains("port: 7446"), "{run}");
+
+    let tried = common::edit(&changed, "port: 7446", "port: 7447");
+    let tried_file = dir.path().join("tried.yaml");
+    std::fs::write(&tried_file, &tried).unwrap();
+    let run = talosctl(
+        &emu,
+        &admin,
+        &[
+            "apply-config",
+            "--mode",
+            "try",
+            "--timeout",
+            "1m",
+            "-f",
+            tried_file.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(run.ok, "{run}");
+    assert!(
+        run.stderr
+            .contains("will be automatically reverted back in 1m0s"),
+        "{run}"
+    );
+    assert_eq!(emu.active_config(0).unwrap(), tried);
+    assert_eq!(emu.persistent_config(0).unwrap(), changed);
+
+    let boot = emu.boot_id(0);
+    let run = talosctl(&emu, &admin, &["reboot", "--wait=false"]).await;
+    assert!(run.ok, "{run}");
+    let writes = emu.writes();
+    assert!(
+        matches!(writes.last().unwrap().action, WriteAction::Reboot { .. }),
+        "{writes:?}"
+    );
+    for _ in 0..50 {
+        if emu.boot_id(0) != boot {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ne!(emu.boot_id(0), boot, "the reboot changed the boot id");
+    // After the reboot, the persisted config is active again (the try is gone).
+    assert_eq!(emu.active_config(0).unwrap(), changed);
+}
+
+/// A reader talosconfig can read versions but not the sensitive machine config.
+#[tokio::test(flavor = "multi_thread")]
+async fn talosctl_reader_cannot_read_machineconfig() {
+    let (emu, dir, _admin) = setup().await;
+    let reader = talosconfig(&emu, dir.path(), &ClientCertSpec::with_roles(["os:reader"]));
+    let run = talosctl(&emu, &reader, &["version"]).await;
+    assert!(run.ok, "{run}");
+    let run = talosctl(&emu, &reader, &["get", "machineconfig"]).await;
+    assert!(!run.ok, "{run}");
+    assert!(
+        run.stderr.contains("PermissionDenied") || run.stderr.contains("not authorized"),
+        "{run}"
+    );
+}
