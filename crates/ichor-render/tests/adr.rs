@@ -1,0 +1,54 @@
+//! docs/adr/0004-drift-classes.md and the code say the same thing.
+
+use std::path::PathBuf;
+
+use ichor_render::classes::{RULES, SECRET_PATHS};
+
+fn adr() -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/adr/0004-drift-classes.md");
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
+
+/// Every row of the path table is in the ADR, in the same order, with the same class and reason.
+#[test]
+fn path_table_matches_the_adr() {
+    let text = adr();
+    for (i, rule) in RULES.iter().enumerate() {
+        let pattern = if rule.pattern.is_empty() {
+            "(any other path)".to_owned()
+        } else {
+            format!("`{}`", rule.pattern)
+        };
+        let row = format!(
+            "| {} | {} | {:?} | {} |",
+            i + 1,
+            pattern,
+            rule.class,
+            rule.reason
+        );
+        assert!(
+            text.lines().any(|l| l == row),
+            "docs/adr/0004-drift-classes.md lacks the row\n{row}\nUpdate the ADR's table with ichor_render::classes::RULES."
+        );
+    }
+    let rows = text
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.chars().nth(2).is_some_and(|c| c.is_ascii_digit()));
+    assert_eq!(
+        rows.count(),
+        RULES.len(),
+        "the ADR's table has rows the code does not"
+    );
+}
+
+/// Every secret path is named in the ADR.
+#[test]
+fn secret_paths_are_in_the_adr() {
+    let text = adr();
+    for p in SECRET_PATHS {
+        assert!(
+            text.contains(&format!("`{p}`")),
+            "docs/adr/0004-drift-classes.md does not name the secret path {p}"
+        );
+    }
+}

@@ -1,0 +1,137 @@
+//! Properties of render and drift over the real fixtures and generated specs.
+
+mod common;
+
+use common::*;
+use ichor_api::{CniPreset, KubeProxyMode};
+use ichor_render::compare;
+use proptest::prelude::*;
+
+const FILES: &[(&str, bool)] = &[
+    ("stability-v1.12/base-controlplane.yaml", true),
+    ("stability-v1.12/base-worker.yaml", true),
+    ("stability-v1.12/overrides-controlplane.yaml", true),
+    ("stability-v1.12/overrides-worker.yaml", true),
+    ("stability-v1.14/base-controlplane.yaml", true),
+    ("stability-v1.14/base-worker.yaml", true),
+    ("stability-v1.14/overrides-controlplane.yaml", true),
+    ("stability-v1.14/overrides-worker.yaml", true),
+    ("v1.12-cni-none-controlplane.yaml", false),
+    ("v1.12-cni-none-worker.yaml", false),
+    ("v1.14-cni-none-controlplane.yaml", false),
+    ("v1.14-cni-none-worker.yaml", false),
+];
+
+fn load(i: usize) -> (&'static str, String) {
+    let (f, shared) = FILES[i];
+    (
+        f,
+        if shared {
+            shared_fixture(f)
+        } else {
+            own_fixture(f)
+        },
+    )
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    file: usize,
+    preset: CniPreset,
+    kube_proxy: KubeProxyMode,
+    handover: bool,
+    inline: Option<String>,
+    version: String,
+    pods: Vec<String>,
+    labels: Vec<(String, String)>,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        0..FILES.len(),
+        prop_oneof![Just(CniPreset::Cilium), Just(CniPreset::Unmanaged)],
+        prop_oneof![Just(KubeProxyMode::Enabled), Just(KubeProxyMode::Replaced)],
+        any::<bool>(),
+        proptest::option::of("[a-z]{1,8}: [a-z0-9]{1,8}\n"),
+        "v1\\.(2[89]|3[0-4])\\.[0-9]",
+        proptest::collection::vec("10\\.[0-9]{1,3}\\.0\\.0/16", 0..3),
+        proptest::collection::vec(("[a-z]{1,6}", "[a-z0-9]{0,6}"), 0..3),
+    )
+        .prop_map(
+            |(file, preset, kube_proxy, handover, inline, version, pods, labels)| Case {
+                file,
+                preset,
+                kube_proxy,
+                handover,
+                inline,
+                version,
+                pods,
+                labels,
+            },
+        )
+}
+
+fn render_case(c: &Case, live: &ichor_talos::config::MachineConfig) -> ichor_render::Rendered {
+    let (file, _) = load(c.file);
+    let mut spec = cluster(c.preset, c.kube_proxy);
+    spec.kubernetes_version = c.version.clone();
+    if !c.pods.is_empty() {
+        spec.network.pod_subnets = c.pods.clone();
+    }
+    let patch = if c.labels.is_empty() {
+        Vec::new()
+    } else {
+        let mut p = String::from("machine:\n  nodeLabels:\n");
+        for (k, v) in &c.labels {
+            p.push_str(&format!("    {k}: \"{v}\"\n"));
+        }
+        vec![p]
+    };
+    let patches: Vec<(&str, &str)> = patch.iter().map(|p| ("labels", p.as_str())).collect();
+    let m = machine(role_of(file), &patches);
+    render(&spec, &m, live, c.handover, c.inline.as_deref())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Render is deterministic: the same input gives the same bytes and hash.
+    #[test]
+    fn render_is_deterministic(c in case()) {
+        let (_, text) = load(c.file);
+        let live = parse(&text);
+        let a = render_case(&c, &live);
+        let b = render_case(&c, &parse(&text));
+        prop_assert_eq!(a.yaml().expect("yaml"), b.yaml().expect("yaml"));
+        prop_assert_eq!(a.hash().expect("hash"), b.hash().expect("hash"));
+    }
+
+    /// Render is idempotent: rendering over a node that runs the desired
+    /// config changes nothing, so that node shows no drift.
+    #[test]
+    fn render_is_idempotent(c in case()) {
+        let (_, text) = load(c.file);
+        let live = parse(&text);
+        let once = render_case(&c, &live);
+        let twice = render_case(&c, &once.config);
+        prop_assert_eq!(once.yaml().expect("yaml"), twice.yaml().expect("yaml"));
+        let drift = compare(&once.config, &twice.config).expect("drift");
+        prop_assert!(drift.entries.is_empty(), "{:?}", drift.entries);
+    }
+
+    /// Drift is deterministic and sorted, and a config never drifts from itself.
+    #[test]
+    fn drift_is_sorted_and_reflexive(c in case()) {
+        let (_, text) = load(c.file);
+        let live = parse(&text);
+        let desired = render_case(&c, &live);
+        let d1 = compare(&live, &desired.config).expect("drift");
+        let d2 = compare(&live, &desired.config).expect("drift");
+        prop_assert_eq!(&d1, &d2);
+        let paths: Vec<&String> = d1.entries.iter().map(|e| &e.path).collect();
+        let mut sorted = paths.clone();
+        sorted.sort();
+        prop_assert_eq!(paths, sorted);
+        prop_assert!(compare(&live, &live).expect("drift").entries.is_empty());
+    }
+}
