@@ -324,7 +324,7 @@ pub async fn check_handover(
 pub struct WaitOptions {
     /// Give up after this long (10 minutes by default).
     pub timeout: Duration,
-    /// Report what is still not Ready this often (30 s by default).
+    /// Report what is still not Ready at once, then this often (30 s by default).
     pub report_interval: Duration,
     /// Read the status this often.
     pub poll_interval: Duration,
@@ -406,7 +406,7 @@ pub async fn wait_ready(
 ) -> Result<(), Error> {
     let start = tokio::time::Instant::now();
     let deadline = start + wait.timeout;
-    let mut next_report = start + wait.report_interval;
+    let mut next_report = start; // report at once, then every interval
     loop {
         let pending = not_ready(client, namespace).await?;
         if pending.is_empty() {
@@ -414,19 +414,19 @@ pub async fn wait_ready(
             return Ok(());
         }
         let now = tokio::time::Instant::now();
-        if now >= deadline {
-            return Err(Error::NotReady {
-                timeout: wait.timeout,
-                namespace: namespace.into(),
-                pending: pending.join("; "),
-            });
-        }
         if now >= next_report {
             tracing::info!(namespace, "waiting for Cilium: {}", pending.join("; "));
             if let Some(cb) = &wait.on_progress {
                 cb(&pending);
             }
             next_report = now + wait.report_interval;
+        }
+        if now >= deadline {
+            return Err(Error::NotReady {
+                timeout: wait.timeout,
+                namespace: namespace.into(),
+                pending: pending.join("; "),
+            });
         }
         tokio::time::sleep(wait.poll_interval.min(deadline - now)).await;
     }

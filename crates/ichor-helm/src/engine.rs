@@ -65,7 +65,8 @@ pub struct ApplyOptions {
     pub wait: bool,
     /// How often the wait reads the workloads' status.
     pub poll_interval: Duration,
-    /// How often the wait reports what it still waits for.
+    /// How often the wait reports what it still waits for (the first report
+    /// comes at once).
     pub report_interval: Duration,
     /// Receives those reports (they also go to tracing at INFO).
     pub on_wait: Option<WaitReporter>,
@@ -709,7 +710,7 @@ impl Engine {
     ) -> Result<(), Error> {
         let start = tokio::time::Instant::now();
         let deadline = start + opts.timeout;
-        let mut next_report = start + opts.report_interval;
+        let mut next_report = start; // report at once, then every interval
         loop {
             let mut pending = Vec::new();
             for (obj, (ar, caps)) in workloads {
@@ -730,19 +731,19 @@ impl Engine {
                 return Ok(());
             }
             let now = tokio::time::Instant::now();
-            if now >= deadline {
-                return Err(Error::WaitTimeout {
-                    release: release.into(),
-                    timeout: opts.timeout,
-                    pending: pending.join("; "),
-                });
-            }
             if now >= next_report {
                 tracing::info!(release, "waiting for the rollout: {}", pending.join("; "));
                 if let Some(cb) = &opts.on_wait {
                     cb(&pending);
                 }
                 next_report = now + opts.report_interval;
+            }
+            if now >= deadline {
+                return Err(Error::WaitTimeout {
+                    release: release.into(),
+                    timeout: opts.timeout,
+                    pending: pending.join("; "),
+                });
             }
             tokio::time::sleep(opts.poll_interval.min(deadline - now)).await;
         }
