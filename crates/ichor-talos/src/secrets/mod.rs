@@ -5,6 +5,10 @@
 //! `k8saggregator`, ...). Certificates and keys are base64 of PEM. Unknown
 //! keys are kept.
 
+mod generate;
+
+pub use generate::CA_VALIDITY;
+
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -46,6 +50,11 @@ pub enum SecretsError {
         /// The YAML error.
         source: serde_yaml_ng::Error,
     },
+    /// Generating a new bundle failed.
+    #[error(
+        "cannot generate a secrets bundle: {0}; this is a bug in ichor-talos or a broken system random source"
+    )]
+    Generate(String),
     /// Serialising failed (a bug).
     #[error(
         "cannot serialise the secrets bundle: {0}; this is a bug in ichor-talos, please report it"
