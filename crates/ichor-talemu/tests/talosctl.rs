@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -37,9 +38,14 @@ fn talosconfig(emu: &Emulator, dir: &Path, spec: &ClientCertSpec) -> PathBuf {
     path
 }
 
-/// Runs `talosctl --talosconfig F -n <node address> -e <endpoint> ARGS…`, bounded.
+/// Runs `talosctl --talosconfig F -n <node 0's address> -e <node 0's endpoint> ARGS…`, bounded.
 async fn talosctl(emu: &Emulator, config: &Path, args: &[&str]) -> Run {
     let node = emu.nodes()[0].address.to_string();
+    talosctl_n(emu, config, &node, args).await
+}
+
+/// Runs `talosctl --talosconfig F -n NODES -e <node 0's endpoint> ARGS…`, bounded.
+async fn talosctl_n(emu: &Emulator, config: &Path, node: &str, args: &[&str]) -> Run {
     let endpoint = emu.endpoint(0);
     let mut cmd = tokio::process::Command::new(Tool::Talosctl.path());
     cmd.arg("--talosconfig")
@@ -237,4 +243,44 @@ async fn talosctl_reader_cannot_read_machineconfig() {
         run.stderr.contains("PermissionDenied") || run.stderr.contains("not authorized"),
         "{run}"
     );
+}
+
+/// Several nodes through one control-plane endpoint: `-n a,b` fans out
+/// (one-to-many, answers tagged with the node), `get` goes node by node, and
+/// an unknown node is reported by name.
+#[tokio::test(flavor = "multi_thread")]
+async fn talosctl_through_a_control_plane() {
+    let cp: IpAddr = "127.0.0.51".parse().unwrap();
+    let w: IpAddr = "127.0.0.52".parse().unwrap();
+    let emu = Emulator::start(vec![
+        NodeSpec::new("cp-1", common::cp_v112()).with_address(cp),
+        NodeSpec::new("w-1", common::worker_v112())
+            .with_address(w)
+            .with_version("v1.13.8"),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let admin = talosconfig(&emu, dir.path(), &ClientCertSpec::admin());
+
+    let run = talosctl_n(&emu, &admin, "127.0.0.51,127.0.0.52", &["version"]).await;
+    assert!(run.ok, "{run}");
+    assert!(run.stdout.contains("NODE:        127.0.0.51"), "{run}");
+    assert!(run.stdout.contains("NODE:        127.0.0.52"), "{run}");
+    assert!(run.stdout.contains("Tag:         v1.13.8"), "{run}");
+
+    let run = talosctl_n(&emu, &admin, "127.0.0.51,127.0.0.52", &["get", "machinetype"]).await;
+    assert!(run.ok, "{run}");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert!(lines.iter().any(|l| l.starts_with("127.0.0.51") && l.contains("machine-type")), "{run}");
+    assert!(lines.iter().any(|l| l.starts_with("127.0.0.52") && l.contains("machine-type")), "{run}");
+
+    let run = talosctl_n(&emu, &admin, "127.0.0.52", &["get", "machinetype", "-o", "yaml"]).await;
+    assert!(run.ok, "{run}");
+    assert!(run.stdout.contains("spec: worker"), "{run}");
+
+    let run = talosctl_n(&emu, &admin, "127.0.0.51,10.9.9.9", &["version"]).await;
+    assert!(run.stdout.contains("NODE:        127.0.0.51"), "{run}");
+    assert!(run.stderr.contains("10.9.9.9"), "{run}");
+    assert!(run.stderr.contains("connection refused"), "{run}");
 }

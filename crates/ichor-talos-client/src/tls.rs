@@ -190,3 +190,63 @@ impl ServerCertVerifier for AcceptAnyServerCert {
             .supported_schemes()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ed25519_pair() -> (String, String) {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "os:admin");
+        let cert = params.self_signed(&key).unwrap();
+        (
+            cert.pem(),
+            key.serialize_pem()
+                .replace("PRIVATE KEY", TALOS_ED25519_KEY_LABEL),
+        )
+    }
+
+    #[test]
+    fn talos_ed25519_label_is_accepted() {
+        let (_, key) = ed25519_pair();
+        assert!(key.starts_with("-----BEGIN ED25519 PRIVATE KEY-----"));
+        let parsed = parse_private_key(key.as_bytes()).unwrap();
+        assert!(matches!(parsed, PrivateKeyDer::Pkcs8(_)));
+    }
+
+    #[test]
+    fn client_config_has_alpn_h2() {
+        let (cert, key) = ed25519_pair();
+        let identity = ClientIdentity::from_pem(cert.clone(), cert, key);
+        let config = client_config(&identity).unwrap();
+        assert_eq!(config.alpn_protocols, vec![b"h2".to_vec()]);
+        let insecure = maintenance_client_config().unwrap();
+        assert_eq!(insecure.alpn_protocols, vec![b"h2".to_vec()]);
+    }
+
+    #[test]
+    fn talosconfig_base64_round_trip_and_errors() {
+        use base64::Engine as _;
+        let (cert, key) = ed25519_pair();
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let id = ClientIdentity::from_talosconfig_base64(&b64(&cert), &b64(&cert), &b64(&key))
+            .unwrap();
+        assert_eq!(id.ca_pem(), cert.as_bytes());
+        let err = ClientIdentity::from_talosconfig_base64("!!", &b64(&cert), &b64(&key))
+            .unwrap_err();
+        assert!(err.to_string().contains("CA (ca)"), "{err}");
+    }
+
+    #[test]
+    fn missing_ca_is_a_clear_error() {
+        let (cert, key) = ed25519_pair();
+        let identity = ClientIdentity::from_pem("not a pem", cert, key);
+        let err = client_config(&identity).unwrap_err();
+        assert_eq!(err.to_string(), "no certificate found in the CA PEM");
+        // The key never shows in Debug output.
+        assert!(format!("{identity:?}").contains("<redacted>"));
+    }
+}
