@@ -8,7 +8,8 @@
 //!
 //! Condition types and reasons are constants in [`conditions`], and conditions
 //! are built and merged there only. [`crds`] lists every CRD and renders the
-//! YAML that `crdgen` writes to `dist/crds/`.
+//! YAML that `crdgen` writes to `dist/crds/`. [`validation`] holds the
+//! admission checks (the same rules as the CEL, with messages for people).
 //!
 //! This crate talks to no server.
 
@@ -24,6 +25,7 @@ pub mod installation;
 pub mod machine;
 pub mod operation;
 mod schema;
+pub mod validation;
 
 pub use cluster::{
     CiliumSpec, ClusterNetwork, CniPreset, CniSpec, CniStatus, DetectedCni, KubeProxyMode,

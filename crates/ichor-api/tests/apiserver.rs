@@ -213,3 +213,92 @@ async fn installation_is_a_singleton() {
     .await
     .expect("the singleton is stored");
 }
+
+/// A TalosMachine cannot move to another cluster or change its role, and is
+/// held unless told otherwise; a TalosOperation's spec is fixed and an
+/// upgrade names its version.
+/// Covers: R1.7a
+#[tokio::test]
+async fn machine_and_operation_rules() {
+    use ichor_api::{
+        ClusterRef, MachineRole, OperationKind, OperationTarget, TalosMachine, TalosOperation,
+        TalosOperationSpec,
+    };
+    let client = client_with_crds().await;
+    let ns = ichor_testenv::TestEnv::shared()
+        .namespace("ichor-api")
+        .await;
+
+    let machines: Api<TalosMachine> = Api::namespaced(client.clone(), &ns);
+    let raw: TalosMachine = serde_json::from_value(serde_json::json!({
+        "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosMachine",
+        "metadata": {"name": "cp-1"},
+        "spec": {"clusterRef": {"name": "c1"}, "role": "controlplane", "address": "10.0.0.2"}
+    }))
+    .expect("machine");
+    let stored = machines
+        .create(&PostParams::default(), &raw)
+        .await
+        .expect("a valid TalosMachine is stored");
+    assert!(stored.spec.hold, "machines are held unless released");
+    let mut moved = stored.clone();
+    moved.spec.cluster_ref = ClusterRef { name: "c2".into() };
+    moved.spec.role = MachineRole::Worker;
+    let msg = refusal(
+        machines
+            .replace("cp-1", &PostParams::default(), &moved)
+            .await
+            .expect_err("refused"),
+    );
+    assert!(
+        msg.contains("spec.clusterRef is immutable") && msg.contains("spec.role is immutable"),
+        "message: {msg}"
+    );
+    let mut released = stored;
+    released.spec.hold = false;
+    machines
+        .replace("cp-1", &PostParams::default(), &released)
+        .await
+        .expect("releasing the hold is allowed");
+
+    let ops: Api<TalosOperation> = Api::namespaced(client, &ns);
+    let spec = TalosOperationSpec {
+        kind: OperationKind::TalosUpgrade,
+        target: OperationTarget {
+            cluster_ref: ClusterRef { name: "c1".into() },
+            machines: vec![],
+        },
+        version: None,
+    };
+    let msg = refusal(
+        ops.create(
+            &PostParams::default(),
+            &TalosOperation::new("up", spec.clone()),
+        )
+        .await
+        .expect_err("refused"),
+    );
+    assert!(msg.contains("spec.version is required"), "message: {msg}");
+    let with_version = TalosOperationSpec {
+        version: Some("v1.12.2".into()),
+        ..spec
+    };
+    let stored = ops
+        .create(
+            &PostParams::default(),
+            &TalosOperation::new("up", with_version),
+        )
+        .await
+        .expect("stored");
+    let mut changed = stored;
+    changed.spec.version = Some("v1.12.3".into());
+    let msg = refusal(
+        ops.replace("up", &PostParams::default(), &changed)
+            .await
+            .expect_err("refused"),
+    );
+    assert!(
+        msg.contains("spec of a TalosOperation is immutable"),
+        "message: {msg}"
+    );
+}

@@ -1,8 +1,10 @@
 //! Drift: the per-path comparison of a node's live config with its desired
 //! config, each difference classified by [`crate::classes`].
 
+use ichor_api::conditions::{self, Status, reasons, types};
 use ichor_api::{DriftClass, DriftEntry};
 use ichor_talos::config::MachineConfig;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_yaml_ng::{Mapping, Value};
 
 use crate::Error;
@@ -39,6 +41,47 @@ impl Drift {
     /// Whether nothing needs doing (no drift, or only class A).
     pub fn is_clean(&self) -> bool {
         self.max_class().is_none_or(|c| c == DriftClass::A)
+    }
+
+    /// One sentence for people: how many paths differ, and for class C which and why.
+    pub fn summary(&self) -> String {
+        let count = |c| self.of_class(c).count();
+        let (b, c) = (count(DriftClass::B), count(DriftClass::C));
+        if b == 0 && c == 0 {
+            return "the node runs the desired config".to_owned();
+        }
+        let mut s = format!(
+            "{} path(s) differ: {b} class B (applied without a reboot when the machine is not held), {c} class C",
+            b + c
+        );
+        if c > 0 {
+            let list: Vec<String> = self
+                .of_class(DriftClass::C)
+                .map(|e| format!("{} ({})", e.path, e.reason.as_deref().unwrap_or("unknown")))
+                .collect();
+            s.push_str(&format!(
+                ". Ichor will not apply class C on its own, so nothing is applied to this machine: {}. Change the TalosCluster, TalosMachine or its patches to match the node, or make the change by hand",
+                list.join("; ")
+            ));
+        }
+        s
+    }
+
+    /// The `Drifted` condition of a TalosMachine for this drift.
+    pub fn condition(&self, observed_generation: Option<i64>, now: Time) -> Condition {
+        let (status, reason) = match self.max_class() {
+            None | Some(DriftClass::A) => (Status::False, reasons::NO_DRIFT),
+            Some(DriftClass::B) => (Status::True, reasons::SAFE_DRIFT),
+            Some(DriftClass::C) => (Status::True, reasons::UNSAFE_DRIFT),
+        };
+        conditions::new(
+            types::DRIFTED,
+            status,
+            reason,
+            self.summary(),
+            observed_generation,
+            now,
+        )
     }
 }
 

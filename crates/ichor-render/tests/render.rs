@@ -455,3 +455,40 @@ fn drift_paths_display() {
         .key("manifest");
     assert_eq!(p.to_string(), "KubeInlineManifestConfig[cilium].manifest");
 }
+
+/// The Drifted condition says which class C paths block the apply and why.
+/// Covers: R1.6
+#[test]
+fn drifted_condition_explains_class_c() {
+    use ichor_api::conditions::reasons;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let now = Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).expect("time"));
+    let live = parse(&shared_fixture("stability-v1.12/base-controlplane.yaml"));
+    let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
+    let out = render(
+        &spec,
+        &machine(MachineRole::Controlplane, &[]),
+        &live,
+        true,
+        None,
+    );
+    let drift = compare(&live, &out.config).expect("drift");
+    let c = drift.condition(Some(3), now.clone());
+    assert_eq!(
+        (c.type_.as_str(), c.status.as_str(), c.reason.as_str()),
+        ("Drifted", "True", reasons::UNSAFE_DRIFT)
+    );
+    assert!(
+        c.message.contains("cluster.network.cni (changing the CNI"),
+        "{}",
+        c.message
+    );
+    assert!(c.message.contains("nothing is applied"), "{}", c.message);
+    let clean = compare(&live, &live)
+        .expect("drift")
+        .condition(Some(3), now);
+    assert_eq!(
+        (clean.status.as_str(), clean.reason.as_str()),
+        ("False", reasons::NO_DRIFT)
+    );
+}
