@@ -180,8 +180,11 @@ fn inline_entry(docs: &mut Vec<Mapping>, multidoc: bool, input: &CniInput<'_>) {
         if let Some(v1) = v1alpha1(docs) {
             let mut now_empty = false;
             if let Some(list) = path::sequence_mut(v1, &["cluster", "inlineManifests"]) {
+                let before = list.len();
                 list.retain(|item| !gone(name_of(item).as_deref()));
-                now_empty = list.is_empty();
+                // Drop the key only when Ichor emptied the list, so a node's own
+                // empty list stays as it is.
+                now_empty = list.is_empty() && list.len() < before;
             }
             if now_empty {
                 remove(v1, &["cluster", "inlineManifests"]);

@@ -492,3 +492,54 @@ fn drifted_condition_explains_class_c() {
         ("False", reasons::NO_DRIFT)
     );
 }
+
+/// The hand-over is read from the TalosCluster's CNIHandover condition.
+/// Covers: R1.5e
+#[test]
+fn handover_comes_from_the_cluster_condition() {
+    use ichor_api::conditions::{self, Status, reasons, types};
+    use ichor_api::{TalosCluster, TalosClusterStatus, TalosMachine};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let now = Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).expect("time"));
+    let live = parse(&own_fixture("v1.12-cni-none-controlplane.yaml"));
+    let mut c = TalosCluster::new("base", cluster(CniPreset::Cilium, KubeProxyMode::Enabled));
+    let m = TalosMachine::new("cp-1", machine(MachineRole::Controlplane, &[]));
+    assert!(!ichor_render::RenderInput::from_objects(&c, &m, &live).cni_handover);
+    let mut status = TalosClusterStatus::default();
+    conditions::set(
+        &mut status.conditions,
+        conditions::new(
+            types::CNI_HANDOVER,
+            Status::True,
+            reasons::HANDED_OVER,
+            "",
+            Some(1),
+            now,
+        ),
+    );
+    c.status = Some(status);
+    let input = ichor_render::RenderInput::from_objects(&c, &m, &live);
+    assert!(input.cni_handover);
+    assert_eq!(input.machine_name, "cp-1");
+    assert_eq!(ichor_render::render(&input).expect("render").config, live);
+}
+
+/// A node's own empty inline manifest list is kept at the hand-over.
+#[test]
+fn own_empty_inline_list_is_kept() {
+    let text = own_fixture("v1.12-cni-none-controlplane.yaml").replacen(
+        "cluster:\n",
+        "cluster:\n    inlineManifests: []\n",
+        1,
+    );
+    let live = parse(&text);
+    let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
+    let out = render(
+        &spec,
+        &machine(MachineRole::Controlplane, &[]),
+        &live,
+        true,
+        None,
+    );
+    assert_eq!(out.config, live);
+}
