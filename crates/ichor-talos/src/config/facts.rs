@@ -115,10 +115,13 @@ pub struct InlineManifestFact {
 /// What adopt needs from one node's machine config, in either shape.
 ///
 /// Rules (facts file, sections 5.1-5.2):
+/// * the shape is [`ConfigShape::Legacy`] when the `v1alpha1` document holds
+///   Kubernetes settings (`cluster.network`, `controlPlane`, `clusterName`,
+///   `apiServer` or `proxy`: a v1.12/v1.13 config, or one upgraded from them)
+///   or when there is no `Kube*` document; [`ConfigShape::Multidoc`] otherwise;
 /// * a legacy field wins when present (Talos refuses a config that has both);
-/// * CNI: `cluster.network.cni.name`, default `flannel` when the v1alpha1
-///   document has `cluster.network` or the config has no `Kube*` document;
-///   otherwise (v1.14) `flannel` when a `KubeFlannelCNIConfig` exists, `custom`
+/// * CNI, legacy shape: `cluster.network.cni.name`, default `flannel`;
+///   multidoc shape (v1.14): `flannel` when a `KubeFlannelCNIConfig` exists, `custom`
 ///   when a `KubeExternalManifestConfig` named `custom-cni` exists, else
 ///   `none` on a control-plane node and unknown (`None`) on a worker, whose
 ///   v1.14 config does not carry cluster-wide settings;
@@ -186,7 +189,16 @@ pub(super) fn compute(cfg: &MachineConfig) -> ConfigFacts {
     let machine = v1.and_then(|v| v.machine.as_ref());
     let cluster = v1.and_then(|v| v.cluster.as_ref());
     let network = cluster.and_then(|c| c.network.as_ref());
-    let shape = if cfg.documents.iter().any(is_kube_kind) {
+    // Legacy Kubernetes settings in the v1alpha1 document (a v1.14 config
+    // generated for the multi-document contract has none of these).
+    let legacy_kubernetes = cluster.is_some_and(|c| {
+        c.network.is_some()
+            || c.control_plane.is_some()
+            || c.cluster_name.is_some()
+            || c.api_server.is_some()
+            || c.proxy.is_some()
+    });
+    let shape = if !legacy_kubernetes && cfg.documents.iter().any(is_kube_kind) {
         ConfigShape::Multidoc
     } else {
         ConfigShape::Legacy
@@ -237,7 +249,7 @@ pub(super) fn compute(cfg: &MachineConfig) -> ConfigFacts {
     }
 
     // CNI
-    let (cni, cni_urls) = if network.is_some() || shape == ConfigShape::Legacy {
+    let (cni, cni_urls) = if shape == ConfigShape::Legacy {
         let c = network.and_then(|n| n.cni.as_ref());
         let name = c
             .and_then(|c| c.name.as_deref())

@@ -420,3 +420,21 @@ fn upsert_and_remove_documents() {
     assert!(cfg.find_by_kind_name("KubeAuthorizerConfig").is_none());
     assert!(cfg.find_by_kind_name("HostnameConfig").is_some());
 }
+
+/// An upgraded cluster: legacy Kubernetes settings plus a v1.14 KubePrismConfig document.
+#[test]
+fn facts_of_a_mixed_upgraded_config_follow_the_legacy_fields() {
+    let text = "version: v1alpha1\nmachine:\n  type: controlplane\ncluster:\n  controlPlane:\n    endpoint: https://x:6443\n  network:\n    podSubnets: [10.3.0.0/16]\n---\napiVersion: v1alpha1\nkind: KubePrismConfig\nport: 7445\n";
+    let f = MachineConfig::parse(text).unwrap().facts();
+    assert_eq!(f.shape, ConfigShape::Legacy);
+    assert_eq!(f.cni, Some(CniName::Flannel));
+    assert_eq!(f.kube_proxy_enabled, Some(true));
+    assert_eq!(
+        f.kube_prism,
+        KubePrismFact {
+            enabled: true,
+            port: Some(7445)
+        }
+    );
+    assert_eq!(f.pod_subnets, vec!["10.3.0.0/16"]);
+}
