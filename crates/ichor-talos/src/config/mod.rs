@@ -25,10 +25,11 @@ use serde_yaml_ng::{Mapping, Value};
 
 pub use document::{Document, DocumentKind, OtherDocument};
 pub use facts::{
-    CniName, ConfigFacts, ConfigShape, InlineManifestFact, KubePrismFact, MachineType,
+    CniName, ConfigFacts, ConfigShape, DEFAULT_DNS_DOMAIN, DEFAULT_POD_SUBNET,
+    DEFAULT_SERVICE_SUBNET, InlineManifestFact, KubePrismFact, MachineType,
 };
 pub use kube::*;
-pub use v1alpha1::V1Alpha1Config;
+pub use v1alpha1::{DEFAULT_KUBEPRISM_PORT, V1Alpha1Config};
 
 /// Fields of a document that Ichor does not model, kept in input order.
 pub type Extra = indexmap::IndexMap<String, Value>;
