@@ -14,9 +14,12 @@
 
 pub mod classify;
 pub mod gate;
+pub mod inspect;
 pub mod inspection;
 pub mod plan;
+pub mod install;
 pub mod preconditions;
+pub mod run;
 pub mod waits;
 
 pub use classify::{AdoptMode, CniClassification, Refusal, classify_cni, decide_mode};
