@@ -50,7 +50,7 @@ async fn talosctl_n(emu: &Emulator, config: &Path, node: &str, args: &[&str]) ->
     let mut cmd = tokio::process::Command::new(Tool::Talosctl.path());
     cmd.arg("--talosconfig")
         .arg(config)
-        .args(["-n", &node, "-e", &endpoint])
+        .args(["-n", node, "-e", &endpoint])
         .args(args)
         .env_remove("TALOSCONFIG")
         .env("HOME", config.parent().unwrap())
@@ -269,13 +269,35 @@ async fn talosctl_through_a_control_plane() {
     assert!(run.stdout.contains("NODE:        127.0.0.52"), "{run}");
     assert!(run.stdout.contains("Tag:         v1.13.8"), "{run}");
 
-    let run = talosctl_n(&emu, &admin, "127.0.0.51,127.0.0.52", &["get", "machinetype"]).await;
+    let run = talosctl_n(
+        &emu,
+        &admin,
+        "127.0.0.51,127.0.0.52",
+        &["get", "machinetype"],
+    )
+    .await;
     assert!(run.ok, "{run}");
     let lines: Vec<&str> = run.stdout.lines().collect();
-    assert!(lines.iter().any(|l| l.starts_with("127.0.0.51") && l.contains("machine-type")), "{run}");
-    assert!(lines.iter().any(|l| l.starts_with("127.0.0.52") && l.contains("machine-type")), "{run}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("127.0.0.51") && l.contains("machine-type")),
+        "{run}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("127.0.0.52") && l.contains("machine-type")),
+        "{run}"
+    );
 
-    let run = talosctl_n(&emu, &admin, "127.0.0.52", &["get", "machinetype", "-o", "yaml"]).await;
+    let run = talosctl_n(
+        &emu,
+        &admin,
+        "127.0.0.52",
+        &["get", "machinetype", "-o", "yaml"],
+    )
+    .await;
     assert!(run.ok, "{run}");
     assert!(run.stdout.contains("spec: worker"), "{run}");
 

@@ -232,11 +232,11 @@ mod tests {
         use base64::Engine as _;
         let (cert, key) = ed25519_pair();
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        let id = ClientIdentity::from_talosconfig_base64(&b64(&cert), &b64(&cert), &b64(&key))
-            .unwrap();
+        let id =
+            ClientIdentity::from_talosconfig_base64(&b64(&cert), &b64(&cert), &b64(&key)).unwrap();
         assert_eq!(id.ca_pem(), cert.as_bytes());
-        let err = ClientIdentity::from_talosconfig_base64("!!", &b64(&cert), &b64(&key))
-            .unwrap_err();
+        let err =
+            ClientIdentity::from_talosconfig_base64("!!", &b64(&cert), &b64(&key)).unwrap_err();
         assert!(err.to_string().contains("CA (ca)"), "{err}");
     }
 
