@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 pub use ichor_helm::{ApplyOptions, ChartRef, Release, Renderer};
 pub use values::{
     ClusterSettings, KubeProxy, OWNED_KEYS, Tunnel, ValuesError, effective_values,
-    effective_values_for_mode, values_hash,
+    effective_values_for_mode, recorded_settings, user_values_from_yaml, values_hash,
 };
 
 /// The Helm release name of Ichor's Cilium.
@@ -317,6 +317,37 @@ pub async fn check_handover(
         deployed,
         daemonset,
     })
+}
+
+/// The number of Nodes: the `node_count` of [`ClusterSettings`]. The CLI and
+/// the controller must count the same way (Nodes) so that they derive the
+/// same effective values.
+pub async fn node_count(client: &kube::Client) -> Result<u32, Error> {
+    let nodes = Api::<Node>::all(client.clone())
+        .list_metadata(&Default::default())
+        .await
+        .map_err(|source| Error::Read {
+            what: "the nodes".into(),
+            source,
+        })?;
+    Ok(u32::try_from(nodes.items.len()).unwrap_or(u32::MAX))
+}
+
+/// The newest deployed revision of Ichor's Cilium release, read from the
+/// storage namespace (no helm needed); `None` when there is none.
+pub async fn deployed_release(
+    client: kube::Client,
+    storage_namespace: &str,
+) -> Result<Option<Release>, Error> {
+    let history = ichor_helm::SecretStorage::new(client, storage_namespace)
+        .history(RELEASE_NAME)
+        .await
+        .map_err(ichor_helm::Error::from)?;
+    Ok(history
+        .into_iter()
+        .rev()
+        .map(|s| s.release)
+        .find(|r| r.status() == ichor_helm::Status::Deployed))
 }
 
 /// The bounded Ready wait of [`bootstrap`].

@@ -145,6 +145,43 @@ impl ClusterSettings {
     }
 }
 
+/// User values from a YAML (or JSON) file's text, as `--cilium-values FILE`
+/// gives them: must be a mapping; an empty file is no values. Owned keys are
+/// refused later, by [`effective_values`], with the settings at hand.
+pub fn user_values_from_yaml(text: &str, file: &str) -> Result<Map<String, Value>, ValuesError> {
+    let v: Value = serde_yaml_ng::from_str(text).map_err(|e| ValuesError::File {
+        file: file.into(),
+        message: e.to_string(),
+    })?;
+    match v {
+        Value::Null => Ok(Map::new()),
+        Value::Object(m) => Ok(m),
+        other => Err(ValuesError::File {
+            file: file.into(),
+            message: format!("it must be a mapping of chart keys, not {other}"),
+        }),
+    }
+}
+
+/// The tunnel and kube-proxy mode an existing release was installed with,
+/// read from its values (`tunnelProtocol`, `kubeProxyReplacement`): what
+/// adopt compares with the Talos side after `ichor cni bootstrap`. `None`
+/// where the value is absent or not one Ichor writes.
+pub fn recorded_settings(config: &Map<String, Value>) -> (Option<Tunnel>, Option<KubeProxy>) {
+    let tunnel = config
+        .get("tunnelProtocol")
+        .and_then(Value::as_str)
+        .and_then(|t| t.parse().ok());
+    let kube_proxy = match config.get("kubeProxyReplacement") {
+        Some(Value::String(s)) if s == "true" => Some(KubeProxy::Replaced),
+        Some(Value::String(s)) if s == "false" => Some(KubeProxy::Enabled),
+        Some(Value::Bool(true)) => Some(KubeProxy::Replaced),
+        Some(Value::Bool(false)) => Some(KubeProxy::Enabled),
+        _ => None,
+    };
+    (tunnel, kube_proxy)
+}
+
 /// Dotted paths of the values Ichor always sets.
 pub const OWNED_KEYS: [&str; 10] = [
     "k8sServiceHost",
@@ -179,6 +216,8 @@ pub const CLEAN_STATE_CAPABILITIES: [&str; 3] = ["NET_ADMIN", "SYS_ADMIN", "SYS_
 /// A user value that Ichor does not accept.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ValuesError {
+    #[error("Cilium values file {file}: {message}; fix the file (a YAML mapping of chart keys)")]
+    File { file: String, message: String },
     #[error(
         "the Cilium user values of TalosCluster {cluster} must be a mapping of chart keys, got {got}; fix spec.cni.cilium.values"
     )]
@@ -483,6 +522,38 @@ mod tests {
         bad.spec.cni.cilium.as_mut().unwrap().values = Some(json!([1]));
         let e = ClusterSettings::from_cluster(&bad, 3).unwrap_err();
         assert!(e.to_string().contains("TalosCluster prod"), "{e}");
+    }
+
+    /// Covers: R1.4c, R4.4b, R4.4c
+    #[test]
+    fn values_file_and_recorded_settings() {
+        let m = user_values_from_yaml("hubble:\n  enabled: false\n", "v.yaml").unwrap();
+        assert_eq!(m["hubble"]["enabled"], false);
+        assert!(user_values_from_yaml("", "v.yaml").unwrap().is_empty());
+        let e = user_values_from_yaml("- a\n", "v.yaml").unwrap_err();
+        assert!(
+            e.to_string().contains("v.yaml") && e.to_string().contains("mapping"),
+            "{e}"
+        );
+        assert!(
+            user_values_from_yaml("a: [", "bad.yaml")
+                .unwrap_err()
+                .to_string()
+                .contains("bad.yaml")
+        );
+
+        let s = ClusterSettings::new(Tunnel::Geneve, KubeProxy::Replaced, 2);
+        let v = effective_values(&s).unwrap();
+        assert_eq!(
+            recorded_settings(&v),
+            (Some(Tunnel::Geneve), Some(KubeProxy::Replaced))
+        );
+        assert_eq!(recorded_settings(&Map::new()), (None, None));
+        let helm_set = obj(json!({"kubeProxyReplacement": false, "tunnelProtocol": "vxlan"}));
+        assert_eq!(
+            recorded_settings(&helm_set),
+            (Some(Tunnel::Vxlan), Some(KubeProxy::Enabled))
+        );
     }
 
     proptest! {

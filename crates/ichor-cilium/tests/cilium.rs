@@ -420,7 +420,7 @@ async fn ready_wait_gives_up_and_names_what_is_left() {
 /// installed with the effective values of that object; once the object is
 /// written (through the real API server, CRD and all) and read back, the
 /// controller derives the same values, so it finds the release at its hash.
-/// Covers: R1.4d, R1.5e, R5.1
+/// Covers: R1.4d, R1.5e, R4.4c, R5.1
 #[tokio::test]
 async fn values_installed_equal_the_values_derived_from_the_written_cluster() {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -451,6 +451,16 @@ async fn values_installed_equal_the_values_derived_from_the_written_cluster() {
         ichor_cilium::apply_for_cluster(client.clone(), &options(&home, &store, &ns), &settings)
             .await
             .unwrap();
+
+    // Adopt after a bootstrap reads tunnel and kube-proxy back from the record.
+    let recorded = ichor_cilium::deployed_release(client.clone(), &store)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        ichor_cilium::recorded_settings(recorded.config.as_ref().unwrap()),
+        (Some(Tunnel::Geneve), Some(KubeProxy::Replaced))
+    );
 
     // Write the same object (the CRD may take a moment to be served).
     let api = Api::<ichor_api::TalosCluster>::namespaced(client.clone(), &store);
