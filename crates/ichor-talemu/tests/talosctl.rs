@@ -306,3 +306,114 @@ async fn talosctl_through_a_control_plane() {
     assert!(run.stderr.contains("10.9.9.9"), "{run}");
     assert!(run.stderr.contains("connection refused"), "{run}");
 }
+
+/// Runs talosctl with no talosconfig context (maintenance mode: `--insecure`,
+/// the node's endpoint given as `-n`).
+async fn talosctl_insecure(emu: &Emulator, dir: &Path, args: &[&str]) -> Run {
+    let endpoint = emu.endpoint(0);
+    let mut cmd = tokio::process::Command::new(Tool::Talosctl.path());
+    cmd.args(["-n", &endpoint])
+        .args(args)
+        .env_remove("TALOSCONFIG")
+        .env("HOME", dir)
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("talosctl answered within 60s")
+        .expect("talosctl runs");
+    Run {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A node in maintenance mode takes its first config from `talosctl
+/// apply-config --insecure`, then wants mutual TLS like a configured node.
+#[tokio::test(flavor = "multi_thread")]
+async fn talosctl_maintenance_apply() {
+    let emu = Emulator::start(vec![NodeSpec::maintenance("fresh")])
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cp.yaml");
+    std::fs::write(&file, common::cp_v112()).unwrap();
+
+    let run = talosctl_insecure(&emu, dir.path(), &["version", "--insecure"]).await;
+    assert!(run.ok, "{run}");
+    assert!(run.stdout.contains("Tag:         v1.13.9"), "{run}");
+
+    let run = talosctl_insecure(
+        &emu,
+        dir.path(),
+        &["apply-config", "--insecure", "-f", file.to_str().unwrap()],
+    )
+    .await;
+    assert!(run.ok, "{run}");
+    assert!(
+        run.stderr
+            .contains("Applied configuration without a reboot"),
+        "{run}"
+    );
+    assert_eq!(emu.active_config(0).unwrap(), common::cp_v112());
+
+    let admin = talosconfig(&emu, dir.path(), &ClientCertSpec::admin());
+    let run = talosctl(&emu, &admin, &["get", "machinetype", "-o", "yaml"]).await;
+    assert!(run.ok, "{run}");
+    assert!(run.stdout.contains("spec: controlplane"), "{run}");
+}
+
+/// `talosctl get -w` (COSI Watch): the current resource, then the change an
+/// apply makes.
+#[tokio::test(flavor = "multi_thread")]
+async fn talosctl_watch_sees_an_apply() {
+    use tokio::io::AsyncBufReadExt;
+
+    let (emu, dir, admin) = setup().await;
+    let mut child = tokio::process::Command::new(Tool::Talosctl.path())
+        .arg("--talosconfig")
+        .arg(&admin)
+        .args(["-n", "127.0.0.1", "-e", &emu.endpoint(0)])
+        .args(["get", "kubeprismconfigs", "-w", "-o", "yaml"])
+        .env_remove("TALOSCONFIG")
+        .env("HOME", dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    let mut read_until = async |needle: &str, seen: &mut String| {
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                seen.push_str(&line);
+                seen.push('\n');
+                if line.contains(needle) {
+                    return;
+                }
+            }
+            panic!("talosctl ended before {needle:?}:\n{seen}");
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no {needle:?} within 30s:\n{seen}"));
+    };
+    read_until("port: 7445", &mut seen).await;
+    assert!(seen.contains("event: created"), "{seen}");
+
+    let changed = common::edit(&common::cp_v112(), "port: 7445", "port: 7452");
+    emu.admin_client(0)
+        .unwrap()
+        .apply_configuration(
+            "",
+            &ichor_talos_client::ApplyRequest::new(
+                changed,
+                ichor_talos_client::ApplyMode::NoReboot,
+            ),
+        )
+        .await
+        .unwrap();
+    read_until("port: 7452", &mut seen).await;
+    assert!(seen.contains("event: updated"), "{seen}");
+    child.kill().await.unwrap();
+}
