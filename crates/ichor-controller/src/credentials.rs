@@ -1,0 +1,114 @@
+//! Node credentials: the cluster's bundle Secret → an `os:admin` client
+//! certificate minted in memory from the bundle's OS CA. Nothing here is
+//! logged or written anywhere; the cache holds the identity only in memory
+//! and mints a new one when the Secret changes or the certificate ages.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use ichor_api::TalosCluster;
+use ichor_talos::secrets::SecretsBundle;
+use ichor_talos::talosconfig::{Role, generate_client_certificate};
+use ichor_talos_client::ClientIdentity;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt as _;
+use kube::api::Api;
+
+use crate::{Error, Result};
+
+/// How long a minted client certificate is valid.
+pub const CERT_VALIDITY: Duration = Duration::from_secs(24 * 3600);
+/// A cached identity is minted again after this long.
+const REMINT_AFTER: Duration = Duration::from_secs(12 * 3600);
+
+struct Entry {
+    resource_version: String,
+    minted: Instant,
+    identity: ClientIdentity,
+}
+
+/// Minted identities by (namespace, Secret name).
+#[derive(Default)]
+pub struct Cache {
+    entries: Mutex<HashMap<(String, String), Entry>>,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache").finish_non_exhaustive()
+    }
+}
+
+impl Cache {
+    /// The admin identity for `cluster`'s nodes.
+    pub async fn identity(
+        &self,
+        client: &kube::Client,
+        cluster: &TalosCluster,
+    ) -> Result<ClientIdentity> {
+        let namespace = cluster.namespace().unwrap_or_default();
+        let cluster_name = cluster.name_any();
+        let secret_name = cluster.spec.secrets_ref.name.clone();
+        let key = cluster.spec.secrets_ref.key_or_default().to_owned();
+        let bundle_error = |reason: String| Error::Bundle {
+            namespace: namespace.clone(),
+            cluster: cluster_name.clone(),
+            secret: secret_name.clone(),
+            key: key.clone(),
+            reason,
+        };
+        let secret = Api::<Secret>::namespaced(client.clone(), &namespace)
+            .get_opt(&secret_name)
+            .await
+            .map_err(Error::kube(format!(
+                "reading Secret {namespace}/{secret_name}"
+            )))?
+            .ok_or_else(|| bundle_error("the Secret does not exist".into()))?;
+        let rv = secret.resource_version().unwrap_or_default();
+        let cache_key = (namespace.clone(), secret_name.clone());
+        {
+            let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(e) = entries.get(&cache_key)
+                && e.resource_version == rv
+                && e.minted.elapsed() < REMINT_AFTER
+            {
+                return Ok(e.identity.clone());
+            }
+        }
+        let data = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(&key))
+            .ok_or_else(|| bundle_error(format!("the Secret has no key {key}")))?;
+        let text = std::str::from_utf8(&data.0)
+            .map_err(|_| bundle_error("the bundle is not UTF-8 text".into()))?;
+        let identity =
+            identity_from_bundle_text(text, &format!("Secret {namespace}/{secret_name}"))
+                .map_err(bundle_error)?;
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                cache_key,
+                Entry {
+                    resource_version: rv,
+                    minted: Instant::now(),
+                    identity: identity.clone(),
+                },
+            );
+        Ok(identity)
+    }
+}
+
+/// Parses a bundle and mints an `os:admin` client identity from its OS CA.
+/// The error text never contains key material.
+pub fn identity_from_bundle_text(text: &str, origin: &str) -> Result<ClientIdentity, String> {
+    let bundle = SecretsBundle::parse(text, origin).map_err(|e| e.to_string())?;
+    let (ca_pem, _) = bundle
+        .os_ca_pem()
+        .ok_or_else(|| "certs.os.crt or certs.os.key is missing or not base64".to_string())?;
+    let cert = generate_client_certificate(&bundle, Role::Admin, CERT_VALIDITY)
+        .map_err(|e| e.to_string())?;
+    Ok(ClientIdentity::from_pem(ca_pem, cert.crt_pem, cert.key_pem))
+}

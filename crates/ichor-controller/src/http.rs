@@ -1,0 +1,39 @@
+//! Health and metrics: `/healthz` (the process answers), `/readyz` (the
+//! controllers run: this replica leads), `/metrics` (Prometheus text).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+use crate::Metrics;
+
+/// The health and metrics routes.
+pub fn router(metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(metrics)
+}
+
+async fn readyz(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
+    if m.is_ready() {
+        (StatusCode::OK, "ready")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: waiting for the leader Lease or starting",
+        )
+    }
+}
+
+async fn metrics_text(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        m.render(),
+    )
+}

@@ -1,0 +1,74 @@
+//! The IchorInstallation singleton (`ichor` in the system namespace).
+//!
+//! Deployed by Helm (`--deployed-by helm`, set by the chart) and absent: the
+//! controller creates it once with `spec.deployment.manager: helm` (R5.2;
+//! the chart never renders it). Otherwise its absence is fine (R4.3f):
+//! nothing in the controller needs it. Once it exists, its manager field is
+//! authoritative and the controller never changes it.
+
+use ichor_api::{
+    DeploymentSpec, INSTALLATION_NAME, IchorInstallation, IchorInstallationSpec, Manager,
+};
+use kube::api::{Api, PostParams};
+
+use crate::{Config, DeployedBy, Error, Result};
+
+/// Makes sure the singleton exists when it should; returns it when it exists.
+pub async fn ensure(client: &kube::Client, config: &Config) -> Result<Option<IchorInstallation>> {
+    let ns = &config.system_namespace;
+    let api = Api::<IchorInstallation>::namespaced(client.clone(), ns);
+    let read = || {
+        Error::kube(format!(
+            "reading IchorInstallation {ns}/{INSTALLATION_NAME}"
+        ))
+    };
+    if let Some(existing) = api.get_opt(INSTALLATION_NAME).await.map_err(read())? {
+        if config.deployed_by == DeployedBy::Helm
+            && existing.spec.deployment.manager != Manager::Helm
+        {
+            tracing::warn!(
+                "IchorInstallation {ns}/{INSTALLATION_NAME} says manager {:?} while this controller was deployed by Helm; the object is authoritative and is left as it is",
+                existing.spec.deployment.manager
+            );
+        }
+        return Ok(Some(existing));
+    }
+    if config.deployed_by != DeployedBy::Helm {
+        tracing::info!(
+            "no IchorInstallation {ns}/{INSTALLATION_NAME}; nothing needs it, carrying on"
+        );
+        return Ok(None);
+    }
+    let obj = IchorInstallation::new(
+        INSTALLATION_NAME,
+        IchorInstallationSpec {
+            version: config.version.clone(),
+            deployment: DeploymentSpec {
+                manager: Manager::Helm,
+            },
+            installer_repository: None,
+        },
+    );
+    match api
+        .create(
+            &PostParams {
+                field_manager: Some(crate::FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &obj,
+        )
+        .await
+    {
+        Ok(o) => {
+            tracing::info!("created IchorInstallation {ns}/{INSTALLATION_NAME} (manager helm)");
+            Ok(Some(o))
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            api.get_opt(INSTALLATION_NAME).await.map_err(read())
+        }
+        Err(source) => Err(Error::Kube {
+            what: format!("creating IchorInstallation {ns}/{INSTALLATION_NAME}"),
+            source,
+        }),
+    }
+}

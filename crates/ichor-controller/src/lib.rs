@@ -1,0 +1,303 @@
+//! Ichor's controller, run by `ichor controller`.
+//!
+//! - [`machine`]: the TalosMachine reconciler — reads each node's live config
+//!   through the Talos API (credentials minted in memory from the cluster's
+//!   bundle Secret), renders the desired config, writes the drift per path
+//!   with its class to `status`, and applies class B drift in no-reboot mode
+//!   when the machine is not held. Class C is never applied. `spec` is never
+//!   written.
+//! - [`cluster`]: the TalosCluster reconciler — aggregates Ready from the
+//!   machines, sets `status.cni.detected` (spec 2.2) and the CNI hand-over
+//!   (spec 1.5 step 5, `CNIHandover`).
+//! - [`installation`]: the IchorInstallation singleton, created once when
+//!   deployed by Helm (R5.2), tolerated absent otherwise (R4.3f).
+//! - [`leader`]: leader election with a `coordination.k8s.io` Lease.
+//! - [`http`]: `/healthz`, `/readyz`, `/metrics` ([`metrics`]).
+//! - [`webhook`]: admission webhooks for TalosCluster (axum + rustls).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), ichor_controller::Error> {
+//! let config = ichor_controller::Config::default();
+//! ichor_controller::run(config).await
+//! # }
+//! ```
+
+pub mod cluster;
+pub mod credentials;
+mod error;
+pub mod http;
+pub mod installation;
+pub mod leader;
+pub mod machine;
+pub mod metrics;
+pub mod webhook;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt as _;
+use kube::runtime::events::{Recorder, Reporter};
+
+pub use error::{Error, Result};
+pub use metrics::Metrics;
+
+/// The field manager of every write the controller makes.
+pub const FIELD_MANAGER: &str = "ichor-controller";
+
+/// Who deployed Ichor (the CLI's `--deployed-by`; the chart sets `helm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeployedBy {
+    /// The install manifest of `ichor adopt` / `ichor init` (the installer).
+    #[default]
+    Installer,
+    /// A Helm release of the `ichor` chart.
+    Helm,
+}
+
+impl std::str::FromStr for DeployedBy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "installer" => Ok(DeployedBy::Installer),
+            "helm" => Ok(DeployedBy::Helm),
+            o => Err(format!(
+                "unknown --deployed-by {o:?}: use installer or helm"
+            )),
+        }
+    }
+}
+
+/// Leader election settings.
+#[derive(Debug, Clone)]
+pub struct LeaderElection {
+    /// The Lease's name, in [`Config::system_namespace`].
+    pub lease_name: String,
+    /// This replica's identity (the pod name).
+    pub identity: String,
+    /// How long a Lease is valid after its last renewal.
+    pub lease_duration: Duration,
+    /// How often the leader renews (must be well below `lease_duration`).
+    pub renew_interval: Duration,
+}
+
+impl Default for LeaderElection {
+    fn default() -> Self {
+        LeaderElection {
+            lease_name: "ichor-controller".into(),
+            identity: std::env::var("POD_NAME")
+                .or_else(|_| std::env::var("HOSTNAME"))
+                .unwrap_or_else(|_| "ichor-controller".into()),
+            lease_duration: Duration::from_secs(15),
+            renew_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The admission webhook server.
+#[derive(Debug, Clone)]
+pub struct WebhookServer {
+    /// Where to listen (the chart uses 0.0.0.0:9443).
+    pub addr: SocketAddr,
+    /// The `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`) in
+    /// [`Config::system_namespace`] holding the serving certificate.
+    pub cert_secret: String,
+}
+
+/// How the controller runs. The CLI's `ichor controller` fills this from its flags.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Watch only this namespace (`None`: every namespace).
+    pub namespace: Option<String>,
+    /// Where Ichor runs: the IchorInstallation, the Lease, the webhook certificate.
+    pub system_namespace: String,
+    /// Who deployed Ichor (`--deployed-by`).
+    pub deployed_by: DeployedBy,
+    /// Ichor's version (written to an IchorInstallation created under Helm).
+    pub version: String,
+    /// Where Ichor's Cilium release record lives (`ichor-system`).
+    pub cilium_storage_namespace: String,
+    /// Where Ichor's Cilium objects live (`kube-system`).
+    pub cilium_release_namespace: String,
+    /// The Talos API port used when `spec.address` has none.
+    pub talos_port: u16,
+    /// Bound on every Talos API call.
+    pub talos_call_timeout: Duration,
+    /// How often a reconciled object is looked at again (drift appears on
+    /// nodes without any Kubernetes event).
+    pub resync: Duration,
+    /// Retry delay after a failed reconcile.
+    pub error_requeue: Duration,
+    /// Health and metrics server (`None`: not served).
+    pub http_addr: Option<SocketAddr>,
+    /// Admission webhook server (`None`: not served).
+    pub webhook: Option<WebhookServer>,
+    /// Leader election (`None`: act as the only replica).
+    pub leader_election: Option<LeaderElection>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            namespace: None,
+            system_namespace: ichor_api::SYSTEM_NAMESPACE.into(),
+            deployed_by: DeployedBy::Installer,
+            version: concat!("v", env!("CARGO_PKG_VERSION")).into(),
+            cilium_storage_namespace: ichor_cilium::STORAGE_NAMESPACE.into(),
+            cilium_release_namespace: ichor_cilium::RELEASE_NAMESPACE.into(),
+            talos_port: ichor_talos_client::APID_PORT,
+            talos_call_timeout: Duration::from_secs(30),
+            resync: Duration::from_secs(300),
+            error_requeue: Duration::from_secs(15),
+            http_addr: None,
+            webhook: None,
+            leader_election: Some(LeaderElection::default()),
+        }
+    }
+}
+
+/// What the reconcilers share.
+pub struct Context {
+    pub client: kube::Client,
+    pub config: Config,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    pub credentials: credentials::Cache,
+}
+
+impl Context {
+    fn new(client: kube::Client, config: Config, metrics: Arc<Metrics>) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: config.leader_election.as_ref().map(|l| l.identity.clone()),
+            },
+        );
+        Context {
+            client,
+            config,
+            metrics,
+            recorder,
+            credentials: credentials::Cache::default(),
+        }
+    }
+}
+
+/// Runs the controller with the in-cluster (or `KUBECONFIG`) client until
+/// SIGTERM or Ctrl-C.
+pub async fn run(config: Config) -> Result<()> {
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| Error::Client(e.to_string()))?;
+    run_with(client, config, shutdown_signal()).await
+}
+
+/// Runs the controller with `client` until `shutdown` completes (or
+/// leadership is lost, which is an error).
+pub async fn run_with(
+    client: kube::Client,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let metrics = Arc::new(Metrics::default());
+    let shutdown = shutdown.shared();
+    if let Some(addr) = config.http_addr {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::Serve {
+                what: "health and metrics",
+                addr: addr.to_string(),
+                reason: e.to_string(),
+            })?;
+        let router = http::router(Arc::clone(&metrics));
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router)
+                .with_graceful_shutdown(stop)
+                .await;
+        });
+    }
+    if let Some(wh) = config.webhook.clone() {
+        let tls = webhook::load_tls(&client, &config.system_namespace, &wh.cert_secret).await?;
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            if let Err(e) = webhook::serve(wh.addr, tls, stop).await {
+                tracing::error!(error = %e, "the webhook server stopped");
+            }
+        });
+    }
+
+    // Leadership first: nothing is written before this replica leads.
+    let leadership = match &config.leader_election {
+        Some(le) => {
+            let elector =
+                leader::Elector::new(client.clone(), &config.system_namespace, le.clone());
+            tokio::select! {
+                r = elector.acquire() => Some(r?),
+                () = shutdown.clone() => return Ok(()),
+            }
+        }
+        None => None,
+    };
+    metrics.set_leader(true);
+
+    if let Err(e) = installation::ensure(&client, &config).await {
+        tracing::error!(error = %e, "IchorInstallation");
+    }
+
+    let ctx = Arc::new(Context::new(client, config, Arc::clone(&metrics)));
+    metrics.set_ready(true);
+    let machines = machine::run(Arc::clone(&ctx), shutdown.clone());
+    let clusters = cluster::run(Arc::clone(&ctx), shutdown.clone());
+    let controllers = async {
+        futures::join!(machines, clusters);
+    };
+    let result = match leadership {
+        Some(mut held) => {
+            let r = tokio::select! {
+                () = controllers => Ok(()),
+                e = held.lost() => Err(e),
+            };
+            if r.is_ok() {
+                held.release().await;
+            }
+            r
+        }
+        None => {
+            controllers.await;
+            Ok(())
+        }
+    };
+    metrics.set_ready(false);
+    metrics.set_leader(false);
+    result
+}
+
+/// Completes on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
+
+/// `now` for conditions.
+pub(crate) fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
+}

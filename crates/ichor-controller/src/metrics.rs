@@ -1,0 +1,110 @@
+//! Prometheus metrics, in the text exposition format, without a metrics
+//! library: a few counters and gauges are all the controller needs.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The controller's counters and gauges.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    reconciles: Mutex<BTreeMap<&'static str, u64>>,
+    errors: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+    applies: Mutex<BTreeMap<&'static str, u64>>,
+    leader: AtomicU64,
+    ready: AtomicU64,
+}
+
+impl Metrics {
+    /// One reconcile of `controller` (`talosmachine`, `taloscluster`).
+    pub fn reconciled(&self, controller: &'static str) {
+        *lock(&self.reconciles).entry(controller).or_default() += 1;
+    }
+
+    /// One failed reconcile, by error label.
+    pub fn failed(&self, controller: &'static str, label: &'static str) {
+        *lock(&self.errors).entry((controller, label)).or_default() += 1;
+    }
+
+    /// One apply to a node, by outcome (`applied`, `failed`, `read_back_mismatch`).
+    pub fn applied(&self, outcome: &'static str) {
+        *lock(&self.applies).entry(outcome).or_default() += 1;
+    }
+
+    /// Whether this replica holds the leader Lease.
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.store(u64::from(leader), Ordering::Relaxed);
+    }
+
+    /// Whether the controllers are running (for `/readyz`).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(u64::from(ready), Ordering::Relaxed);
+    }
+
+    /// Whether the controllers are running.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed) == 1
+    }
+
+    /// Failed reconciles of `controller` with error `label` so far.
+    pub fn failures(&self, controller: &'static str, label: &'static str) -> u64 {
+        lock(&self.errors)
+            .get(&(controller, label))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The text exposition format (`text/plain; version=0.0.4`).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP ichor_reconciles_total Reconciles run, by controller.\n# TYPE ichor_reconciles_total counter\n");
+        for (c, n) in lock(&self.reconciles).iter() {
+            let _ = writeln!(out, "ichor_reconciles_total{{controller=\"{c}\"}} {n}");
+        }
+        out.push_str("# HELP ichor_reconcile_errors_total Failed reconciles, by controller and error.\n# TYPE ichor_reconcile_errors_total counter\n");
+        for ((c, e), n) in lock(&self.errors).iter() {
+            let _ = writeln!(
+                out,
+                "ichor_reconcile_errors_total{{controller=\"{c}\",error=\"{e}\"}} {n}"
+            );
+        }
+        out.push_str("# HELP ichor_node_applies_total Config applies to nodes, by outcome.\n# TYPE ichor_node_applies_total counter\n");
+        for (o, n) in lock(&self.applies).iter() {
+            let _ = writeln!(out, "ichor_node_applies_total{{outcome=\"{o}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP ichor_leader Whether this replica holds the leader Lease.\n# TYPE ichor_leader gauge\nichor_leader {}",
+            self.leader.load(Ordering::Relaxed)
+        );
+        out
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_with_labels() {
+        let m = Metrics::default();
+        m.reconciled("talosmachine");
+        m.reconciled("talosmachine");
+        m.failed("talosmachine", "talos");
+        m.applied("applied");
+        m.set_leader(true);
+        let text = m.render();
+        assert!(text.contains("ichor_reconciles_total{controller=\"talosmachine\"} 2"));
+        assert!(text.contains(
+            "ichor_reconcile_errors_total{controller=\"talosmachine\",error=\"talos\"} 1"
+        ));
+        assert!(text.contains("ichor_node_applies_total{outcome=\"applied\"} 1"));
+        assert!(text.contains("ichor_leader 1"));
+        assert_eq!(m.failures("talosmachine", "talos"), 1);
+    }
+}

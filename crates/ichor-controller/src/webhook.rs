@@ -1,0 +1,348 @@
+//! Admission webhooks for TalosCluster, served over HTTPS (axum + rustls)
+//! with the serving certificate from a Secret.
+//!
+//! The CRD's CEL rules already refuse some of these (tunnel immutability,
+//! Ichor-owned top-level Cilium keys, enums). The webhook checks them again
+//! on the raw object so that every refusal reads the same, and adds what
+//! CEL cannot say: the nested Ichor-owned Cilium keys of `ichor-cilium`
+//! (`ipam.mode`, `cgroup.*`, ...) and an unknown preset named with the two
+//! that exist.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::routing::post;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{Error, Result};
+
+/// The path the ValidatingWebhookConfiguration calls for TalosClusters.
+pub const VALIDATE_TALOSCLUSTER_PATH: &str = "/validate-ichor-maesh-dev-v1alpha1-taloscluster";
+
+/// An `admission.k8s.io/v1` AdmissionReview (the fields Ichor reads and writes).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionReview {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<AdmissionRequest>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<AdmissionResponse>,
+}
+
+/// The request part.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionRequest {
+    pub uid: String,
+    #[serde(default)]
+    pub operation: String,
+    #[serde(default)]
+    pub object: Option<Value>,
+    #[serde(default)]
+    pub old_object: Option<Value>,
+}
+
+/// The response part.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionResponse {
+    pub uid: String,
+    pub allowed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ResponseStatus>,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ResponseStatus {
+    pub code: u16,
+    pub message: String,
+}
+
+const PRESETS: &[&str] = &["cilium", "unmanaged"];
+const TUNNELS: &[&str] = &["vxlan", "geneve"];
+
+fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(v, |v, k| v.get(*k))
+}
+
+/// Checks a TalosCluster (`old` on an update) and returns every refusal,
+/// each a sentence that says what is wrong and what to do. Empty: allowed.
+pub fn validate_taloscluster(old: Option<&Value>, new: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let preset = at(new, &["spec", "cni", "preset"])
+        .and_then(Value::as_str)
+        .unwrap_or("cilium");
+    if !PRESETS.contains(&preset) {
+        out.push(format!(
+            "spec.cni.preset {preset:?} is not a preset Ichor knows: use cilium (Ichor installs and owns Cilium) or unmanaged (the CNI is yours and Ichor leaves it alone)"
+        ));
+    }
+    let tunnel = |v: &Value| {
+        at(v, &["spec", "cni", "tunnel"])
+            .and_then(Value::as_str)
+            .unwrap_or("vxlan")
+            .to_owned()
+    };
+    let new_tunnel = tunnel(new);
+    if !TUNNELS.contains(&new_tunnel.as_str()) {
+        out.push(format!("spec.cni.tunnel {new_tunnel:?} is not a tunnel protocol Cilium supports: use vxlan or geneve"));
+    }
+    if let Some(old) = old {
+        let old_tunnel = tunnel(old);
+        if old_tunnel != new_tunnel {
+            out.push(format!(
+                "spec.cni.tunnel cannot change from {old_tunnel} to {new_tunnel}: changing the tunnel protocol of a running cluster breaks pod traffic between nodes; set it back to {old_tunnel}, or create the cluster again to change it"
+            ));
+        }
+    }
+    if let Some(values) = at(new, &["spec", "cni", "cilium", "values"]) {
+        match values {
+            Value::Null => {}
+            Value::Object(map) => {
+                let owned = owned_paths_in(map);
+                if !owned.is_empty() {
+                    out.push(format!(
+                        "spec.cni.cilium.values sets {}, which Ichor owns and sets itself; remove {} and use the TalosCluster's own fields where there is one (spec.cni.tunnel for tunnelProtocol, spec.cni.kubeProxy for kubeProxyReplacement)",
+                        owned.join(", "),
+                        if owned.len() == 1 { "it" } else { "them" }
+                    ));
+                }
+            }
+            other => out.push(format!(
+                "spec.cni.cilium.values must be a mapping of Cilium chart values, got {other}"
+            )),
+        }
+    }
+    out
+}
+
+/// The Ichor-owned Cilium value paths set in `values` (a user value at or
+/// above an owned key counts), in the order of the owned-key lists.
+/// `operator.replicas` is owned only on one-node clusters and is left to the
+/// controller's check, which knows the node count.
+fn owned_paths_in(values: &serde_json::Map<String, Value>) -> Vec<String> {
+    let root = Value::Object(values.clone());
+    let mut out = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let owned = ichor_api::cilium::OWNED_KEYS
+        .iter()
+        .copied()
+        .chain(ichor_cilium::values::OWNED_KEYS.iter().copied())
+        .filter(|k| *k != "operator.replicas");
+    for key in owned {
+        let parts: Vec<&str> = key.split('.').collect();
+        // The owned key itself, or a user scalar above it.
+        let mut hit = None;
+        for i in 1..=parts.len() {
+            match at(&root, &parts[..i]) {
+                None => break,
+                Some(Value::Object(_)) if i < parts.len() => continue,
+                Some(_) => {
+                    hit = Some(parts[..i].join("."));
+                    break;
+                }
+            }
+        }
+        if let Some(h) = hit
+            && seen.insert(h.clone())
+        {
+            out.push(h);
+        }
+    }
+    out
+}
+
+/// Answers one AdmissionReview.
+pub fn review(req: AdmissionReview) -> AdmissionReview {
+    let Some(request) = req.request else {
+        return AdmissionReview {
+            api_version: req.api_version,
+            kind: req.kind,
+            request: None,
+            response: Some(AdmissionResponse {
+                uid: String::new(),
+                allowed: false,
+                status: Some(ResponseStatus {
+                    code: 400,
+                    message: "the AdmissionReview has no request".into(),
+                }),
+            }),
+        };
+    };
+    let problems = match (request.operation.as_str(), &request.object) {
+        ("CREATE" | "UPDATE", Some(obj)) => validate_taloscluster(request.old_object.as_ref(), obj),
+        _ => Vec::new(),
+    };
+    let response = if problems.is_empty() {
+        AdmissionResponse {
+            uid: request.uid,
+            allowed: true,
+            status: None,
+        }
+    } else {
+        AdmissionResponse {
+            uid: request.uid,
+            allowed: false,
+            status: Some(ResponseStatus {
+                code: 422,
+                message: problems.join("; "),
+            }),
+        }
+    };
+    AdmissionReview {
+        api_version: "admission.k8s.io/v1".into(),
+        kind: "AdmissionReview".into(),
+        request: None,
+        response: Some(response),
+    }
+}
+
+/// The webhook routes.
+pub fn router() -> Router {
+    Router::new().route(
+        VALIDATE_TALOSCLUSTER_PATH,
+        post(|Json(r): Json<AdmissionReview>| async move { Json(review(r)) }),
+    )
+}
+
+/// The serving TLS configuration from a `kubernetes.io/tls` Secret.
+pub async fn load_tls(
+    client: &kube::Client,
+    namespace: &str,
+    secret: &str,
+) -> Result<Arc<rustls::ServerConfig>> {
+    let bad = |reason: String| Error::WebhookCert {
+        namespace: namespace.into(),
+        secret: secret.into(),
+        reason,
+    };
+    let s = Api::<Secret>::namespaced(client.clone(), namespace)
+        .get_opt(secret)
+        .await
+        .map_err(Error::kube(format!("reading Secret {namespace}/{secret}")))?
+        .ok_or_else(|| bad("the Secret does not exist".into()))?;
+    let data = s.data.unwrap_or_default();
+    let crt = data
+        .get("tls.crt")
+        .ok_or_else(|| bad("no tls.crt".into()))?;
+    let key = data
+        .get("tls.key")
+        .ok_or_else(|| bad("no tls.key".into()))?;
+    server_config(&crt.0, &key.0).map_err(bad)
+}
+
+/// A rustls server configuration from PEM certificate chain and key.
+pub fn server_config(
+    crt_pem: &[u8],
+    key_pem: &[u8],
+) -> std::result::Result<Arc<rustls::ServerConfig>, String> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(crt_pem)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| format!("tls.crt is not PEM certificates: {e}"))?;
+    if certs.is_empty() {
+        return Err("tls.crt holds no certificate".into());
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| format!("tls.key is not a PEM private key: {e}"))?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(|e| format!("the certificate and key do not make a TLS identity: {e}"))?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// Serves [`router`] over HTTPS until `shutdown`.
+pub async fn serve(
+    addr: SocketAddr,
+    tls: Arc<rustls::ServerConfig>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let handle = axum_server::Handle::new();
+    let h = handle.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        h.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
+    });
+    axum_server::bind_rustls(
+        addr,
+        axum_server::tls_rustls::RustlsConfig::from_config(tls),
+    )
+    .handle(handle)
+    .serve(router().into_make_service())
+    .await
+    .map_err(|e| Error::Serve {
+        what: "webhook",
+        addr: addr.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cluster(cni: Value) -> Value {
+        json!({"apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
+            "metadata": {"name": "c"}, "spec": {"endpoint": "https://x:6443", "cni": cni}})
+    }
+
+    /// Covers: R1.4a
+    #[test]
+    fn a_changed_tunnel_is_refused_with_what_to_do() {
+        let old = cluster(json!({"preset": "cilium", "tunnel": "vxlan"}));
+        let new = cluster(json!({"preset": "cilium", "tunnel": "geneve"}));
+        let p = validate_taloscluster(Some(&old), &new);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].contains("cannot change from vxlan to geneve"),
+            "{}",
+            p[0]
+        );
+        assert!(validate_taloscluster(Some(&old), &old).is_empty());
+        // Absent means the API default, vxlan.
+        assert!(validate_taloscluster(Some(&cluster(json!({}))), &old).is_empty());
+    }
+
+    #[test]
+    fn an_unknown_preset_is_refused_naming_the_known_ones() {
+        let p = validate_taloscluster(None, &cluster(json!({"preset": "calico"})));
+        assert_eq!(p.len(), 1);
+        assert!(
+            p[0].contains("\"calico\"") && p[0].contains("cilium") && p[0].contains("unmanaged")
+        );
+    }
+
+    /// Covers: R1.4c
+    #[test]
+    fn ichor_owned_cilium_values_are_refused_top_level_and_nested() {
+        let v = cluster(json!({"preset": "cilium", "cilium": {"values": {
+            "tunnelProtocol": "geneve", "ipam": {"mode": "cluster-pool"}, "hubble": {"enabled": true}}}}));
+        let p = validate_taloscluster(None, &v);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].contains("tunnelProtocol, ipam.mode"), "{}", p[0]);
+        let ok = cluster(
+            json!({"preset": "cilium", "cilium": {"values": {"hubble": {"enabled": true}, "ipam": {"operator": {}}}}}),
+        );
+        assert!(validate_taloscluster(None, &ok).is_empty());
+        // A scalar above an owned key replaces it: refused too.
+        let above = cluster(json!({"preset": "cilium", "cilium": {"values": {"cgroup": "x"}}}));
+        assert!(validate_taloscluster(None, &above)[0].contains("cgroup"));
+    }
+}
