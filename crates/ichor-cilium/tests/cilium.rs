@@ -560,3 +560,68 @@ async fn rerun_after_a_killed_install_repairs_and_upgrades() {
         assert_eq!(st, vec!["superseded", "deployed"], "{tool:?}");
     }
 }
+
+/// The stand-in chart says what it is, passes `helm lint` (v3 and v4), has
+/// no hooks, renders the object names and kinds Ichor relies on, and renders
+/// the same output twice for the same values.
+#[tokio::test]
+async fn standin_chart_is_small_honest_and_deterministic() {
+    let dir = standin_chart_dir();
+    let chart_yaml = std::fs::read_to_string(dir.join("Chart.yaml")).unwrap();
+    assert!(chart_yaml.contains("name: cilium") && chart_yaml.contains("STAND-IN"));
+    assert!(
+        std::fs::read_to_string(dir.join("README.md"))
+            .unwrap()
+            .contains("This is not Cilium")
+    );
+    let home = HelmHome::new();
+    for tool in [Tool::Helm3, Tool::Helm4] {
+        let out = std::process::Command::new(tool.path())
+            .args(["lint", "--strict"])
+            .arg(&dir)
+            .envs(home.envs())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{tool:?} lint: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let values = Value::Object(
+        effective_values(&ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Enabled, 1)).unwrap(),
+    );
+    let chart = offline_chart(&dir);
+    let r = home.renderer();
+    let a = r
+        .render("cilium", "kube-system", &chart, &values)
+        .await
+        .unwrap();
+    let b = r
+        .render("cilium", "kube-system", &chart, &values)
+        .await
+        .unwrap();
+    assert_eq!(a.manifest, b.manifest);
+    assert!(a.hooks.is_empty());
+    let objects: Vec<(String, String, Option<String>)> =
+        ichor_helm::manifest::parse_manifest(&a.manifest)
+            .unwrap()
+            .into_iter()
+            .map(|o| (o.kind, o.name, o.namespace))
+            .collect();
+    let ks = Some("kube-system".to_string());
+    assert_eq!(
+        objects,
+        vec![
+            ("ServiceAccount".into(), "cilium".into(), ks.clone()),
+            (
+                "ServiceAccount".into(),
+                "cilium-operator".into(),
+                ks.clone()
+            ),
+            ("ConfigMap".into(), "cilium-config".into(), ks.clone()),
+            ("DaemonSet".into(), "cilium".into(), ks.clone()),
+            ("Deployment".into(), "cilium-operator".into(), ks.clone()),
+        ]
+    );
+}
