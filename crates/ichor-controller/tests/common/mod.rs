@@ -1,0 +1,180 @@
+//! Shared helpers of the controller's tests on real peers: the test control
+//! plane (real kube-apiserver + etcd) with Ichor's CRDs, `ichor-talemu`
+//! nodes signed by the bundle's OS CA, and a controller run per test,
+//! restricted to the test's namespace.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ichor_api::TalosMachine;
+use ichor_talemu::{Emulator, EmulatorOptions, NodeSpec, Pki};
+use ichor_testenv::TestEnv;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+
+/// Bound of every wait in these tests (a loaded 2-core machine is slow; the
+/// bound only turns a hang into a failure, nothing is timed).
+pub const WAIT: Duration = Duration::from_secs(120);
+
+/// The shared Talos fixtures.
+pub fn shared_fixture(rel: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/fixtures/talos")
+        .join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
+
+/// The `cni.name: none` fixtures of ichor-render (made from the stability fixtures).
+pub fn cni_none_fixture(rel: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../ichor-render/tests/fixtures")
+        .join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
+
+/// The secrets bundle fixture.
+pub fn bundle_text() -> String {
+    shared_fixture("stability-secrets.yaml")
+}
+
+/// Applies Ichor's CRDs (from `ichor_api::crds`) and waits until they are served.
+pub async fn crds(client: &kube::Client, ns: &str) {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    for crd in ichor_api::crds::all() {
+        match api.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("create CRD: {e}"),
+        }
+    }
+    wait_for("the CRDs to be served", || async {
+        Api::<TalosMachine>::namespaced(client.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .is_ok()
+            && Api::<ichor_api::TalosCluster>::namespaced(client.clone(), ns)
+                .list(&ListParams::default())
+                .await
+                .is_ok()
+            && Api::<ichor_api::IchorInstallation>::namespaced(client.clone(), ns)
+                .list(&ListParams::default())
+                .await
+                .is_ok()
+    })
+    .await;
+}
+
+/// Polls `f` until it is true; panics with `what` after [`WAIT`].
+pub async fn wait_for<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if f().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up after {WAIT:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The bundle Secret `bundle` in `ns`.
+pub async fn bundle_secret(client: &kube::Client, ns: &str) {
+    let s: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "bundle", "namespace": ns},
+        "stringData": {"secrets.yaml": bundle_text()},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &s)
+        .await
+        .unwrap();
+}
+
+/// Emulated nodes whose certificates are signed by the bundle's OS CA (as real nodes' are).
+pub async fn emulator(nodes: Vec<NodeSpec>) -> Emulator {
+    let bundle = ichor_talos::secrets::SecretsBundle::parse(&bundle_text(), "fixture").unwrap();
+    let (crt, key) = bundle.os_ca_pem().unwrap();
+    let pki = Pki::from_pem(&crt, &key).unwrap();
+    Emulator::start_with(
+        nodes,
+        EmulatorOptions {
+            pki: Some(pki),
+            ..EmulatorOptions::default()
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// A controller config watching `ns` only, with everything of Ichor's in `ns` too.
+pub fn config(ns: &str, release_ns: &str) -> ichor_controller::Config {
+    ichor_controller::Config {
+        namespace: Some(ns.into()),
+        system_namespace: ns.into(),
+        cilium_storage_namespace: ns.into(),
+        cilium_release_namespace: release_ns.into(),
+        resync: Duration::from_secs(5),
+        error_requeue: Duration::from_millis(500),
+        talos_call_timeout: Duration::from_secs(20),
+        leader_election: None,
+        ..ichor_controller::Config::default()
+    }
+}
+
+/// A running controller; dropping it stops it.
+pub struct Running {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<ichor_controller::Result<()>>>,
+}
+
+impl Running {
+    pub async fn stop(mut self) -> ichor_controller::Result<()> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let task = self.task.take().unwrap();
+        tokio::time::timeout(WAIT, task)
+            .await
+            .expect("the controller stops")
+            .expect("join")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = &self.task {
+            t.abort();
+        }
+    }
+}
+
+/// Starts the controller with `config`.
+pub fn start(client: kube::Client, config: ichor_controller::Config) -> Running {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(ichor_controller::run_with(client, config, async move {
+        let _ = rx.await;
+    }));
+    Running {
+        stop: Some(tx),
+        task: Some(task),
+    }
+}
+
+/// The shared test control plane's client.
+pub async fn client() -> kube::Client {
+    TestEnv::shared().client().await
+}
