@@ -453,6 +453,25 @@ async fn expired_certificate_is_refused() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("node 127.0.0.1:"), "{err}");
+    assert!(err.to_string().contains("it has expired"), "{err}");
+    assert!(emu.writes().is_empty());
+}
+
+/// A client certificate from another CA is refused by the node.
+#[tokio::test(flavor = "multi_thread")]
+async fn client_certificate_from_another_ca_is_refused() {
+    let emu = one_cp().await;
+    let other = Emulator::start(vec![NodeSpec::new("x", common::cp_v112())])
+        .await
+        .unwrap();
+    let cert = other.issue_client_cert(&ClientCertSpec::admin()).unwrap();
+    let identity = ClientIdentity::from_pem(emu.ca_pem(), cert.cert_pem, cert.key_pem);
+    let c = TalosClient::new(&emu.endpoint(0), &identity, quick()).unwrap();
+    let err = c.version("").await.unwrap_err();
+    assert!(
+        err.to_string().contains("refused the client certificate"),
+        "{err}"
+    );
     assert!(emu.writes().is_empty());
 }
 

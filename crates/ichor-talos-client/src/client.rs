@@ -14,7 +14,7 @@ use rustls::pki_types::ServerName;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::error::{Error, status_message};
+use crate::error::{Error, status_message, transport_hint};
 use crate::proto::cosi::resource as cosi;
 use crate::proto::cosi::resource::state_client::StateClient;
 use crate::proto::ichor::specs;
@@ -417,11 +417,16 @@ impl TalosClient {
                 timeout: self.options.call_timeout,
             };
         }
+        let raw = status_message(status);
+        let message = match transport_hint(&raw) {
+            Some(hint) if !raw.starts_with(hint) => format!("{hint} ({raw})"),
+            _ => raw,
+        };
         Error::Status {
             node: self.node_label(node),
             call: call.to_string(),
             code: status.code(),
-            message: status_message(status),
+            message,
         }
     }
 

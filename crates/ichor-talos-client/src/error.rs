@@ -126,3 +126,60 @@ pub(crate) fn status_message(status: &tonic::Status) -> String {
     }
     message
 }
+
+/// A plain-words reading of the TLS and connection failures a transport
+/// error carries, put before the raw text.
+pub(crate) fn transport_hint(message: &str) -> Option<&'static str> {
+    let has = |s: &str| message.contains(s);
+    if has("invalid peer certificate") {
+        return Some(if has("Expired") {
+            "the node's certificate has expired"
+        } else if has("NotValidForName") {
+            "the node's certificate is not valid for the endpoint address"
+        } else {
+            "the node's certificate is not signed by the CA in use (wrong talosconfig or cluster?)"
+        });
+    }
+    if has("fatal alert: CertificateExpired") {
+        return Some("the node refused the client certificate: it has expired");
+    }
+    if has("fatal alert: CertificateRequired") {
+        return Some("the node requires a client certificate");
+    }
+    if has("fatal alert: DecryptError")
+        || has("fatal alert: BadCertificate")
+        || has("fatal alert: UnknownCA")
+        || has("fatal alert: CertificateUnknown")
+        || has("fatal alert: UnsupportedCertificate")
+    {
+        return Some(
+            "the node refused the client certificate (not signed by the node's CA, or its extended key usage is not exactly ClientAuth)",
+        );
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::transport_hint;
+
+    #[test]
+    fn tls_failures_get_plain_words() {
+        assert!(
+            transport_hint("invalid peer certificate: BadSignature")
+                .unwrap()
+                .contains("not signed by the CA")
+        );
+        assert!(
+            transport_hint("received fatal alert: CertificateExpired")
+                .unwrap()
+                .contains("expired")
+        );
+        assert!(
+            transport_hint("received fatal alert: DecryptError")
+                .unwrap()
+                .contains("refused the client certificate")
+        );
+        assert_eq!(transport_hint("deadline exceeded"), None);
+    }
+}
