@@ -12,6 +12,22 @@
 //! admission checks (the same rules as the CEL, with messages for people).
 //!
 //! This crate talks to no server.
+//!
+//! Decisions a reader may question:
+//! - `TalosMachine.spec.hold` defaults to **true**: a machine created without
+//!   saying otherwise is never written to until someone releases it.
+//! - `spec.cni.tunnel` defaults to `vxlan` (the API default of spec 1.4) and is
+//!   immutable by CEL (`self == oldSelf`); because the default is always
+//!   filled in, "once set" is "from creation".
+//! - `spec.cni.cilium.values` is free-form, but the Ichor-owned top-level keys
+//!   are declared in the schema (as int-or-string, the only loose type CEL can
+//!   read) so one CEL rule refuses them; a boolean `kubeProxyReplacement` is
+//!   refused by that type instead, with the apiserver's type message.
+//!   [`validation`] says the same for the webhook, naming the keys found.
+//! - `IchorInstallation` is namespaced (in `ichor-system`, like everything
+//!   else) and a singleton by CEL on `metadata.name` (`ichor`).
+//! - A `TalosOperation`'s spec is immutable: an operation is a record of one
+//!   request; a new request is a new object.
 
 // kube's derive takes one `printcolumn(...)` per column; clippy reads the
 // repeated `type_ = "string"` inside them as duplicated attributes.
