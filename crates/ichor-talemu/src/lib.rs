@@ -210,11 +210,21 @@ impl Emulator {
         })
     }
 
-    /// A talosconfig (YAML) with one context named `context`, every node's
-    /// endpoint and address, and a fresh client certificate like `spec`.
+    /// A talosconfig (YAML) with one context named `context`: the
+    /// control-plane nodes' endpoints (every node's when none is one), every
+    /// node's address as `nodes`, and a fresh client certificate like `spec`.
     pub fn talosconfig(&self, context: &str, spec: &ClientCertSpec) -> Result<String, EmuError> {
         let cert = self.pki.client_cert(spec)?;
-        let endpoints: Vec<String> = self.handles.iter().map(NodeHandle::endpoint).collect();
+        let mut endpoints: Vec<String> = self
+            .handles
+            .iter()
+            .zip(&self.cluster.nodes)
+            .filter(|(_, n)| n.is_control_plane())
+            .map(|(h, _)| h.endpoint())
+            .collect();
+        if endpoints.is_empty() {
+            endpoints = self.handles.iter().map(NodeHandle::endpoint).collect();
+        }
         let nodes: Vec<String> = self.handles.iter().map(|h| h.address.to_string()).collect();
         talosconfig::render(context, &endpoints, &nodes, self.pki.ca_pem(), &cert)
     }

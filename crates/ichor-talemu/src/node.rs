@@ -271,6 +271,15 @@ impl Node {
         self.version >= (1, 14)
     }
 
+    /// Whether the node runs a control-plane config (only those forward calls).
+    pub fn is_control_plane(&self) -> bool {
+        let st = self.lock();
+        st.active
+            .as_deref()
+            .and_then(|c| derive::facts(c, self.multidoc_kubernetes()).ok())
+            .is_some_and(|f| f.machine_type.is_control_plane())
+    }
+
     pub fn in_maintenance(&self) -> bool {
         self.lock().active.is_none()
     }

@@ -17,7 +17,6 @@ use ichor_talos_client::proto::google::rpc;
 use ichor_talos_client::proto::machine;
 use ichor_talos_client::proto::machine::machine_service_server::MachineService;
 
-use crate::derive;
 use crate::node::{Fault, Node};
 use crate::resources;
 
@@ -98,12 +97,7 @@ impl NodeApi {
     }
 
     fn can_forward(&self) -> bool {
-        let node = self.node(self.me);
-        let st = node.lock();
-        st.active
-            .as_deref()
-            .and_then(|c| derive::facts(c, node.multidoc_kubernetes()).ok())
-            .is_some_and(|f| f.machine_type.is_control_plane())
+        self.node(self.me).is_control_plane()
     }
 
     /// Finds the node a `node` value names (address or hostname), preferring this one.
@@ -118,8 +112,7 @@ impl NodeApi {
         }
         let found = self.cluster.nodes.iter().position(|n| matches(n));
         match found {
-            Some(i) if !self.can_forward() => {
-                let _ = i;
+            Some(_) if !self.can_forward() => {
                 Err(Status::permission_denied("no request forwarding"))
             }
             Some(i) => Ok(i),
