@@ -91,6 +91,7 @@ pub fn render(input: &RenderInput<'_>) -> Result<Rendered, Error> {
             source,
         })?;
     cluster_paths(&mut docs, input.cluster);
+    machine_paths(&mut docs, input.machine);
     cni::apply(
         &mut docs,
         &CniInput {
@@ -192,6 +193,22 @@ fn cluster_paths(docs: &mut [Mapping], spec: &TalosClusterSpec) {
                 }
             }
         }
+    }
+}
+
+/// Ichor-owned machine paths: `machine.type` from `spec.role` (an `init`
+/// node counts as a control-plane node and stays `init`).
+fn machine_paths(docs: &mut [Mapping], machine: &TalosMachineSpec) {
+    let want = match machine.role {
+        MachineRole::Controlplane => "controlplane",
+        MachineRole::Worker => "worker",
+    };
+    for doc in docs.iter_mut().filter(|d| is_v1alpha1(d)) {
+        let live = get(doc, &["machine", "type"]).and_then(Value::as_str);
+        if live == Some("init") && machine.role == MachineRole::Controlplane {
+            continue;
+        }
+        set_existing(doc, &["machine", "type"], Value::String(want.to_owned()));
     }
 }
 

@@ -543,3 +543,25 @@ fn own_empty_inline_list_is_kept() {
     );
     assert_eq!(out.config, live);
 }
+
+/// A TalosMachine whose role is not the node's type shows class C drift on
+/// `machine.type` (a role never changes in place).
+#[test]
+fn role_mismatch_is_class_c() {
+    let live = parse(&own_fixture("v1.14-cni-none-worker.yaml"));
+    let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
+    let out = render(
+        &spec,
+        &machine(MachineRole::Controlplane, &[]),
+        &live,
+        true,
+        None,
+    );
+    let drift = compare(&live, &out.config).expect("drift");
+    let got: Vec<(&str, DriftClass)> = drift
+        .entries
+        .iter()
+        .map(|e| (e.path.as_str(), e.class))
+        .collect();
+    assert_eq!(got, vec![("machine.type", DriftClass::C)]);
+}
