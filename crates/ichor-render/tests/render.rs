@@ -565,3 +565,29 @@ fn role_mismatch_is_class_c() {
         .collect();
     assert_eq!(got, vec![("machine.type", DriftClass::C)]);
 }
+
+/// Subnets adopted from the node into spec.network render equal: no drift
+/// on the network paths (class A by construction), for every fixture.
+/// Covers: R1.3d
+#[test]
+fn adopted_subnets_render_equal() {
+    for file in [
+        "stability-v1.12/base-controlplane.yaml",
+        "stability-v1.12/overrides-controlplane.yaml",
+        "stability-v1.14/base-controlplane.yaml",
+        "stability-v1.14/overrides-worker.yaml",
+    ] {
+        let live = parse(&shared_fixture(file));
+        let facts = live.facts();
+        let mut spec = cluster(CniPreset::Unmanaged, KubeProxyMode::Enabled);
+        spec.network.pod_subnets = facts.pod_subnets.clone();
+        spec.network.service_subnets = facts.service_subnets.clone();
+        let out = render(&spec, &machine(role_of(file), &[]), &live, false, None);
+        let drift = compare(&live, &out.config).expect("drift");
+        assert!(
+            drift.entries.iter().all(|e| !e.path.contains("Subnets")),
+            "{file}: {:#?}",
+            drift.entries
+        );
+    }
+}
