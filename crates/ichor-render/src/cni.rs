@@ -142,6 +142,9 @@ fn kube_prism(docs: &mut Vec<Mapping>, multidoc: bool) {
     if let Some(v1) = v1alpha1(docs)
         && (get(v1, &["machine", "features", "kubePrism"]).is_some() || !multidoc)
     {
+        if get(v1, &["machine", "features", "kubePrism", "enabled"]) == Some(&Value::Bool(true)) {
+            return;
+        }
         set(
             v1,
             &["machine", "features", "kubePrism", "enabled"],

@@ -70,6 +70,10 @@ impl ConfigPath {
 
 impl fmt::Display for ConfigPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            // The root: the whole legacy document.
+            return f.write_str("v1alpha1");
+        }
         for (i, seg) in self.0.iter().enumerate() {
             match seg {
                 Segment::Key(k) if needs_quotes(k) => write!(f, "[{k:?}]")?,
@@ -281,5 +285,6 @@ mod tests {
                 .key("cluster")
                 .is_ancestor_of("cluster.ca.key")
         );
+        assert_eq!(ConfigPath::default().to_string(), "v1alpha1");
     }
 }

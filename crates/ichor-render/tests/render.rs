@@ -591,3 +591,23 @@ fn adopted_subnets_render_equal() {
         );
     }
 }
+
+/// KubePrism already on without a port is left alone (no A-only rewrite).
+#[test]
+fn kubeprism_on_without_port_is_kept() {
+    let text = own_fixture("v1.12-cni-none-controlplane.yaml").replacen(
+        "        kubePrism:\n            enabled: true\n            port: 7445\n",
+        "        kubePrism:\n            enabled: true\n",
+        1,
+    );
+    let live = parse(&text);
+    let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
+    let out = render(
+        &spec,
+        &machine(MachineRole::Controlplane, &[]),
+        &live,
+        true,
+        None,
+    );
+    assert_eq!(out.config, live);
+}
