@@ -259,6 +259,7 @@ pub struct Engine {
     renderer: Renderer,
     field_manager: String,
     max_history: usize,
+    render_upgrades_as_upgrades: bool,
     kinds: Mutex<HashMap<(String, String, String), Resolved>>,
 }
 
@@ -271,6 +272,7 @@ impl Engine {
             renderer,
             field_manager: DEFAULT_FIELD_MANAGER.into(),
             max_history: DEFAULT_MAX_HISTORY,
+            render_upgrades_as_upgrades: true,
             kinds: Mutex::new(HashMap::new()),
         }
     }
@@ -284,6 +286,14 @@ impl Engine {
     /// Revisions kept per release (default 10; 0 keeps all).
     pub fn max_history(mut self, n: usize) -> Self {
         self.max_history = n;
+        self
+    }
+
+    /// Render an upgrade with `helm upgrade --dry-run` against the storage
+    /// namespace (the default: templates see `.Release.IsUpgrade` and the
+    /// real revision), or, when false, as a first install like any install.
+    pub fn render_upgrades_as_upgrades(mut self, yes: bool) -> Self {
+        self.render_upgrades_as_upgrades = yes;
         self
     }
 
@@ -481,14 +491,22 @@ impl Engine {
                 requested: req.namespace.clone(),
             });
         }
-        let mut rendered = self
-            .renderer
-            .render(&req.name, &req.namespace, &req.chart, &req.values)
-            .await
-            .map_err(|source| Error::Render {
-                release: req.name.clone(),
-                source,
-            })?;
+        let rendered = match op {
+            Operation::Upgrade if self.render_upgrades_as_upgrades => {
+                self.renderer
+                    .render_upgrade(&req.name, self.storage.namespace(), &req.chart, &req.values)
+                    .await
+            }
+            _ => {
+                self.renderer
+                    .render(&req.name, &req.namespace, &req.chart, &req.values)
+                    .await
+            }
+        };
+        let mut rendered = rendered.map_err(|source| Error::Render {
+            release: req.name.clone(),
+            source,
+        })?;
         let hooks = manifest::lifecycle_hooks(&rendered.hooks);
         if !hooks.is_empty() {
             return Err(Error::HooksUnsupported {

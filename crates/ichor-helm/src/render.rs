@@ -1,5 +1,6 @@
 //! Rendering a chart with the real `helm` binary:
-//! `helm install NAME CHART --namespace NS --dry-run=client --output json --values FILE`.
+//! `helm install NAME CHART --namespace NS --dry-run=client --output json --values FILE`
+//! for a first install, `helm upgrade ... --namespace STORAGE_NS` for an upgrade.
 //! Helm prints the release it would create (chart, user values, manifest with
 //! hooks split off, notes); see `docs/adr/0005-helm-release-engine.md`.
 
@@ -67,12 +68,40 @@ impl Renderer {
         self
     }
 
-    /// Renders `chart` as release `name` in `namespace` with `values` (written
-    /// to a temporary file and passed with `--values`). The returned release
-    /// carries `chart`, `config`, `manifest`, `hooks` and `info.notes` as helm
-    /// produced them; the caller sets revision, status and times.
+    /// Renders `chart` as a first install of release `name` in `namespace`
+    /// with `values` (written to a temporary file and passed with `--values`).
+    /// The returned release carries `chart`, `config`, `manifest`, `hooks` and
+    /// `info.notes` as helm produced them; the caller sets revision, status
+    /// and times.
     pub async fn render(
         &self,
+        name: &str,
+        namespace: &str,
+        chart: &ChartRef,
+        values: &Value,
+    ) -> Result<Release, RenderError> {
+        self.run("install", name, namespace, chart, values).await
+    }
+
+    /// Renders `chart` as an upgrade of release `name` whose records are in
+    /// `storage_namespace`: `helm upgrade --dry-run=client` reads the history
+    /// there, so the templates see `.Release.IsUpgrade`, the next revision and
+    /// the release namespace recorded in the history. The history must not
+    /// end in a `pending-*` record (helm refuses then).
+    pub async fn render_upgrade(
+        &self,
+        name: &str,
+        storage_namespace: &str,
+        chart: &ChartRef,
+        values: &Value,
+    ) -> Result<Release, RenderError> {
+        self.run("upgrade", name, storage_namespace, chart, values)
+            .await
+    }
+
+    async fn run(
+        &self,
+        verb: &str,
         name: &str,
         namespace: &str,
         chart: &ChartRef,
@@ -96,7 +125,7 @@ impl Renderer {
         })?;
 
         let mut args: Vec<String> = vec![
-            "install".into(),
+            verb.into(),
             name.into(),
             chart.reference.clone(),
             "--namespace".into(),

@@ -127,6 +127,13 @@ async fn records_written_by_ichor_are_read_by_real_helm() {
         })
         .collect();
     assert_eq!(managers, vec!["ichor".to_string()]);
+    // The upgrade was rendered as an upgrade of the recorded release.
+    let seen: serde_json::Value =
+        serde_json::from_str(&cm_release_json(&client, &rel_ns).await).unwrap();
+    assert_eq!(
+        seen,
+        json!({"isUpgrade": true, "isInstall": false, "revision": 2, "namespace": rel_ns})
+    );
     // A cluster-scoped object of the chart.
     Api::<ClusterRole>::all(client)
         .get(&format!("demo-{rel_ns}"))
@@ -588,8 +595,9 @@ async fn render_failures_and_hooks_write_nothing() {
     assert!(cms.get_opt("demo-config").await.unwrap().is_none());
 }
 
-/// Rendering works with helm v3 too (it needs the cluster for
-/// `--dry-run=client`; see ADR 0005), and a release cannot move namespace.
+/// Rendering works with helm v3 too, installs and upgrades (it needs the
+/// cluster for `--dry-run=client`; see ADR 0005), and a release cannot move
+/// namespace.
 #[tokio::test]
 async fn helm_v3_renders_too_and_the_release_namespace_is_fixed() {
     let env = TestEnv::shared();
@@ -606,6 +614,19 @@ async fn helm_v3_renders_too_and_the_release_namespace_is_fixed() {
     let status = home.json(Tool::Helm4, &["status", "demo", "--namespace", &store]);
     assert_eq!(status["namespace"], ns.as_str());
 
+    let up = engine
+        .upgrade(
+            &request("demo", &ns, json!({"greeting": "v3b"})),
+            &no_wait(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(up.version, 2);
+    let seen: serde_json::Value =
+        serde_json::from_str(&cm_release_json(&env.client().await, &ns).await).unwrap();
+    assert_eq!(seen["isUpgrade"], true);
+    assert_eq!(seen["revision"], 2);
+
     let other = env.namespace("elsewhere").await;
     let err = engine
         .upgrade(&request("demo", &other, json!({})), &no_wait())
@@ -613,4 +634,12 @@ async fn helm_v3_renders_too_and_the_release_namespace_is_fixed() {
         .unwrap_err();
     assert!(matches!(err, Error::NamespaceMismatch { .. }), "{err}");
     assert!(err.to_string().contains(&format!("use {ns}")), "{err}");
+}
+
+async fn cm_release_json(client: &kube::Client, ns: &str) -> String {
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get("demo-config")
+        .await
+        .unwrap();
+    cm.data.unwrap()["release.json"].clone()
 }
