@@ -68,3 +68,8 @@ pub const VERSION: &str = "v1alpha1";
 pub const SYSTEM_NAMESPACE: &str = "ichor-system";
 /// Annotation set on a TalosCluster that `ichor adopt` created.
 pub const ADOPTED_ANNOTATION: &str = "ichor.maesh.dev/adopted";
+/// Annotation on a TalosCluster naming the Talos inline manifest that carried
+/// Cilium before Ichor took it over (written by adopt on a takeover); the
+/// render removes that entry at the hand-over, with Ichor's own.
+pub const TAKEN_OVER_INLINE_MANIFEST_ANNOTATION: &str =
+    "ichor.maesh.dev/taken-over-inline-manifest";

@@ -37,7 +37,8 @@ pub struct RenderInput<'a> {
 
 impl<'a> RenderInput<'a> {
     /// The input for a machine of a cluster; the hand-over comes from the
-    /// cluster's `CNIHandover` condition.
+    /// cluster's `CNIHandover` condition and the taken-over inline manifest
+    /// from the annotation [`ichor_api::TAKEN_OVER_INLINE_MANIFEST_ANNOTATION`].
     pub fn from_objects(
         cluster: &'a TalosCluster,
         machine: &'a TalosMachine,
@@ -54,7 +55,12 @@ impl<'a> RenderInput<'a> {
             machine: &machine.spec,
             live,
             inline_cni: None,
-            taken_over_inline: None,
+            taken_over_inline: cluster
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ichor_api::TAKEN_OVER_INLINE_MANIFEST_ANNOTATION))
+                .map(String::as_str),
         }
     }
 }

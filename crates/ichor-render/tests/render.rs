@@ -611,3 +611,54 @@ fn kubeprism_on_without_port_is_kept() {
     );
     assert_eq!(out.config, live);
 }
+
+/// At the hand-over, an inline manifest taken over from the user (named in
+/// the TalosCluster's annotation) is removed too; other inline manifests stay.
+/// Covers: R1.5e
+#[test]
+fn taken_over_inline_manifest_is_removed_at_handover() {
+    use ichor_api::conditions::{self, Status, reasons, types};
+    use ichor_api::{TalosCluster, TalosClusterStatus, TalosMachine};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let text = own_fixture("v1.12-cni-none-controlplane.yaml").replacen(
+        "cluster:\n",
+        "cluster:\n    inlineManifests:\n        - name: my-cilium\n          contents: 'kind: List'\n        - name: extra\n          contents: 'kind: List'\n",
+        1,
+    );
+    let live = parse(&text);
+    let mut c = TalosCluster::new("base", cluster(CniPreset::Cilium, KubeProxyMode::Enabled));
+    c.metadata.annotations = Some(
+        [(
+            ichor_api::TAKEN_OVER_INLINE_MANIFEST_ANNOTATION.to_owned(),
+            "my-cilium".to_owned(),
+        )]
+        .into(),
+    );
+    let mut status = TalosClusterStatus::default();
+    let now = Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).expect("time"));
+    conditions::set(
+        &mut status.conditions,
+        conditions::new(
+            types::CNI_HANDOVER,
+            Status::True,
+            reasons::HANDED_OVER,
+            "",
+            Some(1),
+            now,
+        ),
+    );
+    c.status = Some(status);
+    let m = TalosMachine::new("cp-1", machine(MachineRole::Controlplane, &[]));
+    let out = ichor_render::render(&ichor_render::RenderInput::from_objects(&c, &m, &live))
+        .expect("render");
+    let drift = compare(&live, &out.config).expect("drift");
+    let got: Vec<(&str, DriftClass)> = drift
+        .entries
+        .iter()
+        .map(|e| (e.path.as_str(), e.class))
+        .collect();
+    assert_eq!(
+        got,
+        vec![("cluster.inlineManifests[my-cilium]", DriftClass::B)]
+    );
+}
