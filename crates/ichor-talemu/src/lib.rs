@@ -252,6 +252,21 @@ impl Emulator {
         self.cluster.nodes[i].lock().boot_id.clone()
     }
 
+    /// Replaces node `i`'s config out of band (active and persistent), as an
+    /// operator's own `talosctl apply-config` would: for drift tests. Not an
+    /// API write, so not in [`Emulator::writes`].
+    pub fn set_config(&self, i: usize, config: impl Into<Vec<u8>>) {
+        let node = &self.cluster.nodes[i];
+        let config = config.into();
+        let mut st = node.lock();
+        st.active = Some(config.clone());
+        st.persistent = Some(config);
+        if st.stage == 3 {
+            st.stage = 4;
+        }
+        node.refresh(&mut st);
+    }
+
     /// Injects a fault into node `i`.
     pub fn set_fault(&self, i: usize, fault: Fault) {
         self.cluster.nodes[i].lock().fault = fault;

@@ -175,11 +175,21 @@ pub(crate) async fn serve(
             };
             let tx = tx.clone();
             tokio::spawn(async move {
-                match TlsAcceptor::from(config).accept(tcp).await {
+                match TlsAcceptor::from(config).accept(tcp).into_fallible().await {
                     Ok(tls) => {
                         let _ = tx.send(Ok(tls)).await;
                     }
-                    Err(e) => tracing::debug!("TLS handshake refused: {e}"),
+                    Err((e, mut tcp)) => {
+                        tracing::debug!("TLS handshake refused: {e}");
+                        // Read what the client already sent before closing, so the
+                        // close is a FIN, not a RST that would swallow the alert.
+                        use tokio::io::AsyncReadExt as _;
+                        let mut sink = [0u8; 4096];
+                        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+                            while matches!(tcp.read(&mut sink).await, Ok(n) if n > 0) {}
+                        })
+                        .await;
+                    }
                 }
             });
         }

@@ -569,3 +569,61 @@ async fn invalid_config_is_refused() {
     );
     assert!(emu.writes().is_empty());
 }
+
+/// `on_nodes` never runs more calls at once than the concurrency bound.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_nodes_respects_the_concurrency_bound() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let mut specs = vec![NodeSpec::new("cp-1", common::cp_v112()).with_address(ip("127.0.0.71"))];
+    for i in 2..=8 {
+        specs.push(
+            NodeSpec::new(format!("w-{i}"), common::worker_v112())
+                .with_address(ip(&format!("127.0.0.7{i}"))),
+        );
+    }
+    let emu = Emulator::start(specs).await.unwrap();
+    for i in 1..8 {
+        emu.set_fault(i, Fault::Slow(Duration::from_millis(50)));
+    }
+    let options = ClientOptions {
+        concurrency: 3,
+        ..quick()
+    };
+    let c = emu.client(0, &ClientCertSpec::admin(), options).unwrap();
+    let nodes: Vec<String> = emu.nodes().iter().map(|n| n.address.to_string()).collect();
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let max = Arc::new(AtomicUsize::new(0));
+    let results = c
+        .on_nodes(&nodes, |c, node| {
+            let in_flight = Arc::clone(&in_flight);
+            let max = Arc::clone(&max);
+            async move {
+                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                max.fetch_max(now, Ordering::SeqCst);
+                let r = c.version(&node).await;
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                r
+            }
+        })
+        .await;
+    assert_eq!(results.len(), 8);
+    assert!(results.iter().all(|(_, r)| r.is_ok()));
+    let order: Vec<&str> = results.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(order, nodes.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(max.load(Ordering::SeqCst) <= 3);
+}
+
+/// An out-of-band config change (drift) shows in the next read and writes
+/// nothing to the log.
+#[tokio::test(flavor = "multi_thread")]
+async fn out_of_band_config_change_is_read_back() {
+    let emu = one_cp().await;
+    let c = emu.admin_client(0).unwrap();
+    let changed = common::edit(&common::cp_v112(), "port: 7445", "port: 7460");
+    emu.set_config(0, changed.clone());
+    assert_eq!(c.machine_config("").await.unwrap(), changed);
+    assert_eq!(c.kubeprism_config("").await.unwrap().unwrap().port, 7460);
+    assert!(emu.writes().is_empty());
+}

@@ -55,6 +55,10 @@ impl Default for ClientOptions {
 pub struct TalosClient {
     endpoint: String,
     channel: Channel,
+    /// For diagnosing refused handshakes: the TLS config, host and port.
+    tls: Arc<rustls::ClientConfig>,
+    host: String,
+    port: u16,
     options: ClientOptions,
 }
 
@@ -307,6 +311,34 @@ fn connector(
     })
 }
 
+/// Opens a TLS connection and reads once: a server that refuses the client
+/// certificate answers with an alert, which comes back as the error text.
+/// `None` when the handshake holds (or nothing is learned within 2s).
+async fn probe_tls(config: Arc<rustls::ClientConfig>, host: &str, port: u16) -> Option<String> {
+    use tokio::io::AsyncReadExt as _;
+    let limit = Duration::from_secs(2);
+    let tcp = tokio::time::timeout(limit, tokio::net::TcpStream::connect((host, port)))
+        .await
+        .ok()?
+        .ok()?;
+    let name = ServerName::try_from(host.to_string()).ok()?;
+    let mut tls = match tokio::time::timeout(
+        limit,
+        tokio_rustls::TlsConnector::from(config).connect(name, tcp),
+    )
+    .await
+    .ok()?
+    {
+        Ok(tls) => tls,
+        Err(e) => return Some(e.to_string()),
+    };
+    let mut buf = [0u8; 256];
+    match tokio::time::timeout(limit, tls.read(&mut buf)).await {
+        Ok(Err(e)) => Some(e.to_string()),
+        _ => None,
+    }
+}
+
 impl TalosClient {
     /// A client for `endpoint` (`host`, `host:port`, `[v6]:port`; port 50000
     /// when absent) with mutual TLS. Connects lazily: connection failures
@@ -341,6 +373,7 @@ impl TalosClient {
             host.clone()
         };
         let uri = format!("http://{uri_host}:{port}");
+        let config = Arc::new(config);
         let channel = Endpoint::from_shared(uri.clone())
             .map_err(|e| Error::InvalidEndpoint {
                 endpoint: endpoint.to_string(),
@@ -348,10 +381,13 @@ impl TalosClient {
             })?
             .connect_timeout(options.connect_timeout)
             .timeout(options.call_timeout)
-            .connect_with_connector_lazy(connector(Arc::new(config), host.clone()));
+            .connect_with_connector_lazy(connector(Arc::clone(&config), host.clone()));
         Ok(Self {
             endpoint: format!("{uri_host}:{port}"),
             channel,
+            tls: config,
+            host,
+            port,
             options,
         })
     }
@@ -404,9 +440,33 @@ impl TalosClient {
                 call: call.to_string(),
                 timeout: self.options.call_timeout,
             }),
-            Ok(Err(status)) => Err(self.status_error(node, call, &status)),
+            Ok(Err(status)) => Err(self.diagnosed_status_error(node, call, &status).await),
             Ok(Ok(response)) => Ok(response.into_inner()),
         }
+    }
+
+    /// Like [`Self::status_error`], but when the connection was closed without
+    /// a reason (in TLS 1.3 a server refuses the client certificate after the
+    /// client considers the handshake done, and the alert can be lost to the
+    /// HTTP/2 layer), a fresh TLS connection is opened to read the reason.
+    async fn diagnosed_status_error(
+        &self,
+        node: &str,
+        call: &str,
+        status: &tonic::Status,
+    ) -> Error {
+        let mut err = self.status_error(node, call, status);
+        let raw = status_message(status);
+        if (raw.contains("connection closed") || raw.contains("Connection reset"))
+            && let Some(reason) = probe_tls(Arc::clone(&self.tls), &self.host, self.port).await
+            && let Error::Status { message, .. } = &mut err
+        {
+            *message = match transport_hint(&reason) {
+                Some(hint) => format!("{hint} ({reason})"),
+                None => format!("{message}; a new TLS connection says: {reason}"),
+            };
+        }
+        err
     }
 
     fn status_error(&self, node: &str, call: &str, status: &tonic::Status) -> Error {

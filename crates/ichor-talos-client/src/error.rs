@@ -156,6 +156,11 @@ pub(crate) fn transport_hint(message: &str) -> Option<&'static str> {
             "the node refused the client certificate (not signed by the node's CA, or its extended key usage is not exactly ClientAuth)",
         );
     }
+    if has("connection closed") || has("Connection reset") {
+        return Some(
+            "the node closed the connection (a node refusing the client certificate does this too)",
+        );
+    }
     None
 }
 
