@@ -41,6 +41,10 @@ pub const SYSTEM_LABELS: [&str; 6] = [
 
 const GZIP_MAGIC: [u8; 3] = [0x1f, 0x8b, 0x08];
 
+/// The API server refuses a Secret whose data exceeds 1 MiB; a record's
+/// `data.release` (the base64 text) must stay under it.
+pub const MAX_RECORD_BYTES: usize = 1 << 20;
+
 /// A release's status, as Helm spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -200,6 +204,15 @@ pub fn secret_name(release: &str, revision: u32) -> String {
 /// What went wrong reading or writing a record.
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {
+    #[error(
+        "Helm release {release} revision {revision} is {bytes} bytes encoded, over the {limit}-byte limit of a Secret; the chart (stored whole in the record) is too large: remove large files from it"
+    )]
+    TooLarge {
+        release: String,
+        revision: u32,
+        bytes: usize,
+        limit: usize,
+    },
     #[error("encoding Helm release {release} revision {revision} as JSON: {source}")]
     EncodeJson {
         release: String,
@@ -314,6 +327,14 @@ pub fn to_secret(
     now: DateTime<Utc>,
 ) -> Result<Secret, CodecError> {
     let data = encode_release(release)?;
+    if data.len() > MAX_RECORD_BYTES {
+        return Err(CodecError::TooLarge {
+            release: release.name.clone(),
+            revision: release.version,
+            bytes: data.len(),
+            limit: MAX_RECORD_BYTES,
+        });
+    }
     let mut labels: BTreeMap<String, String> = custom_labels
         .iter()
         .filter(|(k, _)| !SYSTEM_LABELS.contains(&k.as_str()))
@@ -498,6 +519,24 @@ mod tests {
         let b = base64::engine::general_purpose::STANDARD.encode([0x1f, 0x8b, 0x08, 0, 1]);
         let e = decode_release(b.as_bytes(), "s1").unwrap_err();
         assert!(matches!(e, CodecError::Gunzip { .. }), "{e}");
+    }
+
+    #[test]
+    fn records_over_a_secrets_limit_are_refused_with_the_reason() {
+        let mut rel = sample();
+        let mut seed: u64 = 1;
+        let noise: String = (0..2_000_000)
+            .map(|_| {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                char::from(b'a' + ((seed >> 59) as u8 % 26))
+            })
+            .collect();
+        rel.manifest = noise;
+        let e = to_secret(&rel, "ns", &BTreeMap::new(), Write::Create, Utc::now())
+            .err()
+            .expect("a 2 MB random manifest must not fit in a Secret");
+        assert!(matches!(e, CodecError::TooLarge { .. }), "{e}");
+        assert!(e.to_string().contains("cilium revision 3"), "{e}");
     }
 
     #[test]
