@@ -532,9 +532,9 @@ mod tests {
             })
             .collect();
         rel.manifest = noise;
-        let e = to_secret(&rel, "ns", &BTreeMap::new(), Write::Create, Utc::now())
-            .err()
-            .expect("a 2 MB random manifest must not fit in a Secret");
+        let Err(e) = to_secret(&rel, "ns", &BTreeMap::new(), Write::Create, Utc::now()) else {
+            panic!("a 2 MB random manifest must not fit in a Secret");
+        };
         assert!(matches!(e, CodecError::TooLarge { .. }), "{e}");
         assert!(e.to_string().contains("cilium revision 3"), "{e}");
     }
