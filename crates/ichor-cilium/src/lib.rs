@@ -196,7 +196,7 @@ pub async fn apply(
         && let Some(last) = history.last()
         && last.status() == ichor_helm::Status::Deployed
         && release_values_hash(last) == hash
-        && (opts.chart.version.is_none() || last.chart_version() == opts.chart.version.as_deref())
+        && chart_version_of(&opts.chart).is_none_or(|v| last.chart_version() == Some(v.as_str()))
         && workloads_exist(&client, &opts.release_namespace).await?
     {
         tracing::info!(
@@ -239,6 +239,20 @@ pub async fn apply_for_cluster(
 ) -> Result<Applied, Error> {
     let values = effective_values(settings)?;
     apply(client, opts, values).await
+}
+
+/// The version of the chart `chart` names: its `--version`, or for a chart
+/// folder the `version` in its Chart.yaml; `None` when it cannot be told
+/// without helm (an archive, a reference without a version).
+pub fn chart_version_of(chart: &ChartRef) -> Option<String> {
+    if let Some(v) = &chart.version {
+        return Some(v.clone());
+    }
+    let text = std::fs::read_to_string(Path::new(&chart.reference).join("Chart.yaml")).ok()?;
+    let meta: Value = serde_yaml_ng::from_str(&text).ok()?;
+    meta.get("version")
+        .and_then(Value::as_str)
+        .map(str::to_string)
 }
 
 async fn workloads_exist(client: &kube::Client, ns: &str) -> Result<bool, Error> {
@@ -534,6 +548,22 @@ pub async fn not_ready(client: &kube::Client, namespace: &str) -> Result<Vec<Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chart_version_of_a_folder_comes_from_chart_yaml() {
+        assert_eq!(
+            chart_version_of(&pinned_chart()).as_deref(),
+            Some(CHART_VERSION)
+        );
+        assert_eq!(
+            chart_version_of(&offline_chart(standin_chart_dir())).as_deref(),
+            Some("1.18.5-standin.1")
+        );
+        assert_eq!(
+            chart_version_of(&offline_chart("/nonexistent/cilium.tgz")),
+            None
+        );
+    }
 
     #[test]
     fn pinned_chart_is_1_18() {
