@@ -27,36 +27,44 @@ pub fn unified(old: &str, new: &str) -> String {
             ops.push((' ', a[i]));
             i += 1;
             j += 1;
-        } else if j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j]) {
-            ops.push(('+', b[j]));
-            j += 1;
-        } else {
+        } else if i < n && (j == m || lcs[i + 1][j] >= lcs[i][j + 1]) {
             ops.push(('-', a[i]));
             i += 1;
+        } else {
+            ops.push(('+', b[j]));
+            j += 1;
         }
     }
-    // Keep three lines of context around changes.
-    let changed: Vec<bool> = ops.iter().map(|(c, _)| *c != ' ').collect();
-    let keep: Vec<bool> = (0..ops.len())
-        .map(|k| {
-            let lo = k.saturating_sub(3);
-            let hi = (k + 3).min(ops.len() - 1);
-            changed[lo..=hi].iter().any(|c| *c)
-        })
-        .collect();
+    // Hunks with three lines of context, headed `@@ -l,s +l,s @@`.
+    const CONTEXT: usize = 3;
+    let changes: Vec<usize> = (0..ops.len()).filter(|&k| ops[k].0 != ' ').collect();
+    let mut hunks: Vec<(usize, usize)> = Vec::new();
+    for &k in &changes {
+        let lo = k.saturating_sub(CONTEXT);
+        let hi = (k + CONTEXT + 1).min(ops.len());
+        match hunks.last_mut() {
+            Some((_, end)) if lo <= *end => *end = hi,
+            _ => hunks.push((lo, hi)),
+        }
+    }
     let mut out = String::from("--- a\n+++ b\n");
-    let mut in_hunk = false;
-    for (k, (c, line)) in ops.iter().enumerate() {
-        if keep[k] {
-            if !in_hunk {
-                out.push_str("@@ @@\n");
-                in_hunk = true;
-            }
+    for (lo, hi) in hunks {
+        let old_before = ops[..lo].iter().filter(|(c, _)| *c != '+').count();
+        let new_before = ops[..lo].iter().filter(|(c, _)| *c != '-').count();
+        let old_len = ops[lo..hi].iter().filter(|(c, _)| *c != '+').count();
+        let new_len = ops[lo..hi].iter().filter(|(c, _)| *c != '-').count();
+        let start = |before: usize, len: usize| if len == 0 { before } else { before + 1 };
+        out.push_str(&format!(
+            "@@ -{},{} +{},{} @@\n",
+            start(old_before, old_len),
+            old_len,
+            start(new_before, new_len),
+            new_len
+        ));
+        for (c, line) in &ops[lo..hi] {
             out.push(*c);
             out.push_str(line);
             out.push('\n');
-        } else {
-            in_hunk = false;
         }
     }
     out
@@ -77,5 +85,15 @@ mod tests {
         assert!(d.contains("-b\n"), "{d}");
         assert!(d.contains("+B\n"), "{d}");
         assert!(d.contains(" a\n"), "{d}");
+        assert_eq!(d, "--- a\n+++ b\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n");
+    }
+
+    #[test]
+    fn distant_changes_make_two_hunks() {
+        let old: String = (1..=20).map(|i| format!("l{i}\n")).collect();
+        let new = old.replace("l2\n", "L2\n").replace("l18\n", "L18\n");
+        let d = unified(&old, &new);
+        assert!(d.contains("@@ -1,5 +1,5 @@\n"), "{d}");
+        assert!(d.contains("@@ -15,6 +15,6 @@\n"), "{d}");
     }
 }
