@@ -64,6 +64,7 @@ impl ClientCertSpec {
 /// The emulator's certificate authority.
 pub struct Pki {
     ca_cert_pem: String,
+    ca_key_pem: String,
     issuer: Issuer<'static, KeyPair>,
 }
 
@@ -102,6 +103,7 @@ impl Pki {
         let cert = params.self_signed(&ca_key)?;
         Ok(Self {
             ca_cert_pem: cert.pem(),
+            ca_key_pem: relabel_to_talos(&ca_key.serialize_pem()),
             issuer: Issuer::new(params, ca_key),
         })
     }
@@ -110,9 +112,11 @@ impl Pki {
     /// may use Talos's `ED25519 PRIVATE KEY` label.
     pub fn from_pem(ca_cert_pem: &str, ca_key_pem: &str) -> Result<Self, EmuError> {
         let ca_key = KeyPair::from_pem(&relabel_to_pkcs8(ca_key_pem))?;
+        let ca_key_pem = relabel_to_talos(&ca_key.serialize_pem());
         let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key)?;
         Ok(Self {
             ca_cert_pem: ca_cert_pem.to_string(),
+            ca_key_pem,
             issuer,
         })
     }
@@ -120,6 +124,11 @@ impl Pki {
     /// The CA certificate (PEM).
     pub fn ca_pem(&self) -> &str {
         &self.ca_cert_pem
+    }
+
+    /// The CA key (PEM, Talos's `ED25519 PRIVATE KEY` label), to reuse the CA later.
+    pub fn ca_key_pem(&self) -> &str {
+        &self.ca_key_pem
     }
 
     fn issuer(&self) -> &Issuer<'static, KeyPair> {

@@ -72,3 +72,47 @@ async fn serve_writes_a_talosconfig_talosctl_uses() {
     );
     child.kill().await.unwrap();
 }
+
+/// A second run with the same state dir reuses the CA: the first talosconfig still works.
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_reuses_its_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let cp = common::fixtures_dir().join("stability-v1.12/base-controlplane.yaml");
+    let run = |port: &'static str| {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_ichor-talemu"))
+            .args([
+                "serve",
+                "--first-address",
+                "127.0.0.63",
+                "--first-port",
+                port,
+            ])
+            .arg("--config")
+            .arg(&cp)
+            .arg("--state-dir")
+            .arg(&state)
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    let wait_for = |path: std::path::PathBuf| async move {
+        for _ in 0..300 {
+            if path.is_file() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{} not written within 30s", path.display());
+    };
+    let mut first = run("0");
+    wait_for(state.join("endpoints.txt")).await;
+    let ca = std::fs::read_to_string(state.join("ca.crt")).unwrap();
+    first.kill().await.unwrap();
+    std::fs::remove_file(state.join("endpoints.txt")).unwrap();
+    let mut second = run("0");
+    wait_for(state.join("endpoints.txt")).await;
+    assert_eq!(std::fs::read_to_string(state.join("ca.crt")).unwrap(), ca);
+    second.kill().await.unwrap();
+}

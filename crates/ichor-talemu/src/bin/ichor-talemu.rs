@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use ichor_talemu::{ClientCertSpec, Emulator, NodeSpec};
+use ichor_talemu::{ClientCertSpec, Emulator, EmulatorOptions, NodeSpec, Pki};
 
 #[derive(Parser)]
 #[command(
@@ -38,7 +38,8 @@ enum Command {
         /// The first node's port (0: any free port for every node).
         #[arg(long, default_value_t = 0)]
         first_port: u16,
-        /// Where to write `talosconfig`, `ca.crt` and `endpoints.txt`.
+        /// Where to write `talosconfig`, `ca.crt`, `ca.key` and `endpoints.txt`;
+        /// a CA found there from an earlier run is reused.
         #[arg(long)]
         state_dir: PathBuf,
     },
@@ -82,10 +83,29 @@ async fn main() -> anyhow::Result<()> {
                 .with_port(port),
         );
     }
-    let emu = Emulator::start(specs).await?;
+    // Reuse the CA of an earlier run, so its talosconfig stays valid.
     std::fs::create_dir_all(&state_dir)?;
+    let (ca_crt, ca_key) = (state_dir.join("ca.crt"), state_dir.join("ca.key"));
+    let pki = if ca_crt.is_file() && ca_key.is_file() {
+        Pki::from_pem(
+            &std::fs::read_to_string(&ca_crt)?,
+            &std::fs::read_to_string(&ca_key)?,
+        )?
+    } else {
+        let pki = Pki::generate()?;
+        write_private(&ca_key, pki.ca_key_pem())?;
+        pki
+    };
+    let emu = Emulator::start_with(
+        specs,
+        EmulatorOptions {
+            pki: Some(pki),
+            ..EmulatorOptions::default()
+        },
+    )
+    .await?;
     let talosconfig = emu.talosconfig("talemu", &ClientCertSpec::admin())?;
-    std::fs::write(state_dir.join("talosconfig"), talosconfig)?;
+    write_private(&state_dir.join("talosconfig"), &talosconfig)?;
     std::fs::write(state_dir.join("ca.crt"), emu.ca_pem())?;
     let endpoints: Vec<String> = emu
         .nodes()
@@ -108,4 +128,16 @@ async fn main() -> anyhow::Result<()> {
     tokio::signal::ctrl_c().await?;
     emu.shutdown().await;
     Ok(())
+}
+
+/// Writes a file only its owner can read (it holds a key).
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    #[cfg(unix)]
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    options.mode(0o600);
+    options.open(path)?.write_all(text.as_bytes())
 }
