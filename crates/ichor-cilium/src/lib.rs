@@ -159,7 +159,7 @@ pub enum Error {
         namespace: String,
         source: kube::Error,
     },
-    #[error("reading {what}: {source}")]
+    #[error("reading {what}: {source}; check the kubeconfig and that it may read it")]
     Read { what: String, source: kube::Error },
     #[error(
         "Cilium is not Ready within {timeout:?}; still waiting for: {pending}. Check the Cilium pods in {namespace} and the nodes' Ready condition"

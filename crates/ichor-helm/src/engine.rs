@@ -183,7 +183,7 @@ pub enum Error {
         object: String,
         detail: String,
     },
-    #[error("Helm release {release}: reading {object}: {source}")]
+    #[error("Helm release {release}: reading {object}: {source}; check that the caller may get it")]
     Read {
         release: String,
         object: String,

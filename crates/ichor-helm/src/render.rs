@@ -203,7 +203,9 @@ pub enum RenderError {
         helm: PathBuf,
         source: std::io::Error,
     },
-    #[error("rendering the chart: `{command}` exited with {status}: {stderr}")]
+    #[error(
+        "rendering the chart: `{command}` exited with {status}: {stderr}; fix what helm names (the chart, its values, or access to the chart source)"
+    )]
     Failed {
         command: String,
         status: String,
