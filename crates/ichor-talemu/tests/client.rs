@@ -627,3 +627,36 @@ async fn out_of_band_config_change_is_read_back() {
     assert_eq!(c.kubeprism_config("").await.unwrap().unwrap().port, 7460);
     assert!(emu.writes().is_empty());
 }
+
+/// A watch outlives the per-call timeout (only its setup is bounded).
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_outlives_the_call_timeout() {
+    let emu = one_cp().await;
+    let options = ClientOptions {
+        call_timeout: Duration::from_millis(300),
+        ..ClientOptions::default()
+    };
+    let c = emu.client(0, &ClientCertSpec::admin(), options).unwrap();
+    let k = resources::MACHINE_CONFIG;
+    let mut w = Box::pin(
+        c.cosi_watch("", k.namespace, k.r#type, Some(k.id))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        w.next().await.unwrap().unwrap().event_type,
+        WatchEventType::Created
+    );
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let changed = common::edit(&common::cp_v112(), "port: 7445", "port: 7461");
+    emu.set_config(0, changed.clone());
+    let e = tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .expect("an event within 5s")
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.event_type, WatchEventType::Updated);
+    let spec: ichor_talos_client::proto::ichor::specs::MachineConfigSpec =
+        e.resource.unwrap().decode_spec().unwrap();
+    assert_eq!(spec.yaml_marshalled, changed);
+}

@@ -417,3 +417,74 @@ async fn talosctl_watch_sees_an_apply() {
     assert!(seen.contains("event: updated"), "{seen}");
     child.kill().await.unwrap();
 }
+
+/// `apply-config --mode staged` persists only; `--mode auto` with a change
+/// that v1.13 cannot apply live resolves to a reboot, as Talos says.
+#[tokio::test(flavor = "multi_thread")]
+async fn talosctl_apply_staged_and_auto() {
+    let (emu, dir, admin) = setup().await;
+    let staged = common::edit(&common::cp_v112(), "port: 7445", "port: 7453");
+    let staged_file = dir.path().join("staged.yaml");
+    std::fs::write(&staged_file, &staged).unwrap();
+    let run = talosctl(
+        &emu,
+        &admin,
+        &[
+            "apply-config",
+            "--mode",
+            "staged",
+            "-f",
+            staged_file.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(run.ok, "{run}");
+    assert!(
+        run.stderr
+            .contains("Staged configuration to be applied after the next reboot"),
+        "{run}"
+    );
+    assert_eq!(emu.active_config(0).unwrap(), common::cp_v112());
+    assert_eq!(emu.persistent_config(0).unwrap(), staged);
+
+    let worker = common::edit(&staged, "type: controlplane", "type: worker");
+    let worker_file = dir.path().join("worker.yaml");
+    std::fs::write(&worker_file, &worker).unwrap();
+    let run = talosctl(
+        &emu,
+        &admin,
+        &[
+            "apply-config",
+            "--dry-run",
+            "--mode",
+            "auto",
+            "-f",
+            worker_file.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(run.ok, "{run}");
+    assert!(
+        run.stderr
+            .contains("Applied configuration with a reboot (skipped in dry-run)"),
+        "{run}"
+    );
+    let run = talosctl(
+        &emu,
+        &admin,
+        &[
+            "apply-config",
+            "--mode",
+            "no-reboot",
+            "-f",
+            worker_file.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(!run.ok, "{run}");
+    assert!(
+        run.stderr.contains("can't be applied in immediate mode"),
+        "{run}"
+    );
+    assert_eq!(emu.writes().len(), 1, "only the staged apply wrote");
+}
