@@ -52,8 +52,9 @@ const HANDOVER_POLL: std::time::Duration = std::time::Duration::from_secs(10);
 /// Runs the TalosCluster controller until `shutdown`.
 pub(crate) async fn run(
     ctx: Arc<Context>,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
+    let stop = shutdown.clone();
     let ns = ctx.config.namespace.clone();
     let clusters: Api<DeserializeGuard<TalosCluster>> = match &ns {
         Some(n) => Api::namespaced(ctx.client.clone(), n),
@@ -77,7 +78,7 @@ pub(crate) async fn run(
             .collect::<Vec<_>>()
     };
     let all2 = all.clone();
-    controller
+    let drive = controller
         .watches(
             machines,
             watcher::Config::default(),
@@ -109,8 +110,14 @@ pub(crate) async fn run(
             if let Err(e) = r {
                 tracing::debug!(error = %e, "TalosCluster reconcile");
             }
-        })
-        .await;
+        });
+    tokio::select! {
+        () = drive => {}
+        () = async {
+            stop.await;
+            tokio::time::sleep(crate::SHUTDOWN_GRACE).await;
+        } => tracing::warn!("the TalosCluster controller did not stop within {:?}; leaving it", crate::SHUTDOWN_GRACE),
+    }
 }
 
 fn error_policy(

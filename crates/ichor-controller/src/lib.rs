@@ -46,6 +46,9 @@ pub use metrics::Metrics;
 /// The field manager of every write the controller makes.
 pub const FIELD_MANAGER: &str = "ichor-controller";
 
+/// How long running reconciles may take to finish once shutdown starts.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 /// Who deployed Ichor (the CLI's `--deployed-by`; the chart sets `helm`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeployedBy {

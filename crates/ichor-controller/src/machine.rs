@@ -54,8 +54,9 @@ where
 /// Runs the TalosMachine controller until `shutdown`.
 pub(crate) async fn run(
     ctx: Arc<Context>,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
+    let stop = shutdown.clone();
     let ns = ctx.config.namespace.as_deref();
     let machines: Api<DeserializeGuard<TalosMachine>> = api(&ctx.client, ns);
     let clusters: Api<TalosCluster> = api(&ctx.client, ns);
@@ -64,7 +65,7 @@ pub(crate) async fn run(
     // status is a no-op), so this settles.
     let controller = Controller::new(machines, watcher::Config::default());
     let store = controller.store();
-    controller
+    let drive = controller
         .watches(
             clusters,
             watcher::Config::default(),
@@ -88,8 +89,14 @@ pub(crate) async fn run(
             if let Err(e) = r {
                 tracing::debug!(error = %e, "TalosMachine reconcile");
             }
-        })
-        .await;
+        });
+    tokio::select! {
+        () = drive => {}
+        () = async {
+            stop.await;
+            tokio::time::sleep(crate::SHUTDOWN_GRACE).await;
+        } => tracing::warn!("the TalosMachine controller did not stop within {:?}; leaving it", crate::SHUTDOWN_GRACE),
+    }
 }
 
 fn error_policy(

@@ -1,0 +1,227 @@
+//! The TalosCluster admission webhook: in process (axum `oneshot`, no
+//! socket), and served over TLS to the real kube-apiserver through a
+//! ValidatingWebhookConfiguration, where refusals store nothing. Its own
+//! test binary so the webhook configuration touches no other test.
+
+mod common;
+
+use common::*;
+use http_body_util::BodyExt as _;
+use ichor_api::TalosCluster;
+use ichor_controller::webhook::{self, VALIDATE_TALOSCLUSTER_PATH};
+use ichor_testenv::TestEnv;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
+
+fn cluster(ns: &str, name: &str, cni: Value) -> Value {
+    json!({
+        "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"endpoint": "https://10.0.0.10:6443", "talosVersion": "v1.12.1", "kubernetesVersion": "v1.34.1",
+            "secretsRef": {"name": "bundle"}, "cni": cni}
+    })
+}
+
+async fn call(body: Value) -> (u16, Value) {
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(VALIDATE_TALOSCLUSTER_PATH)
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(body.to_string()))
+        .unwrap();
+    let resp = webhook::router().oneshot(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap())
+}
+
+/// In process: an AdmissionReview in, a refusal with the request's uid and
+/// every reason in one message out.
+/// Covers: R1.4a, R1.4c
+#[tokio::test]
+async fn admission_review_round_trip_in_process() {
+    let old = cluster("ns", "c", json!({"preset": "cilium", "tunnel": "vxlan"}));
+    let new = cluster(
+        "ns",
+        "c",
+        json!({"preset": "flannel", "tunnel": "geneve", "cilium": {"values": {"k8sServiceHost": "x"}}}),
+    );
+    let (status, out) = call(
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "operation": "UPDATE", "object": new, "oldObject": old}}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let r = &out["response"];
+    assert_eq!(r["uid"], "u-1");
+    assert_eq!(r["allowed"], false);
+    let msg = r["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("spec.cni.preset \"flannel\""), "{msg}");
+    assert!(msg.contains("cannot change from vxlan to geneve"), "{msg}");
+    assert!(msg.contains("k8sServiceHost"), "{msg}");
+
+    let ok = cluster("ns", "c", json!({"preset": "unmanaged"}));
+    let (_, out) = call(
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-2", "operation": "CREATE", "object": ok}}),
+    )
+    .await;
+    assert_eq!(out["response"]["allowed"], true);
+    assert_eq!(out["response"]["uid"], "u-2");
+}
+
+/// Through the real API server: the CRD's CEL and enum rules refuse a
+/// changed tunnel and an unknown preset; the webhook, called by the API
+/// server over TLS with the serving certificate from a Secret, refuses
+/// Ichor-owned Cilium values CEL does not cover (ipam.mode). Each refusal
+/// has a clear message and nothing is stored.
+/// Covers: R1.4a, R1.4c
+#[tokio::test]
+async fn webhook_refuses_through_the_api_server_and_nothing_is_stored() {
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("webhook").await;
+    crds(&client, &ns).await;
+
+    // The serving certificate, in a Secret, for 127.0.0.1.
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params
+        .subject_alt_names
+        .push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
+    let cert = params.self_signed(&key).unwrap();
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": "ichor-webhook-tls", "namespace": ns},
+        "stringData": {"tls.crt": cert.pem(), "tls.key": key.serialize_pem()}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let tls = webhook::load_tls(&client, &ns, "ichor-webhook-tls")
+        .await
+        .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(webhook::serve(addr, tls, async move {
+        let _ = stop_rx.await;
+    }));
+
+    let mut vwc: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": format!("ichor-test-{ns}")},
+        "webhooks": [{
+            "name": "taloscluster.ichor.maesh.dev",
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}{VALIDATE_TALOSCLUSTER_PATH}")},
+            "rules": [{"apiGroups": ["ichor.maesh.dev"], "apiVersions": ["v1alpha1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["talosclusters"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail", "timeoutSeconds": 10
+        }]
+    }))
+    .unwrap();
+    vwc.webhooks.as_mut().unwrap()[0].client_config.ca_bundle =
+        Some(ByteString(cert.pem().into_bytes()));
+    let vwcs = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    vwcs.create(&PostParams::default(), &vwc).await.unwrap();
+
+    let clusters = Api::<TalosCluster>::namespaced(client.clone(), &ns);
+    let owned: TalosCluster = serde_json::from_value(cluster(
+        &ns,
+        "owned",
+        json!({"preset": "cilium", "cilium": {"values": {"ipam": {"mode": "cluster-pool"}}}}),
+    ))
+    .unwrap();
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    wait_for("the API server to call the webhook", || async {
+        clusters.create(&dry, &owned).await.is_err()
+    })
+    .await;
+    let err = clusters
+        .create(&PostParams::default(), &owned)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("ipam.mode") && err.contains("Ichor owns"),
+        "{err}"
+    );
+    assert!(
+        clusters.get_opt("owned").await.unwrap().is_none(),
+        "a refused object was stored"
+    );
+
+    // An unknown preset: refused (the CRD's enum answers first).
+    let unknown: TalosCluster =
+        serde_json::from_value(cluster(&ns, "good", json!({"preset": "cilium"}))).unwrap();
+    let mut raw = serde_json::to_value(&unknown).unwrap();
+    raw["metadata"]["name"] = json!("unknown");
+    raw["spec"]["cni"]["preset"] = json!("calico");
+    let dynamic = Api::<kube::api::DynamicObject>::namespaced_with(
+        client.clone(),
+        &ns,
+        &kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("ichor.maesh.dev", "v1alpha1", "TalosCluster"),
+            "talosclusters",
+        ),
+    );
+    let err = dynamic
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(raw).unwrap(),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("calico") || err.contains("preset"), "{err}");
+    assert!(clusters.get_opt("unknown").await.unwrap().is_none());
+
+    // A changed tunnel: refused with the reason, the stored object unchanged.
+    let good = clusters
+        .create(&PostParams::default(), &unknown)
+        .await
+        .unwrap();
+    let err = clusters
+        .patch(
+            "good",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"cni": {"tunnel": "geneve"}}})),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("spec.cni.tunnel") && err.contains("immutable")
+            || err.contains("cannot change"),
+        "{err}"
+    );
+    let stored = clusters.get("good").await.unwrap();
+    assert_eq!(stored.spec, good.spec);
+    assert_eq!(
+        stored.metadata.resource_version,
+        good.metadata.resource_version
+    );
+
+    vwcs.delete(
+        &vwc.metadata.name.clone().unwrap(),
+        &DeleteParams::default(),
+    )
+    .await
+    .unwrap();
+    let _ = stop_tx.send(());
+    server.await.unwrap().unwrap();
+}
