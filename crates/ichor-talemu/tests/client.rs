@@ -240,8 +240,16 @@ async fn apply_try_reverts() {
         r.mode_details
     );
     assert_eq!(c.machine_config("").await.unwrap(), changed);
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(c.machine_config("").await.unwrap(), original);
+    // Wait (bounded) for the revert.
+    let mut reverted = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if c.machine_config("").await.unwrap() == original {
+            reverted = true;
+            break;
+        }
+    }
+    assert!(reverted, "the try config was not reverted within 10s");
     assert!(
         emu.writes()
             .iter()
