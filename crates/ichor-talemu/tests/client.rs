@@ -668,3 +668,25 @@ async fn watch_outlives_the_call_timeout() {
         e.resource.unwrap().decode_spec().unwrap();
     assert_eq!(spec.yaml_marshalled, changed);
 }
+
+/// Several endpoints: a connection goes to the first one that answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn endpoint_failover() {
+    let emu = Emulator::start(vec![
+        NodeSpec::new("cp-1", common::cp_v112()).with_address(ip("127.0.0.81")),
+        NodeSpec::new("cp-2", common::cp_v112()).with_address(ip("127.0.0.82")),
+    ])
+    .await
+    .unwrap();
+    emu.set_fault(0, Fault::Down);
+    let identity = emu.client_identity(&ClientCertSpec::admin()).unwrap();
+    let endpoints = vec![emu.endpoint(0), emu.endpoint(1)];
+    let c = TalosClient::with_endpoints(&endpoints, &identity, quick()).unwrap();
+    assert_eq!(c.hostname("").await.unwrap(), "cp-2");
+    assert!(c.endpoint().contains(','), "{}", c.endpoint());
+    // Every endpoint down: the error names them.
+    emu.set_fault(1, Fault::Down);
+    let fresh = TalosClient::with_endpoints(&endpoints, &identity, quick()).unwrap();
+    let err = fresh.hostname("").await.unwrap_err();
+    assert!(err.to_string().contains(&emu.endpoint(0)), "{err}");
+}

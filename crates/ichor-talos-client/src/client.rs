@@ -278,35 +278,77 @@ fn parse_endpoint(endpoint: &str) -> Result<(String, u16), Error> {
     }
 }
 
+type TlsIo = TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+
+async fn connect_one(
+    config: Arc<rustls::ClientConfig>,
+    host: &str,
+    port: u16,
+) -> std::io::Result<TlsIo> {
+    let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+    tcp.set_nodelay(true)?;
+    let server_name = ServerName::try_from(host.to_string())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let tls = tokio_rustls::TlsConnector::from(config)
+        .connect(server_name, tcp)
+        .await?;
+    Ok(TokioIo::new(tls))
+}
+
+/// Connects to the first endpoint that completes TCP + TLS, starting from the
+/// one that worked last (talosctl spreads over endpoints the same way: any
+/// control-plane endpoint can forward to any node).
 fn connector(
     config: Arc<rustls::ClientConfig>,
-    host: String,
+    targets: Arc<Vec<(String, u16)>>,
+    attempt_timeout: Duration,
 ) -> impl tower::Service<
     http::Uri,
-    Response = TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+    Response = TlsIo,
     Error = std::io::Error,
-    Future = impl Future<
-        Output = Result<
-            TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
-            std::io::Error,
-        >,
-    > + Send,
+    Future = impl Future<Output = Result<TlsIo, std::io::Error>> + Send,
 > + Clone
 + Send
 + 'static {
-    tower::service_fn(move |uri: http::Uri| {
-        let config = config.clone();
-        let host = host.clone();
+    let last_good = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    tower::service_fn(move |_uri: http::Uri| {
+        let config = Arc::clone(&config);
+        let targets = Arc::clone(&targets);
+        let last_good = Arc::clone(&last_good);
         async move {
-            let port = uri.port_u16().unwrap_or(APID_PORT);
-            let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
-            tcp.set_nodelay(true)?;
-            let server_name = ServerName::try_from(host.clone())
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-            let tls = tokio_rustls::TlsConnector::from(config)
-                .connect(server_name, tcp)
-                .await?;
-            Ok(TokioIo::new(tls))
+            use std::sync::atomic::Ordering;
+            let n = targets.len();
+            let start = last_good.load(Ordering::Relaxed) % n.max(1);
+            let mut last_err = std::io::Error::new(std::io::ErrorKind::InvalidInput, "no endpoint");
+            for k in 0..n {
+                let i = (start + k) % n;
+                let (host, port) = &targets[i];
+                match tokio::time::timeout(
+                    attempt_timeout,
+                    connect_one(Arc::clone(&config), host, *port),
+                )
+                .await
+                {
+                    Ok(Ok(io)) => {
+                        last_good.store(i, Ordering::Relaxed);
+                        return Ok(io);
+                    }
+                    Ok(Err(e)) => {
+                        last_err = if n == 1 {
+                            e
+                        } else {
+                            std::io::Error::new(e.kind(), format!("{host}:{port}: {e}"))
+                        };
+                    }
+                    Err(_) => {
+                        last_err = std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("{host}:{port}: no TLS connection within {attempt_timeout:?}"),
+                        );
+                    }
+                }
+            }
+            Err(last_err)
         }
     })
 }
@@ -362,28 +404,71 @@ impl TalosClient {
     /// A client with a caller-made rustls configuration (ALPN `h2` is enforced).
     pub fn with_tls(
         endpoint: &str,
+        config: rustls::ClientConfig,
+        options: ClientOptions,
+    ) -> Result<Self, Error> {
+        Self::with_tls_endpoints(&[endpoint.to_string()], config, options)
+    }
+
+    /// A mutual-TLS client over several endpoints (a talosconfig context's
+    /// `endpoints`): each connection goes to the first endpoint that answers,
+    /// starting from the one that worked last.
+    pub fn with_endpoints(
+        endpoints: &[String],
+        identity: &ClientIdentity,
+        options: ClientOptions,
+    ) -> Result<Self, Error> {
+        let config = tls::client_config(identity)?;
+        Self::with_tls_endpoints(endpoints, config, options)
+    }
+
+    /// [`Self::with_endpoints`] with a caller-made rustls configuration.
+    pub fn with_tls_endpoints(
+        endpoints: &[String],
         mut config: rustls::ClientConfig,
         options: ClientOptions,
     ) -> Result<Self, Error> {
-        let (host, port) = parse_endpoint(endpoint)?;
-        config.alpn_protocols = vec![b"h2".to_vec()];
-        let uri_host = if host.contains(':') {
-            format!("[{host}]")
-        } else {
-            host.clone()
+        let targets = endpoints
+            .iter()
+            .map(|e| parse_endpoint(e))
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some((host, port)) = targets.first().cloned() else {
+            return Err(Error::InvalidEndpoint {
+                endpoint: String::new(),
+                reason: "no endpoint given".to_string(),
+            });
         };
-        let uri = format!("http://{uri_host}:{port}");
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let show = |h: &str, p: u16| {
+            if h.contains(':') {
+                format!("[{h}]:{p}")
+            } else {
+                format!("{h}:{p}")
+            }
+        };
+        let label = targets
+            .iter()
+            .map(|(h, p)| show(h, *p))
+            .collect::<Vec<_>>()
+            .join(",");
+        // The URI only names the channel: the connector picks the endpoint.
+        let uri = format!("http://{}", show(&host, port));
         let config = Arc::new(config);
-        let channel = Endpoint::from_shared(uri.clone())
+        let attempts = u32::try_from(targets.len()).unwrap_or(u32::MAX);
+        let channel = Endpoint::from_shared(uri)
             .map_err(|e| Error::InvalidEndpoint {
-                endpoint: endpoint.to_string(),
+                endpoint: label.clone(),
                 reason: e.to_string(),
             })?
-            .connect_timeout(options.connect_timeout)
+            .connect_timeout(options.connect_timeout.saturating_mul(attempts))
             .timeout(options.call_timeout)
-            .connect_with_connector_lazy(connector(Arc::clone(&config), host.clone()));
+            .connect_with_connector_lazy(connector(
+                Arc::clone(&config),
+                Arc::new(targets),
+                options.connect_timeout,
+            ));
         Ok(Self {
-            endpoint: format!("{uri_host}:{port}"),
+            endpoint: label,
             channel,
             tls: config,
             host,
@@ -392,7 +477,7 @@ impl TalosClient {
         })
     }
 
-    /// The endpoint this client talks to (`host:port`).
+    /// The endpoint(s) this client talks to (`host:port`, comma-separated when several).
     pub fn endpoint(&self) -> &str {
         &self.endpoint
     }
