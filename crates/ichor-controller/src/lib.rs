@@ -167,6 +167,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     pub credentials: credentials::Cache,
+    pub(crate) recent: machine::Recent,
 }
 
 impl Context {
@@ -184,6 +185,7 @@ impl Context {
             metrics,
             recorder,
             credentials: credentials::Cache::default(),
+            recent: machine::Recent::default(),
         }
     }
 }

@@ -196,7 +196,29 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
         },
     );
 
-    let outcome = observe_and_act(machine, &ctx, &mut status, &now).await;
+    // Our own status writes come back as watch events, and so do the
+    // cluster's status changes; a machine whose inputs did not change since
+    // its last successful reconcile waits for its resync instead of reading
+    // the node again.
+    let (outcome, key) = match read_cluster(machine, &ctx).await {
+        Ok(cluster) => {
+            let key = Inputs {
+                uid: machine.uid().unwrap_or_default(),
+                generation: machine.metadata.generation,
+                cluster_uid: cluster.uid().unwrap_or_default(),
+                cluster_generation: cluster.metadata.generation,
+                handover: handover(&cluster),
+            };
+            if let Some(left) = ctx.recent.fresh(&key, ctx.config.resync) {
+                return Ok(Action::requeue(left));
+            }
+            (
+                observe_and_act(machine, &cluster, &ctx, &mut status, &now).await,
+                Some(key),
+            )
+        }
+        Err(e) => (Err(e), None),
+    };
     match &outcome {
         Ok(applied) => {
             conditions::set(
@@ -258,7 +280,14 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
     }
     status.observed_generation = generation;
     write_status(&ctx.client, &namespace, &name, &status).await?;
-    outcome.map(|_| Action::requeue(ctx.config.resync))
+    match (outcome, key) {
+        (Ok(_), Some(key)) => {
+            ctx.recent.mark(key);
+            Ok(Action::requeue(ctx.config.resync))
+        }
+        (Ok(_), None) => Ok(Action::requeue(ctx.config.resync)),
+        (Err(e), _) => Err(e),
+    }
 }
 
 /// Server-side apply of the status subresource; nothing else is sent.
@@ -286,6 +315,60 @@ async fn write_status(
     Ok(())
 }
 
+/// The machine's TalosCluster.
+async fn read_cluster(machine: &TalosMachine, ctx: &Context) -> Result<TalosCluster> {
+    let namespace = machine.namespace().unwrap_or_default();
+    let cluster_name = &machine.spec.cluster_ref.name;
+    Api::<TalosCluster>::namespaced(ctx.client.clone(), &namespace)
+        .get_opt(cluster_name)
+        .await
+        .map_err(Error::kube(format!(
+            "reading TalosCluster {namespace}/{cluster_name}"
+        )))?
+        .ok_or_else(|| Error::ClusterNotFound {
+            namespace: namespace.clone(),
+            machine: machine.name_any(),
+            cluster: cluster_name.clone(),
+        })
+}
+
+fn handover(c: &TalosCluster) -> bool {
+    c.status
+        .as_ref()
+        .is_some_and(|s| conditions::is_true(&s.conditions, types::CNI_HANDOVER))
+}
+
+/// What a machine's reconcile depends on, apart from the node itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Inputs {
+    uid: String,
+    generation: Option<i64>,
+    cluster_uid: String,
+    cluster_generation: Option<i64>,
+    handover: bool,
+}
+
+/// When each machine was last reconciled successfully, and with which inputs.
+#[derive(Debug, Default)]
+pub(crate) struct Recent {
+    seen: std::sync::Mutex<std::collections::HashMap<String, (Inputs, std::time::Instant)>>,
+}
+
+impl Recent {
+    /// The time left before the resync when nothing changed since the last success.
+    fn fresh(&self, key: &Inputs, resync: std::time::Duration) -> Option<std::time::Duration> {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let (k, at) = seen.get(&key.uid)?;
+        let elapsed = at.elapsed();
+        (k == key && elapsed < resync).then(|| resync - elapsed)
+    }
+
+    fn mark(&self, key: Inputs) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.insert(key.uid.clone(), (key, std::time::Instant::now()));
+    }
+}
+
 /// `host:port` to dial for `address` (the Talos port added when absent).
 pub fn endpoint(address: &str, port: u16) -> String {
     let a = address.trim();
@@ -307,6 +390,7 @@ pub fn endpoint(address: &str, port: u16) -> String {
 /// when allowed. Returns the note of an apply, if one happened.
 async fn observe_and_act(
     machine: &TalosMachine,
+    cluster: &TalosCluster,
     ctx: &Context,
     status: &mut TalosMachineStatus,
     now: &Time,
@@ -315,19 +399,7 @@ async fn observe_and_act(
     let name = machine.name_any();
     let generation = machine.metadata.generation;
     let address = machine.spec.address.clone();
-    let cluster_name = &machine.spec.cluster_ref.name;
-    let cluster = Api::<TalosCluster>::namespaced(ctx.client.clone(), &namespace)
-        .get_opt(cluster_name)
-        .await
-        .map_err(Error::kube(format!(
-            "reading TalosCluster {namespace}/{cluster_name}"
-        )))?
-        .ok_or_else(|| Error::ClusterNotFound {
-            namespace: namespace.clone(),
-            machine: name.clone(),
-            cluster: cluster_name.clone(),
-        })?;
-    let identity = ctx.credentials.identity(&ctx.client, &cluster).await?;
+    let identity = ctx.credentials.identity(&ctx.client, cluster).await?;
     let talos_err = |source: ichor_talos_client::Error| Error::Talos {
         namespace: namespace.clone(),
         machine: name.clone(),
@@ -347,7 +419,7 @@ async fn observe_and_act(
     status.talos_version = Some(version.tag.clone());
     let live = read_live(&talos, machine).await?;
 
-    let rendered = ichor_render::render(&RenderInput::from_objects(&cluster, machine, &live))?;
+    let rendered = ichor_render::render(&RenderInput::from_objects(cluster, machine, &live))?;
     let desired_yaml = rendered.yaml()?;
     status.config_hash = Some(rendered.hash()?);
     let drift = ichor_render::compare(&live, &rendered.config)?;
