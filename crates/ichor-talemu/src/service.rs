@@ -197,7 +197,7 @@ impl NodeApi {
                         },
                         Err(e) => Err(e),
                     };
-                    let mut m = match result {
+                    let m = match result {
                         Ok(m) => {
                             let mut m = m;
                             m.set_metadata(common::Metadata {
@@ -220,7 +220,6 @@ impl NodeApi {
                             m
                         }
                     };
-                    let _ = &mut m;
                     out.push(m);
                 }
                 Ok(out)
