@@ -21,7 +21,10 @@ use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 fn env_usize(key: &str, default: usize) -> usize {
-    std::env::var(key).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn peak_rss_kib() -> u64 {
@@ -74,7 +77,10 @@ async fn main() {
     let secret: Secret = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "bundle", "namespace": ns}, "stringData": {"secrets.yaml": bundle_text}}))
     .unwrap();
-    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await.unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
     let clusters = Api::<TalosCluster>::namespaced(client.clone(), &ns);
     for c in 0..clusters_n {
         let obj: TalosCluster = serde_json::from_value(json!({
@@ -116,9 +122,13 @@ async fn main() {
     };
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let started = Instant::now();
-    let task = tokio::spawn(ichor_controller::run_with(client.clone(), config, async move {
-        let _ = rx.await;
-    }));
+    let task = tokio::spawn(ichor_controller::run_with(
+        client.clone(),
+        config,
+        async move {
+            let _ = rx.await;
+        },
+    ));
     let bound = Duration::from_secs(1800);
     let converged = loop {
         let list = machines.list(&ListParams::default()).await.unwrap();
@@ -136,7 +146,10 @@ async fn main() {
         if done == machines_n {
             break started.elapsed();
         }
-        assert!(started.elapsed() < bound, "not converged within {bound:?}: {done} of {machines_n}");
+        assert!(
+            started.elapsed() < bound,
+            "not converged within {bound:?}: {done} of {machines_n}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let rss_after = peak_rss_kib();

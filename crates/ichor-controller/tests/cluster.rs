@@ -253,3 +253,76 @@ async fn one_leader_at_a_time() {
     assert!(b.try_acquire().await.unwrap(), "b takes a released Lease");
     assert!(!a.try_acquire().await.unwrap());
 }
+
+/// Two controllers with leader election on one Lease: only the holder
+/// reconciles; when it stops it hands the Lease back and the other one takes
+/// over and reconciles what comes next.
+#[tokio::test]
+async fn the_second_replica_takes_over_when_the_leader_stops() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("leaders").await;
+    crds(&client, &ns).await;
+    let with_identity = |id: &str| {
+        let mut c = config(&ns, &ns);
+        c.leader_election = Some(ichor_controller::LeaderElection {
+            lease_name: "ichor-controller".into(),
+            identity: id.into(),
+            lease_duration: std::time::Duration::from_secs(15),
+            renew_interval: std::time::Duration::from_millis(500),
+        });
+        c
+    };
+    let leases = Api::<Lease>::namespaced(client.clone(), &ns);
+    let holder = || async {
+        leases
+            .get_opt("ichor-controller")
+            .await
+            .unwrap()
+            .and_then(|l| l.spec.and_then(|s| s.holder_identity))
+    };
+    let a = start(client.clone(), with_identity("replica-a"));
+    wait_for("replica-a to lead", || async {
+        holder().await.as_deref() == Some("replica-a")
+    })
+    .await;
+    let b = start(client.clone(), with_identity("replica-b"));
+
+    let clusters = Api::<TalosCluster>::namespaced(client.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &cluster(&ns, "first", "vxlan"))
+        .await
+        .unwrap();
+    wait_for("the leader to reconcile the first cluster", || async {
+        clusters
+            .get("first")
+            .await
+            .is_ok_and(|c| c.status.is_some())
+    })
+    .await;
+    assert_eq!(holder().await.as_deref(), Some("replica-a"));
+
+    a.stop().await.unwrap();
+    wait_for("replica-b to take the Lease", || async {
+        holder().await.as_deref() == Some("replica-b")
+    })
+    .await;
+    clusters
+        .create(&PostParams::default(), &cluster(&ns, "second", "vxlan"))
+        .await
+        .unwrap();
+    wait_for("the new leader to reconcile the second cluster", || async {
+        clusters
+            .get("second")
+            .await
+            .is_ok_and(|c| c.status.is_some())
+    })
+    .await;
+    b.stop().await.unwrap();
+    assert_eq!(
+        holder().await,
+        None,
+        "a stopped leader hands the Lease back"
+    );
+}
