@@ -8,13 +8,9 @@ mod common;
 use common::*;
 use ichor_api::conditions::{self, reasons, types};
 use ichor_api::{DetectedCni, INSTALLATION_NAME, IchorInstallation, Manager, TalosCluster};
-use ichor_cilium::{
-    ApplyOptions, CiliumOptions, ClusterSettings, Renderer, offline_chart, standin_chart_dir,
-};
-use ichor_testenv::{TestEnv, Tool};
-use k8s_openapi::api::apps::v1::DaemonSet;
+use ichor_testenv::TestEnv;
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 fn cluster(ns: &str, name: &str, tunnel: &str) -> TalosCluster {
@@ -40,22 +36,6 @@ fn detected(c: &TalosCluster) -> Option<DetectedCni> {
         .as_ref()
         .and_then(|s| s.cni.as_ref())
         .and_then(|c| c.detected)
-}
-
-async fn mark_daemonset_ready(client: &kube::Client, ns: &str) {
-    let ds = Api::<DaemonSet>::namespaced(client.clone(), ns);
-    let g = ds
-        .get("cilium")
-        .await
-        .unwrap()
-        .metadata
-        .generation
-        .unwrap_or(1);
-    let st = json!({"status": {"observedGeneration": g, "desiredNumberScheduled": 3, "currentNumberScheduled": 3,
-        "updatedNumberScheduled": 3, "numberReady": 3, "numberAvailable": 3, "numberMisscheduled": 0}});
-    ds.patch_status("cilium", &PatchParams::default(), &Patch::Merge(&st))
-        .await
-        .unwrap();
 }
 
 /// Spec 1.5 step 5: the release `cilium` deployed (record in the storage
@@ -91,22 +71,7 @@ async fn handover_is_set_when_the_record_matches_and_no_job_is_created() {
 
     // Seed Ichor's release the way the CLI does: the effective values of the
     // object as written (no Nodes, no TalosMachines: a node count of 0).
-    let home = tempfile::tempdir().unwrap();
-    let mut renderer = Renderer::new(Tool::Helm4.path()).kubeconfig(env.kubeconfig_path());
-    for k in ["HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"] {
-        renderer = renderer.env(k, home.path().join(k).display().to_string());
-    }
-    let mut opts = CiliumOptions::new(renderer).chart(offline_chart(standin_chart_dir()));
-    opts.storage_namespace = ns.clone();
-    opts.release_namespace = rel.clone();
-    opts.apply = ApplyOptions {
-        wait: false,
-        ..ApplyOptions::default()
-    };
-    let settings = ClusterSettings::from_cluster(&c, 0).unwrap();
-    ichor_cilium::apply_for_cluster(client.clone(), &opts, &settings)
-        .await
-        .unwrap();
+    seed_cilium(&client, &c, 0, &ns, &rel).await;
 
     wait_for(
         "CNIHandover=False WaitingForDaemonSet and detected cilium",

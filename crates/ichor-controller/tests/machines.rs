@@ -10,6 +10,7 @@ use ichor_api::{DriftClass, TalosCluster, TalosMachine};
 use ichor_render::RenderInput;
 use ichor_talemu::{NodeSpec, WriteAction};
 use ichor_testenv::TestEnv;
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -106,11 +107,33 @@ async fn scenario(shape: &Shape) {
     ])
     .await;
 
+    // Spec 1.5: Cilium first (step 2, with three Nodes registered), the
+    // TalosCluster (step 4), the hand-over (step 5), then the held machines
+    // are rendered with CNIHandover=True already set.
+    let nodes = Api::<Node>::all(client.clone());
+    for n in ["cp-1", "w-1", "w-2"] {
+        let node: Node = serde_json::from_value(
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("{}-{n}", shape.name)}}),
+        )
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
     let clusters = Api::<TalosCluster>::namespaced(client.clone(), &ns);
-    clusters
+    let written = clusters
         .create(&PostParams::default(), &cluster(&ns))
         .await
         .unwrap();
+    seed_cilium(&client, &written, 3, &ns, &rel).await;
+    let running = start(client.clone(), config(&ns, &rel));
+    mark_daemonset_ready(&client, &rel).await;
+    wait_for("CNIHandover=True", || async {
+        clusters.get("base").await.is_ok_and(|c| {
+            c.status
+                .as_ref()
+                .is_some_and(|s| conditions::is_true(&s.conditions, types::CNI_HANDOVER))
+        })
+    })
+    .await;
     let machines = Api::<TalosMachine>::namespaced(client.clone(), &ns);
     let specs = [
         ("cp-1", "controlplane", vec![("labels", LABELS)]),
@@ -130,7 +153,6 @@ async fn scenario(shape: &Shape) {
             .await
             .unwrap();
     }
-    let running = start(client.clone(), config(&ns, &rel));
 
     // Held: drift in status, nothing written.
     let reconciled = |m: &TalosMachine| {
@@ -150,6 +172,17 @@ async fn scenario(shape: &Shape) {
         let st = m.status.clone().unwrap();
         assert_eq!(st.talos_version.as_deref(), Some(shape.talos), "{name}");
         assert!(!st.drift.is_empty(), "{name}: no drift");
+        // Spec 1.6: with CNIHandover=True the render of a `cni.name: none`
+        // node equals it on every path the patches do not touch, the CNI
+        // paths included.
+        assert!(
+            st.drift
+                .iter()
+                .all(|e| e.path.starts_with("machine.nodeLabels")
+                    || e.path.starts_with("machine.install")),
+            "{name}: {:#?}",
+            st.drift
+        );
         assert!(
             st.drift
                 .iter()
@@ -313,14 +346,14 @@ async fn futures_get(api: &Api<TalosMachine>, names: &[&str]) -> Vec<TalosMachin
 /// no-reboot mode, and the read-back equals the render; class C stays
 /// unapplied with a condition; spec and generation never change by the
 /// controller's hand.
-/// Covers: R1.7a, R1.5f, R1.6
+/// Covers: R1.7a, R1.5e, R1.5f, R1.6
 #[tokio::test]
 async fn v112_held_drift_then_release_applies_only_that_node() {
     scenario(&V112).await;
 }
 
 /// The same on v1.14-shaped (multi-document) nodes.
-/// Covers: R1.7a, R1.5f, R1.6
+/// Covers: R1.7a, R1.5e, R1.5f, R1.6
 #[tokio::test]
 async fn v114_held_drift_then_release_applies_only_that_node() {
     scenario(&V114).await;

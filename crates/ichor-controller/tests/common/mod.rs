@@ -178,3 +178,55 @@ pub fn start(client: kube::Client, config: ichor_controller::Config) -> Running 
 pub async fn client() -> kube::Client {
     TestEnv::shared().client().await
 }
+
+/// Seeds Ichor's Cilium release for `cluster` the way the CLI does
+/// (ichor-cilium with the stand-in chart, real helm v4 for the render),
+/// records in `storage`, objects in `release`, for `node_count` nodes.
+pub async fn seed_cilium(
+    client: &kube::Client,
+    cluster: &ichor_api::TalosCluster,
+    node_count: u32,
+    storage: &str,
+    release: &str,
+) {
+    use ichor_cilium::{
+        ApplyOptions, CiliumOptions, ClusterSettings, Renderer, offline_chart, standin_chart_dir,
+    };
+    let env = TestEnv::shared();
+    let home = tempfile::tempdir().unwrap();
+    let mut renderer =
+        Renderer::new(ichor_testenv::Tool::Helm4.path()).kubeconfig(env.kubeconfig_path());
+    for k in ["HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"] {
+        renderer = renderer.env(k, home.path().join(k).display().to_string());
+    }
+    let mut opts = CiliumOptions::new(renderer).chart(offline_chart(standin_chart_dir()));
+    opts.storage_namespace = storage.into();
+    opts.release_namespace = release.into();
+    opts.apply = ApplyOptions {
+        wait: false,
+        ..ApplyOptions::default()
+    };
+    let settings = ClusterSettings::from_cluster(cluster, node_count).unwrap();
+    ichor_cilium::apply_for_cluster(client.clone(), &opts, &settings)
+        .await
+        .unwrap();
+}
+
+/// Plays the kubelets: DaemonSet `cilium` in `ns` reports every pod Ready.
+pub async fn mark_daemonset_ready(client: &kube::Client, ns: &str) {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use kube::api::{Patch, PatchParams};
+    let ds = Api::<DaemonSet>::namespaced(client.clone(), ns);
+    let g = ds
+        .get("cilium")
+        .await
+        .unwrap()
+        .metadata
+        .generation
+        .unwrap_or(1);
+    let st = json!({"status": {"observedGeneration": g, "desiredNumberScheduled": 3, "currentNumberScheduled": 3,
+        "updatedNumberScheduled": 3, "numberReady": 3, "numberAvailable": 3, "numberMisscheduled": 0}});
+    ds.patch_status("cilium", &PatchParams::default(), &Patch::Merge(&st))
+        .await
+        .unwrap();
+}
