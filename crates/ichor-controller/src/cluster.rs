@@ -139,12 +139,22 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosCluster>>, ctx: Arc<Context>) 
     let cluster = match &obj.0 {
         Ok(c) => c,
         Err(invalid) => {
-            return Err(Error::Malformed {
+            let err = Error::Malformed {
                 kind: "TalosCluster",
                 namespace: invalid.metadata.namespace.clone().unwrap_or_default(),
                 name: invalid.metadata.name.clone().unwrap_or_default(),
                 reason: invalid.error.clone(),
-            });
+            };
+            crate::machine::publish_on(
+                &ctx,
+                "TalosCluster",
+                &invalid.metadata,
+                kube::runtime::events::EventType::Warning,
+                "Malformed",
+                err.to_string(),
+            )
+            .await;
+            return Err(err);
         }
     };
     let namespace = cluster.namespace().unwrap_or_default();

@@ -113,10 +113,10 @@ fn error_policy(
     Action::requeue(ctx.config.error_requeue)
 }
 
-fn reference(meta: &kube::api::ObjectMeta) -> ObjectReference {
+fn reference(kind: &str, meta: &kube::api::ObjectMeta) -> ObjectReference {
     ObjectReference {
         api_version: Some(format!("{}/{}", ichor_api::GROUP, ichor_api::VERSION)),
-        kind: Some("TalosMachine".into()),
+        kind: Some(kind.into()),
         name: meta.name.clone(),
         namespace: meta.namespace.clone(),
         uid: meta.uid.clone(),
@@ -125,8 +125,11 @@ fn reference(meta: &kube::api::ObjectMeta) -> ObjectReference {
     }
 }
 
-async fn publish(
+/// Publishes an Event on an Ichor object (failures are logged at debug only:
+/// an Event is a courtesy, never a reason to fail a reconcile).
+pub(crate) async fn publish_on(
     ctx: &Context,
+    kind: &str,
     meta: &kube::api::ObjectMeta,
     type_: EventType,
     reason: &str,
@@ -139,9 +142,19 @@ async fn publish(
         action: "Reconcile".into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&ev, &reference(meta)).await {
+    if let Err(e) = ctx.recorder.publish(&ev, &reference(kind, meta)).await {
         tracing::debug!(error = %e, "publishing an Event");
     }
+}
+
+async fn publish(
+    ctx: &Context,
+    meta: &kube::api::ObjectMeta,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    publish_on(ctx, "TalosMachine", meta, type_, reason, note).await;
 }
 
 async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) -> Result<Action> {

@@ -24,6 +24,8 @@ use crate::{Error, Result};
 
 /// The path the ValidatingWebhookConfiguration calls for TalosClusters.
 pub const VALIDATE_TALOSCLUSTER_PATH: &str = "/validate-ichor-maesh-dev-v1alpha1-taloscluster";
+/// The path the ValidatingWebhookConfiguration calls for TalosMachines.
+pub const VALIDATE_TALOSMACHINE_PATH: &str = "/validate-ichor-maesh-dev-v1alpha1-talosmachine";
 
 /// An `admission.k8s.io/v1` AdmissionReview (the fields Ichor reads and writes).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -161,8 +163,43 @@ fn owned_paths_in(values: &serde_json::Map<String, Value>) -> Vec<String> {
     out
 }
 
-/// Answers one AdmissionReview.
+/// Checks a TalosMachine's patches: each must parse as a Talos config patch
+/// (a strategic merge patch or an RFC 6902 list), so a bad patch is refused
+/// when written instead of failing every render later.
+pub fn validate_talosmachine(new: &Value) -> Vec<String> {
+    let name = at(new, &["metadata", "name"])
+        .and_then(Value::as_str)
+        .unwrap_or("<unnamed>");
+    let Some(patches) = at(new, &["spec", "patches"]).and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    patches
+        .iter()
+        .filter_map(|p| {
+            let pname = p.get("name").and_then(Value::as_str).unwrap_or("<unnamed>");
+            let text = p.get("inline").and_then(Value::as_str).unwrap_or_default();
+            let origin = format!("patch {pname:?} of TalosMachine {name}");
+            ichor_talos::patch::ConfigPatch::parse(text, &origin)
+                .err()
+                .map(|e| format!("spec.patches[{pname}] is not a Talos config patch: {e}; write a strategic merge patch (YAML documents) or an RFC 6902 list of operations"))
+        })
+        .collect()
+}
+
+/// Answers one AdmissionReview for a TalosCluster.
 pub fn review(req: AdmissionReview) -> AdmissionReview {
+    review_with(req, |old, new| validate_taloscluster(old, new))
+}
+
+/// Answers one AdmissionReview for a TalosMachine.
+pub fn review_machine(req: AdmissionReview) -> AdmissionReview {
+    review_with(req, |_, new| validate_talosmachine(new))
+}
+
+fn review_with(
+    req: AdmissionReview,
+    validate: impl Fn(Option<&Value>, &Value) -> Vec<String>,
+) -> AdmissionReview {
     let Some(request) = req.request else {
         return AdmissionReview {
             api_version: req.api_version,
@@ -179,7 +216,7 @@ pub fn review(req: AdmissionReview) -> AdmissionReview {
         };
     };
     let problems = match (request.operation.as_str(), &request.object) {
-        ("CREATE" | "UPDATE", Some(obj)) => validate_taloscluster(request.old_object.as_ref(), obj),
+        ("CREATE" | "UPDATE", Some(obj)) => validate(request.old_object.as_ref(), obj),
         _ => Vec::new(),
     };
     let response = if problems.is_empty() {
@@ -208,10 +245,15 @@ pub fn review(req: AdmissionReview) -> AdmissionReview {
 
 /// The webhook routes.
 pub fn router() -> Router {
-    Router::new().route(
-        VALIDATE_TALOSCLUSTER_PATH,
-        post(|Json(r): Json<AdmissionReview>| async move { Json(review(r)) }),
-    )
+    Router::new()
+        .route(
+            VALIDATE_TALOSCLUSTER_PATH,
+            post(|Json(r): Json<AdmissionReview>| async move { Json(review(r)) }),
+        )
+        .route(
+            VALIDATE_TALOSMACHINE_PATH,
+            post(|Json(r): Json<AdmissionReview>| async move { Json(review_machine(r)) }),
+        )
 }
 
 /// The serving TLS configuration from a `kubernetes.io/tls` Secret.
@@ -301,6 +343,19 @@ mod tests {
     fn cluster(cni: Value) -> Value {
         json!({"apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
             "metadata": {"name": "c"}, "spec": {"endpoint": "https://x:6443", "cni": cni}})
+    }
+
+    #[test]
+    fn a_machine_patch_that_does_not_parse_is_refused() {
+        let m = |inline: &str| json!({"metadata": {"name": "w-1"}, "spec": {"patches": [{"name": "p1", "inline": inline}]}});
+        assert!(validate_talosmachine(&m("machine:\n  nodeLabels:\n    a: b\n")).is_empty());
+        let p = validate_talosmachine(&m("machine: [unclosed"));
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].contains("spec.patches[p1]") && p[0].contains("w-1"),
+            "{}",
+            p[0]
+        );
     }
 
     /// Covers: R1.4a

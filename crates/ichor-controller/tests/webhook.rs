@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use http_body_util::BodyExt as _;
 use ichor_api::TalosCluster;
-use ichor_controller::webhook::{self, VALIDATE_TALOSCLUSTER_PATH};
+use ichor_controller::webhook::{self, VALIDATE_TALOSCLUSTER_PATH, VALIDATE_TALOSMACHINE_PATH};
 use ichor_testenv::TestEnv;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -128,11 +128,19 @@ async fn webhook_refuses_through_the_api_server_and_nothing_is_stored() {
                 "operations": ["CREATE", "UPDATE"], "resources": ["talosclusters"]}],
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
             "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail", "timeoutSeconds": 10
+        }, {
+            "name": "talosmachine.ichor.maesh.dev",
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}{VALIDATE_TALOSMACHINE_PATH}")},
+            "rules": [{"apiGroups": ["ichor.maesh.dev"], "apiVersions": ["v1alpha1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["talosmachines"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail", "timeoutSeconds": 10
         }]
     }))
     .unwrap();
-    vwc.webhooks.as_mut().unwrap()[0].client_config.ca_bundle =
-        Some(ByteString(cert.pem().into_bytes()));
+    for w in vwc.webhooks.as_mut().unwrap() {
+        w.client_config.ca_bundle = Some(ByteString(cert.pem().into_bytes()));
+    }
     let vwcs = Api::<ValidatingWebhookConfiguration>::all(client.clone());
     vwcs.create(&PostParams::default(), &vwc).await.unwrap();
 
@@ -215,6 +223,23 @@ async fn webhook_refuses_through_the_api_server_and_nothing_is_stored() {
         stored.metadata.resource_version,
         good.metadata.resource_version
     );
+
+    // A TalosMachine whose patch does not parse: refused, not stored.
+    let machines = Api::<ichor_api::TalosMachine>::namespaced(client.clone(), &ns);
+    let bad: ichor_api::TalosMachine = serde_json::from_value(json!({
+        "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosMachine",
+        "metadata": {"name": "bad-patch", "namespace": ns},
+        "spec": {"clusterRef": {"name": "good"}, "role": "worker", "address": "10.0.0.2",
+            "patches": [{"name": "broken", "inline": "machine: [unclosed"}]}
+    }))
+    .unwrap();
+    let err = machines
+        .create(&PostParams::default(), &bad)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("spec.patches[broken]"), "{err}");
+    assert!(machines.get_opt("bad-patch").await.unwrap().is_none());
 
     vwcs.delete(
         &vwc.metadata.name.clone().unwrap(),
