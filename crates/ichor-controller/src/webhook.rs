@@ -188,7 +188,7 @@ pub fn validate_talosmachine(new: &Value) -> Vec<String> {
 
 /// Answers one AdmissionReview for a TalosCluster.
 pub fn review(req: AdmissionReview) -> AdmissionReview {
-    review_with(req, |old, new| validate_taloscluster(old, new))
+    review_with(req, validate_taloscluster)
 }
 
 /// Answers one AdmissionReview for a TalosMachine.
