@@ -84,13 +84,23 @@ pub fn cache_dir() -> PathBuf {
     base.join("ichor").join("testbin")
 }
 
-/// The repository root (where `tools/versions.env` lives).
+/// The repository root (where `tools/versions.env` lives), resolved through
+/// symlinks so that a workspace assembled from links still finds the real tree.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let compiled = Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
         .nth(2)
         .expect("crate lives at crates/<name>")
-        .to_path_buf()
+        .to_path_buf();
+    std::fs::canonicalize(compiled.join("tools"))
+        .ok()
+        .and_then(|tools| tools.parent().map(Path::to_path_buf))
+        .unwrap_or(compiled)
+}
+
+/// The steering folder `shared/` beside the clone (specs, facts, fixtures).
+pub fn shared_dir() -> PathBuf {
+    repo_root().join("../shared")
 }
 
 fn pinned_version(key: &str) -> String {

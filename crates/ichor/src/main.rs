@@ -1,16 +1,41 @@
-//! The `ichor` command. Subcommands arrive with the issues that build them;
-//! until then it answers `--help` and `--version` and nothing pretends more.
+//! `ichor`: the operator's command. Each subcommand lives in `cmd/`; the
+//! decisions they make live in the library crates.
+
+mod args;
+mod cmd;
+mod connect;
+mod printer;
+
+use std::process::ExitCode;
 
 use clap::Parser;
 
-/// Manage Talos Linux clusters from inside Kubernetes: typed machine configs,
-/// drift detection, holds before any change reaches a node, and Cilium owned
-/// as a Helm release.
-#[derive(Debug, Parser)]
-#[command(name = "ichor", version, about, long_about = None)]
-struct Cli {}
+use args::{Cli, ClusterCommand, CniCommand, Command, SecretsCommand};
 
-fn main() -> anyhow::Result<()> {
-    let _cli = Cli::parse();
-    Ok(())
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    printer::init_tracing(cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            printer::error(&anyhow::anyhow!("cannot start the async runtime: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Adopt(a) => cmd::adopt::run(a).await,
+            Command::Controller(a) => cmd::controller::run(a).await,
+            Command::Cluster(ClusterCommand::Status(a)) => cmd::status::run(a).await,
+            Command::Secrets(SecretsCommand::Recover(a)) => cmd::secrets::recover(a),
+            Command::Cni(CniCommand::Bootstrap(a)) => cmd::cni::bootstrap(a).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            printer::error(&e);
+            ExitCode::FAILURE
+        }
+    }
 }

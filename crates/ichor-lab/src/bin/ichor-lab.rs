@@ -1,0 +1,133 @@
+//! `ichor-lab`: the local lab. `demo` is the README's main job: it starts the
+//! lab, runs the real `ichor adopt` end to end against it, and shows the result.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+use ichor_lab::{Lab, LabOptions};
+
+/// The local lab: a real kube-apiserver and etcd, emulated Talos nodes, and a
+/// node simulator standing in for the kubelets.
+#[derive(Parser)]
+#[command(name = "ichor-lab", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start the lab, adopt it with the real `ichor adopt`, show the result, stop.
+    Demo {
+        /// Emulated Talos nodes (the first is the control plane).
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// Where the lab writes its kubeconfig, talosconfig and bundle.
+        #[arg(long, default_value = "target/lab")]
+        state_dir: PathBuf,
+    },
+    /// Start the lab and keep it running until Ctrl-C; prints how to reach it.
+    Up {
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        #[arg(long, default_value = "target/lab")]
+        state_dir: PathBuf,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter("warn").init();
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        match cli.command {
+            Cmd::Up { nodes, state_dir } => {
+                let lab = start(nodes, state_dir).await?;
+                println!("{}", lab.env_lines());
+                eprintln!("lab: running; press Ctrl-C to stop it (everything it started stops with it)");
+                tokio::signal::ctrl_c().await?;
+                Ok(())
+            }
+            Cmd::Demo { nodes, state_dir } => demo(nodes, state_dir).await,
+        }
+    })
+}
+
+async fn start(nodes: usize, state_dir: PathBuf) -> anyhow::Result<Lab> {
+    eprintln!("lab: starting a real kube-apiserver and etcd, {nodes} emulated Talos nodes with no CNI, and the node simulator");
+    eprintln!("lab: the kubelets, the scheduler and Cilium's operator are SIMULATED: no container runs here");
+    let mut options = LabOptions::new(std::fs::canonicalize(".")?.join(state_dir));
+    options.nodes = nodes;
+    let lab = Lab::up(options).await.context("starting the lab")?;
+    eprintln!(
+        "lab: nodes {} at {}",
+        lab.hostnames.join(", "),
+        lab.addresses.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    );
+    Ok(lab)
+}
+
+async fn demo(nodes: usize, state_dir: PathBuf) -> anyhow::Result<()> {
+    let lab = start(nodes, state_dir).await?;
+    let bin = std::env::current_exe()?.with_file_name("ichor");
+    if !bin.is_file() {
+        bail!("{} is missing: build it first (cargo build -p ichor)", bin.display());
+    }
+    eprintln!("lab: starting Ichor's controller as a local process (ichor controller)");
+    let mut controller = ChildGuard(
+        Command::new(&bin)
+            .args(["controller", "--no-leader-election", "--resync", "20s", "--kubeconfig"])
+            .arg(&lab.kubeconfig)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(lab.state_dir().join("controller.log"))?)
+            .spawn()
+            .context("starting ichor controller")?,
+    );
+    let helm = ichor_testenv::Tool::Helm4.path();
+    let chart = ichor_testenv::tools::repo_root().join("dist/cilium-standin");
+    eprintln!("lab: running ichor adopt (the real binary, the real helm, the stand-in Cilium chart)");
+    let status = Command::new(&bin)
+        .args(["adopt", "--cluster", "lab", "--yes"])
+        .arg("--talosconfig")
+        .arg(&lab.talosconfig)
+        .arg("--kubeconfig")
+        .arg(&lab.kubeconfig)
+        .arg("--secrets-bundle")
+        .arg(&lab.bundle)
+        .arg("--helm")
+        .arg(&helm)
+        .arg("--cilium-chart")
+        .arg(&chart)
+        .status()
+        .context("running ichor adopt")?;
+    if !status.success() {
+        bail!(
+            "ichor adopt failed on the lab (exit {status}); the controller's log is {}",
+            lab.state_dir().join("controller.log").display()
+        );
+    }
+    eprintln!("lab: ichor cluster status");
+    let status = Command::new(&bin)
+        .args(["cluster", "status", "--kubeconfig"])
+        .arg(&lab.kubeconfig)
+        .status()
+        .context("running ichor cluster status")?;
+    if !status.success() {
+        bail!("ichor cluster status failed on the lab (exit {status})");
+    }
+    let _ = controller.0.kill();
+    eprintln!("lab: done; stopping everything the lab started");
+    Ok(())
+}
+
+/// Kills the child when dropped, so a failed demo leaves no controller behind.
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -1,0 +1,307 @@
+//! The command line, as clap types only; what each command does is in `cmd/`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Manage Talos Linux clusters from inside Kubernetes: typed machine configs,
+/// drift detection, holds before any change reaches a node, and Cilium owned
+/// as a Helm release.
+#[derive(Debug, Parser)]
+#[command(name = "ichor", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// More detail on stderr (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Bring an existing, running Talos cluster under Ichor's management,
+    /// without rebuilding it.
+    ///
+    /// Adopt reads every node through the Talos API and the cluster through
+    /// Kubernetes (nothing is written), prints its plan and asks for consent.
+    /// Then, in order: on a cluster with no CNI it installs Ichor's Cilium and
+    /// waits until the nodes are Ready; it installs Ichor unless Ichor is there
+    /// (a Helm install is never touched); it applies Ichor's Cilium policies when
+    /// the cluster runs Cilium; it writes the secrets bundle Secret, the
+    /// TalosCluster and one held TalosMachine per node; it waits for the CNI
+    /// hand-over; and it releases the holds machine by machine. Adopt never
+    /// writes to a node. Every step can be rerun: after a failure or an
+    /// interruption, run the same command again and it finishes the job.
+    ///
+    /// Examples:
+    ///   ichor adopt --cluster prod --talosconfig ./talosconfig --secrets-bundle secrets.yaml
+    ///   ichor adopt --cluster lab --recover-secrets --recover-from 10.5.0.2 --tunnel geneve --yes
+    ///   ichor adopt --cluster lab --secrets-bundle secrets.yaml -o json   # the plan alone
+    Adopt(AdoptArgs),
+    /// Run Ichor's controller: it reconciles TalosClusters and TalosMachines,
+    /// the CNI hand-over and the IchorInstallation. In a cluster this is the
+    /// controller Deployment's command; outside one it runs against --kubeconfig.
+    Controller(ControllerArgs),
+    /// Show what Ichor manages: each TalosCluster, its CNI, hand-over and
+    /// machines with their holds and drift.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+    /// Work with the Talos secrets bundle of a cluster.
+    #[command(subcommand)]
+    Secrets(SecretsCommand),
+    /// Ichor's Cilium: install it on a cluster that has no pod network yet.
+    #[command(subcommand)]
+    Cni(CniCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct AdoptArgs {
+    /// The name of the TalosCluster to create (and of its objects).
+    #[arg(long)]
+    pub cluster: String,
+    #[command(flatten)]
+    pub talos: TalosArgs,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// The cluster's secrets bundle (`talosctl gen secrets` format).
+    #[arg(long, value_name = "FILE", conflicts_with = "recover_secrets")]
+    pub secrets_bundle: Option<PathBuf>,
+    /// Recover the bundle from a control-plane node's machine config instead.
+    #[arg(long, requires = "recover_from")]
+    pub recover_secrets: bool,
+    /// The control-plane node to recover the bundle from.
+    #[arg(long, value_name = "ADDR")]
+    pub recover_from: Option<String>,
+    /// Leave the cluster's CNI to you (preset unmanaged). Refused on a cluster
+    /// with no CNI, where no pod could run.
+    #[arg(long)]
+    pub cni_unmanaged: bool,
+    /// Cilium's tunnel protocol (default vxlan). Immutable once adopted.
+    #[arg(long, value_enum)]
+    pub tunnel: Option<TunnelArg>,
+    /// Cilium chart values merged over Ichor's (YAML); Ichor-owned keys are refused.
+    #[arg(long, value_name = "FILE")]
+    pub cilium_values: Option<PathBuf>,
+    /// Make a missing Ichor an error instead of installing it.
+    #[arg(long)]
+    pub require_ichor: bool,
+    /// How long to wait for Ichor's webhooks after installing it.
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = parse_duration)]
+    pub wait_timeout: std::time::Duration,
+    /// Do not ask for consent (for scripts).
+    #[arg(short, long)]
+    pub yes: bool,
+    /// Print the plan as data and stop (nothing is written).
+    #[arg(short, long, value_enum)]
+    pub output: Option<OutputFormat>,
+    #[command(flatten)]
+    pub helm: HelmArgs,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct TalosArgs {
+    /// The talosconfig (default: $TALOSCONFIG, then ~/.talos/config).
+    #[arg(long, value_name = "FILE")]
+    pub talosconfig: Option<PathBuf>,
+    /// The talosconfig context (default: its current context).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// The nodes to adopt (default: the context's nodes).
+    #[arg(long, value_delimiter = ',', value_name = "ADDR,...")]
+    pub nodes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum OutputFormat {
+    Json,
+    Yaml,
+}
+
+#[derive(Debug, Args)]
+pub struct ControllerArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// Who deployed Ichor: the installer (ichor adopt / init) or helm (the chart
+    /// sets this; the controller then creates the IchorInstallation once).
+    #[arg(long, value_parser = ["installer", "helm"], default_value = "installer")]
+    pub deployed_by: String,
+    /// Watch only this namespace (default: every namespace).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Serve /healthz, /readyz and /metrics here.
+    #[arg(long, value_name = "ADDR")]
+    pub http_addr: Option<std::net::SocketAddr>,
+    /// Serve the admission webhooks here (needs --webhook-cert-secret).
+    #[arg(long, value_name = "ADDR", requires = "webhook_cert_secret")]
+    pub webhook_addr: Option<std::net::SocketAddr>,
+    /// The kubernetes.io/tls Secret in ichor-system holding the webhook's certificate.
+    #[arg(long, value_name = "NAME")]
+    pub webhook_cert_secret: Option<String>,
+    /// Act as the only replica (no Lease).
+    #[arg(long)]
+    pub no_leader_election: bool,
+    /// How often every object is looked at again (drift appears on nodes
+    /// without any Kubernetes event).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub resync: std::time::Duration,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// The managed state of every TalosCluster (or one).
+    Status(ClusterStatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterStatusArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// Only this TalosCluster.
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// Print the status as data.
+    #[arg(short, long, value_enum)]
+    pub output: Option<OutputFormat>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretsCommand {
+    /// Recover the secrets bundle (the file `talosctl gen secrets` writes) from
+    /// a control-plane machine config.
+    ///
+    /// A control-plane config holds every CA and key of the cluster; a worker's
+    /// holds none, so a worker config is refused. The bundle is written with
+    /// mode 0600; keep it as you keep the talosconfig.
+    ///
+    /// Example: talosctl -n 10.5.0.2 get machineconfig -o jsonpath='{.spec}' > cp.yaml
+    ///          ichor secrets recover --from-config cp.yaml -o secrets.yaml
+    Recover(SecretsRecoverArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SecretsRecoverArgs {
+    /// A control-plane machine config (either shape: v1.12/v1.13 or v1.14).
+    #[arg(long, value_name = "FILE")]
+    pub from_config: PathBuf,
+    /// Where to write the bundle. Refuses to overwrite an existing file unless --force.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CniCommand {
+    /// Install Ichor's pinned Cilium on a cluster with no pod network, as Ichor's
+    /// own Helm release (`cilium` in kube-system, its record in ichor-system),
+    /// then wait until Cilium and every node are Ready.
+    ///
+    /// Use it before `helm install` of Ichor's chart on a cluster with no CNI:
+    /// the chart's pods need a pod network. `ichor adopt` does the same step
+    /// itself on a cluster with no CNI.
+    ///
+    /// Requirement: KubePrism must be enabled on port 7445 on every node (Talos's
+    /// default): Cilium reaches the API server through localhost:7445. This
+    /// command has no Talos credential to check it; `ichor adopt` checks it later.
+    Bootstrap(CniBootstrapArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CniBootstrapArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// Whether Talos runs kube-proxy (`enabled`) or Cilium replaces it
+    /// (`replaced`). Required: this command cannot read the Talos config.
+    #[arg(long, value_enum)]
+    pub kube_proxy: KubeProxyArg,
+    /// Cilium's tunnel protocol.
+    #[arg(long, value_enum, default_value_t = TunnelArg::Vxlan)]
+    pub tunnel: TunnelArg,
+    /// Cilium chart values merged over Ichor's (YAML). Keys Ichor owns
+    /// (k8sServiceHost, k8sServicePort, kubeProxyReplacement, tunnelProtocol, …) are refused.
+    #[arg(long, value_name = "FILE")]
+    pub cilium_values: Option<PathBuf>,
+    #[command(flatten)]
+    pub helm: HelmArgs,
+    /// How long to wait for Cilium and the nodes to be Ready.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub wait_timeout: std::time::Duration,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct KubeArgs {
+    /// The kubeconfig of the cluster (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct HelmArgs {
+    /// The `helm` binary Ichor renders charts with (v3.17+ or v4).
+    #[arg(long, value_name = "PATH", env = "ICHOR_HELM", default_value = "helm")]
+    pub helm: PathBuf,
+    /// The Cilium chart: a local folder or archive, or an oci:// reference
+    /// (default: Ichor's pinned Cilium chart).
+    #[arg(long, value_name = "REF", env = "ICHOR_CILIUM_CHART")]
+    pub cilium_chart: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum KubeProxyArg {
+    Enabled,
+    Replaced,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum TunnelArg {
+    Vxlan,
+    Geneve,
+}
+
+/// `90s`, `10m`, `1h`, or plain seconds.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration such as 90s, 10m or 1h"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("{s:?} is not a duration such as 90s, 10m or 1h")),
+    };
+    Ok(std::time::Duration::from_secs(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(parse_duration("90s").unwrap().as_secs(), 90);
+        assert_eq!(parse_duration("10m").unwrap().as_secs(), 600);
+        assert_eq!(parse_duration("45").unwrap().as_secs(), 45);
+        assert!(parse_duration("ten").is_err());
+    }
+
+    /// Covers: R4.4b
+    #[test]
+    fn cni_bootstrap_help_states_the_kubeprism_requirement() {
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("cni")
+            .unwrap()
+            .find_subcommand_mut("bootstrap")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("KubePrism must be enabled on port 7445"), "{help}");
+        assert!(help.contains("--kube-proxy"));
+    }
+}

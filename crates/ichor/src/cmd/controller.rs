@@ -1,0 +1,30 @@
+//! `ichor controller`: flags into `ichor_controller::Config`.
+
+use anyhow::Context as _;
+use ichor_controller::{Config, DeployedBy, LeaderElection, WebhookServer};
+
+use crate::args::ControllerArgs;
+use crate::connect;
+
+pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
+    let deployed_by: DeployedBy = args.deployed_by.parse().map_err(anyhow::Error::msg)?;
+    let config = Config {
+        namespace: args.namespace,
+        deployed_by,
+        http_addr: args.http_addr,
+        webhook: args
+            .webhook_addr
+            .zip(args.webhook_cert_secret)
+            .map(|(addr, cert_secret)| WebhookServer { addr, cert_secret }),
+        leader_election: (!args.no_leader_election).then(LeaderElection::default),
+        resync: args.resync,
+        ..Config::default()
+    };
+    let client = connect::kube_client(args.kube.kubeconfig.as_deref()).await?;
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    ichor_controller::run_with(client, config, shutdown)
+        .await
+        .context("the controller stopped")
+}

@@ -1,0 +1,5 @@
+pub mod adopt;
+pub mod cni;
+pub mod controller;
+pub mod secrets;
+pub mod status;
