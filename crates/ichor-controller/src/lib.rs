@@ -132,6 +132,9 @@ pub struct Config {
     pub resync: Duration,
     /// Retry delay after a failed reconcile.
     pub error_requeue: Duration,
+    /// How many TalosMachines are reconciled at once (each is a Talos API
+    /// conversation with one node).
+    pub machine_concurrency: u16,
     /// Health and metrics server (`None`: not served).
     pub http_addr: Option<SocketAddr>,
     /// Admission webhook server (`None`: not served).
@@ -153,6 +156,7 @@ impl Default for Config {
             talos_call_timeout: Duration::from_secs(30),
             resync: Duration::from_secs(300),
             error_requeue: Duration::from_secs(15),
+            machine_concurrency: 32,
             http_addr: None,
             webhook: None,
             leader_election: Some(LeaderElection::default()),

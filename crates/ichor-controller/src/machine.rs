@@ -63,7 +63,9 @@ pub(crate) async fn run(
     // Our own status writes come back as events too; the reconcile that
     // follows finds nothing to change and writes nothing (SSA of an equal
     // status is a no-op), so this settles.
-    let controller = Controller::new(machines, watcher::Config::default());
+    let controller = Controller::new(machines, watcher::Config::default()).with_config(
+        kube::runtime::controller::Config::default().concurrency(ctx.config.machine_concurrency),
+    );
     let store = controller.store();
     let drive = controller
         .watches(

@@ -358,3 +358,76 @@ async fn v112_held_drift_then_release_applies_only_that_node() {
 async fn v114_held_drift_then_release_applies_only_that_node() {
     scenario(&V114).await;
 }
+
+/// Failures are conditions on the machine that name the object and say what
+/// to do: no TalosCluster, no bundle Secret, an unreachable node. Nothing is
+/// written to any node.
+#[tokio::test]
+async fn failures_become_conditions_that_say_what_to_do() {
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("tm-fail").await;
+    crds(&client, &ns).await;
+    let clusters = Api::<TalosCluster>::namespaced(client.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &cluster(&ns))
+        .await
+        .unwrap();
+    let machines = Api::<TalosMachine>::namespaced(client.clone(), &ns);
+    machines
+        .create(
+            &PostParams::default(),
+            &machine(&ns, "down", "worker", "127.0.0.1:1", &[]),
+        )
+        .await
+        .unwrap();
+    let mut lost = machine(&ns, "lost", "worker", "127.0.0.1:1", &[]);
+    lost.spec.cluster_ref.name = "nope".into();
+    machines
+        .create(&PostParams::default(), &lost)
+        .await
+        .unwrap();
+    let running = start(client.clone(), config(&ns, &ns));
+    let ready_reason = |name: &'static str, reason: &'static str| {
+        let machines = machines.clone();
+        async move {
+            machines.get(name).await.is_ok_and(|m| {
+                cond(&m, types::READY).is_some_and(|c| c.status == "False" && c.reason == reason)
+            })
+        }
+    };
+    wait_for("BundleUnavailable", || {
+        ready_reason("down", reasons::BUNDLE_UNAVAILABLE)
+    })
+    .await;
+    let m = machines.get("down").await.unwrap();
+    let msg = &cond(&m, types::READY).unwrap().message;
+    assert!(
+        msg.contains("Secret bundle") && msg.contains("recreate"),
+        "{msg}"
+    );
+
+    wait_for("ClusterNotFound", || {
+        ready_reason("lost", reasons::CLUSTER_NOT_FOUND)
+    })
+    .await;
+    let m = machines.get("lost").await.unwrap();
+    let msg = &cond(&m, types::READY).unwrap().message;
+    assert!(
+        msg.contains("nope") && msg.contains("spec.clusterRef"),
+        "{msg}"
+    );
+
+    bundle_secret(&client, &ns).await;
+    wait_for("NodeUnreachable", || {
+        ready_reason("down", reasons::NODE_UNREACHABLE)
+    })
+    .await;
+    let m = machines.get("down").await.unwrap();
+    let msg = &cond(&m, types::READY).unwrap().message;
+    assert!(
+        msg.contains("127.0.0.1:1") && msg.contains("spec.address"),
+        "{msg}"
+    );
+    running.stop().await.unwrap();
+}
