@@ -22,7 +22,7 @@ clippy:
 cargo-test:
 	$(CARGO) test --workspace --locked --no-fail-fast -- --test-threads=2
 
-## lab: the local lab — `ichor adopt` end to end (not built yet; see README)
-lab:
-	@echo "The local lab (ichor adopt end to end) is not built yet: see issue 6 and the README." >&2
-	@exit 1
+## lab: the local lab — `ichor adopt` end to end against emulated Talos nodes
+lab: testbin
+	$(CARGO) build --locked -p ichor -p ichor-lab
+	./target/debug/ichor-lab demo

@@ -108,6 +108,7 @@ async fn demo(nodes: usize, state_dir: PathBuf) -> anyhow::Result<()> {
             lab.state_dir().join("controller.log").display()
         );
     }
+    wait_machines_reported(&lab).await;
     eprintln!("lab: ichor cluster status");
     let status = Command::new(&bin)
         .args(["cluster", "status", "--kubeconfig"])
@@ -120,6 +121,25 @@ async fn demo(nodes: usize, state_dir: PathBuf) -> anyhow::Result<()> {
     let _ = controller.0.kill();
     eprintln!("lab: done; stopping everything the lab started");
     Ok(())
+}
+
+/// Gives the controller a bounded moment to report on each released machine.
+async fn wait_machines_reported(lab: &Lab) {
+    let machines: kube::Api<ichor_api::TalosMachine> =
+        kube::Api::namespaced(lab.client().await, ichor_api::SYSTEM_NAMESPACE);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(list) = machines.list(&Default::default()).await {
+            let reported = list.items.iter().all(|m| {
+                m.status.as_ref().is_some_and(|s| !s.conditions.is_empty() && s.config_hash.is_some())
+            });
+            if reported && !list.items.is_empty() {
+                return;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    eprintln!("lab: the controller has not reported on every machine within 60s");
 }
 
 /// Kills the child when dropped, so a failed demo leaves no controller behind.
