@@ -156,7 +156,7 @@ impl Default for Config {
             talos_call_timeout: Duration::from_secs(30),
             resync: Duration::from_secs(300),
             error_requeue: Duration::from_secs(15),
-            machine_concurrency: 32,
+            machine_concurrency: 256,
             http_addr: None,
             webhook: None,
             leader_election: Some(LeaderElection::default()),
