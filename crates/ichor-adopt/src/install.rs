@@ -16,9 +16,15 @@ pub const CONTROLLER_IMAGE: &str = "ghcr.io/maeshinshin/ichor-controller";
 /// The installer image repository (IchorInstallation default).
 pub const INSTALLER_IMAGE: &str = "ghcr.io/maeshinshin/ichor-installer";
 
+/// The controller image of Ichor `version`.
+pub fn controller_image(version: &str) -> String {
+    format!("{CONTROLLER_IMAGE}:{version}")
+}
+
 /// Every object of the installer path for Ichor `version` (with its v), in
-/// apply order. The IchorInstallation is separate: it needs the CRDs first.
-pub fn install_objects(version: &str) -> Vec<Value> {
+/// apply order, running `image`. The IchorInstallation is separate: it needs
+/// the CRDs first.
+pub fn install_objects(version: &str, image: &str) -> Vec<Value> {
     let ns = ichor_api::SYSTEM_NAMESPACE;
     let labels = json!({
         "app.kubernetes.io/name": INSTALLER_NAME_LABEL,
@@ -70,7 +76,7 @@ pub fn install_objects(version: &str) -> Vec<Value> {
                     "serviceAccountName": CONTROLLER,
                     "containers": [{
                         "name": "controller",
-                        "image": format!("{CONTROLLER_IMAGE}:{version}"),
+                        "image": image,
                         "args": ["controller", "--deployed-by", "installer"],
                         "ports": [{"name": "webhook", "containerPort": 9443}, {"name": "metrics", "containerPort": 8080}],
                         "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}},
@@ -126,7 +132,7 @@ mod tests {
 
     #[test]
     fn the_installer_controller_is_not_mistaken_for_a_helm_install() {
-        let objects = install_objects("v0.1.0");
+        let objects = install_objects("v0.1.0", &controller_image("v0.1.0"));
         let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
         assert_ne!(deployment["metadata"]["labels"]["app.kubernetes.io/name"], crate::inspect::CHART_SELECTOR_LABEL.1);
         assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["image"], "ghcr.io/maeshinshin/ichor-controller:v0.1.0");

@@ -58,6 +58,8 @@ pub struct AdoptOptions {
     pub cilium: CiliumOptions,
     /// The CLI's version, with its v.
     pub version: String,
+    /// The controller image to install (default: Ichor's image of `version`).
+    pub controller_image: Option<String>,
 }
 
 /// The operator's side of adopt: where lines go, and consent.
@@ -180,7 +182,12 @@ async fn agree_with_record(kube: &kube::Client, plan: &mut Plan, tunnel_given: b
         }
         plan.tunnel = t;
     }
-    if let Some(kpr) = values.get("kubeProxyReplacement").and_then(Value::as_bool) {
+    let kpr = values.get("kubeProxyReplacement").and_then(|v| match v {
+        Value::Bool(b) => Some(*b),
+        Value::String(s) => s.parse::<bool>().ok(),
+        _ => None,
+    });
+    if let Some(kpr) = kpr {
         let recorded = if kpr { ichor_api::KubeProxyMode::Replaced } else { ichor_api::KubeProxyMode::Enabled };
         if recorded != plan.kube_proxy {
             return Err(AdoptError::Refused(vec![Refusal::new(format!(
@@ -251,7 +258,8 @@ pub async fn adopt(
     match &plan.ichor {
         IchorPresence::Absent => {
             operator.say(&format!("installing Ichor {}", opts.version));
-            apply_objects(kube, &install::install_objects(&opts.version)).await?;
+            let image = opts.controller_image.clone().unwrap_or_else(|| install::controller_image(&opts.version));
+            apply_objects(kube, &install::install_objects(&opts.version, &image)).await?;
             wait_crds_established(kube, opts).await?;
             create_or_keep(
                 &Api::<ichor_api::IchorInstallation>::namespaced(kube.clone(), ichor_api::SYSTEM_NAMESPACE),

@@ -285,6 +285,23 @@ async fn seed_cni(client: &kube::Client, options: &LabOptions) -> Result<(), kub
         LabCni::Calico => daemonsets.push(("calico-system", "calico-node", "docker.io/calico/node:v3.29.1")),
         LabCni::Cilium => daemonsets.push(("kube-system", "cilium", "quay.io/cilium/cilium:v1.18.5")),
     }
+    if options.cni == LabCni::Cilium {
+        // Its operator registers Cilium's CRDs (the simulator plays that part).
+        let operator: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "cilium-operator", "namespace": "kube-system"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"name": "cilium-operator"}},
+                "template": {"metadata": {"labels": {"name": "cilium-operator"}},
+                    "spec": {"hostNetwork": true, "containers": [{"name": "operator", "image": "quay.io/cilium/operator-generic:v1.18.5"}]}}}
+        }))
+        .expect("deployment");
+        let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client.clone(), "kube-system");
+        match api.create(&PostParams::default(), &operator).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
     for (ns, name, image) in daemonsets {
         ensure_namespace(client, ns).await?;
         let ds: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(json!({

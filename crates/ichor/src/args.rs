@@ -88,6 +88,10 @@ pub struct AdoptArgs {
     /// How long to wait for Ichor's webhooks after installing it.
     #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = parse_duration)]
     pub wait_timeout: std::time::Duration,
+    /// The controller image to install, for a registry mirror
+    /// (default: ghcr.io/maeshinshin/ichor-controller at this ichor's version).
+    #[arg(long, value_name = "IMAGE")]
+    pub controller_image: Option<String>,
     /// Do not ask for consent (for scripts).
     #[arg(short, long)]
     pub yes: bool,

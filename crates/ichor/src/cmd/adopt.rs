@@ -47,6 +47,7 @@ pub async fn run(args: AdoptArgs) -> anyhow::Result<()> {
         poll_interval: Duration::from_secs(2),
         cilium: cni::cilium_options(&args.helm, args.kube.kubeconfig.as_deref()),
         version: cli_version(),
+        controller_image: args.controller_image.clone(),
     };
 
     if let Some(format) = args.output {
