@@ -37,18 +37,28 @@ pub enum InspectError {
         #[source]
         source: ichor_talos::config::ConfigError,
     },
-    #[error("reading {what} from Kubernetes failed: {source}. Check the kubeconfig and that its user may read {what}")]
+    #[error(
+        "reading {what} from Kubernetes failed: {source}. Check the kubeconfig and that its user may read {what}"
+    )]
     Kube {
         what: &'static str,
         #[source]
         source: kube::Error,
     },
-    #[error("reading {what} from Kubernetes did not answer within {timeout:?}: check that the API server is reachable")]
-    KubeTimeout { what: &'static str, timeout: Duration },
+    #[error(
+        "reading {what} from Kubernetes did not answer within {timeout:?}: check that the API server is reachable"
+    )]
+    KubeTimeout {
+        what: &'static str,
+        timeout: Duration,
+    },
 }
 
 /// Reads every node through the Talos API: version, hostname, machine config.
-pub async fn inspect_talos(client: &TalosClient, nodes: &[String]) -> Result<Vec<TalosNode>, InspectError> {
+pub async fn inspect_talos(
+    client: &TalosClient,
+    nodes: &[String],
+) -> Result<Vec<TalosNode>, InspectError> {
     let results = client
         .on_nodes(nodes, |c, node| async move {
             let version = c.version(&node).await?;
@@ -65,9 +75,19 @@ pub async fn inspect_talos(client: &TalosClient, nodes: &[String]) -> Result<Vec
             source,
         })?;
         let text = String::from_utf8_lossy(&config);
-        let parsed = MachineConfig::parse_with_origin(&text, &format!("node {node}"))
-            .map_err(|source| InspectError::Config { node: node.clone(), source })?;
-        out.push(TalosNode { address: node, hostname, talos_version, facts: parsed.facts() });
+        let parsed =
+            MachineConfig::parse_with_origin(&text, &format!("node {node}")).map_err(|source| {
+                InspectError::Config {
+                    node: node.clone(),
+                    source,
+                }
+            })?;
+        out.push(TalosNode {
+            address: node,
+            hostname,
+            talos_version,
+            facts: parsed.facts(),
+        });
     }
     Ok(out)
 }
@@ -78,7 +98,10 @@ async fn bounded<T>(
 ) -> Result<T, InspectError> {
     match tokio::time::timeout(KUBE_CALL_TIMEOUT, fut).await {
         Ok(r) => r.map_err(|source| InspectError::Kube { what, source }),
-        Err(_) => Err(InspectError::KubeTimeout { what, timeout: KUBE_CALL_TIMEOUT }),
+        Err(_) => Err(InspectError::KubeTimeout {
+            what,
+            timeout: KUBE_CALL_TIMEOUT,
+        }),
     }
 }
 
@@ -86,7 +109,10 @@ async fn bounded<T>(
 /// Cilium CRDs, and Helm records of `cilium` in any namespace.
 pub async fn inspect_kube(client: &kube::Client) -> Result<KubeInspection, InspectError> {
     let lp = ListParams::default();
-    let (node_api, ds_api) = (Api::<Node>::all(client.clone()), Api::<DaemonSet>::all(client.clone()));
+    let (node_api, ds_api) = (
+        Api::<Node>::all(client.clone()),
+        Api::<DaemonSet>::all(client.clone()),
+    );
     let crd_api = Api::<CustomResourceDefinition>::all(client.clone());
     let (nodes, daemonsets, crds, records) = tokio::try_join!(
         bounded("Nodes", node_api.list(&lp)),
@@ -108,24 +134,37 @@ pub async fn inspect_kube(client: &kube::Client) -> Result<KubeInspection, Inspe
             .template
             .spec
             .as_ref()
-            .map(|p| p.containers.iter().filter_map(|c| c.image.clone()).collect())
+            .map(|p| {
+                p.containers
+                    .iter()
+                    .filter_map(|c| c.image.clone())
+                    .collect()
+            })
             .unwrap_or_default();
         if let Some(w) = CniWorkload::recognise(&ns, &name, &images) {
             cni_workloads.push(w);
         }
     }
-    let crd = |name: &str| crds.items.iter().find(|c| c.metadata.name.as_deref() == Some(name));
+    let crd = |name: &str| {
+        crds.items
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(name))
+    };
     let established = |c: &CustomResourceDefinition| {
         c.status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            })
     };
     Ok(KubeInspection {
         nodes,
         cni_workloads,
         cilium_node_crd: crd("ciliumnodes.cilium.io").is_some(),
-        cilium_policy_crd_established: crd("ciliumnetworkpolicies.cilium.io").is_some_and(established),
+        cilium_policy_crd_established: crd("ciliumnetworkpolicies.cilium.io")
+            .is_some_and(established),
         cilium_records: records
             .into_iter()
             .map(|(storage_namespace, r)| CiliumRecord {
@@ -155,13 +194,18 @@ pub(crate) fn kube_node(n: &Node) -> KubeNode {
 
 /// The newest revision of each Helm release named `name`, in any namespace,
 /// with the namespace its record is stored in.
-pub async fn helm_records(client: &kube::Client, name: &str) -> Result<Vec<(String, ichor_helm::Release)>, InspectError> {
+pub async fn helm_records(
+    client: &kube::Client,
+    name: &str,
+) -> Result<Vec<(String, ichor_helm::Release)>, InspectError> {
     let lp = ListParams::default().labels(&format!("owner=helm,name={name}"));
     let api = Api::<Secret>::all(client.clone());
     let secrets = bounded("Helm release records (Secrets)", api.list(&lp)).await?;
     let mut newest: BTreeMap<String, ichor_helm::Release> = BTreeMap::new();
     for s in &secrets.items {
-        let Ok(release) = ichor_helm::record::from_secret(s) else { continue };
+        let Ok(release) = ichor_helm::record::from_secret(s) else {
+            continue;
+        };
         let ns = s.metadata.namespace.clone().unwrap_or_default();
         if newest.get(&ns).is_none_or(|r| r.version < release.version) {
             newest.insert(ns, release);
@@ -176,20 +220,39 @@ pub async fn helm_records(client: &kube::Client, name: &str) -> Result<Vec<(Stri
 /// label exists.
 pub async fn ichor_presence(client: &kube::Client) -> Result<IchorPresence, InspectError> {
     let installations = Api::<IchorInstallation>::all(client.clone());
-    let installation = match tokio::time::timeout(KUBE_CALL_TIMEOUT, installations.list(&ListParams::default())).await {
+    let installation = match tokio::time::timeout(
+        KUBE_CALL_TIMEOUT,
+        installations.list(&ListParams::default()),
+    )
+    .await
+    {
         Ok(Ok(list)) => list.items.into_iter().next(),
         // The CRD is absent: no Ichor installed by either path yet.
         Ok(Err(kube::Error::Api(e))) if e.code == 404 => None,
-        Ok(Err(source)) => return Err(InspectError::Kube { what: "IchorInstallation", source }),
-        Err(_) => return Err(InspectError::KubeTimeout { what: "IchorInstallation", timeout: KUBE_CALL_TIMEOUT }),
+        Ok(Err(source)) => {
+            return Err(InspectError::Kube {
+                what: "IchorInstallation",
+                source,
+            });
+        }
+        Err(_) => {
+            return Err(InspectError::KubeTimeout {
+                what: "IchorInstallation",
+                timeout: KUBE_CALL_TIMEOUT,
+            });
+        }
     };
     let helm_release = async {
         let lp = ListParams::default().labels("owner=helm,status=deployed");
         let api = Api::<Secret>::all(client.clone());
         let secrets = bounded("Helm release records (Secrets)", api.list(&lp)).await?;
-        Ok::<_, InspectError>(secrets.items.iter().filter_map(|s| ichor_helm::record::from_secret(s).ok()).find(
-            |r| r.chart_name() == Some("ichor"),
-        ))
+        Ok::<_, InspectError>(
+            secrets
+                .items
+                .iter()
+                .filter_map(|s| ichor_helm::record::from_secret(s).ok())
+                .find(|r| r.chart_name() == Some("ichor")),
+        )
     };
     if let Some(inst) = installation {
         let version = Some(inst.spec.version.clone());
@@ -197,8 +260,14 @@ pub async fn ichor_presence(client: &kube::Client) -> Result<IchorPresence, Insp
             Manager::Helm => {
                 let release = helm_release.await?;
                 IchorPresence::Helm {
-                    release: release.as_ref().map(|r| r.name.clone()).unwrap_or_else(|| "ichor".into()),
-                    namespace: release.as_ref().map(|r| r.namespace.clone()).unwrap_or_else(|| ichor_api::SYSTEM_NAMESPACE.into()),
+                    release: release
+                        .as_ref()
+                        .map(|r| r.name.clone())
+                        .unwrap_or_else(|| "ichor".into()),
+                    namespace: release
+                        .as_ref()
+                        .map(|r| r.namespace.clone())
+                        .unwrap_or_else(|| ichor_api::SYSTEM_NAMESPACE.into()),
                     version: inst.spec.version.clone(),
                 }
             }
@@ -212,7 +281,10 @@ pub async fn ichor_presence(client: &kube::Client) -> Result<IchorPresence, Insp
             version: r.app_version().unwrap_or_default().to_string(),
         });
     }
-    let lp = ListParams::default().labels(&format!("{}={}", CHART_SELECTOR_LABEL.0, CHART_SELECTOR_LABEL.1));
+    let lp = ListParams::default().labels(&format!(
+        "{}={}",
+        CHART_SELECTOR_LABEL.0, CHART_SELECTOR_LABEL.1
+    ));
     let api = Api::<Deployment>::all(client.clone());
     let deployments = bounded("Deployments", api.list(&lp)).await?;
     if let Some(d) = deployments.items.first() {
@@ -242,8 +314,16 @@ pub async fn inspect(
     nodes: &[String],
     kube: &kube::Client,
 ) -> Result<(crate::Inspection, IchorPresence), InspectError> {
-    let (talos_nodes, kube_side, presence) =
-        tokio::try_join!(inspect_talos(talos, nodes), inspect_kube(kube), ichor_presence(kube))?;
-    Ok((crate::Inspection { talos: talos_nodes, kube: kube_side }, presence))
+    let (talos_nodes, kube_side, presence) = tokio::try_join!(
+        inspect_talos(talos, nodes),
+        inspect_kube(kube),
+        ichor_presence(kube)
+    )?;
+    Ok((
+        crate::Inspection {
+            talos: talos_nodes,
+            kube: kube_side,
+        },
+        presence,
+    ))
 }
-

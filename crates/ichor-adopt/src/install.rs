@@ -96,7 +96,9 @@ pub fn installation(version: &str) -> IchorInstallation {
         ichor_api::INSTALLATION_NAME,
         IchorInstallationSpec {
             version: version.to_string(),
-            deployment: DeploymentSpec { manager: Manager::Installer },
+            deployment: DeploymentSpec {
+                manager: Manager::Installer,
+            },
             installer_repository: Some(INSTALLER_IMAGE.to_string()),
         },
     );
@@ -134,16 +136,31 @@ mod tests {
     fn the_installer_controller_is_not_mistaken_for_a_helm_install() {
         let objects = install_objects("v0.1.0", &controller_image("v0.1.0"));
         let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
-        assert_ne!(deployment["metadata"]["labels"]["app.kubernetes.io/name"], crate::inspect::CHART_SELECTOR_LABEL.1);
-        assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["image"], "ghcr.io/maeshinshin/ichor-controller:v0.1.0");
+        assert_ne!(
+            deployment["metadata"]["labels"]["app.kubernetes.io/name"],
+            crate::inspect::CHART_SELECTOR_LABEL.1
+        );
+        assert_eq!(
+            deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+            "ghcr.io/maeshinshin/ichor-controller:v0.1.0"
+        );
         assert_eq!(objects[0]["kind"], "Namespace");
-        assert_eq!(objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition").count(), 4);
+        assert_eq!(
+            objects
+                .iter()
+                .filter(|o| o["kind"] == "CustomResourceDefinition")
+                .count(),
+            4
+        );
     }
 
     #[test]
     fn the_installation_is_the_installer_path_singleton() {
         let i = installation("v0.1.0");
         assert_eq!(i.spec.deployment.manager, Manager::Installer);
-        assert_eq!(i.metadata.name.as_deref(), Some(ichor_api::INSTALLATION_NAME));
+        assert_eq!(
+            i.metadata.name.as_deref(),
+            Some(ichor_api::INSTALLATION_NAME)
+        );
     }
 }

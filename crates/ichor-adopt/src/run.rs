@@ -71,6 +71,18 @@ pub trait Operator: Send + Sync {
 }
 
 /// Why adopt stopped.
+impl From<InspectError> for AdoptError {
+    fn from(e: InspectError) -> Self {
+        AdoptError::Inspect(Box::new(e))
+    }
+}
+
+impl From<ichor_cilium::Error> for AdoptError {
+    fn from(e: ichor_cilium::Error) -> Self {
+        AdoptError::Cilium(Box::new(e))
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum AdoptError {
     #[error("{}", .0.iter().map(|r| r.message.as_str()).collect::<Vec<_>>().join("\n"))]
@@ -78,11 +90,13 @@ pub enum AdoptError {
     #[error("adopt was not confirmed; nothing was written")]
     NotConfirmed,
     #[error(transparent)]
-    Inspect(#[from] InspectError),
+    Inspect(#[from] Box<InspectError>),
     #[error("the secrets bundle: {0}")]
     Secrets(String),
-    #[error("installing Cilium: {0}. Run ichor adopt again to continue: it picks up the release where it stopped")]
-    Cilium(#[from] ichor_cilium::Error),
+    #[error(
+        "installing Cilium: {0}. Run ichor adopt again to continue: it picks up the release where it stopped"
+    )]
+    Cilium(#[from] Box<ichor_cilium::Error>),
     #[error("writing {what}: {source}. Run ichor adopt again to continue")]
     Write {
         what: String,
@@ -143,16 +157,20 @@ pub async fn plan(
 
 fn check_presence(presence: &IchorPresence, opts: &AdoptOptions) -> Result<(), AdoptError> {
     match presence {
-        IchorPresence::Absent if opts.require_ichor => Err(AdoptError::Refused(vec![Refusal::new(
-            "Ichor is not installed in this cluster and --require-ichor is set: install Ichor with Helm first",
-        )])),
-        IchorPresence::Helm { release, namespace, version } if *version != opts.version => {
-            Err(AdoptError::Refused(vec![Refusal::new(format!(
-                "Ichor {version} is installed by Helm (release {release}) but this ichor is {cli}; they must be the same version. Upgrade Ichor first: helm upgrade {release} oci://ghcr.io/maeshinshin/charts/ichor --version {chart} --namespace {namespace} --reuse-values",
-                cli = opts.version,
-                chart = opts.version.trim_start_matches('v'),
-            ))]))
+        IchorPresence::Absent if opts.require_ichor => {
+            Err(AdoptError::Refused(vec![Refusal::new(
+                "Ichor is not installed in this cluster and --require-ichor is set: install Ichor with Helm first",
+            )]))
         }
+        IchorPresence::Helm {
+            release,
+            namespace,
+            version,
+        } if *version != opts.version => Err(AdoptError::Refused(vec![Refusal::new(format!(
+            "Ichor {version} is installed by Helm (release {release}) but this ichor is {cli}; they must be the same version. Upgrade Ichor first: helm upgrade {release} oci://ghcr.io/maeshinshin/charts/ichor --version {chart} --namespace {namespace} --reuse-values",
+            cli = opts.version,
+            chart = opts.version.trim_start_matches('v'),
+        ))])),
         _ => Ok(()),
     }
 }
@@ -160,9 +178,16 @@ fn check_presence(presence: &IchorPresence, opts: &AdoptOptions) -> Result<(), A
 /// R4.4c: a Cilium with Ichor's record (made by `ichor cni bootstrap` or an
 /// interrupted adopt) is kept: its tunnel is read back, and the kube-proxy mode
 /// the Talos side implies must agree with it.
-async fn agree_with_record(kube: &kube::Client, plan: &mut Plan, tunnel_given: bool) -> Result<(), AdoptError> {
+async fn agree_with_record(
+    kube: &kube::Client,
+    plan: &mut Plan,
+    tunnel_given: bool,
+) -> Result<(), AdoptError> {
     let records = inspect::helm_records(kube, ichor_cilium::RELEASE_NAME).await?;
-    let Some((_, record)) = records.into_iter().find(|(ns, _)| ns == ichor_api::SYSTEM_NAMESPACE) else {
+    let Some((_, record)) = records
+        .into_iter()
+        .find(|(ns, _)| ns == ichor_api::SYSTEM_NAMESPACE)
+    else {
         return Ok(());
     };
     let values = record.config.clone().unwrap_or_default();
@@ -188,7 +213,11 @@ async fn agree_with_record(kube: &kube::Client, plan: &mut Plan, tunnel_given: b
         _ => None,
     });
     if let Some(kpr) = kpr {
-        let recorded = if kpr { ichor_api::KubeProxyMode::Replaced } else { ichor_api::KubeProxyMode::Enabled };
+        let recorded = if kpr {
+            ichor_api::KubeProxyMode::Replaced
+        } else {
+            ichor_api::KubeProxyMode::Enabled
+        };
         if recorded != plan.kube_proxy {
             return Err(AdoptError::Refused(vec![Refusal::new(format!(
                 "Ichor's Cilium release was installed for kube-proxy {} (kubeProxyReplacement={kpr}), but Talos says kube-proxy is {}. Run ichor cni bootstrap again with --kube-proxy {}, then ichor adopt",
@@ -208,7 +237,10 @@ pub async fn adopt(
     opts: &AdoptOptions,
     operator: Arc<dyn Operator>,
 ) -> Result<Outcome, AdoptError> {
-    let mut phases = Phases { start: Instant::now(), outcome: Outcome::default() };
+    let mut phases = Phases {
+        start: Instant::now(),
+        outcome: Outcome::default(),
+    };
     let (plan, inspection) = plan(talos, kube, opts).await?;
     // Read the bundle before consent: a missing one must refuse with nothing written.
     let bundle = load_bundle(talos, opts).await?;
@@ -218,14 +250,22 @@ pub async fn adopt(
         return Err(AdoptError::NotConfirmed);
     }
 
-    let mut cluster = plan.talos_cluster(SecretsRef { name: secret_name(&opts.cluster), key: None });
+    let mut cluster = plan.talos_cluster(SecretsRef {
+        name: secret_name(&opts.cluster),
+        key: None,
+    });
     if let Some(values) = &opts.cilium_values {
-        cluster.spec.cni.cilium = Some(ichor_api::CiliumSpec { values: Some(Value::Object(values.clone())) });
+        cluster.spec.cni.cilium = Some(ichor_api::CiliumSpec {
+            values: Some(Value::Object(values.clone())),
+        });
     }
     let node_count = inspection.kube.nodes.len() as u32;
 
     // Phase: Cilium first on a cluster with no CNI (and the rerun of one).
-    if matches!(plan.mode, AdoptMode::InstallCilium | AdoptMode::CiliumAlreadyIchors) {
+    if matches!(
+        plan.mode,
+        AdoptMode::InstallCilium | AdoptMode::CiliumAlreadyIchors
+    ) {
         operator.say(&format!(
             "installing Cilium (tunnel {}, kube-proxy {}) as Ichor's Helm release cilium in kube-system, record in ichor-system",
             crate::plan::tunnel_name(cluster.spec.cni.tunnel),
@@ -258,11 +298,17 @@ pub async fn adopt(
     match &plan.ichor {
         IchorPresence::Absent => {
             operator.say(&format!("installing Ichor {}", opts.version));
-            let image = opts.controller_image.clone().unwrap_or_else(|| install::controller_image(&opts.version));
+            let image = opts
+                .controller_image
+                .clone()
+                .unwrap_or_else(|| install::controller_image(&opts.version));
             apply_objects(kube, &install::install_objects(&opts.version, &image)).await?;
             wait_crds_established(kube, opts).await?;
             create_or_keep(
-                &Api::<ichor_api::IchorInstallation>::namespaced(kube.clone(), ichor_api::SYSTEM_NAMESPACE),
+                &Api::<ichor_api::IchorInstallation>::namespaced(
+                    kube.clone(),
+                    ichor_api::SYSTEM_NAMESPACE,
+                ),
                 &install::installation(&opts.version),
                 "the IchorInstallation",
             )
@@ -270,8 +316,12 @@ pub async fn adopt(
             wait_for_ichor(kube, opts, &*operator).await?;
             operator.say("Ichor is running");
         }
-        IchorPresence::Installer { .. } => operator.say("Ichor is already installed; not installing it again"),
-        IchorPresence::Helm { release, version, .. } => operator.say(&format!(
+        IchorPresence::Installer { .. } => {
+            operator.say("Ichor is already installed; not installing it again")
+        }
+        IchorPresence::Helm {
+            release, version, ..
+        } => operator.say(&format!(
             "Ichor is installed by Helm (release {release}, version {version}); not touching it"
         )),
     }
@@ -282,10 +332,17 @@ pub async fn adopt(
         AdoptMode::InstallCilium | AdoptMode::CiliumAlreadyIchors => DetectedCni::Cilium,
         _ => plan.found.detected(),
     };
-    let crd_established = inspect::inspect_kube(kube).await?.cilium_policy_crd_established;
+    let crd_established = inspect::inspect_kube(kube)
+        .await?
+        .cilium_policy_crd_established;
     let gate = include_cilium_policies(detected, crd_established);
     match (&plan.ichor, gate.include) {
-        (IchorPresence::Helm { release, namespace, .. }, true) => {
+        (
+            IchorPresence::Helm {
+                release, namespace, ..
+            },
+            true,
+        ) => {
             if !helm_enables_policies(kube, release, namespace).await? {
                 operator.say("Ichor's Cilium policies are not enabled in its Helm release: set networkPolicy.cilium.enabled=true and run helm upgrade");
             }
@@ -304,7 +361,12 @@ pub async fn adopt(
     // Phase: the objects that describe the cluster.
     write_bundle(kube, &opts.cluster, &bundle).await?;
     let clusters = Api::<TalosCluster>::namespaced(kube.clone(), ichor_api::SYSTEM_NAMESPACE);
-    create_or_keep(&clusters, &cluster, &format!("TalosCluster {}", opts.cluster)).await?;
+    create_or_keep(
+        &clusters,
+        &cluster,
+        &format!("TalosCluster {}", opts.cluster),
+    )
+    .await?;
     // Spec 2.2: detected is cilium from the moment the Cilium step ends.
     clusters
         .patch_status(
@@ -313,20 +375,32 @@ pub async fn adopt(
             &Patch::Merge(json!({"status": {"cni": {"detected": detected}}})),
         )
         .await
-        .map_err(|source| AdoptError::Write { what: format!("TalosCluster {} status", opts.cluster), source })?;
+        .map_err(|source| AdoptError::Write {
+            what: format!("TalosCluster {} status", opts.cluster),
+            source,
+        })?;
     let machines = Api::<TalosMachine>::namespaced(kube.clone(), ichor_api::SYSTEM_NAMESPACE);
     for node in &inspection.talos {
         let mut m = TalosMachine::new(
             &node.hostname,
             TalosMachineSpec {
-                cluster_ref: ClusterRef { name: opts.cluster.clone() },
-                role: if node.facts.machine_type.is_control_plane() { MachineRole::Controlplane } else { MachineRole::Worker },
+                cluster_ref: ClusterRef {
+                    name: opts.cluster.clone(),
+                },
+                role: if node.facts.machine_type.is_control_plane() {
+                    MachineRole::Controlplane
+                } else {
+                    MachineRole::Worker
+                },
                 address: node.address.clone(),
                 hold: true,
                 patches: vec![],
             },
         );
-        m.metadata.labels = Some(BTreeMap::from([("ichor.maesh.dev/cluster".to_string(), opts.cluster.clone())]));
+        m.metadata.labels = Some(BTreeMap::from([(
+            "ichor.maesh.dev/cluster".to_string(),
+            opts.cluster.clone(),
+        )]));
         create_or_keep(&machines, &m, &format!("TalosMachine {}", node.hostname)).await?;
     }
     operator.say(&format!(
@@ -346,9 +420,16 @@ pub async fn adopt(
     // Phase: release the holds, machine by machine.
     for node in &inspection.talos {
         machines
-            .patch(&node.hostname, &PatchParams::default(), &Patch::Merge(json!({"spec": {"hold": false}})))
+            .patch(
+                &node.hostname,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"hold": false}})),
+            )
             .await
-            .map_err(|source| AdoptError::Write { what: format!("TalosMachine {} hold", node.hostname), source })?;
+            .map_err(|source| AdoptError::Write {
+                what: format!("TalosMachine {} hold", node.hostname),
+                source,
+            })?;
         operator.say(&format!("released the hold of {}", node.hostname));
     }
     phases.done("release");
@@ -360,7 +441,10 @@ pub fn secret_name(cluster: &str) -> String {
     format!("{cluster}-talos-secrets")
 }
 
-async fn load_bundle(talos: &TalosClient, opts: &AdoptOptions) -> Result<SecretsBundle, AdoptError> {
+async fn load_bundle(
+    talos: &TalosClient,
+    opts: &AdoptOptions,
+) -> Result<SecretsBundle, AdoptError> {
     match &opts.secrets {
         Some(SecretsSource::Bundle(b)) => Ok((**b).clone()),
         Some(SecretsSource::Recover { from }) => {
@@ -382,15 +466,24 @@ async fn load_bundle(talos: &TalosClient, opts: &AdoptOptions) -> Result<Secrets
     }
 }
 
-async fn write_bundle(kube: &kube::Client, cluster: &str, bundle: &SecretsBundle) -> Result<(), AdoptError> {
-    let yaml = bundle.to_yaml().map_err(|e| AdoptError::Secrets(e.to_string()))?;
+async fn write_bundle(
+    kube: &kube::Client,
+    cluster: &str,
+    bundle: &SecretsBundle,
+) -> Result<(), AdoptError> {
+    let yaml = bundle
+        .to_yaml()
+        .map_err(|e| AdoptError::Secrets(e.to_string()))?;
     let mut secret = Secret {
         string_data: Some(BTreeMap::from([("secrets.yaml".to_string(), yaml)])),
         ..Default::default()
     };
     secret.metadata.name = Some(secret_name(cluster));
     secret.metadata.namespace = Some(ichor_api::SYSTEM_NAMESPACE.into());
-    secret.metadata.labels = Some(BTreeMap::from([("ichor.maesh.dev/cluster".to_string(), cluster.to_string())]));
+    secret.metadata.labels = Some(BTreeMap::from([(
+        "ichor.maesh.dev/cluster".to_string(),
+        cluster.to_string(),
+    )]));
     create_or_keep(
         &Api::<Secret>::namespaced(kube.clone(), ichor_api::SYSTEM_NAMESPACE),
         &secret,
@@ -407,7 +500,10 @@ where
     match api.create(&PostParams::default(), obj).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(source) => Err(AdoptError::Write { what: what.to_string(), source }),
+        Err(source) => Err(AdoptError::Write {
+            what: what.to_string(),
+            source,
+        }),
     }
 }
 
@@ -423,9 +519,14 @@ pub async fn apply_objects(kube: &kube::Client, objects: &[Value]) -> Result<(),
         let gvk = GroupVersionKind::gvk(group, version, kind);
         let (ar, caps) = kube::discovery::pinned_kind(kube, &gvk)
             .await
-            .map_err(|source| AdoptError::Write { what: what.clone(), source })?;
+            .map_err(|source| AdoptError::Write {
+                what: what.clone(),
+                source,
+            })?;
         let api: Api<DynamicObject> = match (caps.scope, obj["metadata"]["namespace"].as_str()) {
-            (kube::discovery::Scope::Namespaced, Some(ns)) => Api::namespaced_with(kube.clone(), ns, &ar),
+            (kube::discovery::Scope::Namespaced, Some(ns)) => {
+                Api::namespaced_with(kube.clone(), ns, &ar)
+            }
             _ => Api::all_with(kube.clone(), &ar),
         };
         api.patch(name, &pp, &Patch::Apply(obj))
@@ -442,7 +543,10 @@ async fn wait_crds_established(kube: &kube::Client, opts: &AdoptOptions) -> Resu
         let list = api
             .list(&ListParams::default())
             .await
-            .map_err(|source| AdoptError::Write { what: "CustomResourceDefinitions".into(), source })?;
+            .map_err(|source| AdoptError::Write {
+                what: "CustomResourceDefinitions".into(),
+                source,
+            })?;
         let pending: Vec<String> = list
             .items
             .iter()
@@ -451,7 +555,10 @@ async fn wait_crds_established(kube: &kube::Client, opts: &AdoptOptions) -> Resu
                 !c.status
                     .as_ref()
                     .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+                    .is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c.type_ == "Established" && c.status == "True")
+                    })
             })
             .map(|c| c.metadata.name.clone().unwrap_or_default())
             .collect();
@@ -459,7 +566,10 @@ async fn wait_crds_established(kube: &kube::Client, opts: &AdoptOptions) -> Resu
             return Ok(());
         }
         if Instant::now() >= deadline {
-            return Err(AdoptError::Wait(format!("Ichor's CRDs were not Established within 60s: {}", pending.join(", "))));
+            return Err(AdoptError::Wait(format!(
+                "Ichor's CRDs were not Established within 60s: {}",
+                pending.join(", ")
+            )));
         }
         tokio::time::sleep(opts.poll_interval).await;
     }
@@ -467,17 +577,33 @@ async fn wait_crds_established(kube: &kube::Client, opts: &AdoptOptions) -> Resu
 
 /// Decision 3: the bounded wait for Ichor's controller, with the pods of
 /// ichor-system described every 30 s and the no-pod-network early failure.
-async fn wait_for_ichor(kube: &kube::Client, opts: &AdoptOptions, operator: &dyn Operator) -> Result<(), AdoptError> {
+async fn wait_for_ichor(
+    kube: &kube::Client,
+    opts: &AdoptOptions,
+    operator: &dyn Operator,
+) -> Result<(), AdoptError> {
     let deployments = Api::<Deployment>::namespaced(kube.clone(), ichor_api::SYSTEM_NAMESPACE);
     let pods = Api::<Pod>::namespaced(kube.clone(), ichor_api::SYSTEM_NAMESPACE);
     let nodes = Api::<Node>::all(kube.clone());
     let mut watch = WaitWatch::new("Ichor's webhooks", opts.webhook_timeout);
     let start = Instant::now();
-    let read = |what: &'static str| move |source| AdoptError::Write { what: what.into(), source };
+    let read = |what: &'static str| {
+        move |source| AdoptError::Write {
+            what: what.into(),
+            source,
+        }
+    };
     loop {
-        let d = deployments.get_opt(install::CONTROLLER).await.map_err(read("Ichor's controller Deployment"))?;
+        let d = deployments
+            .get_opt(install::CONTROLLER)
+            .await
+            .map_err(read("Ichor's controller Deployment"))?;
         let ready = d.as_ref().is_some_and(|d| {
-            ichor_helm::manifest::rollout_status("Deployment", &serde_json::to_value(d).unwrap_or_default()).is_ok()
+            ichor_helm::manifest::rollout_status(
+                "Deployment",
+                &serde_json::to_value(d).unwrap_or_default(),
+            )
+            .is_ok()
         });
         if ready {
             return Ok(());
@@ -506,7 +632,11 @@ async fn wait_for_ichor(kube: &kube::Client, opts: &AdoptOptions, operator: &dyn
     }
 }
 
-async fn wait_handover(kube: &kube::Client, opts: &AdoptOptions, operator: &dyn Operator) -> Result<(), AdoptError> {
+async fn wait_handover(
+    kube: &kube::Client,
+    opts: &AdoptOptions,
+    operator: &dyn Operator,
+) -> Result<(), AdoptError> {
     let clusters = Api::<TalosCluster>::namespaced(kube.clone(), ichor_api::SYSTEM_NAMESPACE);
     let start = Instant::now();
     let mut next_report = start;
@@ -514,11 +644,16 @@ async fn wait_handover(kube: &kube::Client, opts: &AdoptOptions, operator: &dyn 
         let c = clusters
             .get(&opts.cluster)
             .await
-            .map_err(|source| AdoptError::Write { what: format!("TalosCluster {}", opts.cluster), source })?;
-        let cond = c
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == ichor_api::conditions::types::CNI_HANDOVER).cloned());
+            .map_err(|source| AdoptError::Write {
+                what: format!("TalosCluster {}", opts.cluster),
+                source,
+            })?;
+        let cond = c.status.as_ref().and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == ichor_api::conditions::types::CNI_HANDOVER)
+                .cloned()
+        });
         if cond.as_ref().is_some_and(|c| c.status == "True") {
             return Ok(());
         }
@@ -539,13 +674,21 @@ async fn wait_handover(kube: &kube::Client, opts: &AdoptOptions, operator: &dyn 
     }
 }
 
-async fn helm_enables_policies(kube: &kube::Client, release: &str, namespace: &str) -> Result<bool, AdoptError> {
+async fn helm_enables_policies(
+    kube: &kube::Client,
+    release: &str,
+    namespace: &str,
+) -> Result<bool, AdoptError> {
     let records = inspect::helm_records(kube, release).await?;
     Ok(records
         .into_iter()
         .find(|(ns, _)| ns == namespace)
         .and_then(|(_, r)| r.config)
-        .and_then(|c| c.get("networkPolicy")?.get("cilium")?.get("enabled")?.as_bool())
+        .and_then(|c| {
+            c.get("networkPolicy")?
+                .get("cilium")?
+                .get("enabled")?
+                .as_bool()
+        })
         .unwrap_or(false))
 }
-

@@ -78,7 +78,10 @@ pub enum LabError {
     #[error("the lab's machine configs: {0}")]
     Config(String),
     #[error("writing {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("registering the lab's nodes in Kubernetes: {0}")]
     Kube(#[from] kube::Error),
 }
@@ -106,14 +109,18 @@ impl Drop for Lab {
 
 /// The fixtures the nodes' configs are made from (real Talos files).
 fn fixture(name: &str) -> PathBuf {
-    ichor_testenv::tools::shared_dir().join("fixtures/talos/stability-v1.12").join(name)
+    ichor_testenv::tools::shared_dir()
+        .join("fixtures/talos/stability-v1.12")
+        .join(name)
 }
 
 impl Lab {
     /// Starts the control plane, the nodes and the simulator.
     pub async fn up(options: LabOptions) -> Result<Lab, LabError> {
-        std::fs::create_dir_all(&options.state_dir)
-            .map_err(|source| LabError::Write { path: options.state_dir.clone(), source })?;
+        std::fs::create_dir_all(&options.state_dir).map_err(|source| LabError::Write {
+            path: options.state_dir.clone(),
+            source,
+        })?;
         // A loopback /24 of its own, so labs (and tests) can run side by side.
         let net: u8 = rand::random_range(16..=250);
         let sub: u8 = rand::random_range(1..=250);
@@ -121,7 +128,13 @@ impl Lab {
             .map(|i| IpAddr::V4(Ipv4Addr::new(127, net, sub, 10 + i as u8)))
             .collect();
         let hostnames: Vec<String> = (0..options.nodes)
-            .map(|i| if i == 0 { "lab-cp-1".to_string() } else { format!("lab-worker-{i}") })
+            .map(|i| {
+                if i == 0 {
+                    "lab-cp-1".to_string()
+                } else {
+                    format!("lab-worker-{i}")
+                }
+            })
             .collect();
 
         let configs = node_configs(&options, &addresses)?;
@@ -147,27 +160,49 @@ impl Lab {
                     .with_version(options.talos_version.clone())
             })
             .collect();
-        let emulator = Emulator::start_with(specs, EmulatorOptions { pki: Some(pki), ..Default::default() }).await?;
+        let emulator = Emulator::start_with(
+            specs,
+            EmulatorOptions {
+                pki: Some(pki),
+                ..Default::default()
+            },
+        )
+        .await?;
         let env = TestEnv::start()?;
 
         let write = |name: &str, text: &str| -> Result<PathBuf, LabError> {
             let path = options.state_dir.join(name);
-            std::fs::write(&path, text).map_err(|source| LabError::Write { path: path.clone(), source })?;
+            std::fs::write(&path, text).map_err(|source| LabError::Write {
+                path: path.clone(),
+                source,
+            })?;
             Ok(path)
         };
         let kubeconfig = write(
             "kubeconfig",
-            &std::fs::read_to_string(env.kubeconfig_path())
-                .map_err(|source| LabError::Write { path: env.kubeconfig_path().into(), source })?,
+            &std::fs::read_to_string(env.kubeconfig_path()).map_err(|source| LabError::Write {
+                path: env.kubeconfig_path().into(),
+                source,
+            })?,
         )?;
         let endpoints = vec![addresses[0].to_string()];
         let nodes: Vec<String> = addresses.iter().map(ToString::to_string).collect();
-        let tc = Talosconfig::generate(&bundle, "lab", &endpoints, &nodes, Role::Admin, std::time::Duration::from_secs(86400))
-            .map_err(|e| LabError::Config(e.to_string()))?;
+        let tc = Talosconfig::generate(
+            &bundle,
+            "lab",
+            &endpoints,
+            &nodes,
+            Role::Admin,
+            std::time::Duration::from_secs(86400),
+        )
+        .map_err(|e| LabError::Config(e.to_string()))?;
         let talosconfig = options.state_dir.join("talosconfig");
-        tc.write_file(&talosconfig).map_err(|e| LabError::Config(e.to_string()))?;
+        tc.write_file(&talosconfig)
+            .map_err(|e| LabError::Config(e.to_string()))?;
         let bundle_path = options.state_dir.join("secrets.yaml");
-        bundle.write_file(&bundle_path).map_err(|e| LabError::Config(e.to_string()))?;
+        bundle
+            .write_file(&bundle_path)
+            .map_err(|e| LabError::Config(e.to_string()))?;
 
         let client = env.client().await;
         register_nodes(&client, &hostnames, &addresses, &options).await?;
@@ -208,7 +243,8 @@ impl Lab {
 /// Each node's machine config: the real fixture, patched to the lab's shape.
 pub fn node_configs(options: &LabOptions, addresses: &[IpAddr]) -> Result<Vec<String>, LabError> {
     let read = |name: &str| {
-        std::fs::read_to_string(fixture(name)).map_err(|e| LabError::Config(format!("{}: {e}", fixture(name).display())))
+        std::fs::read_to_string(fixture(name))
+            .map_err(|e| LabError::Config(format!("{}: {e}", fixture(name).display())))
     };
     let cp = read("base-controlplane.yaml")?;
     let worker = read("base-worker.yaml")?;
@@ -218,17 +254,20 @@ pub fn node_configs(options: &LabOptions, addresses: &[IpAddr]) -> Result<Vec<St
     };
     let patch = format!(
         "machine:\n  features:\n    kubePrism:\n      enabled: {}\n      port: 7445\ncluster:\n  controlPlane:\n    endpoint: https://{}:6443\n  clusterName: lab\n  network:\n    cni:\n      name: {cni}\n  proxy:\n    disabled: {}\n",
-        options.kube_prism,
-        addresses[0],
-        !options.kube_proxy
+        options.kube_prism, addresses[0], !options.kube_proxy
     );
-    let patch = ConfigPatch::parse(&patch, "the lab's patch").map_err(|e| LabError::Config(e.to_string()))?;
+    let patch = ConfigPatch::parse(&patch, "the lab's patch")
+        .map_err(|e| LabError::Config(e.to_string()))?;
     (0..options.nodes)
         .map(|i| {
             let base = if i == 0 { &cp } else { &worker };
             let config = MachineConfig::parse(base).map_err(|e| LabError::Config(e.to_string()))?;
-            let patched = patch.apply(&config, "the lab's patch").map_err(|e| LabError::Config(e.to_string()))?;
-            patched.to_yaml().map_err(|e| LabError::Config(e.to_string()))
+            let patched = patch
+                .apply(&config, "the lab's patch")
+                .map_err(|e| LabError::Config(e.to_string()))?;
+            patched
+                .to_yaml()
+                .map_err(|e| LabError::Config(e.to_string()))
         })
         .collect()
 }
@@ -241,8 +280,13 @@ async fn register_nodes(
 ) -> Result<(), kube::Error> {
     let api: Api<Node> = Api::all(client.clone());
     for (i, (name, address)) in hostnames.iter().zip(addresses).enumerate() {
-        let role_label = if i == 0 { "node-role.kubernetes.io/control-plane" } else { "node-role.kubernetes.io/worker" };
-        let mut spec = json!({"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]});
+        let role_label = if i == 0 {
+            "node-role.kubernetes.io/control-plane"
+        } else {
+            "node-role.kubernetes.io/worker"
+        };
+        let mut spec =
+            json!({"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]});
         if options.pod_cidrs {
             spec["podCIDR"] = json!(format!("10.244.{i}.0/24"));
             spec["podCIDRs"] = json!([format!("10.244.{i}.0/24")]);
@@ -277,13 +321,27 @@ async fn register_nodes(
 async fn seed_cni(client: &kube::Client, options: &LabOptions) -> Result<(), kube::Error> {
     let mut daemonsets = Vec::new();
     if options.kube_proxy {
-        daemonsets.push(("kube-system", "kube-proxy", "registry.k8s.io/kube-proxy:v1.34.1"));
+        daemonsets.push((
+            "kube-system",
+            "kube-proxy",
+            "registry.k8s.io/kube-proxy:v1.34.1",
+        ));
     }
     match options.cni {
         LabCni::None => {}
-        LabCni::Flannel => daemonsets.push(("kube-system", "kube-flannel", "ghcr.io/siderolabs/flannel:v0.26.7")),
-        LabCni::Calico => daemonsets.push(("calico-system", "calico-node", "docker.io/calico/node:v3.29.1")),
-        LabCni::Cilium => daemonsets.push(("kube-system", "cilium", "quay.io/cilium/cilium:v1.18.5")),
+        LabCni::Flannel => daemonsets.push((
+            "kube-system",
+            "kube-flannel",
+            "ghcr.io/siderolabs/flannel:v0.26.7",
+        )),
+        LabCni::Calico => daemonsets.push((
+            "calico-system",
+            "calico-node",
+            "docker.io/calico/node:v3.29.1",
+        )),
+        LabCni::Cilium => {
+            daemonsets.push(("kube-system", "cilium", "quay.io/cilium/cilium:v1.18.5"))
+        }
     }
     if options.cni == LabCni::Cilium {
         // Its operator registers Cilium's CRDs (the simulator plays that part).
@@ -295,7 +353,8 @@ async fn seed_cni(client: &kube::Client, options: &LabOptions) -> Result<(), kub
                     "spec": {"hostNetwork": true, "containers": [{"name": "operator", "image": "quay.io/cilium/operator-generic:v1.18.5"}]}}}
         }))
         .expect("deployment");
-        let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client.clone(), "kube-system");
+        let api: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(client.clone(), "kube-system");
         match api.create(&PostParams::default(), &operator).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 409 => {}
@@ -324,9 +383,14 @@ async fn seed_cni(client: &kube::Client, options: &LabOptions) -> Result<(), kub
 }
 
 async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), kube::Error> {
-    let ns: k8s_openapi::api::core::v1::Namespace =
-        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})).expect("ns");
-    match Api::all(client.clone()).create(&PostParams::default(), &ns).await {
+    let ns: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+    )
+    .expect("ns");
+    match Api::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(e),

@@ -31,8 +31,11 @@ pub const READY_MESSAGE: &str = "kubelet is posting ready status";
 pub const BROKEN_TAG: &str = "broken";
 
 /// The DaemonSets whose readiness gives the lab's nodes a pod network.
-const NETWORK_DAEMONSETS: &[(&str, &str)] =
-    &[("kube-system", "cilium"), ("kube-system", "kube-flannel"), ("calico-system", "calico-node")];
+const NETWORK_DAEMONSETS: &[(&str, &str)] = &[
+    ("kube-system", "cilium"),
+    ("kube-system", "kube-flannel"),
+    ("calico-system", "calico-node"),
+];
 
 const TICK: Duration = Duration::from_millis(300);
 const MANAGER: &str = "ichor-lab-node-simulator";
@@ -57,10 +60,15 @@ pub async fn tick(client: &kube::Client) -> Result<(), kube::Error> {
     let daemonsets: Api<DaemonSet> = Api::all(client.clone());
     let mut network_ready = false;
     for ds in daemonsets.list(&lp).await?.items {
-        let (ns, name) = (ds.metadata.namespace.clone().unwrap_or_default(), ds.metadata.name.clone().unwrap_or_default());
+        let (ns, name) = (
+            ds.metadata.namespace.clone().unwrap_or_default(),
+            ds.metadata.name.clone().unwrap_or_default(),
+        );
         let generation = ds.metadata.generation.unwrap_or(1);
         let status = ds.status.clone().unwrap_or_default();
-        let ready = status.number_ready == n && status.observed_generation == Some(generation) && status.desired_number_scheduled == n;
+        let ready = status.number_ready == n
+            && status.observed_generation == Some(generation)
+            && status.desired_number_scheduled == n;
         if NETWORK_DAEMONSETS.contains(&(ns.as_str(), name.as_str())) {
             network_ready = n > 0;
         }
@@ -82,9 +90,15 @@ pub async fn tick(client: &kube::Client) -> Result<(), kube::Error> {
     let nodes_ready = network;
 
     let mut operator_ready = false;
-    for d in Api::<Deployment>::all(client.clone()).list(&lp).await?.items {
+    for d in Api::<Deployment>::all(client.clone())
+        .list(&lp)
+        .await?
+        .items
+    {
         let ready = simulate_deployment(client, &d, nodes_ready, n).await?;
-        if d.metadata.namespace.as_deref() == Some("kube-system") && d.metadata.name.as_deref() == Some("cilium-operator") {
+        if d.metadata.namespace.as_deref() == Some("kube-system")
+            && d.metadata.name.as_deref() == Some("cilium-operator")
+        {
             operator_ready = ready;
         }
     }
@@ -94,7 +108,11 @@ pub async fn tick(client: &kube::Client) -> Result<(), kube::Error> {
     Ok(())
 }
 
-async fn set_nodes_ready(client: &kube::Client, nodes: &[Node], ready: bool) -> Result<(), kube::Error> {
+async fn set_nodes_ready(
+    client: &kube::Client,
+    nodes: &[Node],
+    ready: bool,
+) -> Result<(), kube::Error> {
     let api: Api<Node> = Api::all(client.clone());
     for node in nodes {
         let current = node
@@ -126,7 +144,12 @@ async fn set_nodes_ready(client: &kube::Client, nodes: &[Node], ready: bool) -> 
 
 /// Marks the Deployment ready when its pods could run; otherwise keeps one
 /// simulated pod that says why not. Returns whether it is ready.
-async fn simulate_deployment(client: &kube::Client, d: &Deployment, nodes_ready: bool, nodes: i32) -> Result<bool, kube::Error> {
+async fn simulate_deployment(
+    client: &kube::Client,
+    d: &Deployment,
+    nodes_ready: bool,
+    nodes: i32,
+) -> Result<bool, kube::Error> {
     let ns = d.metadata.namespace.clone().unwrap_or_default();
     let name = d.metadata.name.clone().unwrap_or_default();
     let spec = d.spec.clone();
@@ -135,7 +158,11 @@ async fn simulate_deployment(client: &kube::Client, d: &Deployment, nodes_ready:
     let broken = pod_spec
         .containers
         .iter()
-        .find(|c| c.image.as_deref().is_some_and(|i| i.rsplit(':').next() == Some(BROKEN_TAG)))
+        .find(|c| {
+            c.image
+                .as_deref()
+                .is_some_and(|i| i.rsplit(':').next() == Some(BROKEN_TAG))
+        })
         .map(|c| c.name.clone());
     let schedulable = (host_network || nodes_ready) && nodes > 0;
     let replicas = spec.replicas.unwrap_or(1);
@@ -156,8 +183,12 @@ async fn simulate_deployment(client: &kube::Client, d: &Deployment, nodes_ready:
         json!({"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]})
     };
     if pods.get_opt(&pod_name).await?.is_none() {
-        let labels: BTreeMap<String, String> =
-            spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+        let labels: BTreeMap<String, String> = spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default();
         let pod: Pod = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": pod_name, "namespace": ns, "labels": labels,
@@ -171,11 +202,16 @@ async fn simulate_deployment(client: &kube::Client, d: &Deployment, nodes_ready:
         }
     }
     let _ = pods
-        .patch_status(&pod_name, &PatchParams::default(), &Patch::Merge(json!({"status": pod_status})))
+        .patch_status(
+            &pod_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": pod_status})),
+        )
         .await;
 
     let status = d.status.clone().unwrap_or_default();
-    let is_ready = status.ready_replicas == Some(replicas) && status.observed_generation == Some(generation);
+    let is_ready =
+        status.ready_replicas == Some(replicas) && status.observed_generation == Some(generation);
     if ready && !is_ready {
         Api::<Deployment>::namespaced(client.clone(), &ns)
             .patch_status(
@@ -194,12 +230,19 @@ async fn simulate_deployment(client: &kube::Client, d: &Deployment, nodes_ready:
 
 async fn register_cilium_crds(client: &kube::Client) -> Result<(), kube::Error> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for (plural, kind) in [("ciliumnodes", "CiliumNode"), ("ciliumnetworkpolicies", "CiliumNetworkPolicy")] {
+    for (plural, kind) in [
+        ("ciliumnodes", "CiliumNode"),
+        ("ciliumnetworkpolicies", "CiliumNetworkPolicy"),
+    ] {
         let name = format!("{plural}.cilium.io");
         if api.get_opt(&name).await?.is_some() {
             continue;
         }
-        let scope = if kind == "CiliumNode" { "Cluster" } else { "Namespaced" };
+        let scope = if kind == "CiliumNode" {
+            "Cluster"
+        } else {
+            "Namespaced"
+        };
         let crd: CustomResourceDefinition = serde_json::from_value(json!({
             "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": name, "annotations": {"ichor.maesh.dev/simulated": "registered by the lab's node simulator, as Cilium's operator would"}},

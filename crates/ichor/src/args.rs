@@ -8,7 +8,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// drift detection, holds before any change reaches a node, and Cilium owned
 /// as a Helm release.
 #[derive(Debug, Parser)]
-#[command(name = "ichor", version, propagate_version = true, max_term_width = 100)]
+#[command(
+    name = "ichor",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -266,7 +271,9 @@ pub enum TunnelArg {
 /// `90s`, `10m`, `1h`, or plain seconds.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration such as 90s, 10m or 1h"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration such as 90s, 10m or 1h"))?;
     let secs = match unit {
         "" | "s" => n,
         "m" => n * 60,
@@ -305,7 +312,10 @@ mod tests {
             .unwrap()
             .render_long_help()
             .to_string();
-        assert!(help.contains("KubePrism must be enabled on port 7445"), "{help}");
+        assert!(
+            help.contains("KubePrism must be enabled on port 7445"),
+            "{help}"
+        );
         assert!(help.contains("--kube-proxy"));
     }
 }

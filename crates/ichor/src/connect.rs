@@ -9,8 +9,12 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 pub async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
     let config = match kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .with_context(|| format!("cannot read the kubeconfig {}: check the path given to --kubeconfig", path.display()))?;
+            let kc = Kubeconfig::read_from(path).with_context(|| {
+                format!(
+                    "cannot read the kubeconfig {}: check the path given to --kubeconfig",
+                    path.display()
+                )
+            })?;
             kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
                 .await
                 .with_context(|| format!("the kubeconfig {} is not usable", path.display()))?

@@ -15,7 +15,10 @@ use args::{Cli, ClusterCommand, CniCommand, Command, SecretsCommand};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     printer::init_tracing(cli.verbose);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             printer::error(&anyhow::anyhow!("cannot start the async runtime: {e}"));

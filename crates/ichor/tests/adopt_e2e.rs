@@ -40,14 +40,24 @@ impl Harness {
         options.nodes = 2;
         shape(&mut options);
         let lab = Lab::up(options).await.expect("the lab starts");
-        Harness { lab, _dir: dir, controller: None }
+        Harness {
+            lab,
+            _dir: dir,
+            controller: None,
+        }
     }
 
     /// Ichor's controller, as a local process against the lab.
     fn start_controller(&mut self) {
         let log = std::fs::File::create(self.lab.state_dir().join("controller.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_ichor"))
-            .args(["controller", "--no-leader-election", "--resync", "10s", "--kubeconfig"])
+            .args([
+                "controller",
+                "--no-leader-election",
+                "--resync",
+                "10s",
+                "--kubeconfig",
+            ])
             .arg(&self.lab.kubeconfig)
             .stdout(Stdio::null())
             .stderr(log)
@@ -66,7 +76,12 @@ impl Harness {
         self.adopt_with(&self.lab.talosconfig, &self.lab.kubeconfig, extra)
     }
 
-    fn adopt_with(&self, talosconfig: &std::path::Path, kubeconfig: &std::path::Path, extra: &[&str]) -> Command {
+    fn adopt_with(
+        &self,
+        talosconfig: &std::path::Path,
+        kubeconfig: &std::path::Path,
+        extra: &[&str],
+    ) -> Command {
         let mut cmd = self.ichor();
         cmd.args(["adopt", "--cluster", "lab", "--yes"])
             .arg("--talosconfig")
@@ -89,11 +104,17 @@ impl Harness {
 
     /// Every node's config, to compare before and after.
     fn configs(&self) -> Vec<Option<Vec<u8>>> {
-        (0..self.lab.hostnames.len()).map(|i| self.lab.emulator.active_config(i)).collect()
+        (0..self.lab.hostnames.len())
+            .map(|i| self.lab.emulator.active_config(i))
+            .collect()
     }
 
     async fn namespace_exists(&self, name: &str) -> bool {
-        Api::<Namespace>::all(self.client().await).get_opt(name).await.unwrap().is_some()
+        Api::<Namespace>::all(self.client().await)
+            .get_opt(name)
+            .await
+            .unwrap()
+            .is_some()
     }
 
     /// Waits (bounded) until every machine has the controller's report.
@@ -106,20 +127,29 @@ impl Harness {
                 && list.items.iter().all(|m| {
                     m.status.as_ref().is_some_and(|s| {
                         s.config_hash.is_some()
-                            && s.conditions.iter().any(|c| c.type_ == "Held" && c.status == "False")
+                            && s.conditions
+                                .iter()
+                                .any(|c| c.type_ == "Held" && c.status == "False")
                     })
                 });
             if done {
                 return;
             }
-            assert!(tokio::time::Instant::now() < deadline, "machines not reconciled after release: {list:?}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "machines not reconciled after release: {list:?}"
+            );
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 fn run(mut cmd: Command) -> Output {
@@ -132,7 +162,14 @@ fn helm_list(lab: &Lab, tool: Tool, namespace: &str) -> serde_json::Value {
         .env("HELM_CACHE_HOME", home.path().join("c"))
         .env("HELM_CONFIG_HOME", home.path().join("g"))
         .env("HELM_DATA_HOME", home.path().join("d"))
-        .args(["list", "--namespace", namespace, "-o", "json", "--kubeconfig"])
+        .args([
+            "list",
+            "--namespace",
+            namespace,
+            "-o",
+            "json",
+            "--kubeconfig",
+        ])
         .arg(&lab.kubeconfig)
         .output()
         .unwrap();
@@ -141,9 +178,15 @@ fn helm_list(lab: &Lab, tool: Tool, namespace: &str) -> serde_json::Value {
 }
 
 async fn cilium_values(h: &Harness) -> serde_json::Value {
-    let cm = Api::<ConfigMap>::namespaced(h.client().await, "kube-system").get("cilium-config").await.unwrap();
+    let cm = Api::<ConfigMap>::namespaced(h.client().await, "kube-system")
+        .get("cilium-config")
+        .await
+        .unwrap();
     let data = cm.data.unwrap_or_default();
-    let json = data.values().find(|v| v.trim_start().starts_with('{')).expect("cilium-config carries the values as JSON");
+    let json = data
+        .values()
+        .find(|v| v.trim_start().starts_with('{'))
+        .expect("cilium-config carries the values as JSON");
     serde_json::from_str(json).unwrap()
 }
 
@@ -165,9 +208,25 @@ async fn e1_no_cni_cluster_gets_cilium_then_ichor_then_is_adopted() {
     assert!(out.status.success(), "adopt failed:\n{said}");
     assert!(said.contains("no CNI found: Ichor will install Cilium (tunnel vxlan, kube-proxy enabled) as its own Helm release, then install Ichor, then adopt"), "{said}");
     // Cilium before Ichor, Ichor before the machines (spec 1.5, R1.7b).
-    let order = ["installing Cilium", "Cilium is installed", "installing Ichor", "held TalosMachines", "CNIHandover=True", "released the hold"];
-    let positions: Vec<usize> = order.iter().map(|s| said.find(s).unwrap_or_else(|| panic!("{s:?} missing:\n{said}"))).collect();
-    assert!(positions.windows(2).all(|w| w[0] < w[1]), "phases out of order:\n{said}");
+    let order = [
+        "installing Cilium",
+        "Cilium is installed",
+        "installing Ichor",
+        "held TalosMachines",
+        "CNIHandover=True",
+        "released the hold",
+    ];
+    let positions: Vec<usize> = order
+        .iter()
+        .map(|s| {
+            said.find(s)
+                .unwrap_or_else(|| panic!("{s:?} missing:\n{said}"))
+        })
+        .collect();
+    assert!(
+        positions.windows(2).all(|w| w[0] < w[1]),
+        "phases out of order:\n{said}"
+    );
 
     let client = h.client().await;
     for tool in [Tool::Helm3, Tool::Helm4] {
@@ -176,38 +235,103 @@ async fn e1_no_cni_cluster_gets_cilium_then_ichor_then_is_adopted() {
         assert_eq!(releases[0]["status"], "deployed", "{releases}");
         assert_eq!(releases[0]["namespace"], "kube-system", "{releases}");
     }
-    let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await.unwrap();
-    assert!(nodes.items.iter().all(|n| n.status.as_ref().unwrap().conditions.as_ref().unwrap().iter().any(|c| c.type_ == "Ready" && c.status == "True")));
-    assert!(Api::<IchorInstallation>::namespaced(client.clone(), NS).get_opt("ichor").await.unwrap().is_some());
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(nodes.items.iter().all(|n| {
+        n.status
+            .as_ref()
+            .unwrap()
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    }));
+    assert!(
+        Api::<IchorInstallation>::namespaced(client.clone(), NS)
+            .get_opt("ichor")
+            .await
+            .unwrap()
+            .is_some()
+    );
 
-    let cluster = Api::<TalosCluster>::namespaced(client.clone(), NS).get("lab").await.unwrap();
+    let cluster = Api::<TalosCluster>::namespaced(client.clone(), NS)
+        .get("lab")
+        .await
+        .unwrap();
     let status = cluster.status.clone().unwrap();
-    assert!(status.conditions.iter().any(|c| c.type_ == "CNIHandover" && c.status == "True"));
-    assert_eq!(status.cni.unwrap().detected, Some(ichor_api::DetectedCni::Cilium));
-    assert_eq!(cluster.metadata.annotations.as_ref().unwrap()["ichor.maesh.dev/adopted"], "true");
-    let jobs = Api::<Job>::all(client.clone()).list(&ListParams::default()).await.unwrap();
-    assert!(jobs.items.is_empty(), "no ichor-cni Job when the hash matches: {:?}", jobs.items);
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "CNIHandover" && c.status == "True")
+    );
+    assert_eq!(
+        status.cni.unwrap().detected,
+        Some(ichor_api::DetectedCni::Cilium)
+    );
+    assert_eq!(
+        cluster.metadata.annotations.as_ref().unwrap()["ichor.maesh.dev/adopted"],
+        "true"
+    );
+    let jobs = Api::<Job>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        jobs.items.is_empty(),
+        "no ichor-cni Job when the hash matches: {:?}",
+        jobs.items
+    );
 
     // R1.4d: the values installed are those the controller derives from the written object.
-    let settings = ichor_cilium::ClusterSettings::from_cluster(&cluster, nodes.items.len() as u32).unwrap();
+    let settings =
+        ichor_cilium::ClusterSettings::from_cluster(&cluster, nodes.items.len() as u32).unwrap();
     let derived = serde_json::Value::Object(ichor_cilium::effective_values(&settings).unwrap());
     let installed = cilium_values(&h).await;
     for (k, v) in derived.as_object().unwrap() {
-        assert_eq!(&installed[k], v, "installed value {k} differs from the derived one");
+        assert_eq!(
+            &installed[k], v,
+            "installed value {k} differs from the derived one"
+        );
     }
 
     h.wait_machines_reconciled().await;
-    let machines = Api::<TalosMachine>::namespaced(client, NS).list(&ListParams::default()).await.unwrap();
+    let machines = Api::<TalosMachine>::namespaced(client, NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
     assert_eq!(machines.items.len(), 2);
     for m in &machines.items {
         assert!(!m.spec.hold, "hold released on {:?}", m.metadata.name);
-        assert!(m.status.as_ref().unwrap().drift.iter().all(|d| d.class == ichor_api::DriftClass::A), "{:?}", m.status);
+        assert!(
+            m.status
+                .as_ref()
+                .unwrap()
+                .drift
+                .iter()
+                .all(|d| d.class == ichor_api::DriftClass::A),
+            "{:?}",
+            m.status
+        );
     }
-    assert!(h.lab.emulator.writes().is_empty(), "nothing was written to a node: {:?}", h.lab.emulator.writes());
-    assert_eq!(h.configs(), before, "the nodes' configs are byte-identical before and after");
+    assert!(
+        h.lab.emulator.writes().is_empty(),
+        "nothing was written to a node: {:?}",
+        h.lab.emulator.writes()
+    );
+    assert_eq!(
+        h.configs(),
+        before,
+        "the nodes' configs are byte-identical before and after"
+    );
 
     let mut status = h.ichor();
-    status.args(["cluster", "status", "--kubeconfig"]).arg(&h.lab.kubeconfig);
+    status
+        .args(["cluster", "status", "--kubeconfig"])
+        .arg(&h.lab.kubeconfig);
     let out = run(status);
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("managed Cilium"), "{}", text(&out));
@@ -223,8 +347,14 @@ async fn e2_kube_proxy_disabled_in_talos_is_replaced_by_cilium() {
     let out = run(h.adopt(&["--tunnel", "geneve"]));
     let said = text(&out);
     assert!(out.status.success(), "adopt failed:\n{said}");
-    assert!(said.contains("(tunnel geneve, kube-proxy replaced)"), "{said}");
-    let cluster = Api::<TalosCluster>::namespaced(h.client().await, NS).get("lab").await.unwrap();
+    assert!(
+        said.contains("(tunnel geneve, kube-proxy replaced)"),
+        "{said}"
+    );
+    let cluster = Api::<TalosCluster>::namespaced(h.client().await, NS)
+        .get("lab")
+        .await
+        .unwrap();
     assert_eq!(cluster.spec.cni.kube_proxy, KubeProxyMode::Replaced);
     let values = cilium_values(&h).await;
     // Cilium 1.18 takes the string form.
@@ -257,7 +387,11 @@ async fn e4_kubeprism_off_or_a_node_without_pod_cidr_is_refused() {
     let h = Harness::up(|o| o.kube_prism = false).await;
     let out = run(h.adopt(&[]));
     assert!(!out.status.success());
-    assert!(text(&out).contains("KubePrism must be enabled on port 7445 on node"), "{}", text(&out));
+    assert!(
+        text(&out).contains("KubePrism must be enabled on port 7445 on node"),
+        "{}",
+        text(&out)
+    );
     assert!(text(&out).contains("Enable it first"), "{}", text(&out));
     assert!(!h.namespace_exists(NS).await);
     drop(h);
@@ -272,7 +406,12 @@ async fn e4_kubeprism_off_or_a_node_without_pod_cidr_is_refused() {
 
 /// Runs adopt and SIGKILLs it as soon as it prints `line`.
 fn adopt_killed_after(h: &Harness, line: &str) -> String {
-    let mut child = h.adopt(&[]).stderr(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
+    let mut child = h
+        .adopt(&[])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     let stderr = child.stderr.take().unwrap();
     let mut seen = String::new();
     for l in BufReader::new(stderr).lines() {
@@ -285,7 +424,10 @@ fn adopt_killed_after(h: &Harness, line: &str) -> String {
         }
     }
     let status = child.wait().unwrap();
-    assert!(!status.success(), "adopt should have been killed at {line:?}:\n{seen}");
+    assert!(
+        !status.success(),
+        "adopt should have been killed at {line:?}:\n{seen}"
+    );
     seen
 }
 
@@ -299,7 +441,11 @@ async fn e5_a_killed_adopt_is_finished_by_a_rerun() {
     h.start_controller();
     adopt_killed_after(&h, "installing Cilium (");
     let out = run(h.adopt(&[]));
-    assert!(out.status.success(), "rerun after a kill during the Helm install:\n{}", text(&out));
+    assert!(
+        out.status.success(),
+        "rerun after a kill during the Helm install:\n{}",
+        text(&out)
+    );
     drop(h);
 
     let mut h = Harness::up(|_| {}).await;
@@ -308,11 +454,24 @@ async fn e5_a_killed_adopt_is_finished_by_a_rerun() {
     let out = run(h.adopt(&[]));
     let said = text(&out);
     assert!(out.status.success(), "rerun after the Cilium wait:\n{said}");
-    assert!(said.contains("Cilium with Ichor's Helm record in ichor-system"), "the rerun sees Ichor's record:\n{said}");
+    assert!(
+        said.contains("Cilium with Ichor's Helm record in ichor-system"),
+        "the rerun sees Ichor's record:\n{said}"
+    );
     let releases = helm_list(&h.lab, Tool::Helm4, NS);
     assert_eq!(releases[0]["status"], "deployed");
-    let cluster = Api::<TalosCluster>::namespaced(h.client().await, NS).get("lab").await.unwrap();
-    assert!(cluster.status.unwrap().conditions.iter().any(|c| c.type_ == "CNIHandover" && c.status == "True"));
+    let cluster = Api::<TalosCluster>::namespaced(h.client().await, NS)
+        .get("lab")
+        .await
+        .unwrap();
+    assert!(
+        cluster
+            .status
+            .unwrap()
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "CNIHandover" && c.status == "True")
+    );
 }
 
 /// Covers: R3.1, R3.2
@@ -322,10 +481,18 @@ async fn e5_a_killed_adopt_is_finished_by_a_rerun() {
 #[tokio::test(flavor = "multi_thread")]
 async fn e6_a_broken_ichor_image_ends_the_wait_with_its_reason() {
     let h = Harness::up(|_| {}).await;
-    let out = run(h.adopt(&["--controller-image", "ghcr.io/maeshinshin/ichor-controller:broken", "--wait-timeout", "20s"]));
+    let out = run(h.adopt(&[
+        "--controller-image",
+        "ghcr.io/maeshinshin/ichor-controller:broken",
+        "--wait-timeout",
+        "20s",
+    ]));
     let said = text(&out);
     assert!(!out.status.success(), "{said}");
-    assert!(said.contains("Ichor's webhooks did not finish within 20s"), "{said}");
+    assert!(
+        said.contains("Ichor's webhooks did not finish within 20s"),
+        "{said}"
+    );
     assert!(said.contains("waiting: ImagePullBackOff"), "{said}");
 }
 
@@ -335,7 +502,11 @@ async fn e6_a_broken_ichor_image_ends_the_wait_with_its_reason() {
 /// policies and the notice; Cilium with --cni-unmanaged → policies applied.
 #[tokio::test(flavor = "multi_thread")]
 async fn e7_policies_follow_the_detected_cni_not_the_preset() {
-    for (cni, notice) in [(LabCni::Flannel, Some("detected CNI is flannel")), (LabCni::Calico, Some("detected CNI is calico")), (LabCni::Cilium, None)] {
+    for (cni, notice) in [
+        (LabCni::Flannel, Some("detected CNI is flannel")),
+        (LabCni::Calico, Some("detected CNI is calico")),
+        (LabCni::Cilium, None),
+    ] {
         let h = Harness::up(|o| o.cni = cni).await;
         // Without --cni-unmanaged a CNI that is not Ichor's to manage is refused…
         if cni != LabCni::Cilium {
@@ -346,19 +517,39 @@ async fn e7_policies_follow_the_detected_cni_not_the_preset() {
         let out = run(h.adopt(&["--cni-unmanaged"]));
         let said = text(&out);
         assert!(out.status.success(), "{cni:?}: {said}");
-        let ar = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("cilium.io", "v2", "CiliumNetworkPolicy"));
+        let ar = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "cilium.io",
+            "v2",
+            "CiliumNetworkPolicy",
+        ));
         let policies = match notice {
             Some(n) => {
-                assert!(said.contains(&format!("not applying Ichor's Cilium network policies: {n}")), "{said}");
+                assert!(
+                    said.contains(&format!(
+                        "not applying Ichor's Cilium network policies: {n}"
+                    )),
+                    "{said}"
+                );
                 0
             }
             None => {
-                assert!(said.contains("applied Ichor's Cilium network policies"), "{said}");
-                Api::<DynamicObject>::namespaced_with(h.client().await, NS, &ar).list(&ListParams::default()).await.unwrap().items.len()
+                assert!(
+                    said.contains("applied Ichor's Cilium network policies"),
+                    "{said}"
+                );
+                Api::<DynamicObject>::namespaced_with(h.client().await, NS, &ar)
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .len()
             }
         };
         assert_eq!(policies > 0, notice.is_none(), "{cni:?}");
-        let cluster = Api::<TalosCluster>::namespaced(h.client().await, NS).get("lab").await.unwrap();
+        let cluster = Api::<TalosCluster>::namespaced(h.client().await, NS)
+            .get("lab")
+            .await
+            .unwrap();
         assert_eq!(cluster.spec.cni.preset, ichor_api::CniPreset::Unmanaged);
     }
 }
@@ -378,20 +569,40 @@ async fn bad_input_gives_one_clear_error_and_writes_nothing() {
     // A talosconfig whose CA is another cluster's.
     let other = ichor_talos::secrets::SecretsBundle::generate().unwrap();
     let nodes: Vec<String> = h.lab.addresses.iter().map(ToString::to_string).collect();
-    let tc = ichor_talos::talosconfig::Talosconfig::generate(&other, "other", &nodes[..1], &nodes, ichor_talos::talosconfig::Role::Admin, Duration::from_secs(3600)).unwrap();
+    let tc = ichor_talos::talosconfig::Talosconfig::generate(
+        &other,
+        "other",
+        &nodes[..1],
+        &nodes,
+        ichor_talos::talosconfig::Role::Admin,
+        Duration::from_secs(3600),
+    )
+    .unwrap();
     let wrong = dir.path().join("wrong-ca");
     tc.write_file(&wrong).unwrap();
     let out = run(h.adopt_with(&wrong, &h.lab.kubeconfig, &[]));
     assert!(!out.status.success());
-    assert!(text(&out).contains(&nodes[0]), "the error names the node: {}", text(&out));
+    assert!(
+        text(&out).contains(&nodes[0]),
+        "the error names the node: {}",
+        text(&out)
+    );
 
     // A node no control plane can reach (a loopback address nothing listens on).
     let unreachable = run(h.adopt(&["--nodes", &format!("{},127.1.2.3", nodes[0])]));
     assert!(!unreachable.status.success());
-    assert!(text(&unreachable).contains("127.1.2.3"), "the error names the node: {}", text(&unreachable));
+    assert!(
+        text(&unreachable).contains("127.1.2.3"),
+        "the error names the node: {}",
+        text(&unreachable)
+    );
 
     let bad_kube = dir.path().join("kubeconfig");
-    std::fs::write(&bad_kube, "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n").unwrap();
+    std::fs::write(
+        &bad_kube,
+        "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n",
+    )
+    .unwrap();
     let out = run(h.adopt_with(&h.lab.talosconfig, &bad_kube, &[]));
     assert!(!out.status.success());
     assert!(text(&out).contains("kubeconfig"), "{}", text(&out));

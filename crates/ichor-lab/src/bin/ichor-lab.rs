@@ -38,7 +38,10 @@ enum Cmd {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter("warn").init();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter("warn")
+        .init();
     let cli = Cli::parse();
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
@@ -46,7 +49,9 @@ fn main() -> anyhow::Result<()> {
             Cmd::Up { nodes, state_dir } => {
                 let lab = start(nodes, state_dir).await?;
                 println!("{}", lab.env_lines());
-                eprintln!("lab: running; press Ctrl-C to stop it (everything it started stops with it)");
+                eprintln!(
+                    "lab: running; press Ctrl-C to stop it (everything it started stops with it)"
+                );
                 tokio::signal::ctrl_c().await?;
                 Ok(())
             }
@@ -56,15 +61,23 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn start(nodes: usize, state_dir: PathBuf) -> anyhow::Result<Lab> {
-    eprintln!("lab: starting a real kube-apiserver and etcd, {nodes} emulated Talos nodes with no CNI, and the node simulator");
-    eprintln!("lab: the kubelets, the scheduler and Cilium's operator are SIMULATED: no container runs here");
+    eprintln!(
+        "lab: starting a real kube-apiserver and etcd, {nodes} emulated Talos nodes with no CNI, and the node simulator"
+    );
+    eprintln!(
+        "lab: the kubelets, the scheduler and Cilium's operator are SIMULATED: no container runs here"
+    );
     let mut options = LabOptions::new(std::fs::canonicalize(".")?.join(state_dir));
     options.nodes = nodes;
     let lab = Lab::up(options).await.context("starting the lab")?;
     eprintln!(
         "lab: nodes {} at {}",
         lab.hostnames.join(", "),
-        lab.addresses.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+        lab.addresses
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     Ok(lab)
 }
@@ -73,21 +86,34 @@ async fn demo(nodes: usize, state_dir: PathBuf) -> anyhow::Result<()> {
     let lab = start(nodes, state_dir).await?;
     let bin = std::env::current_exe()?.with_file_name("ichor");
     if !bin.is_file() {
-        bail!("{} is missing: build it first (cargo build -p ichor)", bin.display());
+        bail!(
+            "{} is missing: build it first (cargo build -p ichor)",
+            bin.display()
+        );
     }
     eprintln!("lab: starting Ichor's controller as a local process (ichor controller)");
     let mut controller = ChildGuard(
         Command::new(&bin)
-            .args(["controller", "--no-leader-election", "--resync", "20s", "--kubeconfig"])
+            .args([
+                "controller",
+                "--no-leader-election",
+                "--resync",
+                "20s",
+                "--kubeconfig",
+            ])
             .arg(&lab.kubeconfig)
             .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(lab.state_dir().join("controller.log"))?)
+            .stderr(std::fs::File::create(
+                lab.state_dir().join("controller.log"),
+            )?)
             .spawn()
             .context("starting ichor controller")?,
     );
     let helm = ichor_testenv::Tool::Helm4.path();
     let chart = ichor_testenv::tools::repo_root().join("dist/cilium-standin");
-    eprintln!("lab: running ichor adopt (the real binary, the real helm, the stand-in Cilium chart)");
+    eprintln!(
+        "lab: running ichor adopt (the real binary, the real helm, the stand-in Cilium chart)"
+    );
     let status = Command::new(&bin)
         .args(["adopt", "--cluster", "lab", "--yes"])
         .arg("--talosconfig")
@@ -131,7 +157,9 @@ async fn wait_machines_reported(lab: &Lab) {
     while tokio::time::Instant::now() < deadline {
         if let Ok(list) = machines.list(&Default::default()).await {
             let reported = list.items.iter().all(|m| {
-                m.status.as_ref().is_some_and(|s| !s.conditions.is_empty() && s.config_hash.is_some())
+                m.status
+                    .as_ref()
+                    .is_some_and(|s| !s.conditions.is_empty() && s.config_hash.is_some())
             });
             if reported && !list.items.is_empty() {
                 return;

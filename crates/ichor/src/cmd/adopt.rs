@@ -25,11 +25,19 @@ pub async fn run(args: AdoptArgs) -> anyhow::Result<()> {
     let (talos, nodes) = talos_client(&args.talos)?;
     let kube = connect::kube_client(args.kube.kubeconfig.as_deref()).await?;
     let secrets = match (&args.secrets_bundle, &args.recover_from) {
-        (Some(path), _) => Some(SecretsSource::Bundle(Box::new(SecretsBundle::from_file(path)?))),
-        (None, Some(from)) if args.recover_secrets => Some(SecretsSource::Recover { from: from.clone() }),
+        (Some(path), _) => Some(SecretsSource::Bundle(Box::new(SecretsBundle::from_file(
+            path,
+        )?))),
+        (None, Some(from)) if args.recover_secrets => {
+            Some(SecretsSource::Recover { from: from.clone() })
+        }
         _ => None,
     };
-    let cilium_values = args.cilium_values.as_deref().map(cni::read_values).transpose()?;
+    let cilium_values = args
+        .cilium_values
+        .as_deref()
+        .map(cni::read_values)
+        .transpose()?;
     let opts = AdoptOptions {
         cluster: args.cluster.clone(),
         nodes,
@@ -51,7 +59,9 @@ pub async fn run(args: AdoptArgs) -> anyhow::Result<()> {
     };
 
     if let Some(format) = args.output {
-        let (plan, _) = ichor_adopt::run::plan(&talos, &kube, &opts).await.map_err(explain)?;
+        let (plan, _) = ichor_adopt::run::plan(&talos, &kube, &opts)
+            .await
+            .map_err(explain)?;
         printer::data(&match format {
             OutputFormat::Json => serde_json::to_string_pretty(&plan)?,
             OutputFormat::Yaml => serde_yaml_ng::to_string(&plan)?,
@@ -59,18 +69,32 @@ pub async fn run(args: AdoptArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     if !args.yes && !std::io::stdin().is_terminal() {
-        bail!("adopt asks for consent on a terminal; pass --yes to adopt without asking (nothing was written)");
+        bail!(
+            "adopt asks for consent on a terminal; pass --yes to adopt without asking (nothing was written)"
+        );
     }
     let operator: Arc<dyn Operator> = Arc::new(Cli { yes: args.yes });
-    let outcome = ichor_adopt::run::adopt(&talos, &kube, &opts, operator).await.map_err(explain)?;
-    let phases: Vec<String> = outcome.phases.iter().map(|(p, s)| format!("{p} {s:.1}s")).collect();
-    printer::step(&format!("adopted cluster {} ({})", args.cluster, phases.join(", ")));
+    let outcome = ichor_adopt::run::adopt(&talos, &kube, &opts, operator)
+        .await
+        .map_err(explain)?;
+    let phases: Vec<String> = outcome
+        .phases
+        .iter()
+        .map(|(p, s)| format!("{p} {s:.1}s"))
+        .collect();
+    printer::step(&format!(
+        "adopted cluster {} ({})",
+        args.cluster,
+        phases.join(", ")
+    ));
     Ok(())
 }
 
 fn explain(e: AdoptError) -> anyhow::Error {
     match e {
-        AdoptError::Refused(_) => anyhow::Error::new(e).context("ichor adopt refused; nothing was written"),
+        AdoptError::Refused(_) => {
+            anyhow::Error::new(e).context("ichor adopt refused; nothing was written")
+        }
         other => anyhow::Error::new(other),
     }
 }
@@ -82,16 +106,33 @@ pub fn talos_client(args: &TalosArgs) -> anyhow::Result<(TalosClient, Vec<String
     let (name, context) = config.context(args.context.as_deref(), &origin)?;
     let endpoints = context.require_endpoints(name, &origin)?;
     let creds = context.credentials(name, &origin)?;
-    let (Some(ca), Some(crt), Some(key)) = (creds.ca_pem.clone(), creds.crt_pem.clone(), creds.key_pem_pkcs8()) else {
-        bail!("the talosconfig {origin}, context {name}, lacks its ca, crt or key: generate it again with talosctl config new or ichor");
+    let (Some(ca), Some(crt), Some(key)) = (
+        creds.ca_pem.clone(),
+        creds.crt_pem.clone(),
+        creds.key_pem_pkcs8(),
+    ) else {
+        bail!(
+            "the talosconfig {origin}, context {name}, lacks its ca, crt or key: generate it again with talosctl config new or ichor"
+        );
     };
-    let nodes = if args.nodes.is_empty() { context.nodes.clone().unwrap_or_default() } else { args.nodes.clone() };
+    let nodes = if args.nodes.is_empty() {
+        context.nodes.clone().unwrap_or_default()
+    } else {
+        args.nodes.clone()
+    };
     if nodes.is_empty() {
-        bail!("no nodes to adopt: the talosconfig {origin}, context {name}, names none; pass --nodes ADDR,...");
+        bail!(
+            "no nodes to adopt: the talosconfig {origin}, context {name}, names none; pass --nodes ADDR,..."
+        );
     }
     let identity = ClientIdentity::from_pem(ca, crt, key);
     let client = TalosClient::new(&endpoints[0], &identity, ClientOptions::default())
-        .with_context(|| format!("cannot set up a Talos API client for endpoint {}", endpoints[0]))?;
+        .with_context(|| {
+            format!(
+                "cannot set up a Talos API client for endpoint {}",
+                endpoints[0]
+            )
+        })?;
     Ok((client, nodes))
 }
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use ichor_cilium::{ClusterSettings, CiliumOptions, KubeProxy, Tunnel, WaitOptions};
+use ichor_cilium::{CiliumOptions, ClusterSettings, KubeProxy, Tunnel, WaitOptions};
 use ichor_helm::{ChartRef, Renderer};
 
 use crate::args::{CniBootstrapArgs, HelmArgs, KubeProxyArg, TunnelArg};
@@ -12,7 +12,8 @@ use crate::{connect, printer};
 pub async fn bootstrap(args: CniBootstrapArgs) -> anyhow::Result<()> {
     let client = connect::kube_client(args.kube.kubeconfig.as_deref()).await?;
     let nodes = k8s_node_count(&client).await?;
-    let mut settings = ClusterSettings::new(tunnel(args.tunnel), kube_proxy(args.kube_proxy), nodes);
+    let mut settings =
+        ClusterSettings::new(tunnel(args.tunnel), kube_proxy(args.kube_proxy), nodes);
     if let Some(path) = &args.cilium_values {
         settings = settings.with_user_values(read_values(path)?);
     }
@@ -34,7 +35,10 @@ pub async fn bootstrap(args: CniBootstrapArgs) -> anyhow::Result<()> {
         .await
         .context("ichor cni bootstrap did not finish; run it again to continue (it picks up the release where it stopped)")?;
     if let Ok(p) = Arc::try_unwrap(progress) {
-        p.finish(&format!("Cilium is installed (revision {}) and every node is Ready", applied.release.version));
+        p.finish(&format!(
+            "Cilium is installed (revision {}) and every node is Ready",
+            applied.release.version
+        ));
     }
     Ok(())
 }
@@ -51,14 +55,20 @@ pub fn cilium_options(helm: &HelmArgs, kubeconfig: Option<&std::path::Path>) -> 
     opts
 }
 
-pub fn read_values(path: &std::path::Path) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read --cilium-values {}", path.display()))?;
+pub fn read_values(
+    path: &std::path::Path,
+) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read --cilium-values {}", path.display()))?;
     let value: serde_json::Value = serde_yaml_ng::from_str(&text)
         .with_context(|| format!("--cilium-values {} is not valid YAML", path.display()))?;
     match value {
         serde_json::Value::Object(m) => Ok(m),
         serde_json::Value::Null => Ok(Default::default()),
-        _ => anyhow::bail!("--cilium-values {} must be a YAML mapping of chart values", path.display()),
+        _ => anyhow::bail!(
+            "--cilium-values {} must be a YAML mapping of chart values",
+            path.display()
+        ),
     }
 }
 
@@ -66,7 +76,9 @@ async fn k8s_node_count(client: &kube::Client) -> anyhow::Result<u32> {
     let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
         .list(&Default::default())
         .await
-        .context("cannot list the cluster's Nodes: check the kubeconfig and that it may list nodes")?;
+        .context(
+            "cannot list the cluster's Nodes: check the kubeconfig and that it may list nodes",
+        )?;
     Ok(nodes.items.len() as u32)
 }
 

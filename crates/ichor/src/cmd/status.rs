@@ -38,9 +38,15 @@ pub async fn run(args: ClusterStatusArgs) -> anyhow::Result<()> {
         .list(&ListParams::default())
         .await
         .map_err(|e| anyhow::anyhow!("cannot list TalosClusters: {e}. Is Ichor installed (its CRDs), and may this kubeconfig read them?"))?;
-    let machines = Api::<TalosMachine>::all(client).list(&ListParams::default()).await?;
+    let machines = Api::<TalosMachine>::all(client)
+        .list(&ListParams::default())
+        .await?;
     let mut out = Vec::new();
-    for c in clusters.items.iter().filter(|c| args.cluster.as_deref().is_none_or(|n| c.metadata.name.as_deref() == Some(n))) {
+    for c in clusters.items.iter().filter(|c| {
+        args.cluster
+            .as_deref()
+            .is_none_or(|n| c.metadata.name.as_deref() == Some(n))
+    }) {
         let name = c.metadata.name.clone().unwrap_or_default();
         let ns = c.metadata.namespace.clone().unwrap_or_default();
         let status = c.status.clone().unwrap_or_default();
@@ -56,16 +62,27 @@ pub async fn run(args: ClusterStatusArgs) -> anyhow::Result<()> {
                 CniPreset::Cilium => "managed Cilium".into(),
                 CniPreset::Unmanaged => format!(
                     "unmanaged (talosCNI {})",
-                    c.spec.cni.unmanaged.as_ref().map(|u| format!("{:?}", u.talos_cni).to_lowercase()).unwrap_or_else(|| "none".into())
+                    c.spec
+                        .cni
+                        .unmanaged
+                        .as_ref()
+                        .map(|u| format!("{:?}", u.talos_cni).to_lowercase())
+                        .unwrap_or_else(|| "none".into())
                 ),
             },
-            detected: status.cni.as_ref().and_then(|d| d.detected).map(|d| format!("{d:?}").to_lowercase()),
+            detected: status
+                .cni
+                .as_ref()
+                .and_then(|d| d.detected)
+                .map(|d| format!("{d:?}").to_lowercase()),
             handover: cond(ichor_api::conditions::types::CNI_HANDOVER),
             ready: cond(ichor_api::conditions::types::READY),
             machines: machines
                 .items
                 .iter()
-                .filter(|m| m.metadata.namespace.as_deref() == Some(&ns) && m.spec.cluster_ref.name == name)
+                .filter(|m| {
+                    m.metadata.namespace.as_deref() == Some(&ns) && m.spec.cluster_ref.name == name
+                })
                 .map(|m| {
                     let st = m.status.clone().unwrap_or_default();
                     MachineStatus {
@@ -74,7 +91,11 @@ pub async fn run(args: ClusterStatusArgs) -> anyhow::Result<()> {
                         address: m.spec.address.clone(),
                         held: m.spec.hold,
                         drift: st.drift.len(),
-                        conditions: st.conditions.iter().map(|c| format!("{}={} ({})", c.type_, c.status, c.reason)).collect(),
+                        conditions: st
+                            .conditions
+                            .iter()
+                            .map(|c| format!("{}={} ({})", c.type_, c.status, c.reason))
+                            .collect(),
                     }
                 })
                 .collect(),
