@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ichor_api::TalosCluster;
 use ichor_talos::secrets::SecretsBundle;
 use ichor_talos::talosconfig::{Role, generate_client_certificate};
-use ichor_talos_client::ClientIdentity;
+use ichor_talos_client::{ClientIdentity, ClientOptions, TalosClient};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt as _;
 use kube::api::Api;
@@ -26,12 +26,17 @@ struct Entry {
     resource_version: String,
     minted: Instant,
     identity: ClientIdentity,
+    /// Changes with every mint, so clients made with an older identity are replaced.
+    serial: u64,
 }
 
-/// Minted identities by (namespace, Secret name).
+/// Minted identities by (namespace, Secret name), and Talos clients by
+/// endpoint (a client keeps its connection between reconciles).
 #[derive(Default)]
 pub struct Cache {
     entries: Mutex<HashMap<(String, String), Entry>>,
+    clients: Mutex<HashMap<String, (u64, TalosClient)>>,
+    serial: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Cache {
@@ -41,12 +46,41 @@ impl std::fmt::Debug for Cache {
 }
 
 impl Cache {
+    /// A Talos client for `endpoint` with the admin identity of `cluster`,
+    /// reused while the identity is the same (it keeps its connection).
+    pub async fn talos_client(
+        &self,
+        client: &kube::Client,
+        cluster: &TalosCluster,
+        endpoint: &str,
+        options: ClientOptions,
+    ) -> Result<Result<TalosClient, ichor_talos_client::Error>> {
+        let (identity, serial) = self.identity_and_serial(client, cluster).await?;
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((s, c)) = clients.get(endpoint)
+            && *s == serial
+        {
+            return Ok(Ok(c.clone()));
+        }
+        Ok(TalosClient::new(endpoint, &identity, options).inspect(|c| {
+            clients.insert(endpoint.to_owned(), (serial, c.clone()));
+        }))
+    }
+
     /// The admin identity for `cluster`'s nodes.
     pub async fn identity(
         &self,
         client: &kube::Client,
         cluster: &TalosCluster,
     ) -> Result<ClientIdentity> {
+        Ok(self.identity_and_serial(client, cluster).await?.0)
+    }
+
+    async fn identity_and_serial(
+        &self,
+        client: &kube::Client,
+        cluster: &TalosCluster,
+    ) -> Result<(ClientIdentity, u64)> {
         let namespace = cluster.namespace().unwrap_or_default();
         let cluster_name = cluster.name_any();
         let secret_name = cluster.spec.secrets_ref.name.clone();
@@ -73,7 +107,7 @@ impl Cache {
                 && e.resource_version == rv
                 && e.minted.elapsed() < REMINT_AFTER
             {
-                return Ok(e.identity.clone());
+                return Ok((e.identity.clone(), e.serial));
             }
         }
         let data = secret
@@ -86,6 +120,10 @@ impl Cache {
         let identity =
             identity_from_bundle_text(text, &format!("Secret {namespace}/{secret_name}"))
                 .map_err(bundle_error)?;
+        let serial = self
+            .serial
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
         self.entries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -95,9 +133,10 @@ impl Cache {
                     resource_version: rv,
                     minted: Instant::now(),
                     identity: identity.clone(),
+                    serial,
                 },
             );
-        Ok(identity)
+        Ok((identity, serial))
     }
 }
 

@@ -414,22 +414,25 @@ async fn observe_and_act(
     let name = machine.name_any();
     let generation = machine.metadata.generation;
     let address = machine.spec.address.clone();
-    let identity = ctx.credentials.identity(&ctx.client, cluster).await?;
     let talos_err = |source: ichor_talos_client::Error| Error::Talos {
         namespace: namespace.clone(),
         machine: name.clone(),
         address: address.clone(),
         source: Box::new(source),
     };
-    let talos = TalosClient::new(
-        &endpoint(&address, ctx.config.talos_port),
-        &identity,
-        ClientOptions {
-            call_timeout: ctx.config.talos_call_timeout,
-            ..ClientOptions::default()
-        },
-    )
-    .map_err(talos_err)?;
+    let talos = ctx
+        .credentials
+        .talos_client(
+            &ctx.client,
+            cluster,
+            &endpoint(&address, ctx.config.talos_port),
+            ClientOptions {
+                call_timeout: ctx.config.talos_call_timeout,
+                ..ClientOptions::default()
+            },
+        )
+        .await?
+        .map_err(talos_err)?;
     let version = talos.version("").await.map_err(talos_err)?;
     status.talos_version = Some(version.tag.clone());
     let live = read_live(&talos, machine).await?;
