@@ -1,5 +1,6 @@
 //! Health and metrics: `/healthz` (the process answers), `/readyz` (the
-//! controllers run: this replica leads), `/metrics` (Prometheus text).
+//! servers run; every replica serves the webhooks, only the leader
+//! reconciles — `ichor_leader` says which), `/metrics` (Prometheus text).
 
 use std::sync::Arc;
 
@@ -24,10 +25,7 @@ async fn readyz(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
     if m.is_ready() {
         (StatusCode::OK, "ready")
     } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: waiting for the leader Lease or starting",
-        )
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready: starting")
     }
 }
 

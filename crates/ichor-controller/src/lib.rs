@@ -238,6 +238,10 @@ pub async fn run_with(
         });
     }
 
+    // Ready once the servers run: every replica serves the webhooks, the
+    // leader alone reconciles (`ichor_leader` tells which one leads).
+    metrics.set_ready(true);
+
     // Leadership first: nothing is written before this replica leads.
     let leadership = match &config.leader_election {
         Some(le) => {
@@ -257,7 +261,6 @@ pub async fn run_with(
     }
 
     let ctx = Arc::new(Context::new(client, config, Arc::clone(&metrics)));
-    metrics.set_ready(true);
     let machines = machine::run(Arc::clone(&ctx), shutdown.clone());
     let clusters = cluster::run(Arc::clone(&ctx), shutdown.clone());
     let controllers = async {

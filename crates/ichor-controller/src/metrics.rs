@@ -37,12 +37,12 @@ impl Metrics {
         self.leader.store(u64::from(leader), Ordering::Relaxed);
     }
 
-    /// Whether the controllers are running (for `/readyz`).
+    /// Whether the servers run (for `/readyz`).
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(u64::from(ready), Ordering::Relaxed);
     }
 
-    /// Whether the controllers are running.
+    /// Whether the servers run.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed) == 1
     }

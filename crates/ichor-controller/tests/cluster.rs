@@ -291,3 +291,55 @@ async fn the_second_replica_takes_over_when_the_leader_stops() {
         "a stopped leader hands the Lease back"
     );
 }
+
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+/// The controller serves `/healthz`, `/readyz` and `/metrics` on its HTTP
+/// address; the metrics count its reconciles and say it leads.
+#[tokio::test]
+async fn health_and_metrics_are_served() {
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("metrics").await;
+    crds(&client, &ns).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut cfg = config(&ns, &ns);
+    cfg.http_addr = Some(addr);
+    let clusters = Api::<TalosCluster>::namespaced(client.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &cluster(&ns, "m", "vxlan"))
+        .await
+        .unwrap();
+    let running = start(client.clone(), cfg);
+    wait_for("the cluster's status", || async {
+        clusters.get("m").await.is_ok_and(|c| c.status.is_some())
+    })
+    .await;
+    wait_for("the HTTP server", || async {
+        tokio::net::TcpStream::connect(addr).await.is_ok()
+    })
+    .await;
+    assert!(http_get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+    assert!(http_get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+    let metrics = http_get(addr, "/metrics").await;
+    assert!(
+        metrics.contains("ichor_reconciles_total{controller=\"taloscluster\"}"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("ichor_leader 1"), "{metrics}");
+    running.stop().await.unwrap();
+}

@@ -23,7 +23,7 @@ async fn health_readiness_and_metrics() {
     assert_eq!(get(&m, "/healthz").await.0, 200);
     let (status, body) = get(&m, "/readyz").await;
     assert_eq!(status, 503);
-    assert!(body.contains("leader"), "{body}");
+    assert!(body.contains("starting"), "{body}");
     m.set_ready(true);
     m.reconciled("talosmachine");
     assert_eq!(get(&m, "/readyz").await.0, 200);
