@@ -343,3 +343,66 @@ async fn health_and_metrics_are_served() {
     assert!(metrics.contains("ichor_leader 1"), "{metrics}");
     running.stop().await.unwrap();
 }
+
+/// A leader whose Lease is taken (its renewal finds another holder) stops
+/// with an error that says so, rather than acting as a second leader.
+#[tokio::test]
+async fn a_leader_that_loses_its_lease_stops() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("lease-lost").await;
+    crds(&client, &ns).await;
+    let mut cfg = config(&ns, &ns);
+    cfg.leader_election = Some(ichor_controller::LeaderElection {
+        lease_name: "ichor-controller".into(),
+        identity: "victim".into(),
+        lease_duration: std::time::Duration::from_secs(15),
+        renew_interval: std::time::Duration::from_millis(300),
+    });
+    let (_tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(ichor_controller::run_with(
+        client.clone(),
+        cfg,
+        async move {
+            let _ = rx.await;
+        },
+    ));
+    let leases = Api::<Lease>::namespaced(client.clone(), &ns);
+    wait_for("the victim to lead", || async {
+        leases
+            .get_opt("ichor-controller")
+            .await
+            .unwrap()
+            .is_some_and(|l| l.spec.and_then(|s| s.holder_identity).as_deref() == Some("victim"))
+    })
+    .await;
+    // Another replica takes the Lease (as after a partition).
+    wait_for("the thief to take the Lease", || async {
+        let mut l = leases.get("ichor-controller").await.unwrap();
+        let spec = l.spec.as_mut().unwrap();
+        spec.holder_identity = Some("thief".into());
+        spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            k8s_openapi::jiff::Timestamp::now(),
+        ));
+        spec.lease_duration_seconds = Some(3600);
+        leases
+            .replace("ichor-controller", &PostParams::default(), &l)
+            .await
+            .is_ok()
+    })
+    .await;
+    let result = tokio::time::timeout(WAIT, task)
+        .await
+        .expect("the controller stops")
+        .unwrap();
+    let err = result.unwrap_err();
+    assert!(
+        matches!(err, ichor_controller::Error::LostLeadership { .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("another replica holds the Lease"),
+        "{err}"
+    );
+}

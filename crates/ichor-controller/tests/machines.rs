@@ -267,6 +267,17 @@ async fn scenario(shape: &Shape) {
             .message
             .contains("read back equals the render")
     );
+    // An Event on the machine says what was applied.
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
+    wait_for("an Applied Event on w-1", || async {
+        events.list(&Default::default()).await.is_ok_and(|l| {
+            l.items.iter().any(|e| {
+                e.reason.as_deref() == Some(reasons::APPLIED)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("w-1")
+            })
+        })
+    })
+    .await;
 
     // Release w-2: its class C drift stays unapplied, with a condition that says why.
     let w2 = machines
