@@ -1,0 +1,90 @@
+//! Writes Ichor's generated distribution files.
+//!
+//! `cargo run -p ichor-dist --bin distgen`: regenerates `dist/install.yaml` and
+//! the generated parts of `dist/chart` (CRDs, RBAC rules, Cilium policies) in
+//! the workspace, at the workspace's version.
+//!
+//! `distgen --version vX.Y.Z --install-yaml FILE`: writes only the install
+//! manifest of that version to FILE (what `make release` does).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: distgen [--version vX.Y.Z --install-yaml FILE]";
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+fn run() -> Result<(), String> {
+    let mut version = None;
+    let mut install_yaml = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--version" => {
+                version = Some(
+                    args.next()
+                        .ok_or(format!("--version needs a value; {USAGE}"))?,
+                )
+            }
+            "--install-yaml" => {
+                install_yaml = Some(PathBuf::from(
+                    args.next()
+                        .ok_or(format!("--install-yaml needs a value; {USAGE}"))?,
+                ))
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            other => return Err(format!("unknown argument {other:?}; {USAGE}")),
+        }
+    }
+    match (version, install_yaml) {
+        (None, None) => {
+            let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+            let files = ichor_dist::repo_files().map_err(|e| e.to_string())?;
+            // Remove CRD templates of CRDs that no longer exist.
+            let crd_dir = root.join(ichor_dist::CHART_DIR).join("templates/crd");
+            if let Ok(entries) = std::fs::read_dir(&crd_dir) {
+                for e in entries.flatten() {
+                    let rel = PathBuf::from(ichor_dist::CHART_DIR)
+                        .join("templates/crd")
+                        .join(e.file_name());
+                    if !files.iter().any(|f| f.path == rel) {
+                        std::fs::remove_file(e.path()).map_err(|err| {
+                            format!("cannot remove {}: {err}", e.path().display())
+                        })?;
+                        eprintln!("removed {}", e.path().display());
+                    }
+                }
+            }
+            for f in files {
+                write(&root.join(&f.path), &f.text)?;
+            }
+            Ok(())
+        }
+        (Some(version), Some(path)) => {
+            let text = ichor_dist::install_yaml(&version).map_err(|e| e.to_string())?;
+            write(&path, &text)
+        }
+        _ => Err(format!("--version and --install-yaml go together; {USAGE}")),
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("distgen: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
