@@ -106,6 +106,19 @@ pub struct WebhookServer {
     /// The `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`) in
     /// [`Config::system_namespace`] holding the serving certificate.
     pub cert_secret: String,
+    /// How often the Secret is read again for a renewed certificate.
+    pub reload: Duration,
+}
+
+impl WebhookServer {
+    /// The chart's defaults: 0.0.0.0:9443, Secret `ichor-webhook-tls`, reload every minute.
+    pub fn new(addr: SocketAddr) -> Self {
+        WebhookServer {
+            addr,
+            cert_secret: "ichor-webhook-tls".into(),
+            reload: Duration::from_secs(60),
+        }
+    }
 }
 
 /// How the controller runs. The CLI's `ichor controller` fills this from its flags.
@@ -229,10 +242,15 @@ pub async fn run_with(
         });
     }
     if let Some(wh) = config.webhook.clone() {
-        let tls = webhook::load_tls(&client, &config.system_namespace, &wh.cert_secret).await?;
+        // The certificate is read before anything else starts: a missing or
+        // bad Secret is an error at once, not a webhook that never answers.
+        webhook::load_tls(&client, &config.system_namespace, &wh.cert_secret).await?;
         let stop = shutdown.clone();
+        let (c, ns) = (client.clone(), config.system_namespace.clone());
         tokio::spawn(async move {
-            if let Err(e) = webhook::serve(wh.addr, tls, stop).await {
+            if let Err(e) =
+                webhook::serve_from_secret(c, ns, wh.cert_secret, wh.addr, wh.reload, stop).await
+            {
                 tracing::error!(error = %e, "the webhook server stopped");
             }
         });

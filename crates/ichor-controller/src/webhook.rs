@@ -315,24 +315,86 @@ pub async fn serve(
     tls: Arc<rustls::ServerConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    serve_with(
+        addr,
+        axum_server::tls_rustls::RustlsConfig::from_config(tls),
+        shutdown,
+    )
+    .await
+}
+
+async fn serve_with(
+    addr: SocketAddr,
+    tls: axum_server::tls_rustls::RustlsConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
     let handle = axum_server::Handle::new();
     let h = handle.clone();
     tokio::spawn(async move {
         shutdown.await;
         h.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
     });
-    axum_server::bind_rustls(
-        addr,
-        axum_server::tls_rustls::RustlsConfig::from_config(tls),
-    )
-    .handle(handle)
-    .serve(router().into_make_service())
-    .await
-    .map_err(|e| Error::Serve {
-        what: "webhook",
-        addr: addr.to_string(),
-        reason: e.to_string(),
-    })
+    axum_server::bind_rustls(addr, tls)
+        .handle(handle)
+        .serve(router().into_make_service())
+        .await
+        .map_err(|e| Error::Serve {
+            what: "webhook",
+            addr: addr.to_string(),
+            reason: e.to_string(),
+        })
+}
+
+/// Serves [`router`] with the certificate of Secret `namespace/secret`,
+/// reading the Secret again every `reload` and switching to a renewed
+/// certificate without a restart (a rotation by cert-manager or the chart).
+/// A Secret that becomes unusable keeps the last good certificate and says so.
+pub async fn serve_from_secret(
+    client: kube::Client,
+    namespace: String,
+    secret: String,
+    addr: SocketAddr,
+    reload: std::time::Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let first = load_tls(&client, &namespace, &secret).await?;
+    let config = axum_server::tls_rustls::RustlsConfig::from_config(first);
+    let reloader = config.clone();
+    let watcher = tokio::spawn(async move {
+        let api = Api::<Secret>::namespaced(client.clone(), &namespace);
+        let mut seen = api
+            .get_opt(&secret)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|s| s.metadata.resource_version);
+        loop {
+            tokio::time::sleep(reload).await;
+            let rv = match api.get_opt(&secret).await {
+                Ok(s) => s.and_then(|s| s.metadata.resource_version),
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the webhook certificate Secret {namespace}/{secret}; keeping the current certificate");
+                    continue;
+                }
+            };
+            if rv == seen {
+                continue;
+            }
+            match load_tls(&client, &namespace, &secret).await {
+                Ok(tls) => {
+                    reloader.reload_from_config(tls);
+                    tracing::info!(
+                        "the webhook serving certificate changed (Secret {namespace}/{secret}); serving the new one"
+                    );
+                    seen = rv;
+                }
+                Err(e) => tracing::warn!(error = %e, "keeping the current webhook certificate"),
+            }
+        }
+    });
+    let r = serve_with(addr, config, shutdown).await;
+    watcher.abort();
+    r
 }
 
 #[cfg(test)]

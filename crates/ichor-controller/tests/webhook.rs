@@ -77,8 +77,10 @@ async fn admission_review_round_trip_in_process() {
 /// Through the real API server: the CRD's CEL and enum rules refuse a
 /// changed tunnel and an unknown preset; the webhook, called by the API
 /// server over TLS with the serving certificate from a Secret, refuses
-/// Ichor-owned Cilium values CEL does not cover (ipam.mode). Each refusal
-/// has a clear message and nothing is stored.
+/// Ichor-owned Cilium values CEL does not cover (ipam.mode), and a
+/// TalosMachine patch that does not parse. Each refusal has a clear message
+/// and nothing is stored. The webhook runs inside the controller
+/// (`Config::webhook`) and keeps answering after its certificate is rotated.
 /// Covers: R1.4a, R1.4c
 #[tokio::test]
 async fn webhook_refuses_through_the_api_server_and_nothing_is_stored() {
@@ -88,23 +90,10 @@ async fn webhook_refuses_through_the_api_server_and_nothing_is_stored() {
     crds(&client, &ns).await;
 
     // The serving certificate, in a Secret, for 127.0.0.1.
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    params
-        .subject_alt_names
-        .push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
-    let cert = params.self_signed(&key).unwrap();
-    let secret: Secret = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-        "metadata": {"name": "ichor-webhook-tls", "namespace": ns},
-        "stringData": {"tls.crt": cert.pem(), "tls.key": key.serialize_pem()}
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
-    let tls = webhook::load_tls(&client, &ns, "ichor-webhook-tls")
+    let cert = serving_cert();
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+    secrets
+        .create(&PostParams::default(), &tls_secret(&ns, &cert))
         .await
         .unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -113,10 +102,13 @@ async fn webhook_refuses_through_the_api_server_and_nothing_is_stored() {
         .unwrap()
         .port();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(webhook::serve(addr, tls, async move {
-        let _ = stop_rx.await;
-    }));
+    // The whole controller serves the webhook, reloading its certificate.
+    let mut cfg = config(&ns, &ns);
+    cfg.webhook = Some(ichor_controller::WebhookServer {
+        reload: std::time::Duration::from_millis(300),
+        ..ichor_controller::WebhookServer::new(addr)
+    });
+    let running = start(client.clone(), cfg);
 
     let mut vwc: ValidatingWebhookConfiguration = serde_json::from_value(json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
@@ -139,7 +131,7 @@ async fn webhook_refuses_through_the_api_server_and_nothing_is_stored() {
     }))
     .unwrap();
     for w in vwc.webhooks.as_mut().unwrap() {
-        w.client_config.ca_bundle = Some(ByteString(cert.pem().into_bytes()));
+        w.client_config.ca_bundle = Some(ByteString(cert.0.clone().into_bytes()));
     }
     let vwcs = Api::<ValidatingWebhookConfiguration>::all(client.clone());
     vwcs.create(&PostParams::default(), &vwc).await.unwrap();
@@ -156,7 +148,10 @@ async fn webhook_refuses_through_the_api_server_and_nothing_is_stored() {
         ..Default::default()
     };
     wait_for("the API server to call the webhook", || async {
-        clusters.create(&dry, &owned).await.is_err()
+        clusters
+            .create(&dry, &owned)
+            .await
+            .is_err_and(|e| e.to_string().contains("Ichor owns"))
     })
     .await;
     let err = clusters
@@ -241,12 +236,76 @@ async fn webhook_refuses_through_the_api_server_and_nothing_is_stored() {
     assert!(err.contains("spec.patches[broken]"), "{err}");
     assert!(machines.get_opt("bad-patch").await.unwrap().is_none());
 
+    // The certificate is rotated (a new key and certificate in the Secret,
+    // the new CA in the webhook configuration): the webhook keeps answering
+    // without a restart.
+    let rotated = serving_cert();
+    let mut current = secrets.get("ichor-webhook-tls").await.unwrap();
+    current.string_data = None;
+    current.data = Some(
+        [
+            (
+                "tls.crt".to_string(),
+                ByteString(rotated.0.clone().into_bytes()),
+            ),
+            (
+                "tls.key".to_string(),
+                ByteString(rotated.1.clone().into_bytes()),
+            ),
+        ]
+        .into(),
+    );
+    secrets
+        .replace("ichor-webhook-tls", &PostParams::default(), &current)
+        .await
+        .unwrap();
+    let mut v = vwcs.get(&vwc.metadata.name.clone().unwrap()).await.unwrap();
+    for w in v.webhooks.as_mut().unwrap() {
+        w.client_config.ca_bundle = Some(ByteString(rotated.0.clone().into_bytes()));
+    }
+    vwcs.replace(
+        &vwc.metadata.name.clone().unwrap(),
+        &PostParams::default(),
+        &v,
+    )
+    .await
+    .unwrap();
+    wait_for(
+        "the webhook to answer with the rotated certificate",
+        || async {
+            clusters
+                .create(&dry, &owned)
+                .await
+                .is_err_and(|e| e.to_string().contains("Ichor owns"))
+        },
+    )
+    .await;
+
     vwcs.delete(
         &vwc.metadata.name.clone().unwrap(),
         &DeleteParams::default(),
     )
     .await
     .unwrap();
-    let _ = stop_tx.send(());
-    server.await.unwrap().unwrap();
+    running.stop().await.unwrap();
+}
+
+/// A self-signed serving certificate for 127.0.0.1: (certificate PEM, key PEM).
+fn serving_cert() -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params
+        .subject_alt_names
+        .push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
+    let cert = params.self_signed(&key).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+fn tls_secret(ns: &str, cert: &(String, String)) -> Secret {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": "ichor-webhook-tls", "namespace": ns},
+        "stringData": {"tls.crt": cert.0, "tls.key": cert.1}
+    }))
+    .unwrap()
 }
