@@ -449,6 +449,58 @@ mod tests {
         }
     }
 
+    fn machine(name: &str, ready: Option<(&str, &str)>) -> TalosMachine {
+        let mut m: TalosMachine = serde_json::from_value(serde_json::json!({
+            "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosMachine",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"clusterRef": {"name": "c"}, "role": "worker", "address": "10.0.0.2"}
+        }))
+        .unwrap();
+        if let Some((status, reason)) = ready {
+            let st = if status == "True" {
+                Status::True
+            } else {
+                Status::False
+            };
+            m.status = Some(ichor_api::TalosMachineStatus {
+                conditions: vec![conditions::new(
+                    types::READY,
+                    st,
+                    reason,
+                    "",
+                    Some(1),
+                    crate::now(),
+                )],
+                ..Default::default()
+            });
+        }
+        m
+    }
+
+    #[test]
+    fn cluster_ready_names_the_machines_that_are_not() {
+        let now = crate::now();
+        let c = ready(&[], Some(1), &now);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", local_reasons::NO_MACHINES)
+        );
+        let a = machine("a", Some(("True", reasons::RECONCILED)));
+        let b = machine("b", Some(("False", reasons::NODE_UNREACHABLE)));
+        let n = machine("n", None);
+        let c = ready(&[&a], Some(1), &now);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", reasons::RECONCILED)
+        );
+        let c = ready(&[&a, &b, &n], Some(1), &now);
+        assert_eq!(c.reason, local_reasons::MACHINES_NOT_READY);
+        assert_eq!(
+            c.message,
+            "2 of 3 machines are not Ready: b (NodeUnreachable), n (not reconciled yet)"
+        );
+    }
+
     /// Covers: R1.5e
     #[test]
     fn handover_needs_the_hash_and_a_ready_daemonset() {
