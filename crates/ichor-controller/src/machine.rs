@@ -501,10 +501,17 @@ async fn observe_and_act(
         reason: e.to_string(),
     })?;
     let hash = status.config_hash.clone().unwrap_or_default();
-    if read_back_yaml == desired_yaml {
+    // Equal bytes, or (a node that re-encodes what it stores) equal on every
+    // path: both are a successful read-back; the message says which.
+    if read_back_yaml == desired_yaml || after.entries.is_empty() {
         ctx.metrics.applied("applied");
+        let how = if read_back_yaml == desired_yaml {
+            "the config read back equals the render"
+        } else {
+            "the config read back equals the render on every path (the node serialises it differently)"
+        };
         let note = format!(
-            "applied {} in no-reboot mode; the config read back equals the render (config hash {hash})",
+            "applied {} in no-reboot mode; {how} (config hash {hash})",
             b_paths.join(", ")
         );
         conditions::set(
@@ -530,11 +537,7 @@ async fn observe_and_act(
                 reasons::READ_BACK_MISMATCH,
                 format!(
                     "applied in no-reboot mode, but the config read back differs from the render at {}; status.drift shows the values; check the node with talosctl get machineconfig",
-                    if paths.is_empty() {
-                        "the serialisation only".to_string()
-                    } else {
-                        paths.join(", ")
-                    }
+                    paths.join(", ")
                 ),
                 generation,
                 now.clone(),
