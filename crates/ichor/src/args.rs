@@ -10,7 +10,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(
     name = "ichor",
-    version,
+    // Ichor versions are written with their v (images, appVersion, adopt's check).
+    version = concat!("v", env!("CARGO_PKG_VERSION")),
     propagate_version = true,
     max_term_width = 100
 )]

@@ -28,6 +28,15 @@ enum Cmd {
         #[arg(long, default_value = "target/lab")]
         state_dir: PathBuf,
     },
+    /// Adopt wall time on labs of several sizes, split into phases (a benchmark:
+    /// it prints figures and judges nothing).
+    Bench {
+        /// Node counts to measure, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "3,10,50")]
+        nodes: Vec<usize>,
+        #[arg(long, default_value = "target/lab-bench")]
+        state_dir: PathBuf,
+    },
     /// Start the lab and keep it running until Ctrl-C; prints how to reach it.
     Up {
         #[arg(long, default_value_t = 3)]
@@ -56,6 +65,21 @@ fn main() -> anyhow::Result<()> {
                 Ok(())
             }
             Cmd::Demo { nodes, state_dir } => demo(nodes, state_dir).await,
+            Cmd::Bench { nodes, state_dir } => {
+                println!("nodes\tlab-up\tadopt-total\tphases (from ichor adopt)");
+                for n in nodes {
+                    let started = std::time::Instant::now();
+                    let lab = start(n, state_dir.join(format!("n{n}"))).await?;
+                    let up = started.elapsed();
+                    let (total, phases) = adopt(&lab, false).await?;
+                    println!(
+                        "{n}\t{:.1}s\t{:.1}s\t{phases}",
+                        up.as_secs_f64(),
+                        total.as_secs_f64()
+                    );
+                }
+                Ok(())
+            }
         }
     })
 }
@@ -84,6 +108,13 @@ async fn start(nodes: usize, state_dir: PathBuf) -> anyhow::Result<Lab> {
 
 async fn demo(nodes: usize, state_dir: PathBuf) -> anyhow::Result<()> {
     let lab = start(nodes, state_dir).await?;
+    adopt(&lab, true).await?;
+    Ok(())
+}
+
+/// Runs the controller and `ichor adopt` against the lab; returns adopt's wall
+/// time and its phase summary. With `show`, also prints `ichor cluster status`.
+async fn adopt(lab: &Lab, show: bool) -> anyhow::Result<(std::time::Duration, String)> {
     let bin = std::env::current_exe()?.with_file_name("ichor");
     if !bin.is_file() {
         bail!(
@@ -114,7 +145,8 @@ async fn demo(nodes: usize, state_dir: PathBuf) -> anyhow::Result<()> {
     eprintln!(
         "lab: running ichor adopt (the real binary, the real helm, the stand-in Cilium chart)"
     );
-    let status = Command::new(&bin)
+    let started = std::time::Instant::now();
+    let output = Command::new(&bin)
         .args(["adopt", "--cluster", "lab", "--yes"])
         .arg("--talosconfig")
         .arg(&lab.talosconfig)
@@ -126,15 +158,32 @@ async fn demo(nodes: usize, state_dir: PathBuf) -> anyhow::Result<()> {
         .arg(&helm)
         .arg("--cilium-chart")
         .arg(&chart)
-        .status()
+        .stdout(std::process::Stdio::inherit())
+        .stderr(std::process::Stdio::piped())
+        .output()
         .context("running ichor adopt")?;
+    let took = started.elapsed();
+    let said = String::from_utf8_lossy(&output.stderr);
+    eprint!("{said}");
+    let status = output.status;
     if !status.success() {
         bail!(
             "ichor adopt failed on the lab (exit {status}); the controller's log is {}",
             lab.state_dir().join("controller.log").display()
         );
     }
-    wait_machines_reported(&lab).await;
+    let phases = said
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("adopted cluster lab (")?
+                .strip_suffix(')')
+                .map(str::to_string)
+        })
+        .unwrap_or_default();
+    if !show {
+        return Ok((took, phases));
+    }
+    wait_machines_reported(lab).await;
     eprintln!("lab: ichor cluster status");
     let status = Command::new(&bin)
         .args(["cluster", "status", "--kubeconfig"])
@@ -146,7 +195,7 @@ async fn demo(nodes: usize, state_dir: PathBuf) -> anyhow::Result<()> {
     }
     let _ = controller.0.kill();
     eprintln!("lab: done; stopping everything the lab started");
-    Ok(())
+    Ok((took, phases))
 }
 
 /// Gives the controller a bounded moment to report on each released machine.

@@ -15,7 +15,10 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         webhook: args
             .webhook_addr
             .zip(args.webhook_cert_secret)
-            .map(|(addr, cert_secret)| WebhookServer { addr, cert_secret }),
+            .map(|(addr, cert_secret)| WebhookServer {
+                cert_secret,
+                ..WebhookServer::new(addr)
+            }),
         leader_election: (!args.no_leader_election).then(LeaderElection::default),
         resync: args.resync,
         ..Config::default()
