@@ -26,3 +26,31 @@ cargo-test:
 lab: testbin
 	$(CARGO) build --locked -p ichor -p ichor-lab
 	./target/debug/ichor-lab demo
+
+.PHONY: dist release
+
+## dist: regenerate dist/install.yaml and the chart's generated templates from the Rust sources
+dist:
+	$(CARGO) run --locked -p ichor-dist --bin distgen
+
+# The helm that packages the chart: the one on PATH, else the tools cache's helm v4.
+HELM ?= $(shell command -v helm 2>/dev/null || echo "$${ICHOR_TESTBIN_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/ichor/testbin}/helm-$$(sed -n 's/^HELM4_VERSION=//p' tools/versions.env)/helm")
+RELEASE_DIR := bin/release
+
+## release: VERSION=vX.Y.Z — the CLI, the install manifest and the packaged chart in bin/release/
+# The version comes from one place, [workspace.package] in Cargo.toml (and
+# Chart.yaml follows it); VERSION must equal it, with its v. The chart's own
+# version is VERSION without the v; appVersion and the image tags keep it.
+release:
+	@[ -n "$(VERSION)" ] || { echo "make release needs VERSION=vX.Y.Z, for example make release VERSION=v0.1.0" >&2; exit 1; }
+	@ws="v$$(sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)"; \
+	  [ "$$ws" = "$(VERSION)" ] || { echo "VERSION=$(VERSION) but the workspace version is $$ws: set version in [workspace.package] of Cargo.toml and version/appVersion in dist/chart/Chart.yaml to it first, then run make dist" >&2; exit 1; }
+	@[ -x "$(HELM)" ] || command -v "$(HELM)" >/dev/null || { echo "no helm at $(HELM): install helm, pass HELM=/path/to/helm, or run make testbin" >&2; exit 1; }
+	mkdir -p $(RELEASE_DIR)
+	$(CARGO) build --locked --release -p ichor -p ichor-dist
+	cp target/release/ichor $(RELEASE_DIR)/ichor
+	./target/release/distgen --version $(VERSION) --install-yaml $(RELEASE_DIR)/install.yaml
+	"$(HELM)" lint --strict dist/chart --namespace ichor-system
+	"$(HELM)" package dist/chart --version $(patsubst v%,%,$(VERSION)) --app-version $(VERSION) --destination $(RELEASE_DIR)
+	@$(RELEASE_DIR)/ichor --version | grep -qx 'ichor $(VERSION)' || { echo "$(RELEASE_DIR)/ichor does not say it is $(VERSION)" >&2; exit 1; }
+	@ls -l $(RELEASE_DIR)
