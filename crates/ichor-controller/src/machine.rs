@@ -380,6 +380,10 @@ impl Recent {
 
     fn mark(&self, key: Inputs) {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        // Deleted machines leave entries behind; drop the old ones now and then.
+        if seen.len() >= 4096 {
+            seen.retain(|_, (_, at)| at.elapsed() < std::time::Duration::from_secs(3600));
+        }
         seen.insert(key.uid.clone(), (key, std::time::Instant::now()));
     }
 }
