@@ -268,7 +268,14 @@ pub async fn ichor_presence(client: &kube::Client) -> Result<IchorPresence, Insp
                         .as_ref()
                         .map(|r| r.namespace.clone())
                         .unwrap_or_else(|| ichor_api::SYSTEM_NAMESPACE.into()),
-                    version: inst.spec.version.clone(),
+                    // The deployed chart says which Ichor runs: the object's
+                    // version is written once, when the controller creates it,
+                    // and a later `helm upgrade` does not change it.
+                    version: release
+                        .as_ref()
+                        .and_then(|r| r.app_version())
+                        .map(str::to_string)
+                        .unwrap_or_else(|| inst.spec.version.clone()),
                 }
             }
             _ => IchorPresence::Installer { version },

@@ -639,3 +639,77 @@ async fn f4_version_skew_and_require_ichor_are_refused() {
             .is_none()
     );
 }
+
+/// Covers: R4.3c, R4.6a, R5.2
+///
+/// After `helm upgrade`, adopt checks the version of the chart now deployed,
+/// not the IchorInstallation's `spec.version`, which the controller wrote
+/// once when it created the object (and never changes): an Ichor installed at
+/// v0.0.9 is refused, and the same install upgraded to the CLI's version with
+/// `helm upgrade` is accepted.
+#[tokio::test(flavor = "multi_thread")]
+async fn after_helm_upgrade_adopt_checks_the_deployed_chart_version() {
+    let h = Harness::up(LabCni::Flannel).await;
+    let old = h.package(Some(("0.0.9", "v0.0.9")));
+    let out = h.install(Tool::Helm3, &old, &[]);
+    assert!(out.status.success(), "helm install: {}", text(&out));
+    // What the v0.0.9 controller would have created (ADR 0105).
+    let mut inst = IchorInstallation::new(
+        "ichor",
+        ichor_api::IchorInstallationSpec {
+            version: "v0.0.9".into(),
+            deployment: ichor_api::DeploymentSpec {
+                manager: Manager::Helm,
+            },
+            installer_repository: None,
+        },
+    );
+    inst.metadata.namespace = Some(NS.into());
+    let api = Api::<IchorInstallation>::namespaced(h.client().await, NS);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while let Err(e) = api.create(&Default::default(), &inst).await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "creating the IchorInstallation: {e}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+
+    let out = h.adopt(&["--cni-unmanaged"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out)
+            .contains("Ichor v0.0.9 is installed by Helm (release ichor) but this ichor is v0.1.0"),
+        "{}",
+        text(&out)
+    );
+
+    let current = h.package(None);
+    let out = h.helm(
+        Tool::Helm4,
+        &[
+            "upgrade",
+            "ichor",
+            current.to_str().unwrap(),
+            "--namespace",
+            NS,
+            "--reuse-values",
+        ],
+    );
+    assert!(out.status.success(), "helm upgrade: {}", text(&out));
+    let out = h.adopt(&["--cni-unmanaged"]);
+    let said = text(&out);
+    assert!(out.status.success(), "adopt after helm upgrade: {said}");
+    assert!(
+        said.contains(
+            "Ichor is installed by Helm (release ichor, version v0.1.0); not touching it"
+        ),
+        "{said}"
+    );
+    assert_eq!(
+        h.installation().await.unwrap().spec.version,
+        "v0.0.9",
+        "adopt does not rewrite the IchorInstallation"
+    );
+    assert!(h.applied_by_adopt().await.is_empty());
+}
