@@ -6,15 +6,58 @@
 //! nothing in the controller needs it. Once it exists, its manager field is
 //! authoritative and the controller never changes it.
 
+use ichor_api::conditions::{self, Status, reasons, types};
 use ichor_api::{
     DeploymentSpec, INSTALLATION_NAME, IchorInstallation, IchorInstallationSpec, Manager,
 };
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::{Config, DeployedBy, Error, Result};
 
-/// Makes sure the singleton exists when it should; returns it when it exists.
+/// Makes sure the singleton exists when it should, and records in its status
+/// the version that runs (`status.installedVersion`, `Ready`); returns it when
+/// it exists.
 pub async fn ensure(client: &kube::Client, config: &Config) -> Result<Option<IchorInstallation>> {
+    let Some(obj) = ensure_exists(client, config).await? else {
+        return Ok(None);
+    };
+    let ns = &config.system_namespace;
+    let mut status = obj.status.clone().unwrap_or_default();
+    status.installed_version = Some(config.version.clone());
+    status.observed_generation = obj.metadata.generation;
+    conditions::set(
+        &mut status.conditions,
+        conditions::new(
+            types::READY,
+            Status::True,
+            reasons::RECONCILED,
+            format!("the controller {} runs", config.version),
+            obj.metadata.generation,
+            crate::now(),
+        ),
+    );
+    let patch = serde_json::json!({
+        "apiVersion": format!("{}/{}", ichor_api::GROUP, ichor_api::VERSION),
+        "kind": "IchorInstallation",
+        "status": status,
+    });
+    Api::<IchorInstallation>::namespaced(client.clone(), ns)
+        .patch_status(
+            INSTALLATION_NAME,
+            &PatchParams::apply(crate::FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map(Some)
+        .map_err(Error::kube(format!(
+            "writing the status of IchorInstallation {ns}/{INSTALLATION_NAME}"
+        )))
+}
+
+async fn ensure_exists(
+    client: &kube::Client,
+    config: &Config,
+) -> Result<Option<IchorInstallation>> {
     let ns = &config.system_namespace;
     let api = Api::<IchorInstallation>::namespaced(client.clone(), ns);
     let read = || {

@@ -159,10 +159,10 @@ async fn helm_deployment_creates_the_installation_once() {
     let list = api.list(&ListParams::default()).await.unwrap();
     assert_eq!(list.items.len(), 1);
     assert_eq!(list.items[0].metadata.uid, created.metadata.uid);
-    assert_eq!(
-        list.items[0].metadata.resource_version,
-        created.metadata.resource_version
-    );
+    assert_eq!(list.items[0].spec, created.spec);
+    let st = list.items[0].status.clone().unwrap();
+    assert_eq!(st.installed_version.as_deref(), Some("v0.1.0"));
+    assert!(conditions::is_true(&st.conditions, types::READY));
     assert_eq!(again.metadata.uid, created.metadata.uid);
 }
 
