@@ -52,6 +52,12 @@ pub enum InspectError {
         what: &'static str,
         timeout: Duration,
     },
+    #[error(
+        "IchorInstallation {namespace}/{name} says Ichor {version} is managed by Helm, but no Helm release of the chart ichor is deployed and no Deployment labelled {label} exists (was it removed with helm uninstall?). Install it again with helm install ichor oci://ghcr.io/maeshinshin/charts/ichor --namespace {namespace}, or delete that IchorInstallation to let ichor adopt install Ichor itself",
+        name = ichor_api::INSTALLATION_NAME,
+        label = format!("{}={}", CHART_SELECTOR_LABEL.0, CHART_SELECTOR_LABEL.1)
+    )]
+    HelmInstallGone { namespace: String, version: String },
 }
 
 /// Reads every node through the Talos API: version, hostname, machine config.
@@ -259,6 +265,21 @@ pub async fn ichor_presence(client: &kube::Client) -> Result<IchorPresence, Insp
         return Ok(match inst.spec.deployment.manager {
             Manager::Helm => {
                 let release = helm_release.await?;
+                if release.is_none() {
+                    // No record (a chart applied without helm's storage, or
+                    // an uninstall that kept the CRDs and so this object).
+                    return match chart_deployment_presence(client).await? {
+                        Some(p) => Ok(p),
+                        None => Err(InspectError::HelmInstallGone {
+                            namespace: inst
+                                .metadata
+                                .namespace
+                                .clone()
+                                .unwrap_or_else(|| ichor_api::SYSTEM_NAMESPACE.into()),
+                            version: inst.spec.version.clone(),
+                        }),
+                    };
+                }
                 IchorPresence::Helm {
                     release: release
                         .as_ref()
@@ -288,6 +309,16 @@ pub async fn ichor_presence(client: &kube::Client) -> Result<IchorPresence, Insp
             version: r.app_version().unwrap_or_default().to_string(),
         });
     }
+    Ok(chart_deployment_presence(client)
+        .await?
+        .unwrap_or(IchorPresence::Absent))
+}
+
+/// The controller Deployment carrying the chart's selector label, as a Helm
+/// presence (release and version from its labels).
+async fn chart_deployment_presence(
+    client: &kube::Client,
+) -> Result<Option<IchorPresence>, InspectError> {
     let lp = ListParams::default().labels(&format!(
         "{}={}",
         CHART_SELECTOR_LABEL.0, CHART_SELECTOR_LABEL.1
@@ -301,7 +332,7 @@ pub async fn ichor_presence(client: &kube::Client) -> Result<IchorPresence, Insp
             .as_ref()
             .and_then(|l| l.get("app.kubernetes.io/version").cloned())
             .unwrap_or_default();
-        return Ok(IchorPresence::Helm {
+        return Ok(Some(IchorPresence::Helm {
             release: d
                 .metadata
                 .labels
@@ -310,9 +341,9 @@ pub async fn ichor_presence(client: &kube::Client) -> Result<IchorPresence, Insp
                 .unwrap_or_else(|| "ichor".into()),
             namespace: d.metadata.namespace.clone().unwrap_or_default(),
             version,
-        });
+        }));
     }
-    Ok(IchorPresence::Absent)
+    Ok(None)
 }
 
 /// Reads both sides at once.

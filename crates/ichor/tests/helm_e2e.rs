@@ -640,13 +640,15 @@ async fn f4_version_skew_and_require_ichor_are_refused() {
     );
 }
 
-/// Covers: R4.3c, R4.6a, R5.2
+/// Covers: R4.3a, R4.3c, R4.6a, R4.6b, R5.2
 ///
 /// After `helm upgrade`, adopt checks the version of the chart now deployed,
 /// not the IchorInstallation's `spec.version`, which the controller wrote
 /// once when it created the object (and never changes): an Ichor installed at
 /// v0.0.9 is refused, and the same install upgraded to the CLI's version with
-/// `helm upgrade` is accepted.
+/// `helm upgrade` is accepted. After `helm uninstall` (which keeps the CRDs
+/// and so the object) adopt refuses instead of registering a cluster that no
+/// controller would manage.
 #[tokio::test(flavor = "multi_thread")]
 async fn after_helm_upgrade_adopt_checks_the_deployed_chart_version() {
     let h = Harness::up(LabCni::Flannel).await;
@@ -712,4 +714,27 @@ async fn after_helm_upgrade_adopt_checks_the_deployed_chart_version() {
         "adopt does not rewrite the IchorInstallation"
     );
     assert!(h.applied_by_adopt().await.is_empty());
+
+    // helm uninstall keeps the CRDs and so the IchorInstallation (manager
+    // helm): adopt must not take that for a running Ichor.
+    let out = h.helm(Tool::Helm4, &["uninstall", "ichor", "--namespace", NS]);
+    assert!(out.status.success(), "helm uninstall: {}", text(&out));
+    assert!(h.installation().await.is_some());
+    let out = h.adopt(&["--cni-unmanaged"]);
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("IchorInstallation ichor-system/ichor says Ichor v0.0.9 is managed by Helm, but no Helm release of the chart ichor is deployed"),
+        "{said}"
+    );
+    assert!(
+        said.contains(
+            "helm install ichor oci://ghcr.io/maeshinshin/charts/ichor --namespace ichor-system"
+        ),
+        "{said}"
+    );
+    assert!(
+        !h.installer_deployment().await,
+        "adopt did not install Ichor over Helm's object"
+    );
 }
