@@ -434,7 +434,8 @@ async fn f3_preflight_refuses_a_no_cni_cluster_until_cni_bootstrap() {
 /// its Helm record, skips the install step, creates no IchorInstallation,
 /// applies nothing to ichor-system by server-side apply, prints the policy
 /// advice, and registers the cluster with its holds released. `helm upgrade`
-/// (helm v4, on v3's record) turns the policies on; `helm uninstall` keeps
+/// (helm v4, on v3's record) turns the policies on and keeps the webhook
+/// certificate; `helm uninstall` keeps
 /// the CRDs and every cluster object and does not touch Cilium.
 ///
 /// The takeover of a foreign Cilium (adopt without --cni-unmanaged) needs the
@@ -490,6 +491,8 @@ async fn f1_helm_install_then_adopt_registers_and_uninstall_keeps_the_cluster() 
         "holds released"
     );
 
+    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(h.client().await, NS);
+    let cert_before = secrets.get("ichor-webhook-tls").await.unwrap().data;
     let out = h.helm(
         Tool::Helm4,
         &[
@@ -508,6 +511,11 @@ async fn f1_helm_install_then_adopt_registers_and_uninstall_keeps_the_cluster() 
         h.policies().await,
         1,
         "the upgrade turned Ichor's policies on"
+    );
+    assert_eq!(
+        secrets.get("ichor-webhook-tls").await.unwrap().data,
+        cert_before,
+        "helm upgrade keeps the webhook's certificate"
     );
 
     let cilium_before = Api::<DaemonSet>::namespaced(h.client().await, "kube-system")
