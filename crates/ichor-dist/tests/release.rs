@@ -1,0 +1,66 @@
+//! The release workflow and `make release` agree with the spec's release
+//! rules. The workflow cannot run here; this keeps it honest.
+
+use ichor_testenv::tools::repo_root;
+
+/// Covers: R4.5, R5.4, R5.5
+///
+/// On a `v*` tag the workflow runs `make release VERSION=<tag>` (the local
+/// twin), pushes `bin/release/ichor-<tag without v>.tgz` to
+/// `oci://ghcr.io/maeshinshin/charts` and may write packages; the Makefile's
+/// release target packages with the version without its v and the
+/// appVersion with it, and writes the CLI, the manifest and the chart to
+/// `bin/release/`.
+#[test]
+fn the_release_workflow_and_make_release_agree() {
+    let root = repo_root();
+    let text = std::fs::read_to_string(root.join(".github/workflows/release.yml")).unwrap();
+    let wf: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("release.yml is YAML");
+    let tags: Vec<&str> = wf["on"]["push"]["tags"]
+        .as_sequence()
+        .expect("triggered by tag pushes")
+        .iter()
+        .filter_map(|t| t.as_str())
+        .collect();
+    assert_eq!(tags, ["v*"]);
+    assert_eq!(wf["permissions"]["packages"], "write");
+    let job = &wf["jobs"]["release"];
+    assert_eq!(job["env"]["VERSION"], "${{ github.ref_name }}");
+    assert_eq!(job["env"]["CHART_REPO"], "oci://ghcr.io/maeshinshin/charts");
+    let runs: String = job["steps"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["run"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(runs.contains("make release VERSION=\"$VERSION\""), "{runs}");
+    assert!(
+        runs.contains("helm push \"bin/release/ichor-${VERSION#v}.tgz\" \"$CHART_REPO\""),
+        "{runs}"
+    );
+    assert!(
+        !runs.contains("${{"),
+        "no expression is spliced into a script: {runs}"
+    );
+
+    let make = std::fs::read_to_string(root.join("Makefile")).unwrap();
+    let release = make
+        .split("\nrelease:\n")
+        .nth(1)
+        .expect("a release target")
+        .split("\n\n")
+        .next()
+        .unwrap();
+    for want in [
+        "--version $(patsubst v%,%,$(VERSION)) --app-version $(VERSION)",
+        "cp target/release/ichor $(RELEASE_DIR)/ichor",
+        "--install-yaml $(RELEASE_DIR)/install.yaml",
+    ] {
+        assert!(
+            release.contains(want),
+            "make release lacks {want:?}:\n{release}"
+        );
+    }
+    assert!(make.contains("RELEASE_DIR := bin/release"));
+}
