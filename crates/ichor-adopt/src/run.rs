@@ -190,13 +190,13 @@ async fn agree_with_record(
     else {
         return Ok(());
     };
-    let values = record.config.clone().unwrap_or_default();
-    let recorded_tunnel = match values.get("tunnelProtocol").and_then(Value::as_str) {
-        Some("geneve") => Some(ichor_api::Tunnel::Geneve),
-        Some("vxlan") => Some(ichor_api::Tunnel::Vxlan),
-        _ => None,
+    let (recorded_tunnel, recorded_kube_proxy) =
+        ichor_cilium::recorded_settings(&record.config.clone().unwrap_or_default());
+    let to_api_tunnel = |t: ichor_cilium::Tunnel| match t {
+        ichor_cilium::Tunnel::Vxlan => ichor_api::Tunnel::Vxlan,
+        ichor_cilium::Tunnel::Geneve => ichor_api::Tunnel::Geneve,
     };
-    if let Some(t) = recorded_tunnel {
+    if let Some(t) = recorded_tunnel.map(to_api_tunnel) {
         if tunnel_given && t != plan.tunnel {
             return Err(AdoptError::Refused(vec![Refusal::new(format!(
                 "Ichor's Cilium release was installed with tunnel {}, but --tunnel {} was given; the tunnel cannot change on a running cluster. Run again with --tunnel {} or without --tunnel",
@@ -207,20 +207,14 @@ async fn agree_with_record(
         }
         plan.tunnel = t;
     }
-    let kpr = values.get("kubeProxyReplacement").and_then(|v| match v {
-        Value::Bool(b) => Some(*b),
-        Value::String(s) => s.parse::<bool>().ok(),
-        _ => None,
-    });
-    if let Some(kpr) = kpr {
-        let recorded = if kpr {
-            ichor_api::KubeProxyMode::Replaced
-        } else {
-            ichor_api::KubeProxyMode::Enabled
+    if let Some(kp) = recorded_kube_proxy {
+        let recorded = match kp {
+            ichor_cilium::KubeProxy::Enabled => ichor_api::KubeProxyMode::Enabled,
+            ichor_cilium::KubeProxy::Replaced => ichor_api::KubeProxyMode::Replaced,
         };
         if recorded != plan.kube_proxy {
             return Err(AdoptError::Refused(vec![Refusal::new(format!(
-                "Ichor's Cilium release was installed for kube-proxy {} (kubeProxyReplacement={kpr}), but Talos says kube-proxy is {}. Run ichor cni bootstrap again with --kube-proxy {}, then ichor adopt",
+                "Ichor's Cilium release was installed for kube-proxy {}, but Talos says kube-proxy is {}. Run ichor cni bootstrap again with --kube-proxy {}, then ichor adopt",
                 crate::plan::kube_proxy_name(recorded),
                 crate::plan::kube_proxy_name(plan.kube_proxy),
                 crate::plan::kube_proxy_name(plan.kube_proxy)

@@ -215,6 +215,32 @@ pub enum CniCommand {
     /// default): Cilium reaches the API server through localhost:7445. This
     /// command has no Talos credential to check it; `ichor adopt` checks it later.
     Bootstrap(CniBootstrapArgs),
+    /// Ichor's Cilium release as a Helm operation.
+    #[command(subcommand)]
+    Helm(CniHelmCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CniHelmCommand {
+    /// Install or upgrade Ichor's Cilium release to the effective values of a
+    /// TalosCluster. This is the command of the controller's ichor-cni Job,
+    /// which holds the CNI lock: a pending record left by an interrupted
+    /// operation is repaired, then the operation goes on.
+    Apply(CniHelmApplyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CniHelmApplyArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// The TalosCluster whose Cilium values to apply.
+    #[arg(long)]
+    pub cluster: String,
+    /// The TalosCluster's namespace.
+    #[arg(long, default_value = "ichor-system")]
+    pub namespace: String,
+    #[command(flatten)]
+    pub helm: HelmArgs,
 }
 
 #[derive(Debug, Args)]

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use args::{Cli, ClusterCommand, CniCommand, Command, SecretsCommand};
+use args::{Cli, ClusterCommand, CniCommand, CniHelmCommand, Command, SecretsCommand};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -32,6 +32,9 @@ fn main() -> ExitCode {
             Command::Cluster(ClusterCommand::Status(a)) => cmd::status::run(a).await,
             Command::Secrets(SecretsCommand::Recover(a)) => cmd::secrets::recover(a),
             Command::Cni(CniCommand::Bootstrap(a)) => cmd::cni::bootstrap(a).await,
+            Command::Cni(CniCommand::Helm(CniHelmCommand::Apply(a))) => {
+                cmd::cni::helm_apply(a).await
+            }
         }
     });
     match result {

@@ -6,12 +6,12 @@ use anyhow::Context as _;
 use ichor_cilium::{CiliumOptions, ClusterSettings, KubeProxy, Tunnel, WaitOptions};
 use ichor_helm::{ChartRef, Renderer};
 
-use crate::args::{CniBootstrapArgs, HelmArgs, KubeProxyArg, TunnelArg};
+use crate::args::{CniBootstrapArgs, CniHelmApplyArgs, HelmArgs, KubeProxyArg, TunnelArg};
 use crate::{connect, printer};
 
 pub async fn bootstrap(args: CniBootstrapArgs) -> anyhow::Result<()> {
     let client = connect::kube_client(args.kube.kubeconfig.as_deref()).await?;
-    let nodes = k8s_node_count(&client).await?;
+    let nodes = ichor_cilium::node_count(&client).await?;
     let mut settings =
         ClusterSettings::new(tunnel(args.tunnel), kube_proxy(args.kube_proxy), nodes);
     if let Some(path) = &args.cilium_values {
@@ -34,12 +34,52 @@ pub async fn bootstrap(args: CniBootstrapArgs) -> anyhow::Result<()> {
     let applied = ichor_cilium::bootstrap(client, &opts, &settings, &wait)
         .await
         .context("ichor cni bootstrap did not finish; run it again to continue (it picks up the release where it stopped)")?;
+    drop(wait);
     if let Ok(p) = Arc::try_unwrap(progress) {
         p.finish(&format!(
             "Cilium is installed (revision {}) and every node is Ready",
             applied.release.version
         ));
     }
+    Ok(())
+}
+
+/// `ichor cni helm apply`: the ichor-cni Job's entry (spec R5.1: the same
+/// apply-for-cluster function as the CLI's bootstrap).
+pub async fn helm_apply(args: CniHelmApplyArgs) -> anyhow::Result<()> {
+    let client = connect::kube_client(args.kube.kubeconfig.as_deref()).await?;
+    let cluster = kube::Api::<ichor_api::TalosCluster>::namespaced(client.clone(), &args.namespace)
+        .get(&args.cluster)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot read TalosCluster {}/{}",
+                args.namespace, args.cluster
+            )
+        })?;
+    let nodes = ichor_cilium::node_count(&client).await?;
+    let settings = ClusterSettings::from_cluster(&cluster, nodes)?;
+    let mut opts = cilium_options(&args.helm, args.kube.kubeconfig.as_deref());
+    // The Job holds the CNI lock (R5.6): a pending record is a dead one.
+    opts.apply.exclusive = true;
+    let applied = ichor_cilium::apply_for_cluster(client, &opts, &settings)
+        .await
+        .with_context(|| {
+            format!(
+                "applying Ichor's Cilium release for TalosCluster {}/{}",
+                args.namespace, args.cluster
+            )
+        })?;
+    printer::step(&format!(
+        "Cilium release cilium is deployed at revision {} (values hash {}){}",
+        applied.release.version,
+        applied.values_hash,
+        if applied.changed {
+            ""
+        } else {
+            "; nothing changed"
+        }
+    ));
     Ok(())
 }
 
@@ -60,26 +100,10 @@ pub fn read_values(
 ) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read --cilium-values {}", path.display()))?;
-    let value: serde_json::Value = serde_yaml_ng::from_str(&text)
-        .with_context(|| format!("--cilium-values {} is not valid YAML", path.display()))?;
-    match value {
-        serde_json::Value::Object(m) => Ok(m),
-        serde_json::Value::Null => Ok(Default::default()),
-        _ => anyhow::bail!(
-            "--cilium-values {} must be a YAML mapping of chart values",
-            path.display()
-        ),
-    }
-}
-
-async fn k8s_node_count(client: &kube::Client) -> anyhow::Result<u32> {
-    let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
-        .list(&Default::default())
-        .await
-        .context(
-            "cannot list the cluster's Nodes: check the kubeconfig and that it may list nodes",
-        )?;
-    Ok(nodes.items.len() as u32)
+    Ok(ichor_cilium::user_values_from_yaml(
+        &text,
+        &path.display().to_string(),
+    )?)
 }
 
 pub fn tunnel(t: TunnelArg) -> Tunnel {

@@ -1,0 +1,215 @@
+//! `ichor cni bootstrap` and `ichor cni helm apply` on the lab, with the real
+//! binary, the real helm and the stand-in Cilium chart.
+
+use std::process::{Command, Output, Stdio};
+
+use ichor_lab::{Lab, LabOptions};
+use ichor_testenv::Tool;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+
+struct Harness {
+    lab: Lab,
+    _dir: tempfile::TempDir,
+}
+
+async fn lab(kube_proxy: bool) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = LabOptions::new(dir.path().join("lab"));
+    options.nodes = 2;
+    options.kube_proxy = kube_proxy;
+    Harness {
+        lab: Lab::up(options).await.unwrap(),
+        _dir: dir,
+    }
+}
+
+fn ichor(h: &Harness, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ichor"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(&h.lab.kubeconfig)
+        .arg("--helm")
+        .arg(Tool::Helm3.path())
+        .arg("--cilium-chart")
+        .arg(ichor_testenv::tools::repo_root().join("dist/cilium-standin"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn adopt(h: &Harness) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ichor"))
+        .args(["adopt", "--cluster", "lab", "--yes", "--talosconfig"])
+        .arg(&h.lab.talosconfig)
+        .arg("--kubeconfig")
+        .arg(&h.lab.kubeconfig)
+        .arg("--secrets-bundle")
+        .arg(&h.lab.bundle)
+        .arg("--helm")
+        .arg(Tool::Helm4.path())
+        .arg("--cilium-chart")
+        .arg(ichor_testenv::tools::repo_root().join("dist/cilium-standin"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Ichor's controller as a local process, stopped on drop.
+struct Controller(std::process::Child);
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Covers: R4.4b, R4.4c, R4.4d
+///
+/// `ichor cni bootstrap` installs Ichor's Cilium (record in ichor-system,
+/// objects in kube-system) and waits for the nodes; adopt afterwards finds
+/// Ichor's record, reads the tunnel back and agrees with the Talos side.
+#[tokio::test(flavor = "multi_thread")]
+async fn bootstrap_then_adopt_agrees_with_the_record() {
+    let h = lab(false).await;
+    let out = ichor(
+        &h,
+        &[
+            "cni",
+            "bootstrap",
+            "--kube-proxy",
+            "replaced",
+            "--tunnel",
+            "geneve",
+            "--wait-timeout",
+            "2m",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("every node is Ready"), "{}", text(&out));
+    let record = ichor_cilium::deployed_release(h.lab.client().await, "ichor-system")
+        .await
+        .unwrap()
+        .expect("Ichor's record");
+    assert_eq!(record.namespace, "kube-system");
+
+    let controller = Controller(
+        Command::new(env!("CARGO_BIN_EXE_ichor"))
+            .args(["controller", "--no-leader-election", "--kubeconfig"])
+            .arg(&h.lab.kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let out = adopt(&h);
+    drop(controller);
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("Cilium with Ichor's Helm record in ichor-system"),
+        "{said}"
+    );
+    assert!(
+        said.contains("tunnel geneve, kube-proxy replaced"),
+        "the tunnel is read back from the record: {said}"
+    );
+}
+
+/// Covers: R4.4c
+///
+/// A bootstrap for the wrong kube-proxy mode is refused by adopt, naming the fix.
+#[tokio::test(flavor = "multi_thread")]
+async fn adopt_refuses_a_bootstrap_that_disagrees_with_talos() {
+    let h = lab(true).await;
+    let out = ichor(
+        &h,
+        &[
+            "cni",
+            "bootstrap",
+            "--kube-proxy",
+            "replaced",
+            "--wait-timeout",
+            "2m",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = adopt(&h);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("installed for kube-proxy replaced, but Talos says kube-proxy is enabled. Run ichor cni bootstrap again with --kube-proxy enabled"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Covers: R5.1, R1.7c
+///
+/// `ichor cni helm apply` (the ichor-cni Job's command) applies a
+/// TalosCluster's effective values: nothing when they are deployed already, a
+/// new revision when the cluster's values change.
+#[tokio::test(flavor = "multi_thread")]
+async fn helm_apply_follows_the_talos_cluster() {
+    let h = lab(true).await;
+    let client = h.lab.client().await;
+    // The CRDs and a TalosCluster, as adopt writes them.
+    ichor_adopt::run::apply_objects(
+        &client,
+        &ichor_adopt::install::install_objects("v0.1.0", "x")[..5],
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let cluster: ichor_api::TalosCluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
+        "metadata": {"name": "lab", "namespace": "ichor-system"},
+        "spec": {"endpoint": "https://127.0.0.1:6443", "talosVersion": "v1.13.9", "kubernetesVersion": "v1.34.1",
+            "secretsRef": {"name": "lab-talos-secrets"}, "cni": {"preset": "cilium", "kubeProxy": "enabled"}}
+    }))
+    .unwrap();
+    let clusters: Api<ichor_api::TalosCluster> = Api::namespaced(client.clone(), "ichor-system");
+    clusters
+        .create(&Default::default(), &cluster)
+        .await
+        .unwrap();
+
+    let out = ichor(&h, &["cni", "helm", "apply", "--cluster", "lab"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("deployed at revision 1"),
+        "{}",
+        text(&out)
+    );
+    let out = ichor(&h, &["cni", "helm", "apply", "--cluster", "lab"]);
+    assert!(text(&out).contains("nothing changed"), "{}", text(&out));
+
+    clusters
+        .patch(
+            "lab",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"cni": {"cilium": {"values": {"debug": {"enabled": true}}}}}})),
+        )
+        .await
+        .unwrap();
+    let out = ichor(&h, &["cni", "helm", "apply", "--cluster", "lab"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("deployed at revision 2"),
+        "{}",
+        text(&out)
+    );
+    let record = ichor_cilium::deployed_release(client, "ichor-system")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.config.unwrap()["debug"]["enabled"], true);
+}
