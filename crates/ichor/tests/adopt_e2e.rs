@@ -5,101 +5,38 @@
 //! the case asserts.
 
 use std::io::{BufRead as _, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use ichor_api::{IchorInstallation, KubeProxyMode, TalosCluster, TalosMachine};
-use ichor_lab::{Lab, LabCni, LabOptions};
+use ichor_lab::{LabCni, LabOptions};
 use ichor_testenv::Tool;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::Api;
 use kube::api::{DynamicObject, ListParams};
 
-const NS: &str = "ichor-system";
+mod common;
 
-struct Harness {
-    lab: Lab,
-    _dir: tempfile::TempDir,
-    controller: Option<Child>,
-}
+use common::{LabHarness, NS, run, text};
 
-impl Drop for Harness {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.controller.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+/// The shared harness, and what only these cases need.
+struct Harness(LabHarness);
+
+impl std::ops::Deref for Harness {
+    type Target = LabHarness;
+    fn deref(&self) -> &LabHarness {
+        &self.0
     }
 }
 
 impl Harness {
     async fn up(shape: impl FnOnce(&mut LabOptions)) -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        let mut options = LabOptions::new(dir.path().join("lab"));
-        options.nodes = 2;
-        shape(&mut options);
-        let lab = Lab::up(options).await.expect("the lab starts");
-        Harness {
-            lab,
-            _dir: dir,
-            controller: None,
-        }
+        Harness(LabHarness::up(shape).await)
     }
 
-    /// Ichor's controller, as a local process against the lab.
     fn start_controller(&mut self) {
-        let log = std::fs::File::create(self.lab.state_dir().join("controller.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_ichor"))
-            .args([
-                "controller",
-                "--no-leader-election",
-                "--resync",
-                "10s",
-                "--kubeconfig",
-            ])
-            .arg(&self.lab.kubeconfig)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.controller = Some(child);
-    }
-
-    fn ichor(&self) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ichor"));
-        cmd.env("NO_COLOR", "1").stdin(Stdio::null());
-        cmd
-    }
-
-    fn adopt(&self, extra: &[&str]) -> Command {
-        self.adopt_with(&self.lab.talosconfig, &self.lab.kubeconfig, extra)
-    }
-
-    fn adopt_with(
-        &self,
-        talosconfig: &std::path::Path,
-        kubeconfig: &std::path::Path,
-        extra: &[&str],
-    ) -> Command {
-        let mut cmd = self.ichor();
-        cmd.args(["adopt", "--cluster", "lab", "--yes"])
-            .arg("--talosconfig")
-            .arg(talosconfig)
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .arg("--secrets-bundle")
-            .arg(&self.lab.bundle)
-            .arg("--helm")
-            .arg(Tool::Helm4.path())
-            .arg("--cilium-chart")
-            .arg(ichor_testenv::tools::repo_root().join("dist/cilium-standin"))
-            .args(extra);
-        cmd
-    }
-
-    async fn client(&self) -> kube::Client {
-        self.lab.client().await
+        self.0.start_controller("installer");
     }
 
     /// Every node's config, to compare before and after.
@@ -144,35 +81,8 @@ impl Harness {
     }
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn run(mut cmd: Command) -> Output {
-    cmd.output().expect("run ichor")
-}
-
-fn helm_list(lab: &Lab, tool: Tool, namespace: &str) -> serde_json::Value {
-    let home = tempfile::tempdir().unwrap();
-    let out = Command::new(tool.path())
-        .env("HELM_CACHE_HOME", home.path().join("c"))
-        .env("HELM_CONFIG_HOME", home.path().join("g"))
-        .env("HELM_DATA_HOME", home.path().join("d"))
-        .args([
-            "list",
-            "--namespace",
-            namespace,
-            "-o",
-            "json",
-            "--kubeconfig",
-        ])
-        .arg(&lab.kubeconfig)
-        .output()
-        .unwrap();
+fn helm_list(h: &LabHarness, tool: Tool, namespace: &str) -> serde_json::Value {
+    let out = h.helm(tool, &["list", "--namespace", namespace, "-o", "json"]);
     assert!(out.status.success(), "helm list: {}", text(&out));
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -230,7 +140,7 @@ async fn e1_no_cni_cluster_gets_cilium_then_ichor_then_is_adopted() {
 
     let client = h.client().await;
     for tool in [Tool::Helm3, Tool::Helm4] {
-        let releases = helm_list(&h.lab, tool, NS);
+        let releases = helm_list(&h, tool, NS);
         assert_eq!(releases[0]["name"], "cilium", "{releases}");
         assert_eq!(releases[0]["status"], "deployed", "{releases}");
         assert_eq!(releases[0]["namespace"], "kube-system", "{releases}");
@@ -458,7 +368,7 @@ async fn e5_a_killed_adopt_is_finished_by_a_rerun() {
         said.contains("Cilium with Ichor's Helm record in ichor-system"),
         "the rerun sees Ichor's record:\n{said}"
     );
-    let releases = helm_list(&h.lab, Tool::Helm4, NS);
+    let releases = helm_list(&h, Tool::Helm4, NS);
     assert_eq!(releases[0]["status"], "deployed");
     let cluster = Api::<TalosCluster>::namespaced(h.client().await, NS)
         .get("lab")

@@ -1,31 +1,23 @@
 //! `ichor cni bootstrap` and `ichor cni helm apply` on the lab, with the real
 //! binary, the real helm and the stand-in Cilium chart.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
-use ichor_lab::{Lab, LabOptions};
 use ichor_testenv::Tool;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 
-struct Harness {
-    lab: Lab,
-    _dir: tempfile::TempDir,
+mod common;
+
+use common::{LabHarness, text};
+
+async fn lab(kube_proxy: bool) -> LabHarness {
+    LabHarness::up(|o| o.kube_proxy = kube_proxy).await
 }
 
-async fn lab(kube_proxy: bool) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let mut options = LabOptions::new(dir.path().join("lab"));
-    options.nodes = 2;
-    options.kube_proxy = kube_proxy;
-    Harness {
-        lab: Lab::up(options).await.unwrap(),
-        _dir: dir,
-    }
-}
-
-fn ichor(h: &Harness, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ichor"))
+/// `ichor ARGS --kubeconfig … --helm … --cilium-chart …` against the lab.
+fn ichor(h: &LabHarness, args: &[&str]) -> Output {
+    h.ichor()
         .args(args)
         .arg("--kubeconfig")
         .arg(&h.lab.kubeconfig)
@@ -33,44 +25,8 @@ fn ichor(h: &Harness, args: &[&str]) -> Output {
         .arg(Tool::Helm3.path())
         .arg("--cilium-chart")
         .arg(ichor_testenv::tools::repo_root().join("dist/cilium-standin"))
-        .stdin(Stdio::null())
         .output()
         .unwrap()
-}
-
-fn adopt(h: &Harness) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ichor"))
-        .args(["adopt", "--cluster", "lab", "--yes", "--talosconfig"])
-        .arg(&h.lab.talosconfig)
-        .arg("--kubeconfig")
-        .arg(&h.lab.kubeconfig)
-        .arg("--secrets-bundle")
-        .arg(&h.lab.bundle)
-        .arg("--helm")
-        .arg(Tool::Helm4.path())
-        .arg("--cilium-chart")
-        .arg(ichor_testenv::tools::repo_root().join("dist/cilium-standin"))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-/// Ichor's controller as a local process, stopped on drop.
-struct Controller(std::process::Child);
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Covers: R4.4b, R4.4c, R4.4d
@@ -80,7 +36,7 @@ fn text(o: &Output) -> String {
 /// Ichor's record, reads the tunnel back and agrees with the Talos side.
 #[tokio::test(flavor = "multi_thread")]
 async fn bootstrap_then_adopt_agrees_with_the_record() {
-    let h = lab(false).await;
+    let mut h = lab(false).await;
     let out = ichor(
         &h,
         &[
@@ -102,17 +58,8 @@ async fn bootstrap_then_adopt_agrees_with_the_record() {
         .expect("Ichor's record");
     assert_eq!(record.namespace, "kube-system");
 
-    let controller = Controller(
-        Command::new(env!("CARGO_BIN_EXE_ichor"))
-            .args(["controller", "--no-leader-election", "--kubeconfig"])
-            .arg(&h.lab.kubeconfig)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let out = adopt(&h);
-    drop(controller);
+    h.start_controller("installer");
+    let out = h.adopt(&[]).output().unwrap();
     let said = text(&out);
     assert!(out.status.success(), "{said}");
     assert!(
@@ -143,7 +90,7 @@ async fn adopt_refuses_a_bootstrap_that_disagrees_with_talos() {
         ],
     );
     assert!(out.status.success(), "{}", text(&out));
-    let out = adopt(&h);
+    let out = h.adopt(&[]).output().unwrap();
     assert!(!out.status.success());
     assert!(
         text(&out).contains("installed for kube-proxy replaced, but Talos says kube-proxy is enabled. Run ichor cni bootstrap again with --kube-proxy enabled"),

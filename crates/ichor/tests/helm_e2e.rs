@@ -11,10 +11,10 @@
 //! installs set `webhook.failurePolicy=Ignore` with a short timeout.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use ichor_api::{IchorInstallation, Manager, TalosCluster, TalosMachine};
-use ichor_lab::{Lab, LabCni, LabOptions};
+use ichor_lab::LabCni;
 use ichor_testenv::Tool;
 use ichor_testenv::tools::repo_root;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
@@ -23,7 +23,6 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 
-const NS: &str = "ichor-system";
 /// The spec's preflight text (R4.4a).
 const PREFLIGHT: &str = "this cluster has no pod network, so Ichor's pods cannot start. Run ichor cni bootstrap first (it installs Ichor's Cilium), then helm install again.";
 /// The webhooks cannot answer in the lab (no pods): see the module doc.
@@ -34,76 +33,28 @@ const LAB_WEBHOOKS: [&str; 4] = [
     "webhook.timeoutSeconds=2",
 ];
 
-struct Harness {
-    lab: Lab,
-    dir: tempfile::TempDir,
-    controller: Option<Child>,
-}
+mod common;
 
-impl Drop for Harness {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.controller.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+use common::{LabHarness, NS, text};
+
+/// The shared harness, and what only the Helm cases need.
+struct Harness(LabHarness);
+
+impl std::ops::Deref for Harness {
+    type Target = LabHarness;
+    fn deref(&self) -> &LabHarness {
+        &self.0
     }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 impl Harness {
     async fn up(cni: LabCni) -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        let mut options = LabOptions::new(dir.path().join("lab"));
-        options.nodes = 2;
-        options.cni = cni;
-        let lab = Lab::up(options).await.expect("the lab starts");
-        Harness {
-            lab,
-            dir,
-            controller: None,
-        }
+        Harness(LabHarness::up(|o| o.cni = cni).await)
     }
 
     /// What the chart's Deployment would run, as a local process.
     fn start_helm_controller(&mut self) {
-        let log = std::fs::File::create(self.lab.state_dir().join("controller.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_ichor"))
-            .args([
-                "controller",
-                "--deployed-by",
-                "helm",
-                "--no-leader-election",
-                "--resync",
-                "10s",
-                "--kubeconfig",
-            ])
-            .arg(&self.lab.kubeconfig)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.controller = Some(child);
-    }
-
-    /// The real helm against the lab, with its own homes.
-    fn helm(&self, tool: Tool, args: &[&str]) -> Output {
-        let home = self.dir.path().join(format!("helm-home-{tool:?}"));
-        Command::new(tool.path())
-            .env("HELM_CACHE_HOME", home.join("cache"))
-            .env("HELM_CONFIG_HOME", home.join("config"))
-            .env("HELM_DATA_HOME", home.join("data"))
-            .args(args)
-            .arg("--kubeconfig")
-            .arg(&self.lab.kubeconfig)
-            .output()
-            .expect("run helm")
+        self.0.start_controller("helm");
     }
 
     /// `helm package` of dist/chart, as the release does; `None` keeps
@@ -149,31 +100,8 @@ impl Harness {
         self.helm(tool, &args)
     }
 
-    fn ichor(&self) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ichor"));
-        cmd.env("NO_COLOR", "1").stdin(Stdio::null());
-        cmd
-    }
-
     fn adopt(&self, extra: &[&str]) -> Output {
-        let mut cmd = self.ichor();
-        cmd.args(["adopt", "--cluster", "lab", "--yes"])
-            .arg("--talosconfig")
-            .arg(&self.lab.talosconfig)
-            .arg("--kubeconfig")
-            .arg(&self.lab.kubeconfig)
-            .arg("--secrets-bundle")
-            .arg(&self.lab.bundle)
-            .arg("--helm")
-            .arg(Tool::Helm4.path())
-            .arg("--cilium-chart")
-            .arg(repo_root().join("dist/cilium-standin"))
-            .args(extra);
-        cmd.output().expect("run ichor adopt")
-    }
-
-    async fn client(&self) -> kube::Client {
-        self.lab.client().await
+        self.0.adopt(extra).output().expect("run ichor adopt")
     }
 
     async fn installation(&self) -> Option<IchorInstallation> {
