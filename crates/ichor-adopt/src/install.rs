@@ -11,6 +11,8 @@ pub const CONTROLLER: &str = "ichor-controller";
 /// The installer path's controller carries this `app.kubernetes.io/name`; the
 /// chart's selector label is `ichor`, which marks a Helm install (spec 4.3).
 pub const INSTALLER_NAME_LABEL: &str = "ichor-controller";
+/// The identity of the ichor-cni Job.
+pub const CNI_IDENTITY: &str = "ichor-cni";
 /// The controller image repository.
 pub const CONTROLLER_IMAGE: &str = "ghcr.io/maeshinshin/ichor-controller";
 /// The installer image repository (IchorInstallation default).
@@ -64,6 +66,18 @@ pub fn install_objects(version: &str, image: &str) -> Vec<Value> {
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CONTROLLER},
         "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": ns}]
     }));
+    // The ichor-cni identity: the Job that applies Ichor's Cilium release
+    // needs cluster-admin-equivalent rights the controller itself never holds.
+    objects.push(json!({
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": CNI_IDENTITY, "namespace": ns, "labels": labels}
+    }));
+    objects.push(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": CNI_IDENTITY, "labels": labels},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": CNI_IDENTITY, "namespace": ns}]
+    }));
     objects.push(json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": CONTROLLER, "namespace": ns, "labels": labels},
@@ -77,7 +91,7 @@ pub fn install_objects(version: &str, image: &str) -> Vec<Value> {
                     "containers": [{
                         "name": "controller",
                         "image": image,
-                        "args": ["controller", "--deployed-by", "installer"],
+                        "args": ["controller", "--deployed-by", "installer", "--cni-job-image", image],
                         "ports": [{"name": "webhook", "containerPort": 9443}, {"name": "metrics", "containerPort": 8080}],
                         "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}},
                         "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,

@@ -5,11 +5,11 @@
 //! the storage namespace) is deployed at the hash of this TalosCluster's
 //! effective values and the `cilium` DaemonSet is Ready, `CNIHandover=True`.
 //! Once True it stays True: the hand-over is a moment, and the render drops
-//! the inline CNI entry from then on. When the hash does not match, the full
-//! design starts the ichor-cni Job (`ichor cni helm apply`); this controller
-//! does not build that Job yet: it records `CNIHandover=False` with reason
-//! `WaitingForRelease` and a message that says what to run. No Job is ever
-//! created here, so a matching hash never creates one (R1.5e).
+//! the inline CNI entry from then on. When the hash does not match (a
+//! takeover, or changed values), the controller starts the ichor-cni Job
+//! (`ichor cni helm apply`, see [`crate::cni_job`]) when it knows the image to
+//! run (`Config::cni_job_image`); a failed Job is deleted and the next
+//! reconcile starts another. A matching hash never creates a Job (R1.5e).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -43,6 +43,8 @@ pub mod local_reasons {
     pub const MACHINES_NOT_READY: &str = "MachinesNotReady";
     /// `spec.cni.cilium.values` cannot give effective values.
     pub const INVALID_VALUES: &str = "InvalidValues";
+    /// The ichor-cni Job is bringing the release to the effective values.
+    pub const JOB_RUNNING: &str = "JobRunning";
 }
 
 /// How often a cluster whose hand-over is pending is looked at again (the
@@ -233,6 +235,12 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosCluster>>, ctx: Arc<Context>) 
                     None
                 }
             };
+            let job = match (&check, &ctx.config.cni_job_image) {
+                (Some(c), Some(image)) if !c.at_desired_hash() => Some(
+                    crate::cni_job::ensure(&ctx.client, cluster, &c.desired_hash, image).await?,
+                ),
+                _ => None,
+            };
             let released = check.as_ref().is_some_and(|c| c.deployed.is_some());
             let detected = detect_cni(&ctx, released).await?;
             status.cni = Some(CniStatus {
@@ -241,14 +249,41 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosCluster>>, ctx: Arc<Context>) 
             if let Some(check) = check
                 && !conditions::is_true(&status.conditions, types::CNI_HANDOVER)
             {
-                let c = handover_condition(
-                    &check,
-                    &ctx.config.cilium_storage_namespace,
-                    &ctx.config.cilium_release_namespace,
-                    generation,
-                    &now,
-                );
-                if c.status != "True" {
+                let c = match &job {
+                    Some(crate::cni_job::JobState::Running { name: job }) => conditions::new(
+                        types::CNI_HANDOVER,
+                        Status::False,
+                        local_reasons::JOB_RUNNING,
+                        format!(
+                            "the ichor-cni Job {namespace}/{job} is bringing Helm release {} to this TalosCluster's effective values (hash {})",
+                            ichor_cilium::RELEASE_NAME,
+                            check.desired_hash
+                        ),
+                        generation,
+                        now.clone(),
+                    ),
+                    Some(crate::cni_job::JobState::Failed { name: job, message }) => {
+                        requeue = ctx.config.error_requeue;
+                        conditions::new(
+                            types::CNI_HANDOVER,
+                            Status::False,
+                            reasons::JOB_FAILED,
+                            format!(
+                                "the ichor-cni Job {namespace}/{job} failed ({message}); it was deleted and a new attempt starts. Its pod's log says why"
+                            ),
+                            generation,
+                            now.clone(),
+                        )
+                    }
+                    _ => handover_condition(
+                        &check,
+                        &ctx.config.cilium_storage_namespace,
+                        &ctx.config.cilium_release_namespace,
+                        generation,
+                        &now,
+                    ),
+                };
+                if c.status != "True" && requeue != ctx.config.error_requeue {
                     requeue = HANDOVER_POLL;
                 }
                 conditions::set(&mut status.conditions, c);
@@ -410,7 +445,7 @@ pub fn handover_condition(
                 "no deployed Helm release {release} in {storage_ns}; install Ichor's Cilium (ichor cni bootstrap, or ichor adopt)"
             ),
             Some((rev, hash)) => format!(
-                "Helm release {release} revision {rev} is deployed with values hash {hash}, but this TalosCluster's effective values hash to {}; the ichor-cni Job that upgrades it is not built yet: run `ichor cni helm apply` for this cluster",
+                "Helm release {release} revision {rev} is deployed with values hash {hash}, but this TalosCluster's effective values hash to {}; the ichor-cni Job upgrades it (or run `ichor cni helm apply` for this cluster)",
                 check.desired_hash
             ),
         };

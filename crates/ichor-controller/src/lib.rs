@@ -23,6 +23,7 @@
 //! ```
 
 pub mod cluster;
+pub mod cni_job;
 pub mod credentials;
 mod error;
 pub mod http;
@@ -136,6 +137,9 @@ pub struct Config {
     pub cilium_storage_namespace: String,
     /// Where Ichor's Cilium objects live (`kube-system`).
     pub cilium_release_namespace: String,
+    /// The image the ichor-cni Job runs (`None`: no Job is started, and a
+    /// release off the effective values waits for `ichor cni helm apply`).
+    pub cni_job_image: Option<String>,
     /// The Talos API port used when `spec.address` has none.
     pub talos_port: u16,
     /// Bound on every Talos API call.
@@ -165,6 +169,7 @@ impl Default for Config {
             version: concat!("v", env!("CARGO_PKG_VERSION")).into(),
             cilium_storage_namespace: ichor_cilium::STORAGE_NAMESPACE.into(),
             cilium_release_namespace: ichor_cilium::RELEASE_NAMESPACE.into(),
+            cni_job_image: None,
             talos_port: ichor_talos_client::APID_PORT,
             talos_call_timeout: Duration::from_secs(30),
             resync: Duration::from_secs(300),

@@ -53,6 +53,9 @@ pub struct LabOptions {
     pub pod_cidrs: bool,
     /// Where the lab writes its kubeconfig, talosconfig and bundle.
     pub state_dir: PathBuf,
+    /// The `ichor` binary that stands in for Ichor's image when the
+    /// controller starts an ichor-cni Job (`None`: Jobs never run).
+    pub ichor_bin: Option<PathBuf>,
 }
 
 impl LabOptions {
@@ -65,6 +68,7 @@ impl LabOptions {
             kube_prism: true,
             pod_cidrs: true,
             state_dir: state_dir.into(),
+            ichor_bin: None,
         }
     }
 }
@@ -207,7 +211,13 @@ impl Lab {
         let client = env.client().await;
         register_nodes(&client, &hostnames, &addresses, &options).await?;
         seed_cni(&client, &options).await?;
-        let simulator = Some(simulator::spawn(client));
+        let runner = options.ichor_bin.clone().map(|ichor| simulator::JobRunner {
+            ichor,
+            kubeconfig: kubeconfig.clone(),
+            helm: ichor_testenv::Tool::Helm4.path(),
+            cilium_chart: ichor_testenv::tools::repo_root().join("dist/cilium-standin"),
+        });
+        let simulator = Some(simulator::spawn(client, runner));
         Ok(Lab {
             env,
             emulator,
@@ -348,8 +358,9 @@ async fn seed_cni(client: &kube::Client, options: &LabOptions) -> Result<(), kub
         let operator: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "cilium-operator", "namespace": "kube-system"},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"name": "cilium-operator"}},
-                "template": {"metadata": {"labels": {"name": "cilium-operator"}},
+            // The labels Cilium's chart gives it (a takeover keeps the selector).
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"io.cilium/app": "operator", "name": "cilium-operator"}},
+                "template": {"metadata": {"labels": {"io.cilium/app": "operator", "name": "cilium-operator"}},
                     "spec": {"hostNetwork": true, "containers": [{"name": "operator", "image": "quay.io/cilium/operator-generic:v1.18.5"}]}}}
         }))
         .expect("deployment");

@@ -12,7 +12,11 @@
 //!   flannel's, Calico's) is ready, and back to NotReady with the kubelet's
 //!   network-plugin message when none is;
 //! - registers Cilium's CRDs once `cilium-operator` is ready, as the real
-//!   operator does.
+//!   operator does;
+//! - runs a Job whose image is Ichor's (the controller's ichor-cni Job) as a
+//!   local process of the same `ichor` binary against the lab — the one
+//!   container the lab can run, because it is ours — and records its outcome
+//!   in the Job's status. Other Jobs never run.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -40,16 +44,126 @@ const NETWORK_DAEMONSETS: &[(&str, &str)] = &[
 const TICK: Duration = Duration::from_millis(300);
 const MANAGER: &str = "ichor-lab-node-simulator";
 
+/// How the lab runs Ichor's own Jobs: the `ichor` binary standing in for
+/// Ichor's image, with what that image carries (helm, the Cilium chart).
+#[derive(Debug, Clone)]
+pub struct JobRunner {
+    pub ichor: std::path::PathBuf,
+    pub kubeconfig: std::path::PathBuf,
+    pub helm: std::path::PathBuf,
+    pub cilium_chart: std::path::PathBuf,
+}
+
+/// The image repository whose Jobs the lab runs.
+pub const ICHOR_IMAGE: &str = "ghcr.io/maeshinshin/ichor-controller";
+
 /// Runs the simulator until the task is dropped or aborted.
-pub fn spawn(client: kube::Client) -> tokio::task::JoinHandle<()> {
+pub fn spawn(client: kube::Client, runner: Option<JobRunner>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let mut started = std::collections::HashSet::new();
         loop {
             if let Err(e) = tick(&client).await {
                 tracing::debug!("node simulator: {e}");
             }
+            if let Some(r) = &runner
+                && let Err(e) = run_jobs(&client, r, &mut started).await
+            {
+                tracing::debug!("node simulator, jobs: {e}");
+            }
             tokio::time::sleep(TICK).await;
         }
     })
+}
+
+/// Starts each new Job of Ichor's image as a local process; its exit code
+/// becomes the Job's outcome.
+async fn run_jobs(
+    client: &kube::Client,
+    runner: &JobRunner,
+    started: &mut std::collections::HashSet<String>,
+) -> Result<(), kube::Error> {
+    use k8s_openapi::api::batch::v1::Job;
+    for job in Api::<Job>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+    {
+        let uid = job.metadata.uid.clone().unwrap_or_default();
+        if started.contains(&uid) || job.status.as_ref().is_some_and(|s| s.conditions.is_some()) {
+            continue;
+        }
+        let Some(container) = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.containers.first())
+            .cloned()
+        else {
+            continue;
+        };
+        if !container
+            .image
+            .as_deref()
+            .is_some_and(|i| i.starts_with(ICHOR_IMAGE))
+        {
+            continue;
+        }
+        started.insert(uid);
+        let ns = job.metadata.namespace.clone().unwrap_or_default();
+        let name = job.metadata.name.clone().unwrap_or_default();
+        let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+        let start = now();
+        let _ = jobs
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"startTime": start, "active": 1}})),
+            )
+            .await;
+        let runner = runner.clone();
+        tokio::spawn(async move {
+            let log = runner.kubeconfig.with_file_name(format!("job-{name}.log"));
+            let output = tokio::process::Command::new(&runner.ichor)
+                .args(container.args.unwrap_or_default())
+                .env("KUBECONFIG", &runner.kubeconfig)
+                .env("ICHOR_HELM", &runner.helm)
+                .env("ICHOR_CILIUM_CHART", &runner.cilium_chart)
+                .output()
+                .await;
+            let (ok, message) = match output {
+                Ok(o) => {
+                    let _ =
+                        std::fs::write(&log, [o.stdout.as_slice(), o.stderr.as_slice()].concat());
+                    (
+                        o.status.success(),
+                        String::from_utf8_lossy(&o.stderr)
+                            .lines()
+                            .last()
+                            .unwrap_or_default()
+                            .to_string(),
+                    )
+                }
+                Err(e) => (false, e.to_string()),
+            };
+            let end = now();
+            let status = if ok {
+                json!({"status": {"active": 0, "succeeded": 1, "completionTime": end, "conditions": [
+                    {"type": "SuccessCriteriaMet", "status": "True", "lastProbeTime": end, "lastTransitionTime": end},
+                    {"type": "Complete", "status": "True", "lastProbeTime": end, "lastTransitionTime": end}]}})
+            } else {
+                json!({"status": {"active": 0, "failed": 1, "conditions": [
+                    {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded", "message": message, "lastProbeTime": end, "lastTransitionTime": end},
+                    {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": message, "lastProbeTime": end, "lastTransitionTime": end}]}})
+            };
+            if let Err(e) = jobs
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
+                .await
+            {
+                tracing::warn!("node simulator: recording the outcome of Job {ns}/{name}: {e}");
+            }
+        });
+    }
+    Ok(())
 }
 
 /// One pass over the cluster.

@@ -147,6 +147,11 @@ pub struct ControllerArgs {
     /// The kubernetes.io/tls Secret in ichor-system holding the webhook's certificate.
     #[arg(long, value_name = "NAME")]
     pub webhook_cert_secret: Option<String>,
+    /// The image the ichor-cni Job runs when Ichor's Cilium release is off
+    /// a TalosCluster's effective values (usually this controller's own image;
+    /// without it no Job is started).
+    #[arg(long, value_name = "IMAGE")]
+    pub cni_job_image: Option<String>,
     /// Act as the only replica (no Lease).
     #[arg(long)]
     pub no_leader_election: bool,

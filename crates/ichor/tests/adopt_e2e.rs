@@ -464,6 +464,51 @@ async fn e7_policies_follow_the_detected_cni_not_the_preset() {
     }
 }
 
+/// Covers: R2.0, R2.1c, R5.1
+///
+/// E7, the managed half: a Cilium installed by someone else is taken over —
+/// the controller's ichor-cni Job (run by the lab as the real binary) makes it
+/// Ichor's release with its record in ichor-system, the hand-over completes,
+/// and Ichor's policies are applied.
+#[tokio::test(flavor = "multi_thread")]
+async fn e7_a_cilium_takeover_gets_the_policies_and_ichors_release() {
+    let mut h = Harness::up(|o| o.cni = LabCni::Cilium).await;
+    h.start_controller();
+    let out = run(h.adopt(&[]));
+    let said = text(&out);
+    assert!(out.status.success(), "{said}\n{}", h.logs());
+    assert!(
+        said.contains("Cilium without an Ichor record found: Ichor will take it over"),
+        "{said}"
+    );
+    assert!(
+        said.contains("applied Ichor's Cilium network policies"),
+        "{said}"
+    );
+    let releases = helm_list(&h, Tool::Helm3, NS);
+    assert_eq!(releases[0]["name"], "cilium", "{releases}");
+    assert_eq!(releases[0]["status"], "deployed", "{releases}");
+    let jobs = Api::<Job>::namespaced(h.client().await, NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert_eq!(jobs.items.len(), 1, "one ichor-cni Job took it over");
+    assert_eq!(jobs.items[0].status.as_ref().unwrap().succeeded, Some(1));
+    let cluster = Api::<TalosCluster>::namespaced(h.client().await, NS)
+        .get("lab")
+        .await
+        .unwrap();
+    assert_eq!(cluster.spec.cni.preset, ichor_api::CniPreset::Cilium);
+    assert!(
+        cluster
+            .status
+            .unwrap()
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "CNIHandover" && c.status == "True")
+    );
+}
+
 /// Bad input: an unreadable talosconfig, a wrong CA, an unreachable node and a
 /// wrong kubeconfig each end with one clear error, and nothing is written.
 #[tokio::test(flavor = "multi_thread")]

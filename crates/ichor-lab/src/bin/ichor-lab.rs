@@ -49,7 +49,7 @@ enum Cmd {
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter("warn")
+        .with_env_filter("warn,kube_client::client::builder=off")
         .init();
     let cli = Cli::parse();
     let rt = tokio::runtime::Runtime::new()?;

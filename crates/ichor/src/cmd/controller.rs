@@ -21,6 +21,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
             }),
         leader_election: (!args.no_leader_election).then(LeaderElection::default),
         resync: args.resync,
+        cni_job_image: args.cni_job_image,
         ..Config::default()
     };
     let client = connect::kube_client(args.kube.kubeconfig.as_deref()).await?;

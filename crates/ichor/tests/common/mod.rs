@@ -11,6 +11,9 @@ use ichor_testenv::Tool;
 use ichor_testenv::tools::repo_root;
 
 pub const NS: &str = "ichor-system";
+/// Ichor's controller image, which the ichor-cni Job runs (the lab runs it as
+/// the local `ichor` binary).
+pub const CONTROLLER_IMAGE: &str = "ghcr.io/maeshinshin/ichor-controller:v0.1.0";
 
 /// A lab with two nodes (shaped by the test), and what runs against it.
 pub struct LabHarness {
@@ -33,6 +36,8 @@ impl LabHarness {
         let dir = tempfile::tempdir().unwrap();
         let mut options = LabOptions::new(dir.path().join("lab"));
         options.nodes = 2;
+        // The lab runs the controller's ichor-cni Jobs with this binary.
+        options.ichor_bin = Some(env!("CARGO_BIN_EXE_ichor").into());
         shape(&mut options);
         let lab = Lab::up(options).await.expect("the lab starts");
         LabHarness {
@@ -54,6 +59,8 @@ impl LabHarness {
                 "--no-leader-election",
                 "--resync",
                 "10s",
+                "--cni-job-image",
+                CONTROLLER_IMAGE,
                 "--kubeconfig",
             ])
             .arg(&self.lab.kubeconfig)
@@ -109,6 +116,26 @@ impl LabHarness {
 
     pub async fn client(&self) -> kube::Client {
         self.lab.client().await
+    }
+
+    /// The logs the lab's processes wrote (the controller's, the Jobs'), for
+    /// a failing assertion's message.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for entry in std::fs::read_dir(self.lab.state_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "log") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(30).collect();
+                out.push_str(&format!("--- {}\n", path.display()));
+                out.extend(tail.into_iter().rev().map(|l| format!("{l}\n")));
+            }
+        }
+        out
     }
 }
 
