@@ -160,3 +160,115 @@ async fn helm_apply_follows_the_talos_cluster() {
         .unwrap();
     assert_eq!(record.config.unwrap()["debug"]["enabled"], true);
 }
+
+/// Covers: R5.6, R5.1
+///
+/// Hand-over when the release is off the cluster's values: the controller
+/// starts the ichor-cni Job; a failed Job is reported (CNIHandover=False,
+/// JobFailed) and deleted, and a new attempt starts; once the cause is gone
+/// the release is deployed at the hash and CNIHandover=True.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_cni_job_is_retried_until_the_hand_over_completes() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::batch::v1::Job;
+    use std::time::Duration;
+
+    let mut h = LabHarness::up(|o| o.cni = ichor_lab::LabCni::Cilium).await;
+    let client = h.lab.client().await;
+    // A Cilium operator whose selector the chart cannot take over: every Job fails.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kube-system");
+    deployments
+        .delete("cilium-operator", &Default::default())
+        .await
+        .unwrap();
+    let odd: Deployment = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "cilium-operator", "namespace": "kube-system"},
+        "spec": {"selector": {"matchLabels": {"odd": "selector"}},
+            "template": {"metadata": {"labels": {"odd": "selector"}},
+                "spec": {"hostNetwork": true, "containers": [{"name": "operator", "image": "quay.io/cilium/operator-generic:v1.18.5"}]}}}
+    }))
+    .unwrap();
+    deployments.create(&Default::default(), &odd).await.unwrap();
+
+    ichor_adopt::run::apply_objects(
+        &client,
+        &ichor_adopt::install::install_objects("v0.1.0", "x")[..5],
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cluster: ichor_api::TalosCluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
+        "metadata": {"name": "lab", "namespace": "ichor-system"},
+        "spec": {"endpoint": "https://127.0.0.1:6443", "talosVersion": "v1.13.9", "kubernetesVersion": "v1.34.1",
+            "secretsRef": {"name": "lab-talos-secrets"}, "cni": {"preset": "cilium", "kubeProxy": "enabled"}}
+    }))
+    .unwrap();
+    let clusters: Api<ichor_api::TalosCluster> = Api::namespaced(client.clone(), "ichor-system");
+    clusters
+        .create(&Default::default(), &cluster)
+        .await
+        .unwrap();
+    h.start_controller("installer");
+
+    let handover = |c: &ichor_api::TalosCluster| {
+        c.status.as_ref().and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == "CNIHandover")
+                .cloned()
+        })
+    };
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "ichor-system");
+    let mut job_uids = std::collections::BTreeSet::new();
+    let mut saw_failed = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while !(saw_failed && job_uids.len() >= 2) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no failed Job followed by a new attempt; Jobs {job_uids:?}\n{}",
+            h.logs()
+        );
+        for j in jobs.list(&Default::default()).await.unwrap().items {
+            job_uids.insert(j.metadata.uid.unwrap_or_default());
+        }
+        let c = clusters.get("lab").await.unwrap();
+        if let Some(cond) = handover(&c)
+            && cond.reason == "JobFailed"
+        {
+            assert!(
+                cond.message.contains("a new attempt starts"),
+                "{}",
+                cond.message
+            );
+            saw_failed = true;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // The cause goes away: the next attempt takes Cilium over.
+    deployments
+        .delete("cilium-operator", &Default::default())
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let c = clusters.get("lab").await.unwrap();
+        if handover(&c).is_some_and(|c| c.status == "True") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "hand-over never completed: {:?}\n{}",
+            handover(&c),
+            h.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let record = ichor_cilium::deployed_release(client, "ichor-system")
+        .await
+        .unwrap()
+        .expect("Ichor's record");
+    assert_eq!(record.namespace, "kube-system");
+}
