@@ -1,11 +1,12 @@
-//! Benchmark (not a test: it asserts no time): encoding and decoding records
-//! with 10 and 100 revisions, and reading the history through Ichor against
-//! `helm history` (v3 and v4) on the same records. Run it with
+//! Benchmark (it prints figures and judges nothing): encoding and decoding
+//! records with 10 and 100 revisions, and reading the history through Ichor
+//! against `helm history` (v3 and v4) on the same records. Run it with
 //!
 //! ```text
-//! cargo test -p ichor-helm --release --test bench_records -- --ignored --nocapture
+//! cargo bench -p ichor-helm --bench records
 //! ```
 
+#[path = "../tests/common/mod.rs"]
 mod common;
 
 use std::time::Instant;
@@ -76,9 +77,8 @@ fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-#[tokio::test]
-#[ignore = "benchmark; run with --ignored --nocapture"]
-async fn bench_record_codec_and_history_against_helm() {
+#[tokio::main]
+async fn main() {
     let env = TestEnv::shared();
     let home = HelmHome::new();
     let base = cilium_sized_release(&home).await;
