@@ -14,7 +14,8 @@
 //! Processes never outlive the test binary: each server runs under a small
 //! watchdog shell that reads the test process's end of a pipe and kills the
 //! server (and removes the folder) when that pipe closes — on a normal exit, a
-//! panic or a SIGKILL alike.
+//! panic or a SIGKILL alike — and the kernel kills the server should the
+//! watchdog itself be killed (parent-death signal).
 //!
 //! What it cannot do: there are no kubelets, no controllers (no namespace
 //! deletion, no garbage collection, no Deployment → ReplicaSet → Pod) and no pod
@@ -261,6 +262,12 @@ impl TestEnv {
         log_tail(&self.dir.join("kube-apiserver.log"), lines)
     }
 
+    /// The process ids of the watchdog shells (for tests of the teardown).
+    pub fn watchdog_pids(&self) -> Vec<u32> {
+        let w = self.watchdogs.lock().unwrap_or_else(|p| p.into_inner());
+        w.iter().map(|w| w.child.id()).collect()
+    }
+
     /// Stops both servers now (dropping a non-shared `TestEnv` does the same).
     pub fn stop(&self) {
         let mut w = self.watchdogs.lock().unwrap_or_else(|p| p.into_inner());
@@ -330,17 +337,33 @@ fn watchdog(
     log: &Path,
     cleanup: Option<&Path>,
 ) -> Result<Watchdog, Error> {
+    // The server also gets SIGKILL from the kernel the moment its watchdog
+    // dies (setpriv --pdeathsig), however the watchdog dies; the trap covers a
+    // watchdog that is signalled rather than killed.
     const SCRIPT: &str = r#"
 log=$1; cleanup=$2; shift 2
-"$@" >"$log" 2>&1 </dev/null &
+if command -v setpriv >/dev/null 2>&1; then
+  setpriv --pdeathsig KILL -- "$@" >"$log" 2>&1 </dev/null &
+else
+  "$@" >"$log" 2>&1 </dev/null &
+fi
 pid=$!
-cat >/dev/null
-kill -TERM "$pid" 2>/dev/null
-for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-kill -KILL "$pid" 2>/dev/null
-wait "$pid" 2>/dev/null
-[ -n "$cleanup" ] && rm -rf "$cleanup"
-exit 0
+stop() {
+  kill -TERM "$pid" 2>/dev/null
+  for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  [ -n "$cleanup" ] && rm -rf "$cleanup"
+  exit 0
+}
+trap stop TERM INT HUP
+# Read the pipe in the background: a shell runs traps only between commands,
+# and `wait` returns at once on a signal. Stdin is kept on fd 3 first, since
+# a background command's stdin would otherwise be /dev/null.
+exec 3<&0
+cat <&3 >/dev/null &
+wait $!
+stop
 "#;
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
@@ -362,6 +385,20 @@ exit 0
         let _ = s.write_all(b"");
     }
     Ok(Watchdog { child, stdin })
+}
+
+/// A command for `program` that the kernel kills (SIGKILL) when the thread
+/// that starts it ends — for long-running helpers a test or the lab starts
+/// (Ichor's controller), so none outlives a killed test. Plain when the
+/// machine has no `setpriv`.
+pub fn command_dying_with_parent(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    if Path::new("/usr/bin/setpriv").is_file() {
+        let mut cmd = Command::new("/usr/bin/setpriv");
+        cmd.args(["--pdeathsig", "KILL", "--"]).arg(program);
+        cmd
+    } else {
+        Command::new(program)
+    }
 }
 
 fn free_port() -> u16 {

@@ -23,6 +23,18 @@ fn processes_using(dir: &Path) -> Vec<String> {
     found
 }
 
+fn wait_no_process(dir: &Path) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !processes_using(dir).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running after 30s: {:?}",
+            processes_using(dir)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 fn wait_gone(dir: &Path) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -64,4 +76,38 @@ fn a_panicking_test_binary_leaves_no_server_behind() {
         "probe printed {stdout:?}"
     );
     wait_gone(dir);
+}
+
+#[test]
+fn a_killed_watchdog_takes_its_server_with_it() {
+    let env = TestEnv::start().unwrap();
+    let dir = env.dir().to_path_buf();
+    assert!(
+        !processes_using(&dir).is_empty(),
+        "servers should be running"
+    );
+    for pid in env.watchdog_pids() {
+        let status = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    wait_no_process(&dir);
+    drop(env);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_signalled_watchdog_stops_its_server_and_removes_the_folder() {
+    let env = TestEnv::start().unwrap();
+    let dir = env.dir().to_path_buf();
+    for pid in env.watchdog_pids() {
+        let status = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    wait_gone(&dir);
 }

@@ -124,7 +124,7 @@ async fn adopt(lab: &Lab, show: bool) -> anyhow::Result<(std::time::Duration, St
     }
     eprintln!("lab: starting Ichor's controller as a local process (ichor controller)");
     let mut controller = ChildGuard(
-        Command::new(&bin)
+        ichor_testenv::command_dying_with_parent(&bin)
             .args([
                 "controller",
                 "--no-leader-election",

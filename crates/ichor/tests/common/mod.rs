@@ -51,7 +51,7 @@ impl LabHarness {
     /// logging to the lab's state folder.
     pub fn start_controller(&mut self, deployed_by: &str) {
         let log = std::fs::File::create(self.lab.state_dir().join("controller.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_ichor"))
+        let child = ichor_testenv::command_dying_with_parent(env!("CARGO_BIN_EXE_ichor"))
             .args([
                 "controller",
                 "--deployed-by",
