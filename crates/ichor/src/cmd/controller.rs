@@ -25,10 +25,8 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         ..Config::default()
     };
     let client = connect::kube_client(args.kube.kubeconfig.as_deref()).await?;
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    ichor_controller::run_with(client, config, shutdown)
+    // SIGTERM (a pod's stop) or Ctrl-C: the Lease is handed back at once.
+    ichor_controller::run_with(client, config, ichor_controller::shutdown_signal())
         .await
         .context("the controller stopped")
 }
