@@ -37,10 +37,16 @@ enum Cmd {
         #[arg(long, default_value = "target/lab-bench")]
         state_dir: PathBuf,
     },
-    /// Start the lab and keep it running until Ctrl-C; prints how to reach it.
+    /// Start the lab and keep it running until Ctrl-C or `ichor-lab down`;
+    /// prints how to reach it (run it in the background with `&`).
     Up {
         #[arg(long, default_value_t = 3)]
         nodes: usize,
+        #[arg(long, default_value = "target/lab")]
+        state_dir: PathBuf,
+    },
+    /// Stop a lab started by `ichor-lab up`, and everything it started.
+    Down {
         #[arg(long, default_value = "target/lab")]
         state_dir: PathBuf,
     },
@@ -57,13 +63,24 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Cmd::Up { nodes, state_dir } => {
                 let lab = start(nodes, state_dir).await?;
+                let pid_file = lab.state_dir().join("lab.pid");
+                std::fs::write(&pid_file, std::process::id().to_string())?;
                 println!("{}", lab.env_lines());
                 eprintln!(
-                    "lab: running; press Ctrl-C to stop it (everything it started stops with it)"
+                    "lab: running; stop it with Ctrl-C or ichor-lab down (everything it started stops with it)"
                 );
-                tokio::signal::ctrl_c().await?;
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+                tokio::select! {
+                    r = tokio::signal::ctrl_c() => r?,
+                    _ = term.recv() => {}
+                }
+                let _ = std::fs::remove_file(&pid_file);
+                drop(lab);
+                eprintln!("lab: stopped");
                 Ok(())
             }
+            Cmd::Down { state_dir } => down(&state_dir).await,
             Cmd::Demo { nodes, state_dir } => demo(nodes, state_dir).await,
             Cmd::Bench { nodes, state_dir } => {
                 println!("nodes\tlab-up\tadopt-total\tphases (from ichor adopt)");
@@ -82,6 +99,43 @@ fn main() -> anyhow::Result<()> {
             }
         }
     })
+}
+
+/// Sends the running `up` SIGTERM and waits (bounded) until it is gone.
+async fn down(state_dir: &std::path::Path) -> anyhow::Result<()> {
+    let pid_file = state_dir.join("lab.pid");
+    let pid = match std::fs::read_to_string(&pid_file) {
+        Ok(p) => p.trim().to_string(),
+        Err(_) => {
+            eprintln!(
+                "lab: no lab is running from {} (no lab.pid)",
+                state_dir.display()
+            );
+            return Ok(());
+        }
+    };
+    let alive = |pid: &str| std::path::Path::new("/proc").join(pid).exists();
+    if !alive(&pid) {
+        let _ = std::fs::remove_file(&pid_file);
+        eprintln!(
+            "lab: the lab of {} had already stopped",
+            state_dir.display()
+        );
+        return Ok(());
+    }
+    let status = Command::new("kill").args(["-TERM", &pid]).status()?;
+    if !status.success() {
+        bail!("cannot signal the lab (pid {pid}); stop it with Ctrl-C where it runs");
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while alive(&pid) {
+        if tokio::time::Instant::now() >= deadline {
+            bail!("the lab (pid {pid}) did not stop within 30s; kill it with kill -9 {pid}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    eprintln!("lab: stopped the lab of {}", state_dir.display());
+    Ok(())
 }
 
 async fn start(nodes: usize, state_dir: PathBuf) -> anyhow::Result<Lab> {
