@@ -113,13 +113,7 @@ pub(crate) async fn run(
                 tracing::debug!(error = %e, "TalosCluster reconcile");
             }
         });
-    tokio::select! {
-        () = drive => {}
-        () = async {
-            stop.await;
-            tokio::time::sleep(crate::SHUTDOWN_GRACE).await;
-        } => tracing::warn!("the TalosCluster controller did not stop within {:?}; leaving it", crate::SHUTDOWN_GRACE),
-    }
+    crate::drive_until_stopped("TalosCluster", drive, stop).await;
 }
 
 fn error_policy(

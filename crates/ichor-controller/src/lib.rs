@@ -50,6 +50,23 @@ pub const FIELD_MANAGER: &str = "ichor-controller";
 /// How long running reconciles may take to finish once shutdown starts.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// Drives a controller's stream until it ends, or for at most
+/// [`SHUTDOWN_GRACE`] once `stop` completes: kube-runtime's graceful shutdown
+/// never finishes when the stop comes before the first list.
+pub(crate) async fn drive_until_stopped(
+    kind: &str,
+    drive: impl Future<Output = ()>,
+    stop: impl Future<Output = ()>,
+) {
+    tokio::select! {
+        () = drive => {}
+        () = async {
+            stop.await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => tracing::warn!("the {kind} controller did not stop within {SHUTDOWN_GRACE:?}; leaving it"),
+    }
+}
+
 /// Who deployed Ichor (the CLI's `--deployed-by`; the chart sets `helm`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeployedBy {

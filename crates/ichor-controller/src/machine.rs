@@ -92,13 +92,7 @@ pub(crate) async fn run(
                 tracing::debug!(error = %e, "TalosMachine reconcile");
             }
         });
-    tokio::select! {
-        () = drive => {}
-        () = async {
-            stop.await;
-            tokio::time::sleep(crate::SHUTDOWN_GRACE).await;
-        } => tracing::warn!("the TalosMachine controller did not stop within {:?}; leaving it", crate::SHUTDOWN_GRACE),
-    }
+    crate::drive_until_stopped("TalosMachine", drive, stop).await;
 }
 
 fn error_policy(
