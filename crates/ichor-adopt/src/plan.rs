@@ -138,7 +138,7 @@ impl Plan {
 
     /// The plan's first line, as the spec words it.
     pub fn summary(&self) -> String {
-        let (tunnel, kube_proxy) = (tunnel_name(self.tunnel), kube_proxy_name(self.kube_proxy));
+        let (tunnel, kube_proxy) = (self.tunnel.as_str(), self.kube_proxy.as_str());
         match self.mode {
             AdoptMode::InstallCilium => format!(
                 "no CNI found: Ichor will install Cilium (tunnel {tunnel}, kube-proxy {kube_proxy}) as its own Helm release, then install Ichor, then adopt"
@@ -243,20 +243,6 @@ pub fn kube_proxy_from_talos(inspection: &Inspection) -> KubeProxyMode {
         KubeProxyMode::Enabled
     } else {
         KubeProxyMode::Replaced
-    }
-}
-
-pub fn tunnel_name(t: Tunnel) -> &'static str {
-    match t {
-        Tunnel::Vxlan => "vxlan",
-        Tunnel::Geneve => "geneve",
-    }
-}
-
-pub fn kube_proxy_name(k: KubeProxyMode) -> &'static str {
-    match k {
-        KubeProxyMode::Enabled => "enabled",
-        KubeProxyMode::Replaced => "replaced",
     }
 }
 

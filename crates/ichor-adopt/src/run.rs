@@ -192,32 +192,24 @@ async fn agree_with_record(
     };
     let (recorded_tunnel, recorded_kube_proxy) =
         ichor_cilium::recorded_settings(&record.config.clone().unwrap_or_default());
-    let to_api_tunnel = |t: ichor_cilium::Tunnel| match t {
-        ichor_cilium::Tunnel::Vxlan => ichor_api::Tunnel::Vxlan,
-        ichor_cilium::Tunnel::Geneve => ichor_api::Tunnel::Geneve,
-    };
-    if let Some(t) = recorded_tunnel.map(to_api_tunnel) {
+    if let Some(t) = recorded_tunnel {
         if tunnel_given && t != plan.tunnel {
             return Err(AdoptError::Refused(vec![Refusal::new(format!(
                 "Ichor's Cilium release was installed with tunnel {}, but --tunnel {} was given; the tunnel cannot change on a running cluster. Run again with --tunnel {} or without --tunnel",
-                crate::plan::tunnel_name(t),
-                crate::plan::tunnel_name(plan.tunnel),
-                crate::plan::tunnel_name(t)
+                t.as_str(),
+                plan.tunnel.as_str(),
+                t.as_str()
             ))]));
         }
         plan.tunnel = t;
     }
-    if let Some(kp) = recorded_kube_proxy {
-        let recorded = match kp {
-            ichor_cilium::KubeProxy::Enabled => ichor_api::KubeProxyMode::Enabled,
-            ichor_cilium::KubeProxy::Replaced => ichor_api::KubeProxyMode::Replaced,
-        };
+    if let Some(recorded) = recorded_kube_proxy {
         if recorded != plan.kube_proxy {
             return Err(AdoptError::Refused(vec![Refusal::new(format!(
                 "Ichor's Cilium release was installed for kube-proxy {}, but Talos says kube-proxy is {}. Run ichor cni bootstrap again with --kube-proxy {}, then ichor adopt",
-                crate::plan::kube_proxy_name(recorded),
-                crate::plan::kube_proxy_name(plan.kube_proxy),
-                crate::plan::kube_proxy_name(plan.kube_proxy)
+                recorded.as_str(),
+                plan.kube_proxy.as_str(),
+                plan.kube_proxy.as_str()
             ))]));
         }
     }
@@ -253,7 +245,7 @@ pub async fn adopt(
             values: Some(Value::Object(values.clone())),
         });
     }
-    let node_count = inspection.kube.nodes.len() as u32;
+    let node_count = ichor_cilium::node_count_rule(inspection.kube.nodes.len(), 0);
 
     // Phase: Cilium first on a cluster with no CNI (and the rerun of one).
     if matches!(
@@ -262,8 +254,8 @@ pub async fn adopt(
     ) {
         operator.say(&format!(
             "installing Cilium (tunnel {}, kube-proxy {}) as Ichor's Helm release cilium in kube-system, record in ichor-system",
-            crate::plan::tunnel_name(cluster.spec.cni.tunnel),
-            crate::plan::kube_proxy_name(cluster.spec.cni.kube_proxy)
+            cluster.spec.cni.tunnel.as_str(),
+            cluster.spec.cni.kube_proxy.as_str()
         ));
         let settings = ClusterSettings::from_cluster(&cluster, node_count)
             .map_err(|e| AdoptError::Refused(vec![Refusal::new(e.to_string())]))?;

@@ -111,7 +111,8 @@ pub struct CniSpec {
 
 /// Cilium settings of the cilium preset.
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
-#[x_kube(validation = Rule::new("!has(self.values) || (!has(self.values.k8sServiceHost) && !has(self.values.k8sServicePort) && !has(self.values.kubeProxyReplacement) && !has(self.values.tunnelProtocol))").message("spec.cni.cilium.values must not set k8sServiceHost, k8sServicePort, kubeProxyReplacement or tunnelProtocol: Ichor owns them; set spec.cni.tunnel and spec.cni.kubeProxy instead"))]
+// The rule is built from the owned-keys table (crate::cilium::OWNED_PATHS).
+#[x_kube(validation = crate::cilium::owned_keys_rule())]
 #[serde(rename_all = "camelCase")]
 pub struct CiliumSpec {
     /// Cilium Helm chart values merged over Ichor's defaults (free-form).
@@ -159,12 +160,30 @@ pub enum CniPreset {
 }
 
 /// Cilium's tunnel protocol: vxlan (the default) or geneve.
+///
+/// The one vocabulary of the tunnel: the CRD, the webhook, the Cilium values
+/// and the CLI's `--tunnel` all read these names ([`Tunnel::ALL`],
+/// [`Tunnel::as_str`], `FromStr`). A new mode is a new variant here and its
+/// name in `as_str` (and whatever Cilium value it maps to in `ichor-cilium`).
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Tunnel {
     #[default]
     Vxlan,
     Geneve,
+}
+
+impl Tunnel {
+    /// Every tunnel, in the order messages list them.
+    pub const ALL: [Tunnel; 2] = [Tunnel::Vxlan, Tunnel::Geneve];
+
+    /// The name in the API, the CLI and Cilium's `tunnelProtocol`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tunnel::Vxlan => "vxlan",
+            Tunnel::Geneve => "geneve",
+        }
+    }
 }
 
 /// Whether kube-proxy runs (enabled) or Cilium replaces it (replaced).
@@ -174,6 +193,70 @@ pub enum KubeProxyMode {
     #[default]
     Enabled,
     Replaced,
+}
+
+impl KubeProxyMode {
+    /// Every mode, in the order messages list them.
+    pub const ALL: [KubeProxyMode; 2] = [KubeProxyMode::Enabled, KubeProxyMode::Replaced];
+
+    /// The name in the API and the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KubeProxyMode::Enabled => "enabled",
+            KubeProxyMode::Replaced => "replaced",
+        }
+    }
+}
+
+/// `a or b`, `a, b or c`: the names of a vocabulary, for messages.
+pub fn one_of(names: &[&str]) -> String {
+    match names.split_last() {
+        None => String::new(),
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+impl std::str::FromStr for Tunnel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Tunnel::ALL
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown tunnel {s:?}: use {}",
+                    one_of(&Tunnel::ALL.map(Tunnel::as_str))
+                )
+            })
+    }
+}
+
+impl std::str::FromStr for KubeProxyMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        KubeProxyMode::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown kube-proxy mode {s:?}: use {}",
+                    one_of(&KubeProxyMode::ALL.map(KubeProxyMode::as_str))
+                )
+            })
+    }
+}
+
+impl std::fmt::Display for Tunnel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Display for KubeProxyMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The CNI setting of the Talos machine config for an unmanaged CNI: none, flannel or custom.

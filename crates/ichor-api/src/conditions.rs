@@ -34,6 +34,12 @@ pub mod reasons {
     pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
     /// The desired config could not be rendered (bad patch, bad live config).
     pub const RENDER_FAILED: &str = "RenderFailed";
+    /// A Kubernetes API read the reconcile needed failed (TalosMachine).
+    pub const API_ERROR: &str = "ApiError";
+    /// TalosCluster: no TalosMachine refers to the cluster yet.
+    pub const NO_MACHINES: &str = "NoMachines";
+    /// TalosCluster: some of its machines are not Ready.
+    pub const MACHINES_NOT_READY: &str = "MachinesNotReady";
 
     // CNIHandover
     /// Ichor's Cilium release is deployed at the effective-values hash and its DaemonSet is Ready.
@@ -46,6 +52,10 @@ pub mod reasons {
     pub const JOB_FAILED: &str = "JobFailed";
     /// The CNI is the user's (preset unmanaged); there is nothing to hand over.
     pub const UNMANAGED: &str = "Unmanaged";
+    /// `spec.cni.cilium.values` cannot give effective values.
+    pub const INVALID_VALUES: &str = "InvalidValues";
+    /// The ichor-cni Job is bringing the release to the effective values.
+    pub const JOB_RUNNING: &str = "JobRunning";
 
     // Drifted
     /// Live and desired config are equal on every path (or only class A differs).

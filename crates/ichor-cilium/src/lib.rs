@@ -9,6 +9,9 @@
 //!   CLI share it), [`bootstrap`] (the CLI's entry: `ichor-system` namespace,
 //!   apply, then a bounded wait for Cilium and every node to be Ready).
 
+// Output goes through a binary's printer (docs/STYLE.md); a library never prints.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod values;
 
 use std::path::{Path, PathBuf};
@@ -20,10 +23,13 @@ use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, ObjectMeta, PostParams};
 use serde_json::{Map, Value};
 
+use ichor_helm::objects::{CreateOrKeep, create_or_keep};
+use ichor_helm::wait::{Wait, WaitError, wait_until};
 pub use ichor_helm::{ApplyOptions, ChartRef, Release, Renderer};
 pub use values::{
-    ClusterSettings, KubeProxy, OWNED_KEYS, Tunnel, ValuesError, effective_values,
-    effective_values_for_mode, recorded_settings, user_values_from_yaml, values_hash,
+    ClusterSettings, KubeProxyMode, OWNED_KEYS, Tunnel, ValuesError, effective_values,
+    effective_values_for_mode, node_count_rule, recorded_settings, user_values_from_yaml,
+    values_hash,
 };
 
 /// The Helm release name of Ichor's Cilium.
@@ -96,7 +102,7 @@ pub fn standin_chart_dir() -> PathBuf {
 }
 
 /// Called while waiting with what is still not Ready, one line each.
-pub type Progress = Arc<dyn Fn(&[String]) + Send + Sync>;
+pub type Progress = Arc<ichor_helm::wait::ProgressFn>;
 
 /// How Ichor's Cilium release is written.
 #[derive(Clone, Debug)]
@@ -303,15 +309,11 @@ pub async fn check_handover(
     settings: &ClusterSettings,
 ) -> Result<HandoverCheck, Error> {
     let desired_hash = values_hash(&effective_values(settings)?);
-    let history = ichor_helm::SecretStorage::new(client.clone(), storage_namespace)
-        .history(RELEASE_NAME)
+    let deployed = ichor_helm::SecretStorage::new(client.clone(), storage_namespace)
+        .deployed(RELEASE_NAME)
         .await
-        .map_err(ichor_helm::Error::from)?;
-    let deployed = history
-        .iter()
-        .rev()
-        .find(|s| s.release.status() == ichor_helm::Status::Deployed)
-        .map(|s| (s.release.version, release_values_hash(&s.release)));
+        .map_err(ichor_helm::Error::from)?
+        .map(|r| (r.version, release_values_hash(&r)));
     let ds = Api::<DaemonSet>::namespaced(client, release_namespace)
         .get_opt(AGENT_DAEMONSET)
         .await
@@ -333,9 +335,8 @@ pub async fn check_handover(
     })
 }
 
-/// The number of Nodes: the `node_count` of [`ClusterSettings`]. The CLI and
-/// the controller must count the same way (Nodes) so that they derive the
-/// same effective values.
+/// The `node_count` of [`ClusterSettings`] as [`node_count_rule`] counts it,
+/// from the Nodes alone (the CLI knows no TalosMachines).
 pub async fn node_count(client: &kube::Client) -> Result<u32, Error> {
     let nodes = Api::<Node>::all(client.clone())
         .list_metadata(&Default::default())
@@ -344,7 +345,7 @@ pub async fn node_count(client: &kube::Client) -> Result<u32, Error> {
             what: "the nodes".into(),
             source,
         })?;
-    Ok(u32::try_from(nodes.items.len()).unwrap_or(u32::MAX))
+    Ok(node_count_rule(nodes.items.len(), 0))
 }
 
 /// The newest deployed revision of Ichor's Cilium release, read from the
@@ -353,15 +354,10 @@ pub async fn deployed_release(
     client: kube::Client,
     storage_namespace: &str,
 ) -> Result<Option<Release>, Error> {
-    let history = ichor_helm::SecretStorage::new(client, storage_namespace)
-        .history(RELEASE_NAME)
+    Ok(ichor_helm::SecretStorage::new(client, storage_namespace)
+        .deployed(RELEASE_NAME)
         .await
-        .map_err(ichor_helm::Error::from)?;
-    Ok(history
-        .into_iter()
-        .rev()
-        .map(|s| s.release)
-        .find(|r| r.status() == ichor_helm::Status::Deployed))
+        .map_err(ichor_helm::Error::from)?)
 }
 
 /// The bounded Ready wait of [`bootstrap`].
@@ -429,12 +425,12 @@ pub async fn ensure_namespace(client: &kube::Client, namespace: &str) -> Result<
         },
         ..Namespace::default()
     };
-    match api.create(&PostParams::default(), &ns).await {
-        Ok(_) => {
+    match create_or_keep(&api, &PostParams::default(), &ns).await {
+        Ok(CreateOrKeep::Created(_)) => {
             tracing::info!(namespace, "created namespace");
             Ok(())
         }
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Ok(CreateOrKeep::Kept) => Ok(()),
         Err(source) => Err(Error::Namespace {
             namespace: namespace.into(),
             source,
@@ -449,31 +445,24 @@ pub async fn wait_ready(
     namespace: &str,
     wait: &WaitOptions,
 ) -> Result<(), Error> {
-    let start = tokio::time::Instant::now();
-    let deadline = start + wait.timeout;
-    let mut next_report = start; // report at once, then every interval
-    loop {
-        let pending = not_ready(client, namespace).await?;
-        if pending.is_empty() {
+    let bound = Wait {
+        why: "Cilium",
+        timeout: wait.timeout,
+        poll_interval: wait.poll_interval,
+        report_interval: wait.report_interval,
+        on_progress: wait.on_progress.as_deref(),
+    };
+    match wait_until(&bound, || not_ready(client, namespace)).await {
+        Ok(()) => {
             tracing::info!(namespace, "Cilium and every node are Ready");
-            return Ok(());
+            Ok(())
         }
-        let now = tokio::time::Instant::now();
-        if now >= next_report {
-            tracing::info!(namespace, "waiting for Cilium: {}", pending.join("; "));
-            if let Some(cb) = &wait.on_progress {
-                cb(&pending);
-            }
-            next_report = now + wait.report_interval;
-        }
-        if now >= deadline {
-            return Err(Error::NotReady {
-                timeout: wait.timeout,
-                namespace: namespace.into(),
-                pending: pending.join("; "),
-            });
-        }
-        tokio::time::sleep(wait.poll_interval.min(deadline - now)).await;
+        Err(WaitError::Check(e)) => Err(e),
+        Err(WaitError::TimedOut { pending }) => Err(Error::NotReady {
+            timeout: wait.timeout,
+            namespace: namespace.into(),
+            pending: pending.join("; "),
+        }),
     }
 }
 

@@ -8,72 +8,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-/// The tunnel protocol (`spec.cni.tunnel`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Tunnel {
-    #[default]
-    Vxlan,
-    Geneve,
-}
+use ichor_api::cilium::NullAbove;
 
-impl Tunnel {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Tunnel::Vxlan => "vxlan",
-            Tunnel::Geneve => "geneve",
-        }
-    }
-}
-
-impl std::str::FromStr for Tunnel {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "vxlan" => Ok(Tunnel::Vxlan),
-            "geneve" => Ok(Tunnel::Geneve),
-            o => Err(format!("unknown tunnel {o:?}: use vxlan or geneve")),
-        }
-    }
-}
-
-/// Whether kube-proxy runs (`enabled`) or Cilium replaces it (`replaced`):
-/// the kube-proxy *mode* the values are derived for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KubeProxy {
-    Enabled,
-    Replaced,
-}
-
-impl KubeProxy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KubeProxy::Enabled => "enabled",
-            KubeProxy::Replaced => "replaced",
-        }
-    }
-}
-
-impl std::str::FromStr for KubeProxy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "enabled" => Ok(KubeProxy::Enabled),
-            "replaced" => Ok(KubeProxy::Replaced),
-            o => Err(format!(
-                "unknown kube-proxy mode {o:?}: use enabled or replaced"
-            )),
-        }
-    }
-}
+pub use ichor_api::{KubeProxyMode, Tunnel};
 
 /// What the values depend on: the parts of a TalosCluster that matter to
 /// Cilium, and the node count.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClusterSettings {
     pub tunnel: Tunnel,
-    pub kube_proxy: KubeProxy,
+    pub kube_proxy: KubeProxyMode,
     /// `spec.cni.cilium.values`: user values (a mapping), merged on top.
     #[serde(default)]
     pub user_values: Map<String, Value>,
@@ -83,7 +27,7 @@ pub struct ClusterSettings {
 }
 
 impl ClusterSettings {
-    pub fn new(tunnel: Tunnel, kube_proxy: KubeProxy, node_count: u32) -> Self {
+    pub fn new(tunnel: Tunnel, kube_proxy: KubeProxyMode, node_count: u32) -> Self {
         ClusterSettings {
             tunnel,
             kube_proxy,
@@ -95,24 +39,6 @@ impl ClusterSettings {
     pub fn with_user_values(mut self, values: Map<String, Value>) -> Self {
         self.user_values = values;
         self
-    }
-}
-
-impl From<ichor_api::Tunnel> for Tunnel {
-    fn from(t: ichor_api::Tunnel) -> Self {
-        match t {
-            ichor_api::Tunnel::Vxlan => Tunnel::Vxlan,
-            ichor_api::Tunnel::Geneve => Tunnel::Geneve,
-        }
-    }
-}
-
-impl From<ichor_api::KubeProxyMode> for KubeProxy {
-    fn from(k: ichor_api::KubeProxyMode) -> Self {
-        match k {
-            ichor_api::KubeProxyMode::Enabled => KubeProxy::Enabled,
-            ichor_api::KubeProxyMode::Replaced => KubeProxy::Replaced,
-        }
     }
 }
 
@@ -137,12 +63,21 @@ impl ClusterSettings {
             }
         };
         Ok(ClusterSettings {
-            tunnel: cni.tunnel.into(),
-            kube_proxy: cni.kube_proxy.into(),
+            tunnel: cni.tunnel,
+            kube_proxy: cni.kube_proxy,
             user_values,
             node_count,
         })
     }
+}
+
+/// The node count the effective values depend on, one rule for the
+/// controller, `ichor cni` and adopt (the count changes the values and so
+/// their hash): the registered Nodes, or, while none has registered, the
+/// cluster's TalosMachines (`machines` is 0 where the caller knows none).
+pub fn node_count_rule(nodes: usize, machines: usize) -> u32 {
+    let n = if nodes == 0 { machines } else { nodes };
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// User values from a YAML (or JSON) file's text, as `--cilium-values FILE`
@@ -167,34 +102,23 @@ pub fn user_values_from_yaml(text: &str, file: &str) -> Result<Map<String, Value
 /// read from its values (`tunnelProtocol`, `kubeProxyReplacement`): what
 /// adopt compares with the Talos side after `ichor cni bootstrap`. `None`
 /// where the value is absent or not one Ichor writes.
-pub fn recorded_settings(config: &Map<String, Value>) -> (Option<Tunnel>, Option<KubeProxy>) {
+pub fn recorded_settings(config: &Map<String, Value>) -> (Option<Tunnel>, Option<KubeProxyMode>) {
     let tunnel = config
         .get("tunnelProtocol")
         .and_then(Value::as_str)
         .and_then(|t| t.parse().ok());
     let kube_proxy = match config.get("kubeProxyReplacement") {
-        Some(Value::String(s)) if s == "true" => Some(KubeProxy::Replaced),
-        Some(Value::String(s)) if s == "false" => Some(KubeProxy::Enabled),
-        Some(Value::Bool(true)) => Some(KubeProxy::Replaced),
-        Some(Value::Bool(false)) => Some(KubeProxy::Enabled),
+        Some(Value::String(s)) if s == "true" => Some(KubeProxyMode::Replaced),
+        Some(Value::String(s)) if s == "false" => Some(KubeProxyMode::Enabled),
+        Some(Value::Bool(true)) => Some(KubeProxyMode::Replaced),
+        Some(Value::Bool(false)) => Some(KubeProxyMode::Enabled),
         _ => None,
     };
     (tunnel, kube_proxy)
 }
 
-/// Dotted paths of the values Ichor always sets.
-pub const OWNED_KEYS: [&str; 10] = [
-    "k8sServiceHost",
-    "k8sServicePort",
-    "kubeProxyReplacement",
-    "tunnelProtocol",
-    "ipam.mode",
-    "cgroup.autoMount.enabled",
-    "cgroup.hostRoot",
-    "securityContext.capabilities.ciliumAgent",
-    "securityContext.capabilities.cleanCiliumState",
-    "operator.replicas",
-];
+/// Dotted paths of the values Ichor always sets: the one table in `ichor-api`.
+pub use ichor_api::cilium::OWNED_PATHS as OWNED_KEYS;
 
 /// Capabilities of the agent on Talos (no `SYS_MODULE`: Talos forbids loading modules).
 pub const AGENT_CAPABILITIES: [&str; 11] = [
@@ -229,11 +153,11 @@ pub enum ValuesError {
 }
 
 /// The Ichor-owned values alone, for these settings and kube-proxy mode.
-pub fn owned_values(settings: &ClusterSettings, kube_proxy: KubeProxy) -> Map<String, Value> {
+pub fn owned_values(settings: &ClusterSettings, kube_proxy: KubeProxyMode) -> Map<String, Value> {
     let mut v = json!({
         "k8sServiceHost": "localhost",
         "k8sServicePort": 7445,
-        "kubeProxyReplacement": match kube_proxy { KubeProxy::Enabled => "false", KubeProxy::Replaced => "true" },
+        "kubeProxyReplacement": match kube_proxy { KubeProxyMode::Enabled => "false", KubeProxyMode::Replaced => "true" },
         "tunnelProtocol": settings.tunnel.as_str(),
         "ipam": {"mode": "kubernetes"},
         "cgroup": {"autoMount": {"enabled": false}, "hostRoot": "/sys/fs/cgroup"},
@@ -251,15 +175,6 @@ pub fn owned_values(settings: &ClusterSettings, kube_proxy: KubeProxy) -> Map<St
     }
 }
 
-/// Whether `path` is owned for these settings (`operator.replicas` only on
-/// a one-node cluster).
-fn owned_here(settings: &ClusterSettings) -> impl Iterator<Item = &'static str> {
-    let one_node = settings.node_count <= 1;
-    OWNED_KEYS
-        .into_iter()
-        .filter(move |k| *k != "operator.replicas" || one_node)
-}
-
 /// The effective values for the settings' own kube-proxy mode.
 pub fn effective_values(settings: &ClusterSettings) -> Result<Map<String, Value>, ValuesError> {
     effective_values_for_mode(settings, settings.kube_proxy)
@@ -270,7 +185,7 @@ pub fn effective_values(settings: &ClusterSettings) -> Result<Map<String, Value>
 /// replaces). A user value at or above an Ichor-owned key is refused.
 pub fn effective_values_for_mode(
     settings: &ClusterSettings,
-    kube_proxy: KubeProxy,
+    kube_proxy: KubeProxyMode,
 ) -> Result<Map<String, Value>, ValuesError> {
     check_user_values(settings)?;
     let mut out = owned_values(settings, kube_proxy);
@@ -281,28 +196,14 @@ pub fn effective_values_for_mode(
 /// Refuses user values that set an Ichor-owned key, or replace a map that
 /// holds one with something that is not a map.
 pub fn check_user_values(settings: &ClusterSettings) -> Result<(), ValuesError> {
-    for key in owned_here(settings) {
-        let parts: Vec<&str> = key.split('.').collect();
-        let mut node = &settings.user_values;
-        for (i, part) in parts.iter().enumerate() {
-            let Some(v) = node.get(*part) else { break };
-            let user_path = parts[..=i].join(".");
-            if i + 1 == parts.len() {
-                return Err(ValuesError::OwnedKey {
-                    key: key.to_string(),
-                    user_path,
-                });
-            }
-            match v {
-                Value::Object(m) => node = m,
-                Value::Null => break,
-                _ => {
-                    return Err(ValuesError::OwnedKey {
-                        key: key.to_string(),
-                        user_path,
-                    });
-                }
-            }
+    for key in ichor_api::cilium::owned_paths_for(settings.node_count) {
+        if let Some(user_path) =
+            ichor_api::cilium::user_value_over(&settings.user_values, key, NullAbove::Leaves)
+        {
+            return Err(ValuesError::OwnedKey {
+                key: key.to_string(),
+                user_path,
+            });
         }
     }
     Ok(())
@@ -370,7 +271,7 @@ mod tests {
     /// Covers: R1.4b
     #[test]
     fn owned_keys_follow_the_settings() {
-        let s = ClusterSettings::new(Tunnel::Geneve, KubeProxy::Replaced, 3);
+        let s = ClusterSettings::new(Tunnel::Geneve, KubeProxyMode::Replaced, 3);
         let v = effective_values(&s).unwrap();
         assert_eq!(v["k8sServiceHost"], "localhost");
         assert_eq!(v["k8sServicePort"], 7445);
@@ -401,26 +302,26 @@ mod tests {
             "3 nodes keep the chart's operator replicas"
         );
 
-        let one = ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Enabled, 1);
+        let one = ClusterSettings::new(Tunnel::Vxlan, KubeProxyMode::Enabled, 1);
         let v = effective_values(&one).unwrap();
         assert_eq!(v["kubeProxyReplacement"], "false");
         assert_eq!(v["tunnelProtocol"], "vxlan");
         assert_eq!(v["operator"]["replicas"], 1);
         // The mode argument decides kubeProxyReplacement.
-        let v = effective_values_for_mode(&one, KubeProxy::Replaced).unwrap();
+        let v = effective_values_for_mode(&one, KubeProxyMode::Replaced).unwrap();
         assert_eq!(v["kubeProxyReplacement"], "true");
     }
 
     /// Covers: R1.4c
     #[test]
     fn user_values_merge_deeply_on_top() {
-        let s = ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Enabled, 3).with_user_values(obj(
-            json!({
+        let s = ClusterSettings::new(Tunnel::Vxlan, KubeProxyMode::Enabled, 3).with_user_values(
+            obj(json!({
                 "hubble": {"relay": {"enabled": true}},
                 "ipam": {"operator": {"clusterPoolIPv4PodCIDRList": ["10.0.0.0/8"]}},
                 "operator": {"replicas": 3},
-            }),
-        ));
+            })),
+        );
         let v = effective_values(&s).unwrap();
         assert_eq!(v["ipam"]["mode"], "kubernetes");
         assert_eq!(
@@ -471,7 +372,7 @@ mod tests {
             ),
         ];
         for (user, nodes, key, path) in cases {
-            let s = ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Enabled, nodes)
+            let s = ClusterSettings::new(Tunnel::Vxlan, KubeProxyMode::Enabled, nodes)
                 .with_user_values(obj(user.clone()));
             let e = effective_values(&s).unwrap_err();
             assert_eq!(
@@ -515,7 +416,7 @@ mod tests {
         .unwrap();
         let s = ClusterSettings::from_cluster(&cluster, 3).unwrap();
         assert_eq!(s.tunnel, Tunnel::Geneve);
-        assert_eq!(s.kube_proxy, KubeProxy::Replaced);
+        assert_eq!(s.kube_proxy, KubeProxyMode::Replaced);
         assert_eq!(s.node_count, 3);
         assert_eq!(s.user_values["hubble"]["enabled"], false);
         let mut bad = cluster.clone();
@@ -542,17 +443,17 @@ mod tests {
                 .contains("bad.yaml")
         );
 
-        let s = ClusterSettings::new(Tunnel::Geneve, KubeProxy::Replaced, 2);
+        let s = ClusterSettings::new(Tunnel::Geneve, KubeProxyMode::Replaced, 2);
         let v = effective_values(&s).unwrap();
         assert_eq!(
             recorded_settings(&v),
-            (Some(Tunnel::Geneve), Some(KubeProxy::Replaced))
+            (Some(Tunnel::Geneve), Some(KubeProxyMode::Replaced))
         );
         assert_eq!(recorded_settings(&Map::new()), (None, None));
         let helm_set = obj(json!({"kubeProxyReplacement": false, "tunnelProtocol": "vxlan"}));
         assert_eq!(
             recorded_settings(&helm_set),
-            (Some(Tunnel::Vxlan), Some(KubeProxy::Enabled))
+            (Some(Tunnel::Vxlan), Some(KubeProxyMode::Enabled))
         );
     }
 
@@ -565,7 +466,7 @@ mod tests {
             nodes in 0u32..5, geneve in any::<bool>(), replaced in any::<bool>(),
         ) {
             let tunnel = if geneve { Tunnel::Geneve } else { Tunnel::Vxlan };
-            let kp = if replaced { KubeProxy::Replaced } else { KubeProxy::Enabled };
+            let kp = if replaced { KubeProxyMode::Replaced } else { KubeProxyMode::Enabled };
             let user: Map<String, Value> = keys.into_iter().map(|(k, v)| (k, Value::from(v))).collect();
             let s = ClusterSettings::new(tunnel, kp, nodes).with_user_values(user);
             let owned = owned_values(&s, kp);

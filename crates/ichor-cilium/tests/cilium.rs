@@ -5,8 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ichor_cilium::{
-    ApplyOptions, CiliumOptions, ClusterSettings, Error, KubeProxy, Renderer, Tunnel, WaitOptions,
-    effective_values, offline_chart, release_values_hash, standin_chart_dir, values_hash,
+    ApplyOptions, CiliumOptions, ClusterSettings, Error, KubeProxyMode, Renderer, Tunnel,
+    WaitOptions, effective_values, offline_chart, release_values_hash, standin_chart_dir,
+    values_hash,
 };
 use ichor_testenv::{TestEnv, Tool};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
@@ -137,12 +138,13 @@ async fn bootstrap_installs_the_standin_and_waits_until_ready() {
     }
     let home = HelmHome::new();
     let opts = options(&home, "ichor-system", "kube-system");
-    let settings = ClusterSettings::new(Tunnel::Geneve, KubeProxy::Replaced, 2).with_user_values(
-        json!({"hubble": {"relay": {"enabled": true}}})
-            .as_object()
-            .unwrap()
-            .clone(),
-    );
+    let settings = ClusterSettings::new(Tunnel::Geneve, KubeProxyMode::Replaced, 2)
+        .with_user_values(
+            json!({"hubble": {"relay": {"enabled": true}}})
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
     let reports: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
     let sink = reports.clone();
     let wait = WaitOptions {
@@ -238,7 +240,7 @@ async fn bootstrap_installs_the_standin_and_waits_until_ready() {
             .await
             .unwrap();
     assert!(check.complete(), "{check:?}");
-    let other = ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Replaced, 2);
+    let other = ClusterSettings::new(Tunnel::Vxlan, KubeProxyMode::Replaced, 2);
     let check = ichor_cilium::check_handover(client.clone(), "ichor-system", "kube-system", &other)
         .await
         .unwrap();
@@ -267,14 +269,14 @@ async fn apply_for_cluster_is_idempotent_and_upgrades_on_change() {
     let ns = env.namespace("kube").await;
     let home = HelmHome::new();
     let opts = options(&home, &store, &ns);
-    let settings = ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Enabled, 1);
+    let settings = ClusterSettings::new(Tunnel::Vxlan, KubeProxyMode::Enabled, 1);
 
     let first = ichor_cilium::apply_for_cluster(client.clone(), &opts, &settings)
         .await
         .unwrap();
     assert!(first.changed);
     // The controller derives the values again from the written cluster.
-    let controller_view = ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Enabled, 1);
+    let controller_view = ClusterSettings::new(Tunnel::Vxlan, KubeProxyMode::Enabled, 1);
     assert_eq!(
         first.values_hash,
         values_hash(&effective_values(&controller_view).unwrap())
@@ -290,7 +292,7 @@ async fn apply_for_cluster_is_idempotent_and_upgrades_on_change() {
         .unwrap();
     assert_eq!(dep.spec.replicas, Some(1), "one node, one operator");
 
-    let geneve = ClusterSettings::new(Tunnel::Geneve, KubeProxy::Enabled, 1);
+    let geneve = ClusterSettings::new(Tunnel::Geneve, KubeProxyMode::Enabled, 1);
     let up = ichor_cilium::apply_for_cluster(client.clone(), &opts, &geneve)
         .await
         .unwrap();
@@ -336,7 +338,7 @@ async fn first_apply_takes_over_an_existing_cilium_daemonset() {
         .unwrap();
     let home = HelmHome::new();
     let opts = options(&home, &store, &ns);
-    let settings = ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Enabled, 3);
+    let settings = ClusterSettings::new(Tunnel::Vxlan, KubeProxyMode::Enabled, 3);
     ichor_cilium::apply_for_cluster(client.clone(), &opts, &settings)
         .await
         .unwrap();
@@ -361,7 +363,7 @@ async fn owned_user_value_is_refused_and_nothing_is_written() {
     let ns = env.namespace("kube").await;
     let home = HelmHome::new();
     let opts = options(&home, &store, &ns);
-    let settings = ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Enabled, 3).with_user_values(
+    let settings = ClusterSettings::new(Tunnel::Vxlan, KubeProxyMode::Enabled, 3).with_user_values(
         json!({"ipam": {"mode": "cluster-pool"}})
             .as_object()
             .unwrap()
@@ -398,7 +400,7 @@ async fn ready_wait_gives_up_and_names_what_is_left() {
     let ns = env.namespace("kube").await;
     let home = HelmHome::new();
     let opts = options(&home, &store, &ns);
-    let settings = ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Enabled, 3);
+    let settings = ClusterSettings::new(Tunnel::Vxlan, KubeProxyMode::Enabled, 3);
     let wait = WaitOptions {
         timeout: Duration::from_secs(1),
         poll_interval: Duration::from_millis(100),
@@ -459,7 +461,7 @@ async fn values_installed_equal_the_values_derived_from_the_written_cluster() {
         .unwrap();
     assert_eq!(
         ichor_cilium::recorded_settings(recorded.config.as_ref().unwrap()),
-        (Some(Tunnel::Geneve), Some(KubeProxy::Replaced))
+        (Some(Tunnel::Geneve), Some(KubeProxyMode::Replaced))
     );
 
     // Write the same object (the CRD may take a moment to be served).
@@ -512,7 +514,7 @@ async fn rerun_after_a_killed_install_repairs_and_upgrades() {
     let store = env.namespace("ichor").await;
     let ns = env.namespace("kube").await;
     let home = HelmHome::new();
-    let settings = ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Enabled, 3);
+    let settings = ClusterSettings::new(Tunnel::Vxlan, KubeProxyMode::Enabled, 3);
     let mut waiting = options(&home, &store, &ns);
     waiting.apply.wait = true;
     let (c, o, s) = (client.clone(), waiting.clone(), settings.clone());
@@ -589,7 +591,12 @@ async fn standin_chart_is_small_honest_and_deterministic() {
         );
     }
     let values = Value::Object(
-        effective_values(&ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Enabled, 1)).unwrap(),
+        effective_values(&ClusterSettings::new(
+            Tunnel::Vxlan,
+            KubeProxyMode::Enabled,
+            1,
+        ))
+        .unwrap(),
     );
     let chart = offline_chart(&dir);
     let r = home.renderer();

@@ -24,28 +24,18 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt as _;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 
-use crate::{Context, Error, FIELD_MANAGER, Result};
+use crate::cni_job::JobState;
+use crate::pipeline;
+use crate::{Context, Error, Result};
 
 /// The controller's name in metrics.
 pub const CONTROLLER: &str = "taloscluster";
-
-/// Reasons this crate adds to `ichor_api::conditions::reasons`.
-pub mod local_reasons {
-    /// No TalosMachine refers to the cluster yet.
-    pub const NO_MACHINES: &str = "NoMachines";
-    /// Some machines are not Ready.
-    pub const MACHINES_NOT_READY: &str = "MachinesNotReady";
-    /// `spec.cni.cilium.values` cannot give effective values.
-    pub const INVALID_VALUES: &str = "InvalidValues";
-    /// The ichor-cni Job is bringing the release to the effective values.
-    pub const JOB_RUNNING: &str = "JobRunning";
-}
 
 /// How often a cluster whose hand-over is pending is looked at again (the
 /// DaemonSet and record watches usually come first).
@@ -72,14 +62,14 @@ pub(crate) async fn run(
         Api::<Secret>::namespaced(ctx.client.clone(), &ctx.config.cilium_storage_namespace);
     let controller = Controller::new(clusters, watcher::Config::default());
     let store = controller.store();
-    let all = move || {
+    let every_cluster = move || {
         store
             .state()
             .into_iter()
             .map(|c| ObjectRef::from_obj(&*c))
             .collect::<Vec<_>>()
     };
-    let all2 = all.clone();
+    let every_cluster_again = every_cluster.clone();
     let drive = controller
         .watches(
             machines,
@@ -98,13 +88,14 @@ pub(crate) async fn run(
             daemonsets,
             watcher::Config::default()
                 .fields(&format!("metadata.name={}", ichor_cilium::AGENT_DAEMONSET)),
-            move |_| all(),
+            move |_| every_cluster(),
         )
         .watches(
             records,
-            watcher::Config::default()
-                .labels(&format!("owner=helm,name={}", ichor_cilium::RELEASE_NAME)),
-            move |_| all2(),
+            watcher::Config::default().labels(&ichor_helm::storage::release_selector(
+                ichor_cilium::RELEASE_NAME,
+            )),
+            move |_| every_cluster_again(),
         )
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -121,66 +112,166 @@ fn error_policy(
     error: &Error,
     ctx: Arc<Context>,
 ) -> Action {
-    ctx.metrics.failed(CONTROLLER, error.metric_label());
-    tracing::warn!(
-        cluster = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()),
-        error = %error,
-        "TalosCluster reconcile failed"
-    );
-    Action::requeue(ctx.config.error_requeue)
+    pipeline::error_policy(CONTROLLER, obj, error, ctx)
 }
 
+/// Read → decide → write.
 async fn reconcile(obj: Arc<DeserializeGuard<TalosCluster>>, ctx: Arc<Context>) -> Result<Action> {
     ctx.metrics.reconciled(CONTROLLER);
-    let cluster = match &obj.0 {
-        Ok(c) => c,
-        Err(invalid) => {
-            let err = Error::Malformed {
-                kind: "TalosCluster",
-                namespace: invalid.metadata.namespace.clone().unwrap_or_default(),
-                name: invalid.metadata.name.clone().unwrap_or_default(),
-                reason: invalid.error.clone(),
-            };
-            crate::machine::publish_on(
-                &ctx,
-                "TalosCluster",
-                &invalid.metadata,
-                kube::runtime::events::EventType::Warning,
-                "Malformed",
-                err.to_string(),
-            )
-            .await;
-            return Err(err);
+    let cluster = pipeline::readable(&ctx, &obj).await?;
+    let observed = read(&ctx, cluster).await?;
+    let settings = Settings::of(&ctx.config);
+    let decision = decide(cluster, &observed, &settings, &(ctx.clock)());
+    write(&ctx, cluster, &decision).await?;
+    Ok(Action::requeue(decision.requeue))
+}
+
+/// What the TalosCluster reconcile reads before it decides.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    /// The readable TalosMachines whose `spec.clusterRef` names this cluster.
+    pub machines: Vec<TalosMachine>,
+    /// The hand-over check (preset cilium), or why the effective values
+    /// cannot be derived from `spec.cni.cilium.values`.
+    pub handover: Option<std::result::Result<HandoverCheck, String>>,
+    /// The ichor-cni Job for the desired values hash, when one exists.
+    pub job: Option<JobState>,
+    /// The CNI DaemonSets found in the cluster.
+    pub daemonsets: CniDaemonSets,
+}
+
+/// Which known CNI DaemonSets exist (what [`detected_cni`] classifies).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CniDaemonSets {
+    /// Cilium's agent DaemonSet, or Ichor's Cilium release is deployed.
+    pub cilium: bool,
+    /// `kube-system/kube-flannel`.
+    pub flannel: bool,
+    /// `calico-node` in `kube-system` or `calico-system`.
+    pub calico: bool,
+}
+
+/// The settings the decision needs from the controller's configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub storage_namespace: String,
+    pub release_namespace: String,
+    /// Whether the controller may start the ichor-cni Job (it has an image).
+    pub can_start_job: bool,
+    pub resync: std::time::Duration,
+    pub error_requeue: std::time::Duration,
+}
+
+impl Settings {
+    fn of(config: &crate::Config) -> Self {
+        Settings {
+            storage_namespace: config.cilium_storage_namespace.clone(),
+            release_namespace: config.cilium_release_namespace.clone(),
+            can_start_job: config.cni_job_image.is_some(),
+            resync: config.resync,
+            error_requeue: config.error_requeue,
         }
-    };
+    }
+}
+
+/// What to write to the API, in this order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterAction {
+    /// Create the ichor-cni Job for this values hash.
+    StartJob { hash: String },
+    /// Delete the failed ichor-cni Job (the next reconcile starts another).
+    DeleteFailedJob { name: String },
+}
+
+/// What the reconcile decided: the status to write, the actions before it,
+/// and when to look again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub status: TalosClusterStatus,
+    pub actions: Vec<ClusterAction>,
+    pub requeue: std::time::Duration,
+}
+
+async fn read(ctx: &Context, cluster: &TalosCluster) -> Result<Observed> {
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
-    let generation = cluster.metadata.generation;
-    let now = crate::now();
-    let mut status = cluster.status.clone().unwrap_or_default();
-
-    // Ready, from the machines.
-    let machines =
+    let machines: Vec<TalosMachine> =
         Api::<DeserializeGuard<TalosMachine>>::namespaced(ctx.client.clone(), &namespace)
             .list(&ListParams::default())
             .await
             .map_err(Error::kube(format!(
                 "listing the TalosMachines of {namespace}"
-            )))?;
-    let mine: Vec<&TalosMachine> = machines
-        .items
-        .iter()
-        .filter_map(|m| m.0.as_ref().ok())
-        .filter(|m| m.spec.cluster_ref.name == name)
-        .collect();
-    conditions::set(&mut status.conditions, ready(&mine, generation, &now));
+            )))?
+            .items
+            .into_iter()
+            .filter_map(|m| m.0.ok())
+            .filter(|m| m.spec.cluster_ref.name == name)
+            .collect();
+    let mut observed = Observed {
+        machines,
+        ..Observed::default()
+    };
+    if cluster.spec.cni.preset == CniPreset::Cilium {
+        observed.handover = Some(read_handover(ctx, cluster, observed.machines.len()).await?);
+        if let Some(Ok(check)) = &observed.handover
+            && !check.at_desired_hash()
+            && ctx.config.cni_job_image.is_some()
+        {
+            observed.job = crate::cni_job::read(&ctx.client, cluster, &check.desired_hash).await?;
+        }
+    }
+    let ichor_release_deployed = matches!(&observed.handover, Some(Ok(c)) if c.deployed.is_some());
+    observed.daemonsets = read_cni_daemonsets(ctx, ichor_release_deployed).await?;
+    Ok(observed)
+}
 
-    // The CNI.
-    let mut requeue = ctx.config.resync;
+/// The hand-over check for the cluster's effective values, or why they
+/// cannot be derived.
+async fn read_handover(
+    ctx: &Context,
+    cluster: &TalosCluster,
+    machines: usize,
+) -> Result<std::result::Result<HandoverCheck, String>> {
+    let node_count = node_count(ctx, machines).await?;
+    let settings = match ClusterSettings::from_cluster(cluster, node_count) {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    ichor_cilium::check_handover(
+        ctx.client.clone(),
+        &ctx.config.cilium_storage_namespace,
+        &ctx.config.cilium_release_namespace,
+        &settings,
+    )
+    .await
+    .map(Ok)
+    .map_err(|e| Error::Cilium {
+        namespace: cluster.namespace().unwrap_or_default(),
+        cluster: cluster.name_any(),
+        source: Box::new(e),
+    })
+}
+
+/// The decision: pure, from what was read and `now`.
+pub fn decide(
+    cluster: &TalosCluster,
+    observed: &Observed,
+    settings: &Settings,
+    now: &Time,
+) -> Decision {
+    let generation = cluster.metadata.generation;
+    let mut status = cluster.status.clone().unwrap_or_default();
+    let mine: Vec<&TalosMachine> = observed.machines.iter().collect();
+    conditions::set(&mut status.conditions, ready(&mine, generation, now));
+    let mut decision = Decision {
+        status,
+        actions: Vec::new(),
+        requeue: settings.resync,
+    };
     match cluster.spec.cni.preset {
         CniPreset::Unmanaged => {
             conditions::set(
-                &mut status.conditions,
+                &mut decision.status.conditions,
                 conditions::new(
                     types::CNI_HANDOVER,
                     Status::False,
@@ -190,150 +281,171 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosCluster>>, ctx: Arc<Context>) 
                     now.clone(),
                 ),
             );
-            let detected = detect_cni(&ctx, false).await?;
-            status.cni = Some(CniStatus {
-                detected: Some(detected),
-            });
         }
-        CniPreset::Cilium => {
-            let node_count = node_count(&ctx, mine.len()).await?;
-            let check = match ClusterSettings::from_cluster(cluster, node_count) {
-                Ok(settings) => Some(
-                    ichor_cilium::check_handover(
-                        ctx.client.clone(),
-                        &ctx.config.cilium_storage_namespace,
-                        &ctx.config.cilium_release_namespace,
-                        &settings,
-                    )
-                    .await
-                    .map_err(|e| Error::Cilium {
-                        namespace: namespace.clone(),
-                        cluster: name.clone(),
-                        source: Box::new(e),
-                    })?,
-                ),
-                Err(e) => {
-                    if !conditions::is_true(&status.conditions, types::CNI_HANDOVER) {
-                        conditions::set(
-                            &mut status.conditions,
-                            conditions::new(
-                                types::CNI_HANDOVER,
-                                Status::False,
-                                local_reasons::INVALID_VALUES,
-                                e.to_string(),
-                                generation,
-                                now.clone(),
-                            ),
-                        );
-                    }
-                    None
-                }
-            };
-            let job = match (&check, &ctx.config.cni_job_image) {
-                (Some(c), Some(image)) if !c.at_desired_hash() => Some(
-                    crate::cni_job::ensure(&ctx.client, cluster, &c.desired_hash, image).await?,
-                ),
-                _ => None,
-            };
-            let released = check.as_ref().is_some_and(|c| c.deployed.is_some());
-            let detected = detect_cni(&ctx, released).await?;
-            status.cni = Some(CniStatus {
-                detected: Some(detected),
-            });
-            if let Some(check) = check
-                && !conditions::is_true(&status.conditions, types::CNI_HANDOVER)
-            {
-                let c = match &job {
-                    Some(crate::cni_job::JobState::Running { name: job }) => conditions::new(
+        CniPreset::Cilium => decide_handover(cluster, observed, settings, now, &mut decision),
+    };
+    decision.status.cni = Some(CniStatus {
+        detected: Some(detected_cni(observed.daemonsets)),
+    });
+    decision.status.observed_generation = generation;
+    decision
+}
+
+/// `CNIHandover` and the ichor-cni Job (preset cilium). Once True the
+/// condition stays True: the hand-over is a moment.
+fn decide_handover(
+    cluster: &TalosCluster,
+    observed: &Observed,
+    settings: &Settings,
+    now: &Time,
+    decision: &mut Decision,
+) {
+    let generation = cluster.metadata.generation;
+    let handed_over = conditions::is_true(&decision.status.conditions, types::CNI_HANDOVER);
+    let check = match &observed.handover {
+        Some(Ok(check)) => check,
+        Some(Err(why)) => {
+            if !handed_over {
+                conditions::set(
+                    &mut decision.status.conditions,
+                    conditions::new(
                         types::CNI_HANDOVER,
                         Status::False,
-                        local_reasons::JOB_RUNNING,
-                        format!(
-                            "the ichor-cni Job {namespace}/{job} is bringing Helm release {} to this TalosCluster's effective values (hash {})",
-                            ichor_cilium::RELEASE_NAME,
-                            check.desired_hash
-                        ),
+                        reasons::INVALID_VALUES,
+                        why.clone(),
                         generation,
                         now.clone(),
                     ),
-                    Some(crate::cni_job::JobState::Failed { name: job, message }) => {
-                        requeue = ctx.config.error_requeue;
-                        conditions::new(
-                            types::CNI_HANDOVER,
-                            Status::False,
-                            reasons::JOB_FAILED,
-                            format!(
-                                "the ichor-cni Job {namespace}/{job} failed ({message}); it was deleted and a new attempt starts. Its pod's log says why"
-                            ),
-                            generation,
-                            now.clone(),
-                        )
-                    }
-                    _ => handover_condition(
-                        &check,
-                        &ctx.config.cilium_storage_namespace,
-                        &ctx.config.cilium_release_namespace,
-                        generation,
-                        &now,
-                    ),
-                };
-                if c.status != "True" && requeue != ctx.config.error_requeue {
-                    requeue = HANDOVER_POLL;
-                }
-                conditions::set(&mut status.conditions, c);
+                );
+            }
+            return;
+        }
+        None => return,
+    };
+    let job = job_step(cluster, check, observed.job.as_ref(), settings, decision);
+    if handed_over {
+        return;
+    }
+    let c = match &job {
+        Some(JobState::Running { name: job }) => job_running(cluster, check, job, now),
+        Some(JobState::Failed { name: job, message }) => {
+            decision.requeue = settings.error_requeue;
+            job_failed(cluster, job, message, now)
+        }
+        _ => handover_condition(
+            check,
+            &settings.storage_namespace,
+            &settings.release_namespace,
+            generation,
+            now,
+        ),
+    };
+    if c.status != "True" && decision.requeue != settings.error_requeue {
+        decision.requeue = HANDOVER_POLL;
+    }
+    conditions::set(&mut decision.status.conditions, c);
+}
+
+/// The Job step of the hand-over: off the desired hash and allowed to run a
+/// Job, start one when there is none and delete a failed one. Returns the
+/// Job's state as it is after the actions (a started Job is running).
+fn job_step(
+    cluster: &TalosCluster,
+    check: &HandoverCheck,
+    observed: Option<&JobState>,
+    settings: &Settings,
+    decision: &mut Decision,
+) -> Option<JobState> {
+    if check.at_desired_hash() || !settings.can_start_job {
+        return None;
+    }
+    match observed {
+        None => {
+            decision.actions.push(ClusterAction::StartJob {
+                hash: check.desired_hash.clone(),
+            });
+            Some(JobState::Running {
+                name: crate::cni_job::job_name(&cluster.name_any(), &check.desired_hash),
+            })
+        }
+        Some(state) => {
+            if let JobState::Failed { name, .. } = state {
+                decision
+                    .actions
+                    .push(ClusterAction::DeleteFailedJob { name: name.clone() });
+            }
+            Some(state.clone())
+        }
+    }
+}
+
+fn job_running(cluster: &TalosCluster, check: &HandoverCheck, job: &str, now: &Time) -> Condition {
+    conditions::new(
+        types::CNI_HANDOVER,
+        Status::False,
+        reasons::JOB_RUNNING,
+        format!(
+            "the ichor-cni Job {}/{job} is bringing Helm release {} to this TalosCluster's effective values (hash {})",
+            cluster.namespace().unwrap_or_default(),
+            ichor_cilium::RELEASE_NAME,
+            check.desired_hash
+        ),
+        cluster.metadata.generation,
+        now.clone(),
+    )
+}
+
+fn job_failed(cluster: &TalosCluster, job: &str, message: &str, now: &Time) -> Condition {
+    conditions::new(
+        types::CNI_HANDOVER,
+        Status::False,
+        reasons::JOB_FAILED,
+        format!(
+            "the ichor-cni Job {}/{job} failed ({message}); it was deleted and a new attempt starts. Its pod's log says why",
+            cluster.namespace().unwrap_or_default(),
+        ),
+        cluster.metadata.generation,
+        now.clone(),
+    )
+}
+
+/// The actions, then the status.
+async fn write(ctx: &Context, cluster: &TalosCluster, decision: &Decision) -> Result<()> {
+    for action in &decision.actions {
+        match action {
+            ClusterAction::StartJob { hash } => {
+                let image = ctx.config.cni_job_image.as_deref().unwrap_or_default();
+                crate::cni_job::start(&ctx.client, cluster, hash, image).await?;
+            }
+            ClusterAction::DeleteFailedJob { name } => {
+                crate::cni_job::delete(&ctx.client, cluster, name).await?;
             }
         }
     }
-    status.observed_generation = generation;
-    write_status(&ctx.client, &namespace, &name, &status).await?;
-    Ok(Action::requeue(requeue))
+    let namespace = cluster.namespace().unwrap_or_default();
+    pipeline::write_status::<TalosCluster>(
+        &ctx.client,
+        &namespace,
+        &cluster.name_any(),
+        &decision.status,
+    )
+    .await
 }
 
-async fn write_status(
-    client: &kube::Client,
-    namespace: &str,
-    name: &str,
-    status: &TalosClusterStatus,
-) -> Result<()> {
-    let patch = serde_json::json!({
-        "apiVersion": format!("{}/{}", ichor_api::GROUP, ichor_api::VERSION),
-        "kind": "TalosCluster",
-        "status": status,
-    });
-    Api::<TalosCluster>::namespaced(client.clone(), namespace)
-        .patch_status(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-        .map_err(Error::kube(format!(
-            "writing the status of TalosCluster {namespace}/{name}"
-        )))?;
-    Ok(())
-}
-
-/// The node count the effective values depend on: the Kubernetes Nodes, or,
-/// while none has registered, the cluster's TalosMachines.
+/// The node count the effective values depend on ([`ichor_cilium::node_count_rule`]).
 async fn node_count(ctx: &Context, machines: usize) -> Result<u32> {
     let nodes = Api::<Node>::all(ctx.client.clone())
         .list_metadata(&ListParams::default())
         .await
         .map_err(Error::kube("listing the Nodes"))?;
-    let n = if nodes.items.is_empty() {
-        machines
-    } else {
-        nodes.items.len()
-    };
-    Ok(u32::try_from(n).unwrap_or(u32::MAX))
+    Ok(ichor_cilium::node_count_rule(nodes.items.len(), machines))
 }
 
-/// The CNI running in the cluster (spec 2.2: `cilium` from the moment Ichor's
-/// Cilium release is deployed).
-async fn detect_cni(ctx: &Context, ichor_release_deployed: bool) -> Result<DetectedCni> {
-    let ds = |ns: &str| Api::<DaemonSet>::namespaced(ctx.client.clone(), ns);
+/// Which known CNI DaemonSets exist; Cilium counts as found from the moment
+/// Ichor's Cilium release is deployed (spec 2.2).
+async fn read_cni_daemonsets(ctx: &Context, ichor_release_deployed: bool) -> Result<CniDaemonSets> {
     let exists = |ns: String, name: &'static str| {
-        let api = ds(&ns);
+        let api = Api::<DaemonSet>::namespaced(ctx.client.clone(), &ns);
         async move {
             api.get_metadata_opt(name)
                 .await
@@ -347,13 +459,22 @@ async fn detect_cni(ctx: &Context, ichor_release_deployed: bool) -> Result<Detec
     let flannel = exists("kube-system".into(), "kube-flannel").await?;
     let calico = exists("kube-system".into(), "calico-node").await?
         || exists("calico-system".into(), "calico-node").await?;
-    Ok(match (cilium, flannel, calico) {
+    Ok(CniDaemonSets {
+        cilium,
+        flannel,
+        calico,
+    })
+}
+
+/// `status.cni.detected` from the CNI DaemonSets found.
+pub fn detected_cni(found: CniDaemonSets) -> DetectedCni {
+    match (found.cilium, found.flannel, found.calico) {
         (false, false, false) => DetectedCni::None,
         (true, false, false) => DetectedCni::Cilium,
         (false, true, false) => DetectedCni::Flannel,
         (false, false, true) => DetectedCni::Calico,
         _ => DetectedCni::Mixed,
-    })
+    }
 }
 
 /// `Ready` of a cluster from its machines' `Ready`.
@@ -362,7 +483,7 @@ pub fn ready(machines: &[&TalosMachine], generation: Option<i64>, now: &Time) ->
         return conditions::new(
             types::READY,
             Status::False,
-            local_reasons::NO_MACHINES,
+            reasons::NO_MACHINES,
             "no TalosMachine refers to this cluster yet",
             generation,
             now.clone(),
@@ -396,7 +517,7 @@ pub fn ready(machines: &[&TalosMachine], generation: Option<i64>, now: &Time) ->
         conditions::new(
             types::READY,
             Status::False,
-            local_reasons::MACHINES_NOT_READY,
+            reasons::MACHINES_NOT_READY,
             format!(
                 "{} of {} machines are not Ready: {}",
                 not_ready.len(),
@@ -467,6 +588,209 @@ pub fn handover_condition(
 }
 
 #[cfg(test)]
+mod decide_tests {
+    //! The TalosCluster decision from YAML fixtures (`src/fixtures/`), with
+    //! an injected clock: no API server.
+
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+    use std::time::Duration;
+
+    fn at(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).expect("timestamp"))
+    }
+
+    fn cluster(yaml: &str) -> TalosCluster {
+        serde_yaml_ng::from_str(yaml).expect("fixture")
+    }
+
+    fn machines() -> Vec<TalosMachine> {
+        serde_yaml_ng::from_str(include_str!("fixtures/machines-prod.yaml")).expect("fixture")
+    }
+
+    fn settings(can_start_job: bool) -> Settings {
+        Settings {
+            storage_namespace: "ichor-system".into(),
+            release_namespace: "kube-system".into(),
+            can_start_job,
+            resync: Duration::from_secs(300),
+            error_requeue: Duration::from_secs(15),
+        }
+    }
+
+    fn check(deployed: Option<(u32, &str)>, daemonset: Result<(), String>) -> HandoverCheck {
+        HandoverCheck {
+            desired_hash: "0123456789abcdef".into(),
+            deployed: deployed.map(|(r, h)| (r, h.to_string())),
+            daemonset,
+        }
+    }
+
+    fn observed(handover: Option<std::result::Result<HandoverCheck, String>>) -> Observed {
+        Observed {
+            machines: machines(),
+            handover,
+            job: None,
+            daemonsets: CniDaemonSets {
+                cilium: true,
+                ..CniDaemonSets::default()
+            },
+        }
+    }
+
+    fn condition<'a>(d: &'a Decision, type_: &str) -> &'a Condition {
+        conditions::find(&d.status.conditions, type_).expect("condition")
+    }
+
+    /// Covers: R1.5e
+    #[test]
+    fn off_the_hash_starts_the_job_and_says_so() {
+        let c = cluster(include_str!("fixtures/cluster-cilium.yaml"));
+        let o = observed(Some(Ok(check(Some((1, "old")), Ok(())))));
+        let d = decide(&c, &o, &settings(true), &at(100));
+        assert_eq!(
+            d.actions,
+            vec![ClusterAction::StartJob {
+                hash: "0123456789abcdef".into()
+            }]
+        );
+        let h = condition(&d, types::CNI_HANDOVER);
+        assert_eq!(
+            (h.status.as_str(), h.reason.as_str()),
+            ("False", reasons::JOB_RUNNING)
+        );
+        assert!(
+            h.message.contains("ichor-cni-prod-0123456789"),
+            "{}",
+            h.message
+        );
+        assert_eq!(d.requeue, HANDOVER_POLL);
+        assert_eq!(h.last_transition_time, at(100));
+        assert_eq!(d.status.observed_generation, Some(3));
+        // Without an image no Job is started: the condition says what is off.
+        let d = decide(&c, &o, &settings(false), &at(100));
+        assert!(d.actions.is_empty());
+        assert_eq!(
+            condition(&d, types::CNI_HANDOVER).reason,
+            reasons::WAITING_FOR_RELEASE
+        );
+    }
+
+    /// Covers: R1.5e
+    #[test]
+    fn a_matching_hash_never_starts_a_job() {
+        let c = cluster(include_str!("fixtures/cluster-cilium.yaml"));
+        let o = observed(Some(Ok(check(Some((2, "0123456789abcdef")), Ok(())))));
+        let d = decide(&c, &o, &settings(true), &at(100));
+        assert!(d.actions.is_empty());
+        assert_eq!(
+            condition(&d, types::CNI_HANDOVER).reason,
+            reasons::HANDED_OVER
+        );
+        assert_eq!(d.requeue, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn a_failed_job_is_deleted_and_retried_sooner() {
+        let c = cluster(include_str!("fixtures/cluster-cilium.yaml"));
+        let mut o = observed(Some(Ok(check(None, Ok(())))));
+        o.job = Some(JobState::Failed {
+            name: "ichor-cni-prod-0123456789".into(),
+            message: "BackoffLimitExceeded".into(),
+        });
+        let d = decide(&c, &o, &settings(true), &at(100));
+        assert_eq!(
+            d.actions,
+            vec![ClusterAction::DeleteFailedJob {
+                name: "ichor-cni-prod-0123456789".into()
+            }]
+        );
+        let h = condition(&d, types::CNI_HANDOVER);
+        assert_eq!(h.reason, reasons::JOB_FAILED);
+        assert!(h.message.contains("BackoffLimitExceeded"), "{}", h.message);
+        assert_eq!(d.requeue, Duration::from_secs(15));
+    }
+
+    #[test]
+    fn a_hand_over_stays_true_and_its_time_is_kept() {
+        let c = cluster(include_str!("fixtures/cluster-handed-over.yaml"));
+        let o = observed(Some(Ok(check(
+            Some((3, "other")),
+            Err("0 of 3 ready".into()),
+        ))));
+        let d = decide(&c, &o, &settings(true), &at(999_999));
+        let h = condition(&d, types::CNI_HANDOVER);
+        assert_eq!(
+            (h.status.as_str(), h.reason.as_str()),
+            ("True", reasons::HANDED_OVER)
+        );
+        assert_eq!(h.last_transition_time.0.as_second(), 1_767_225_600);
+        // The Job still brings the release to the values.
+        assert_eq!(d.actions.len(), 1);
+        assert_eq!(d.requeue, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn values_that_give_no_effective_values_are_said() {
+        let c = cluster(include_str!("fixtures/cluster-cilium.yaml"));
+        let o = observed(Some(Err("the values are not a mapping".into())));
+        let d = decide(&c, &o, &settings(true), &at(100));
+        let h = condition(&d, types::CNI_HANDOVER);
+        assert_eq!(h.reason, reasons::INVALID_VALUES);
+        assert!(d.actions.is_empty());
+    }
+
+    #[test]
+    fn unmanaged_has_nothing_to_hand_over_and_detects_what_runs() {
+        let c = cluster(include_str!("fixtures/cluster-unmanaged.yaml"));
+        let mut o = observed(None);
+        o.machines.clear();
+        o.daemonsets = CniDaemonSets {
+            flannel: true,
+            ..CniDaemonSets::default()
+        };
+        let d = decide(&c, &o, &settings(true), &at(100));
+        assert_eq!(
+            condition(&d, types::CNI_HANDOVER).reason,
+            reasons::UNMANAGED
+        );
+        assert_eq!(condition(&d, types::READY).reason, reasons::NO_MACHINES);
+        assert_eq!(
+            d.status.cni.as_ref().and_then(|c| c.detected),
+            Some(DetectedCni::Flannel)
+        );
+        assert!(d.actions.is_empty());
+    }
+
+    #[test]
+    fn ready_names_the_machine_not_reconciled_yet() {
+        let c = cluster(include_str!("fixtures/cluster-cilium.yaml"));
+        let d = decide(&c, &observed(None), &settings(true), &at(100));
+        let r = condition(&d, types::READY);
+        assert_eq!(r.reason, reasons::MACHINES_NOT_READY);
+        assert_eq!(
+            r.message,
+            "1 of 2 machines are not Ready: prod-w-1 (not reconciled yet)"
+        );
+    }
+
+    #[test]
+    fn detected_cni_classifies_the_daemonsets() {
+        let d = |cilium, flannel, calico| {
+            detected_cni(CniDaemonSets {
+                cilium,
+                flannel,
+                calico,
+            })
+        };
+        assert_eq!(d(false, false, false), DetectedCni::None);
+        assert_eq!(d(true, false, false), DetectedCni::Cilium);
+        assert_eq!(d(false, false, true), DetectedCni::Calico);
+        assert_eq!(d(true, true, false), DetectedCni::Mixed);
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -498,7 +822,7 @@ mod tests {
                     reason,
                     "",
                     Some(1),
-                    crate::now(),
+                    crate::pipeline::system_clock(),
                 )],
                 ..Default::default()
             });
@@ -508,11 +832,11 @@ mod tests {
 
     #[test]
     fn cluster_ready_names_the_machines_that_are_not() {
-        let now = crate::now();
+        let now = crate::pipeline::system_clock();
         let c = ready(&[], Some(1), &now);
         assert_eq!(
             (c.status.as_str(), c.reason.as_str()),
-            ("False", local_reasons::NO_MACHINES)
+            ("False", reasons::NO_MACHINES)
         );
         let a = machine("a", Some(("True", reasons::RECONCILED)));
         let b = machine("b", Some(("False", reasons::NODE_UNREACHABLE)));
@@ -523,7 +847,7 @@ mod tests {
             ("True", reasons::RECONCILED)
         );
         let c = ready(&[&a, &b, &n], Some(1), &now);
-        assert_eq!(c.reason, local_reasons::MACHINES_NOT_READY);
+        assert_eq!(c.reason, reasons::MACHINES_NOT_READY);
         assert_eq!(
             c.message,
             "2 of 3 machines are not Ready: b (NodeUnreachable), n (not reconciled yet)"
@@ -533,7 +857,7 @@ mod tests {
     /// Covers: R1.5e
     #[test]
     fn handover_needs_the_hash_and_a_ready_daemonset() {
-        let now = crate::now();
+        let now = crate::pipeline::system_clock();
         let c = handover_condition(&check(Some((1, "h1")), Ok(())), "s", "r", Some(1), &now);
         assert_eq!(
             (c.status.as_str(), c.reason.as_str()),

@@ -117,43 +117,56 @@ pub fn state(job: &Job) -> JobState {
     JobState::Running { name }
 }
 
-/// Makes sure the Job for (`cluster`, `hash`) exists; a failed one is deleted
-/// so that the next call starts a new attempt.
-pub async fn ensure(
+/// The state of the Job for (`cluster`, `hash`), when it exists.
+pub async fn read(
+    client: &kube::Client,
+    cluster: &TalosCluster,
+    hash: &str,
+) -> Result<Option<JobState>> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = job_name(&cluster.name_any(), hash);
+    let existing = Api::<Job>::namespaced(client.clone(), &namespace)
+        .get_opt(&name)
+        .await
+        .map_err(Error::kube(format!(
+            "reading the ichor-cni Job {namespace}/{name}"
+        )))?;
+    Ok(existing.as_ref().map(state))
+}
+
+/// Starts the Job for (`cluster`, `hash`) running `image`.
+pub async fn start(
     client: &kube::Client,
     cluster: &TalosCluster,
     hash: &str,
     image: &str,
-) -> Result<JobState> {
+) -> Result<()> {
     let namespace = cluster.namespace().unwrap_or_default();
-    let api: Api<Job> = Api::namespaced(client.clone(), &namespace);
     let name = job_name(&cluster.name_any(), hash);
-    let existing = api.get_opt(&name).await.map_err(Error::kube(format!(
-        "reading the ichor-cni Job {namespace}/{name}"
-    )))?;
-    match existing {
-        None => {
-            api.create(&PostParams::default(), &build(cluster, hash, image))
-                .await
-                .map_err(Error::kube(format!(
-                    "creating the ichor-cni Job {namespace}/{name}"
-                )))?;
-            Ok(JobState::Running { name })
-        }
-        Some(job) => {
-            let s = state(&job);
-            if matches!(s, JobState::Failed { .. }) {
-                let dp = DeleteParams {
-                    propagation_policy: Some(PropagationPolicy::Background),
-                    ..Default::default()
-                };
-                api.delete(&name, &dp).await.map_err(Error::kube(format!(
-                    "deleting the failed ichor-cni Job {namespace}/{name}"
-                )))?;
-            }
-            Ok(s)
-        }
-    }
+    Api::<Job>::namespaced(client.clone(), &namespace)
+        .create(&PostParams::default(), &build(cluster, hash, image))
+        .await
+        .map_err(Error::kube(format!(
+            "creating the ichor-cni Job {namespace}/{name}"
+        )))?;
+    Ok(())
+}
+
+/// Deletes the failed Job `name` (its pods with it), so that the next
+/// reconcile starts a new attempt.
+pub async fn delete(client: &kube::Client, cluster: &TalosCluster, name: &str) -> Result<()> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let dp = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..Default::default()
+    };
+    Api::<Job>::namespaced(client.clone(), &namespace)
+        .delete(name, &dp)
+        .await
+        .map_err(Error::kube(format!(
+            "deleting the failed ichor-cni Job {namespace}/{name}"
+        )))?;
+    Ok(())
 }
 
 #[cfg(test)]

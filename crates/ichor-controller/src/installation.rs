@@ -12,6 +12,8 @@ use ichor_api::{
 };
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
+use ichor_helm::objects::{CreateOrKeep, create_or_keep};
+
 use crate::{Config, DeployedBy, Error, Result};
 
 /// Makes sure the singleton exists when it should, and records in its status
@@ -33,7 +35,7 @@ pub async fn ensure(client: &kube::Client, config: &Config) -> Result<Option<Ich
             reasons::RECONCILED,
             format!("the controller {} runs", config.version),
             obj.metadata.generation,
-            crate::now(),
+            crate::pipeline::system_clock(),
         ),
     );
     let patch = serde_json::json!({
@@ -92,23 +94,16 @@ async fn ensure_exists(
             installer_repository: None,
         },
     );
-    match api
-        .create(
-            &PostParams {
-                field_manager: Some(crate::FIELD_MANAGER.into()),
-                ..Default::default()
-            },
-            &obj,
-        )
-        .await
-    {
-        Ok(o) => {
+    let params = PostParams {
+        field_manager: Some(crate::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match create_or_keep(&api, &params, &obj).await {
+        Ok(CreateOrKeep::Created(o)) => {
             tracing::info!("created IchorInstallation {ns}/{INSTALLATION_NAME} (manager helm)");
             Ok(Some(o))
         }
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            api.get_opt(INSTALLATION_NAME).await.map_err(read())
-        }
+        Ok(CreateOrKeep::Kept) => api.get_opt(INSTALLATION_NAME).await.map_err(read()),
         Err(source) => Err(Error::Kube {
             what: format!("creating IchorInstallation {ns}/{INSTALLATION_NAME}"),
             source,

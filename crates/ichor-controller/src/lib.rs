@@ -22,6 +22,9 @@
 //! # }
 //! ```
 
+// Output goes through a binary's printer (docs/STYLE.md); a library never prints.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod cluster;
 pub mod cni_job;
 pub mod credentials;
@@ -31,6 +34,7 @@ pub mod installation;
 pub mod leader;
 pub mod machine;
 pub mod metrics;
+pub mod pipeline;
 pub mod webhook;
 
 use std::future::Future;
@@ -206,7 +210,9 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     pub credentials: credentials::Cache,
-    pub(crate) recent: machine::Recent,
+    pub(crate) recent_successes: machine::RecentSuccesses,
+    /// Where `now` comes from (the system clock; a test may set another).
+    pub clock: pipeline::Clock,
 }
 
 impl Context {
@@ -224,7 +230,8 @@ impl Context {
             metrics,
             recorder,
             credentials: credentials::Cache::default(),
-            recent: machine::Recent::default(),
+            recent_successes: machine::RecentSuccesses::default(),
+            clock: pipeline::system_clock,
         }
     }
 }
@@ -247,36 +254,7 @@ pub async fn run_with(
 ) -> Result<()> {
     let metrics = Arc::new(Metrics::default());
     let shutdown = shutdown.shared();
-    if let Some(addr) = config.http_addr {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| Error::Serve {
-                what: "health and metrics",
-                addr: addr.to_string(),
-                reason: e.to_string(),
-            })?;
-        let router = http::router(Arc::clone(&metrics));
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router)
-                .with_graceful_shutdown(stop)
-                .await;
-        });
-    }
-    if let Some(wh) = config.webhook.clone() {
-        // The certificate is read before anything else starts: a missing or
-        // bad Secret is an error at once, not a webhook that never answers.
-        webhook::load_tls(&client, &config.system_namespace, &wh.cert_secret).await?;
-        let stop = shutdown.clone();
-        let (c, ns) = (client.clone(), config.system_namespace.clone());
-        tokio::spawn(async move {
-            if let Err(e) =
-                webhook::serve_from_secret(c, ns, wh.cert_secret, wh.addr, wh.reload, stop).await
-            {
-                tracing::error!(error = %e, "the webhook server stopped");
-            }
-        });
-    }
+    start_servers(&client, &config, &metrics, shutdown.clone()).await?;
 
     // Ready once the servers run: every replica serves the webhooks, the
     // leader alone reconciles (`ichor_leader` tells which one leads).
@@ -327,6 +305,48 @@ pub async fn run_with(
     result
 }
 
+/// Starts the health and metrics server and the webhook server, when
+/// configured; they stop with `shutdown`.
+async fn start_servers(
+    client: &kube::Client,
+    config: &Config,
+    metrics: &Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Clone + Send + 'static,
+) -> Result<()> {
+    if let Some(addr) = config.http_addr {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::Serve {
+                what: "health and metrics",
+                addr: addr.to_string(),
+                reason: e.to_string(),
+            })?;
+        let router = http::router(Arc::clone(metrics));
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router)
+                .with_graceful_shutdown(stop)
+                .await;
+        });
+    }
+    if let Some(wh) = config.webhook.clone() {
+        // The certificate is read before anything else starts: a missing or
+        // bad Secret is an error at once, not a webhook that never answers.
+        webhook::load_tls(client, &config.system_namespace, &wh.cert_secret).await?;
+        let stop = shutdown.clone();
+        let (c, ns) = (client.clone(), config.system_namespace.clone());
+        tokio::spawn(async move {
+            if let Err(e) =
+                webhook::serve_from_secret(c, ns, wh.cert_secret, wh.addr, wh.reload, stop).await
+            {
+                tracing::error!(error = %e, "the webhook server stopped");
+            }
+        });
+    }
+
+    Ok(())
+}
+
 /// Completes on SIGTERM or Ctrl-C.
 pub async fn shutdown_signal() {
     let ctrl_c = async {
@@ -347,9 +367,4 @@ pub async fn shutdown_signal() {
         () = ctrl_c => {},
         () = term => {},
     }
-}
-
-/// `now` for conditions.
-pub(crate) fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
-    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
 }

@@ -20,26 +20,20 @@ use ichor_api::{DriftClass, TalosCluster, TalosMachine, TalosMachineStatus};
 use ichor_render::{Drift, RenderInput};
 use ichor_talos::config::MachineConfig;
 use ichor_talos_client::{ApplyMode, ApplyRequest, ClientOptions, TalosClient};
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt as _;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 
-use crate::{Context, Error, FIELD_MANAGER, Result};
+use crate::pipeline;
+use crate::{Context, Error, Result};
 
 /// The controller's name in metrics.
 pub const CONTROLLER: &str = "talosmachine";
-
-/// Reasons this crate adds to `ichor_api::conditions::reasons`.
-pub mod local_reasons {
-    /// A Kubernetes API read the reconcile needed failed.
-    pub const API_ERROR: &str = "ApiError";
-}
 
 fn api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
 where
@@ -100,47 +94,7 @@ fn error_policy(
     error: &Error,
     ctx: Arc<Context>,
 ) -> Action {
-    ctx.metrics.failed(CONTROLLER, error.metric_label());
-    tracing::warn!(
-        machine = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()),
-        error = %error,
-        "TalosMachine reconcile failed"
-    );
-    Action::requeue(ctx.config.error_requeue)
-}
-
-fn reference(kind: &str, meta: &kube::api::ObjectMeta) -> ObjectReference {
-    ObjectReference {
-        api_version: Some(format!("{}/{}", ichor_api::GROUP, ichor_api::VERSION)),
-        kind: Some(kind.into()),
-        name: meta.name.clone(),
-        namespace: meta.namespace.clone(),
-        uid: meta.uid.clone(),
-        resource_version: meta.resource_version.clone(),
-        ..Default::default()
-    }
-}
-
-/// Publishes an Event on an Ichor object (failures are logged at debug only:
-/// an Event is a courtesy, never a reason to fail a reconcile).
-pub(crate) async fn publish_on(
-    ctx: &Context,
-    kind: &str,
-    meta: &kube::api::ObjectMeta,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    let ev = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, &reference(kind, meta)).await {
-        tracing::debug!(error = %e, "publishing an Event");
-    }
+    pipeline::error_policy(CONTROLLER, obj, error, ctx)
 }
 
 async fn publish(
@@ -150,59 +104,21 @@ async fn publish(
     reason: &str,
     note: String,
 ) {
-    publish_on(ctx, "TalosMachine", meta, type_, reason, note).await;
+    pipeline::publish_on(ctx, "TalosMachine", meta, type_, reason, note).await;
 }
 
+/// Read → decide → write. The read of the node and the apply are
+/// interleaved with pure decisions in [`observe_and_act`]; the conditions
+/// around it ([`held_condition`], [`ready_condition`]) are pure too.
 async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) -> Result<Action> {
     ctx.metrics.reconciled(CONTROLLER);
-    let machine = match &obj.0 {
-        Ok(m) => m,
-        Err(invalid) => {
-            let err = Error::Malformed {
-                kind: "TalosMachine",
-                namespace: invalid.metadata.namespace.clone().unwrap_or_default(),
-                name: invalid.metadata.name.clone().unwrap_or_default(),
-                reason: invalid.error.clone(),
-            };
-            publish(
-                &ctx,
-                &invalid.metadata,
-                EventType::Warning,
-                "Malformed",
-                err.to_string(),
-            )
-            .await;
-            return Err(err);
-        }
-    };
-    let namespace = machine.namespace().unwrap_or_default();
-    let name = machine.name_any();
+    let machine = pipeline::readable(&ctx, &obj).await?;
     let generation = machine.metadata.generation;
     let mut status = machine.status.clone().unwrap_or_default();
-    let now = crate::now();
-
-    let held = machine.spec.hold;
+    let now = (ctx.clock)();
     conditions::set(
         &mut status.conditions,
-        if held {
-            conditions::new(
-                types::HELD,
-                Status::True,
-                reasons::HOLD_SET,
-                "spec.hold is true: Ichor computes the drift and writes nothing to this node; set spec.hold: false to let Ichor apply class B drift",
-                generation,
-                now.clone(),
-            )
-        } else {
-            conditions::new(
-                types::HELD,
-                Status::False,
-                reasons::RELEASED,
-                "spec.hold is false: Ichor applies class B drift to this node in no-reboot mode; class C drift is never applied on its own",
-                generation,
-                now.clone(),
-            )
-        },
+        held_condition(machine.spec.hold, generation, &now),
     );
 
     // Our own status writes come back as watch events, and so do the
@@ -211,14 +127,8 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
     // the node again.
     let (outcome, key) = match read_cluster(machine, &ctx).await {
         Ok(cluster) => {
-            let key = Inputs {
-                uid: machine.uid().unwrap_or_default(),
-                generation: machine.metadata.generation,
-                cluster_uid: cluster.uid().unwrap_or_default(),
-                cluster_generation: cluster.metadata.generation,
-                handover: handover(&cluster),
-            };
-            if let Some(left) = ctx.recent.fresh(&key, ctx.config.resync) {
+            let key = ReconcileInputs::of(machine, &cluster);
+            if let Some(left) = ctx.recent_successes.fresh(&key, ctx.config.resync) {
                 return Ok(Action::requeue(left));
             }
             (
@@ -228,70 +138,24 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
         }
         Err(e) => (Err(e), None),
     };
-    match &outcome {
-        Ok(applied) => {
-            conditions::set(
-                &mut status.conditions,
-                conditions::new(
-                    types::READY,
-                    Status::True,
-                    reasons::RECONCILED,
-                    format!(
-                        "node {} read (Talos {}); {} drift entr{}",
-                        machine.spec.address,
-                        status.talos_version.as_deref().unwrap_or("unknown"),
-                        status.drift.len(),
-                        if status.drift.len() == 1 { "y" } else { "ies" }
-                    ),
-                    generation,
-                    now.clone(),
-                ),
-            );
-            if let Some(note) = applied {
-                publish(
-                    &ctx,
-                    &machine.metadata,
-                    EventType::Normal,
-                    reasons::APPLIED,
-                    note.clone(),
-                )
-                .await;
-            }
-        }
-        Err(e) => {
-            let reason = match e {
-                Error::ClusterNotFound { .. } => reasons::CLUSTER_NOT_FOUND,
-                Error::Bundle { .. } => reasons::BUNDLE_UNAVAILABLE,
-                Error::Talos { .. } => reasons::NODE_UNREACHABLE,
-                Error::LiveConfig { .. } | Error::Render(_) => reasons::RENDER_FAILED,
-                _ => local_reasons::API_ERROR,
-            };
-            conditions::set(
-                &mut status.conditions,
-                conditions::new(
-                    types::READY,
-                    Status::False,
-                    reason,
-                    e.to_string(),
-                    generation,
-                    now.clone(),
-                ),
-            );
-            publish(
-                &ctx,
-                &machine.metadata,
-                EventType::Warning,
-                reason,
-                e.to_string(),
-            )
-            .await;
-        }
+    let ready = ready_condition(machine, &status, outcome.as_ref().map(|_| ()), &now);
+    let event = match &outcome {
+        Ok(Some(note)) => Some((EventType::Normal, reasons::APPLIED, note.clone())),
+        Ok(None) => None,
+        Err(e) => Some((EventType::Warning, ready.reason.as_str(), e.to_string())),
+    }
+    .map(|(t, r, n)| (t, r.to_owned(), n));
+    conditions::set(&mut status.conditions, ready);
+    if let Some((type_, reason, note)) = event {
+        publish(&ctx, &machine.metadata, type_, &reason, note).await;
     }
     status.observed_generation = generation;
-    write_status(&ctx.client, &namespace, &name, &status).await?;
+    let namespace = machine.namespace().unwrap_or_default();
+    pipeline::write_status::<TalosMachine>(&ctx.client, &namespace, &machine.name_any(), &status)
+        .await?;
     match (outcome, key) {
         (Ok(_), Some(key)) => {
-            ctx.recent.mark(key);
+            ctx.recent_successes.mark(key);
             Ok(Action::requeue(ctx.config.resync))
         }
         (Ok(_), None) => Ok(Action::requeue(ctx.config.resync)),
@@ -299,29 +163,73 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
     }
 }
 
-/// Server-side apply of the status subresource; nothing else is sent.
-async fn write_status(
-    client: &kube::Client,
-    namespace: &str,
-    name: &str,
-    status: &TalosMachineStatus,
-) -> Result<()> {
-    let patch = serde_json::json!({
-        "apiVersion": format!("{}/{}", ichor_api::GROUP, ichor_api::VERSION),
-        "kind": "TalosMachine",
-        "status": status,
-    });
-    Api::<TalosMachine>::namespaced(client.clone(), namespace)
-        .patch_status(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
+/// `Held` from `spec.hold`.
+pub fn held_condition(hold: bool, generation: Option<i64>, now: &Time) -> Condition {
+    if hold {
+        conditions::new(
+            types::HELD,
+            Status::True,
+            reasons::HOLD_SET,
+            "spec.hold is true: Ichor computes the drift and writes nothing to this node; set spec.hold: false to let Ichor apply class B drift",
+            generation,
+            now.clone(),
         )
-        .await
-        .map_err(Error::kube(format!(
-            "writing the status of TalosMachine {namespace}/{name}"
-        )))?;
-    Ok(())
+    } else {
+        conditions::new(
+            types::HELD,
+            Status::False,
+            reasons::RELEASED,
+            "spec.hold is false: Ichor applies class B drift to this node in no-reboot mode; class C drift is never applied on its own",
+            generation,
+            now.clone(),
+        )
+    }
+}
+
+/// `Ready` after a reconcile: True with what was read, or False with the
+/// reason of the error.
+pub fn ready_condition(
+    machine: &TalosMachine,
+    status: &TalosMachineStatus,
+    outcome: std::result::Result<(), &Error>,
+    now: &Time,
+) -> Condition {
+    let generation = machine.metadata.generation;
+    match outcome {
+        Ok(()) => conditions::new(
+            types::READY,
+            Status::True,
+            reasons::RECONCILED,
+            format!(
+                "node {} read (Talos {}); {} drift entr{}",
+                machine.spec.address,
+                status.talos_version.as_deref().unwrap_or("unknown"),
+                status.drift.len(),
+                if status.drift.len() == 1 { "y" } else { "ies" }
+            ),
+            generation,
+            now.clone(),
+        ),
+        Err(e) => conditions::new(
+            types::READY,
+            Status::False,
+            ready_reason(e),
+            e.to_string(),
+            generation,
+            now.clone(),
+        ),
+    }
+}
+
+/// The `Ready=False` reason of a reconcile error.
+pub fn ready_reason(e: &Error) -> &'static str {
+    match e {
+        Error::ClusterNotFound { .. } => reasons::CLUSTER_NOT_FOUND,
+        Error::Bundle { .. } => reasons::BUNDLE_UNAVAILABLE,
+        Error::Talos { .. } => reasons::NODE_UNREACHABLE,
+        Error::LiveConfig { .. } | Error::Render(_) => reasons::RENDER_FAILED,
+        _ => reasons::API_ERROR,
+    }
 }
 
 /// The machine's TalosCluster.
@@ -349,7 +257,7 @@ fn handover(c: &TalosCluster) -> bool {
 
 /// What a machine's reconcile depends on, apart from the node itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Inputs {
+pub(crate) struct ReconcileInputs {
     uid: String,
     generation: Option<i64>,
     cluster_uid: String,
@@ -357,22 +265,39 @@ pub(crate) struct Inputs {
     handover: bool,
 }
 
-/// When each machine was last reconciled successfully, and with which inputs.
-#[derive(Debug, Default)]
-pub(crate) struct Recent {
-    seen: std::sync::Mutex<std::collections::HashMap<String, (Inputs, std::time::Instant)>>,
+impl ReconcileInputs {
+    fn of(machine: &TalosMachine, cluster: &TalosCluster) -> Self {
+        ReconcileInputs {
+            uid: machine.uid().unwrap_or_default(),
+            generation: machine.metadata.generation,
+            cluster_uid: cluster.uid().unwrap_or_default(),
+            cluster_generation: cluster.metadata.generation,
+            handover: handover(cluster),
+        }
+    }
 }
 
-impl Recent {
+/// When each machine was last reconciled successfully, and with which inputs.
+#[derive(Debug, Default)]
+pub(crate) struct RecentSuccesses {
+    seen:
+        std::sync::Mutex<std::collections::HashMap<String, (ReconcileInputs, std::time::Instant)>>,
+}
+
+impl RecentSuccesses {
     /// The time left before the resync when nothing changed since the last success.
-    fn fresh(&self, key: &Inputs, resync: std::time::Duration) -> Option<std::time::Duration> {
+    fn fresh(
+        &self,
+        key: &ReconcileInputs,
+        resync: std::time::Duration,
+    ) -> Option<std::time::Duration> {
         let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         let (k, at) = seen.get(&key.uid)?;
         let elapsed = at.elapsed();
         (k == key && elapsed < resync).then(|| resync - elapsed)
     }
 
-    fn mark(&self, key: Inputs) {
+    fn mark(&self, key: ReconcileInputs) {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         // Deleted machines leave entries behind; drop the old ones now and then.
         if seen.len() >= 4096 {
@@ -399,8 +324,8 @@ pub fn endpoint(address: &str, port: u16) -> String {
     }
 }
 
-/// Reads, renders, compares, writes the drift into `status`, and applies
-/// when allowed. Returns the note of an apply, if one happened.
+/// Reads the node, decides on the drift ([`decide_apply`]), and applies
+/// when that says so. Returns the note of an apply, if one happened.
 async fn observe_and_act(
     machine: &TalosMachine,
     cluster: &TalosCluster,
@@ -408,16 +333,7 @@ async fn observe_and_act(
     status: &mut TalosMachineStatus,
     now: &Time,
 ) -> Result<Option<String>> {
-    let namespace = machine.namespace().unwrap_or_default();
-    let name = machine.name_any();
-    let generation = machine.metadata.generation;
     let address = machine.spec.address.clone();
-    let talos_err = |source: ichor_talos_client::Error| Error::Talos {
-        namespace: namespace.clone(),
-        machine: name.clone(),
-        address: address.clone(),
-        source: Box::new(source),
-    };
     let talos = ctx
         .credentials
         .talos_client(
@@ -430,15 +346,46 @@ async fn observe_and_act(
             },
         )
         .await?
-        .map_err(talos_err)?;
-    let version = talos.version("").await.map_err(talos_err)?;
+        .map_err(|e| talos_error(machine, e))?;
+    let version = talos
+        .version("")
+        .await
+        .map_err(|e| talos_error(machine, e))?;
     status.talos_version = Some(version.tag.clone());
     let live = read_live(&talos, machine).await?;
+    match decide_apply(machine, cluster, &live, status, now)? {
+        Some(plan) => apply_and_read_back(machine, &talos, ctx, &plan, status, now).await,
+        None => Ok(None),
+    }
+}
 
-    let rendered = ichor_render::render(&RenderInput::from_objects(cluster, machine, &live))?;
+/// A class B apply [`decide_apply`] chose.
+#[derive(Debug, Clone)]
+pub struct ApplyPlan {
+    /// The rendered config, as applied.
+    pub desired_yaml: String,
+    /// The rendered config, to compare the read-back with.
+    pub desired: MachineConfig,
+    /// The class B paths the apply brings to the render.
+    pub paths: Vec<String>,
+}
+
+/// The decision on a node's live config: renders, compares, writes the
+/// drift and `Drifted` into `status`, and says whether to apply. A held
+/// machine gets no apply; class C drift gets none either and says why in
+/// `Applied`; only class B left on a released machine is applied.
+pub fn decide_apply(
+    machine: &TalosMachine,
+    cluster: &TalosCluster,
+    live: &MachineConfig,
+    status: &mut TalosMachineStatus,
+    now: &Time,
+) -> Result<Option<ApplyPlan>> {
+    let generation = machine.metadata.generation;
+    let rendered = ichor_render::render(&RenderInput::from_objects(cluster, machine, live))?;
     let desired_yaml = rendered.yaml()?;
     status.config_hash = Some(rendered.hash()?);
-    let drift = ichor_render::compare(&live, &rendered.config)?;
+    let drift = ichor_render::compare(live, &rendered.config)?;
     status.drift = drift.entries.clone();
     conditions::set(&mut status.conditions, drifted(&drift, generation, now));
 
@@ -462,13 +409,29 @@ async fn observe_and_act(
     if !drift.is_applicable() {
         return Ok(None);
     }
-
-    // Only class B is left and the machine is released: apply, no reboot.
-    let b_paths: Vec<&str> = drift
+    let paths = drift
         .of_class(DriftClass::B)
-        .map(|e| e.path.as_str())
+        .map(|e| e.path.clone())
         .collect();
-    let request = ApplyRequest::new(desired_yaml.clone().into_bytes(), ApplyMode::NoReboot);
+    Ok(Some(ApplyPlan {
+        desired_yaml,
+        desired: rendered.config,
+        paths,
+    }))
+}
+
+/// Applies `plan` in no-reboot mode, reads the config back and records
+/// the outcome ([`read_back_condition`]).
+async fn apply_and_read_back(
+    machine: &TalosMachine,
+    talos: &TalosClient,
+    ctx: &Context,
+    plan: &ApplyPlan,
+    status: &mut TalosMachineStatus,
+    now: &Time,
+) -> Result<Option<String>> {
+    let generation = machine.metadata.generation;
+    let request = ApplyRequest::new(plan.desired_yaml.clone().into_bytes(), ApplyMode::NoReboot);
     if let Err(e) = talos.apply_configuration("", &request).await {
         ctx.metrics.applied("failed");
         conditions::set(
@@ -479,99 +442,109 @@ async fn observe_and_act(
                 reasons::APPLY_FAILED,
                 format!(
                     "the node refused the no-reboot apply of {}: {e}; Ichor retries; check the node with talosctl",
-                    b_paths.join(", ")
+                    plan.paths.join(", ")
                 ),
                 generation,
                 now.clone(),
             ),
         );
-        return Err(talos_err(e));
+        return Err(talos_error(machine, e));
     }
-    tracing::info!(machine = %format!("{namespace}/{name}"), paths = ?b_paths, "applied class B drift in no-reboot mode");
-    let read_back = read_live(&talos, machine).await?;
-    let after = ichor_render::compare(&read_back, &rendered.config)?;
+    tracing::info!(machine = %format!("{}/{}", machine.namespace().unwrap_or_default(), machine.name_any()), paths = ?plan.paths, "applied class B drift in no-reboot mode");
+    let read_back = read_live(talos, machine).await?;
+    let after = ichor_render::compare(&read_back, &plan.desired)?;
     status.drift = after.entries.clone();
     conditions::set(&mut status.conditions, drifted(&after, generation, now));
-    let read_back_yaml = read_back.to_yaml().map_err(|e| Error::LiveConfig {
-        namespace: namespace.clone(),
-        machine: name.clone(),
-        address: address.clone(),
-        reason: e.to_string(),
-    })?;
+    let read_back_yaml = read_back
+        .to_yaml()
+        .map_err(|e| live_config_error(machine, e.to_string()))?;
     let hash = status.config_hash.clone().unwrap_or_default();
-    // Equal bytes, or (a node that re-encodes what it stores) equal on every
-    // path: both are a successful read-back; the message says which.
-    if read_back_yaml == desired_yaml || after.entries.is_empty() {
-        ctx.metrics.applied("applied");
-        let how = if read_back_yaml == desired_yaml {
+    let (applied, note) =
+        read_back_condition(plan, &read_back_yaml, &after, &hash, generation, now);
+    ctx.metrics.applied(if applied.status == "True" {
+        "applied"
+    } else {
+        "read_back_mismatch"
+    });
+    conditions::set(&mut status.conditions, applied);
+    Ok(note)
+}
+
+/// `Applied` after the read-back, and the note of a successful apply. Equal
+/// bytes, or (a node that re-encodes what it stores) equal on every path:
+/// both are a successful read-back; the message says which.
+pub fn read_back_condition(
+    plan: &ApplyPlan,
+    read_back_yaml: &str,
+    after: &Drift,
+    hash: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> (Condition, Option<String>) {
+    let same_bytes = read_back_yaml == plan.desired_yaml;
+    if same_bytes || after.entries.is_empty() {
+        let how = if same_bytes {
             "the config read back equals the render"
         } else {
             "the config read back equals the render on every path (the node serialises it differently)"
         };
         let note = format!(
             "applied {} in no-reboot mode; {how} (config hash {hash})",
-            b_paths.join(", ")
+            plan.paths.join(", ")
         );
-        conditions::set(
-            &mut status.conditions,
-            conditions::new(
-                types::APPLIED,
-                Status::True,
-                reasons::APPLIED,
-                note.clone(),
-                generation,
-                now.clone(),
-            ),
+        let c = conditions::new(
+            types::APPLIED,
+            Status::True,
+            reasons::APPLIED,
+            note.clone(),
+            generation,
+            now.clone(),
         );
-        Ok(Some(note))
-    } else {
-        ctx.metrics.applied("read_back_mismatch");
-        let paths: Vec<&str> = after.entries.iter().map(|e| e.path.as_str()).collect();
-        conditions::set(
-            &mut status.conditions,
-            conditions::new(
-                types::APPLIED,
-                Status::False,
-                reasons::READ_BACK_MISMATCH,
-                format!(
-                    "applied in no-reboot mode, but the config read back differs from the render at {}; status.drift shows the values; check the node with talosctl get machineconfig",
-                    paths.join(", ")
-                ),
-                generation,
-                now.clone(),
-            ),
-        );
-        Ok(None)
+        return (c, Some(note));
+    }
+    let paths: Vec<&str> = after.entries.iter().map(|e| e.path.as_str()).collect();
+    let c = conditions::new(
+        types::APPLIED,
+        Status::False,
+        reasons::READ_BACK_MISMATCH,
+        format!(
+            "applied in no-reboot mode, but the config read back differs from the render at {}; status.drift shows the values; check the node with talosctl get machineconfig",
+            paths.join(", ")
+        ),
+        generation,
+        now.clone(),
+    );
+    (c, None)
+}
+
+fn talos_error(machine: &TalosMachine, source: ichor_talos_client::Error) -> Error {
+    Error::Talos {
+        namespace: machine.namespace().unwrap_or_default(),
+        machine: machine.name_any(),
+        address: machine.spec.address.clone(),
+        source: Box::new(source),
+    }
+}
+
+fn live_config_error(machine: &TalosMachine, reason: String) -> Error {
+    Error::LiveConfig {
+        namespace: machine.namespace().unwrap_or_default(),
+        machine: machine.name_any(),
+        address: machine.spec.address.clone(),
+        reason,
     }
 }
 
 async fn read_live(talos: &TalosClient, machine: &TalosMachine) -> Result<MachineConfig> {
-    let namespace = machine.namespace().unwrap_or_default();
-    let name = machine.name_any();
-    let address = machine.spec.address.clone();
     let bytes = talos
         .machine_config("")
         .await
-        .map_err(|source| Error::Talos {
-            namespace: namespace.clone(),
-            machine: name.clone(),
-            address: address.clone(),
-            source: Box::new(source),
-        })?;
-    let text = String::from_utf8(bytes).map_err(|_| Error::LiveConfig {
-        namespace: namespace.clone(),
-        machine: name.clone(),
-        address: address.clone(),
-        reason: "the config is not UTF-8".into(),
-    })?;
-    MachineConfig::parse_with_origin(&text, &format!("the live config of node {address}")).map_err(
-        |e| Error::LiveConfig {
-            namespace,
-            machine: name,
-            address,
-            reason: e.to_string(),
-        },
-    )
+        .map_err(|e| talos_error(machine, e))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| live_config_error(machine, "the config is not UTF-8".into()))?;
+    let origin = format!("the live config of node {}", machine.spec.address);
+    MachineConfig::parse_with_origin(&text, &origin)
+        .map_err(|e| live_config_error(machine, e.to_string()))
 }
 
 /// The `Drifted` condition for a drift.
@@ -654,7 +627,7 @@ mod tests {
     /// Covers: R1.6
     #[test]
     fn drifted_condition_names_class_c_paths_and_what_to_do() {
-        let now = crate::now();
+        let now = crate::pipeline::system_clock();
         let clean = drifted(&Drift::default(), Some(1), &now);
         assert_eq!(
             (clean.status.as_str(), clean.reason.as_str()),

@@ -1,12 +1,10 @@
 //! Admission webhooks for TalosCluster, served over HTTPS (axum + rustls)
 //! with the serving certificate from a Secret.
 //!
-//! The CRD's CEL rules already refuse some of these (tunnel immutability,
-//! Ichor-owned top-level Cilium keys, enums). The webhook checks them again
-//! on the raw object so that every refusal reads the same, and adds what
-//! CEL cannot say: the nested Ichor-owned Cilium keys of `ichor-cilium`
-//! (`ipam.mode`, `cgroup.*`, ...) and an unknown preset named with the two
-//! that exist.
+//! TalosClusters are checked by `ichor_api::validation::talos_cluster` (the
+//! one validator: what the CEL rules say, again in words, and what CEL
+//! cannot say); TalosMachine patches here, since parsing one needs
+//! `ichor-talos`.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -69,98 +67,8 @@ pub struct ResponseStatus {
     pub message: String,
 }
 
-const PRESETS: &[&str] = &["cilium", "unmanaged"];
-const TUNNELS: &[&str] = &["vxlan", "geneve"];
-
 fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter().try_fold(v, |v, k| v.get(*k))
-}
-
-/// Checks a TalosCluster (`old` on an update) and returns every refusal,
-/// each a sentence that says what is wrong and what to do. Empty: allowed.
-pub fn validate_taloscluster(old: Option<&Value>, new: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    let preset = at(new, &["spec", "cni", "preset"])
-        .and_then(Value::as_str)
-        .unwrap_or("cilium");
-    if !PRESETS.contains(&preset) {
-        out.push(format!(
-            "spec.cni.preset {preset:?} is not a preset Ichor knows: use cilium (Ichor installs and owns Cilium) or unmanaged (the CNI is yours and Ichor leaves it alone)"
-        ));
-    }
-    let tunnel = |v: &Value| {
-        at(v, &["spec", "cni", "tunnel"])
-            .and_then(Value::as_str)
-            .unwrap_or("vxlan")
-            .to_owned()
-    };
-    let new_tunnel = tunnel(new);
-    if !TUNNELS.contains(&new_tunnel.as_str()) {
-        out.push(format!("spec.cni.tunnel {new_tunnel:?} is not a tunnel protocol Cilium supports: use vxlan or geneve"));
-    }
-    if let Some(old) = old {
-        let old_tunnel = tunnel(old);
-        if old_tunnel != new_tunnel {
-            out.push(format!(
-                "spec.cni.tunnel cannot change from {old_tunnel} to {new_tunnel}: changing the tunnel protocol of a running cluster breaks pod traffic between nodes; set it back to {old_tunnel}, or create the cluster again to change it"
-            ));
-        }
-    }
-    if let Some(values) = at(new, &["spec", "cni", "cilium", "values"]) {
-        match values {
-            Value::Null => {}
-            Value::Object(map) => {
-                let owned = owned_paths_in(map);
-                if !owned.is_empty() {
-                    out.push(format!(
-                        "spec.cni.cilium.values sets {}, which Ichor owns and sets itself; remove {} and use the TalosCluster's own fields where there is one (spec.cni.tunnel for tunnelProtocol, spec.cni.kubeProxy for kubeProxyReplacement)",
-                        owned.join(", "),
-                        if owned.len() == 1 { "it" } else { "them" }
-                    ));
-                }
-            }
-            other => out.push(format!(
-                "spec.cni.cilium.values must be a mapping of Cilium chart values, got {other}"
-            )),
-        }
-    }
-    out
-}
-
-/// The Ichor-owned Cilium value paths set in `values` (a user value at or
-/// above an owned key counts), in the order of the owned-key lists.
-/// `operator.replicas` is owned only on one-node clusters and is left to the
-/// controller's check, which knows the node count.
-fn owned_paths_in(values: &serde_json::Map<String, Value>) -> Vec<String> {
-    let root = Value::Object(values.clone());
-    let mut out = Vec::new();
-    let mut seen = std::collections::BTreeSet::new();
-    let owned = ichor_api::cilium::OWNED_KEYS
-        .iter()
-        .copied()
-        .chain(ichor_cilium::values::OWNED_KEYS.iter().copied())
-        .filter(|k| *k != "operator.replicas");
-    for key in owned {
-        let parts: Vec<&str> = key.split('.').collect();
-        // The owned key itself, or a user scalar above it.
-        let mut hit = None;
-        for i in 1..=parts.len() {
-            match at(&root, &parts[..i]) {
-                None => break,
-                Some(Value::Object(_)) if i < parts.len() => continue,
-                Some(_) => {
-                    hit = Some(parts[..i].join("."));
-                    break;
-                }
-            }
-        }
-        if let Some(h) = hit
-            && seen.insert(h.clone())
-        {
-            out.push(h);
-        }
-    }
-    out
 }
 
 /// Checks a TalosMachine's patches: each must parse as a Talos config patch
@@ -188,7 +96,7 @@ pub fn validate_talosmachine(new: &Value) -> Vec<String> {
 
 /// Answers one AdmissionReview for a TalosCluster.
 pub fn review(req: AdmissionReview) -> AdmissionReview {
-    review_with(req, validate_taloscluster)
+    review_with(req, ichor_api::validation::talos_cluster)
 }
 
 /// Answers one AdmissionReview for a TalosMachine.
@@ -402,11 +310,6 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn cluster(cni: Value) -> Value {
-        json!({"apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
-            "metadata": {"name": "c"}, "spec": {"endpoint": "https://x:6443", "cni": cni}})
-    }
-
     #[test]
     fn a_machine_patch_that_does_not_parse_is_refused() {
         let m = |inline: &str| json!({"metadata": {"name": "w-1"}, "spec": {"patches": [{"name": "p1", "inline": inline}]}});
@@ -418,48 +321,5 @@ mod tests {
             "{}",
             p[0]
         );
-    }
-
-    /// Covers: R1.4a
-    #[test]
-    fn a_changed_tunnel_is_refused_with_what_to_do() {
-        let old = cluster(json!({"preset": "cilium", "tunnel": "vxlan"}));
-        let new = cluster(json!({"preset": "cilium", "tunnel": "geneve"}));
-        let p = validate_taloscluster(Some(&old), &new);
-        assert_eq!(p.len(), 1, "{p:?}");
-        assert!(
-            p[0].contains("cannot change from vxlan to geneve"),
-            "{}",
-            p[0]
-        );
-        assert!(validate_taloscluster(Some(&old), &old).is_empty());
-        // Absent means the API default, vxlan.
-        assert!(validate_taloscluster(Some(&cluster(json!({}))), &old).is_empty());
-    }
-
-    #[test]
-    fn an_unknown_preset_is_refused_naming_the_known_ones() {
-        let p = validate_taloscluster(None, &cluster(json!({"preset": "calico"})));
-        assert_eq!(p.len(), 1);
-        assert!(
-            p[0].contains("\"calico\"") && p[0].contains("cilium") && p[0].contains("unmanaged")
-        );
-    }
-
-    /// Covers: R1.4c
-    #[test]
-    fn ichor_owned_cilium_values_are_refused_top_level_and_nested() {
-        let v = cluster(json!({"preset": "cilium", "cilium": {"values": {
-            "tunnelProtocol": "geneve", "ipam": {"mode": "cluster-pool"}, "hubble": {"enabled": true}}}}));
-        let p = validate_taloscluster(None, &v);
-        assert_eq!(p.len(), 1, "{p:?}");
-        assert!(p[0].contains("tunnelProtocol, ipam.mode"), "{}", p[0]);
-        let ok = cluster(
-            json!({"preset": "cilium", "cilium": {"values": {"hubble": {"enabled": true}, "ipam": {"operator": {}}}}}),
-        );
-        assert!(validate_taloscluster(None, &ok).is_empty());
-        // A scalar above an owned key replaces it: refused too.
-        let above = cluster(json!({"preset": "cilium", "cilium": {"values": {"cgroup": "x"}}}));
-        assert!(validate_taloscluster(None, &above)[0].contains("cgroup"));
     }
 }

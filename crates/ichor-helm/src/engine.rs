@@ -16,15 +16,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
+use kube::api::{Api, DeleteParams, DynamicObject, PropagationPolicy};
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 use serde_json::Value;
 
 use crate::manifest::{self, ManifestError, ManifestObject, ObjectKey};
+use crate::objects::apply_dynamic;
 use crate::record::{APPLY_METHOD_SSA, Info, Release, Status};
 use crate::render::{ChartRef, RenderError, Renderer};
-use crate::storage::{SecretStorage, StorageError, StoredRelease};
+use crate::storage::{SecretStorage, StorageError, StoredRelease, newest_deployed};
+use crate::wait::{ProgressFn, Wait, WaitError, wait_until};
 
 /// Helm's default, and Ichor's: at most this many revisions are kept.
 pub const DEFAULT_MAX_HISTORY: usize = 10;
@@ -32,7 +34,7 @@ pub const DEFAULT_MAX_HISTORY: usize = 10;
 pub const DEFAULT_FIELD_MANAGER: &str = "ichor";
 
 /// Called while waiting with what is still not ready (one line per object).
-pub type WaitReporter = Arc<dyn Fn(&[String]) + Send + Sync>;
+pub type WaitReporter = Arc<ProgressFn>;
 
 /// What to install: a release name, its namespace, the chart, the values.
 #[derive(Debug, Clone)]
@@ -317,14 +319,7 @@ impl Engine {
 
     /// The newest `deployed` revision of `release`.
     pub async fn deployed(&self, release: &str) -> Result<Option<Release>, Error> {
-        Ok(self
-            .storage
-            .history(release)
-            .await?
-            .into_iter()
-            .rev()
-            .map(|s| s.release)
-            .find(|r| r.status() == Status::Deployed))
+        Ok(self.storage.deployed(release).await?)
     }
 
     /// Every revision of `release`, oldest first.
@@ -531,40 +526,10 @@ impl Engine {
         let name = base.name.clone();
         let current = current_of(&history).cloned();
         let last_version = history.last().map_or(0, |s| s.release.version);
-        let now = Utc::now();
-        let (pending, description) = op.pending();
-        let first_deployed = current
-            .as_ref()
-            .and_then(|c| c.release.info.as_ref())
-            .and_then(|i| i.first_deployed)
-            .unwrap_or(now);
-        let notes = base
-            .info
-            .as_ref()
-            .map(|i| i.notes.clone())
-            .unwrap_or_default();
-        let mut rel = Release {
-            info: Some(Info {
-                first_deployed: Some(first_deployed),
-                last_deployed: Some(now),
-                deleted: None,
-                description: description.into(),
-                status: pending,
-                notes,
-                extra: Default::default(),
-            }),
-            version: last_version + 1,
-            apply_method: Some(APPLY_METHOD_SSA.into()),
-            ..base
-        };
-        if rel.namespace.is_empty()
-            && let Some(c) = &current
-        {
-            rel.namespace = c.release.namespace.clone();
-        }
+        let mut rel = next_revision(op, base, current.as_ref(), last_version, Utc::now());
         // The lock: nothing is touched before this record exists.
         let mut stored = self.storage.create(&rel).await?;
-        tracing::info!(release = %name, revision = rel.version, status = %pending, "record written");
+        tracing::info!(release = %name, revision = rel.version, status = %op.pending().0, "record written");
 
         let previous_manifest = current
             .as_ref()
@@ -633,11 +598,37 @@ impl Engine {
             }
             original_kinds.push(r);
         }
-        let known: HashSet<ObjectKey> = originals.iter().map(ManifestObject::key).collect();
+        if !opts.take_ownership {
+            let known: HashSet<ObjectKey> = originals.iter().map(ManifestObject::key).collect();
+            self.check_new_ownership(rel, &targets, &resolved, &known)
+                .await?;
+        }
+        self.apply_all(name, ns, &targets, &resolved).await?;
+        self.prune(name, &originals, &original_kinds, &targets)
+            .await?;
+        if opts.wait {
+            let workloads: Vec<(&ManifestObject, &Resolved)> = targets
+                .iter()
+                .zip(&resolved)
+                .filter(|(o, _)| manifest::has_rollout(&o.kind))
+                .collect();
+            self.wait_rollout(name, &workloads, opts).await?;
+        }
+        Ok(())
+    }
 
-        // Ownership of objects this release did not have before.
-        for (obj, (ar, caps)) in targets.iter().zip(&resolved) {
-            if known.contains(&obj.key()) || opts.take_ownership {
+    /// Refuses objects this release did not have before that exist with
+    /// another owner (Helm's ownership check; `--take-ownership` skips it).
+    async fn check_new_ownership(
+        &self,
+        rel: &Release,
+        targets: &[ManifestObject],
+        resolved: &[Resolved],
+        known: &HashSet<ObjectKey>,
+    ) -> Result<(), Error> {
+        let (name, ns) = (rel.name.as_str(), rel.namespace.as_str());
+        for (obj, (ar, caps)) in targets.iter().zip(resolved) {
+            if known.contains(&obj.key()) {
                 continue;
             }
             let api = self.api(ar, caps, obj.namespace.as_deref());
@@ -655,29 +646,48 @@ impl Engine {
                 })?;
             }
         }
+        Ok(())
+    }
 
-        let pp = PatchParams::apply(&self.field_manager).force();
-        for (obj, (ar, caps)) in targets.iter().zip(&resolved) {
+    /// Server-side apply of every target, stamped with the release's ownership.
+    async fn apply_all(
+        &self,
+        name: &str,
+        ns: &str,
+        targets: &[ManifestObject],
+        resolved: &[Resolved],
+    ) -> Result<(), Error> {
+        for (obj, (ar, caps)) in targets.iter().zip(resolved) {
             let mut body = obj.body.clone();
             manifest::stamp_ownership(&mut body, name, ns);
-            if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
-                match &obj.namespace {
-                    Some(n) => meta.insert("namespace".into(), n.clone().into()),
-                    None => meta.remove("namespace"),
-                };
-            }
             let api = self.api(ar, caps, obj.namespace.as_deref());
-            api.patch(&obj.name, &pp, &Patch::Apply(&body))
-                .await
-                .map_err(|source| Error::Apply {
-                    release: name.into(),
-                    object: obj.key().to_string(),
-                    source,
-                })?;
+            apply_dynamic(
+                &api,
+                &self.field_manager,
+                &obj.name,
+                obj.namespace.as_deref(),
+                body,
+            )
+            .await
+            .map_err(|source| Error::Apply {
+                release: name.into(),
+                object: obj.key().to_string(),
+                source,
+            })?;
             tracing::debug!(release = name, object = %obj.key(), "applied");
         }
+        Ok(())
+    }
 
-        for gone in manifest::removed(&originals, &targets) {
+    /// Deletes what left the chart, unless it asks to be kept.
+    async fn prune(
+        &self,
+        name: &str,
+        originals: &[ManifestObject],
+        original_kinds: &[Option<Resolved>],
+        targets: &[ManifestObject],
+    ) -> Result<(), Error> {
+        for gone in manifest::removed(originals, targets) {
             if gone.keep() {
                 tracing::info!(release = name, object = %gone.key(), "left the chart; kept (helm.sh/resource-policy: keep)");
                 continue;
@@ -708,15 +718,6 @@ impl Engine {
                 }
             }
         }
-
-        if opts.wait {
-            let workloads: Vec<(&ManifestObject, &Resolved)> = targets
-                .iter()
-                .zip(&resolved)
-                .filter(|(o, _)| manifest::has_rollout(&o.kind))
-                .collect();
-            self.wait_rollout(name, &workloads, opts).await?;
-        }
         Ok(())
     }
 
@@ -726,45 +727,49 @@ impl Engine {
         workloads: &[(&ManifestObject, &Resolved)],
         opts: &ApplyOptions,
     ) -> Result<(), Error> {
-        let start = tokio::time::Instant::now();
-        let deadline = start + opts.timeout;
-        let mut next_report = start; // report at once, then every interval
-        loop {
-            let mut pending = Vec::new();
-            for (obj, (ar, caps)) in workloads {
-                let api = self.api(ar, caps, obj.namespace.as_deref());
-                let line = match api.get_opt(&obj.name).await {
-                    Ok(Some(live)) => {
-                        let live = serde_json::to_value(&live).unwrap_or_default();
-                        manifest::rollout_status(&obj.kind, &live).err()
-                    }
-                    Ok(None) => Some("not found".to_string()),
-                    Err(e) => Some(format!("cannot read it: {e}")),
-                };
-                if let Some(why) = line {
-                    pending.push(format!("{}: {why}", obj.key()));
-                }
-            }
-            if pending.is_empty() {
-                return Ok(());
-            }
-            let now = tokio::time::Instant::now();
-            if now >= next_report {
-                tracing::info!(release, "waiting for the rollout: {}", pending.join("; "));
-                if let Some(cb) = &opts.on_wait {
-                    cb(&pending);
-                }
-                next_report = now + opts.report_interval;
-            }
-            if now >= deadline {
-                return Err(Error::WaitTimeout {
-                    release: release.into(),
-                    timeout: opts.timeout,
-                    pending: pending.join("; "),
-                });
-            }
-            tokio::time::sleep(opts.poll_interval.min(deadline - now)).await;
+        let why = format!("the rollout of Helm release {release}");
+        let wait = Wait {
+            why: &why,
+            timeout: opts.timeout,
+            poll_interval: opts.poll_interval,
+            report_interval: opts.report_interval,
+            on_progress: opts.on_wait.as_deref(),
+        };
+        let r: Result<(), WaitError<std::convert::Infallible>> =
+            wait_until(&wait, || self.rollout_pending(workloads)).await;
+        match r {
+            Ok(()) => Ok(()),
+            Err(WaitError::TimedOut { pending }) => Err(Error::WaitTimeout {
+                release: release.into(),
+                timeout: opts.timeout,
+                pending: pending.join("; "),
+            }),
+            Err(WaitError::Check(never)) => match never {},
         }
+    }
+
+    /// The workloads not rolled out yet, one line each (a read error is a
+    /// line too: the wait goes on).
+    async fn rollout_pending(
+        &self,
+        workloads: &[(&ManifestObject, &Resolved)],
+    ) -> Result<Vec<String>, std::convert::Infallible> {
+        let mut pending = Vec::new();
+        for (obj, (ar, caps)) in workloads {
+            let api = self.api(ar, caps, obj.namespace.as_deref());
+            let line = match api.get_opt(&obj.name).await {
+                Ok(Some(live)) => {
+                    let live = serde_json::to_value(&live).unwrap_or_default();
+                    manifest::rollout_status(&obj.kind, &live).err()
+                }
+                Ok(None) => Some("not found".to_string()),
+                Err(e) => Some(format!("cannot read it: {e}")),
+            };
+            if let Some(why) = line {
+                pending.push(format!("{}: {why}", obj.key()));
+            }
+        }
+        Ok(pending)
     }
 
     async fn trim_history(&self, release: &str) -> Result<(), Error> {
@@ -775,11 +780,7 @@ impl Engine {
         if history.len() <= self.max_history {
             return Ok(());
         }
-        let keep_deployed = history
-            .iter()
-            .rev()
-            .find(|s| s.release.status() == Status::Deployed)
-            .map(|s| s.release.version);
+        let keep_deployed = newest_deployed(&history).map(|s| s.release.version);
         let mut excess = history.len() - self.max_history;
         for s in &history {
             if excess == 0 {
@@ -835,6 +836,48 @@ impl Engine {
     }
 }
 
+/// The record of the next revision, pending: `base` (the rendered release)
+/// numbered after `last_version`, keeping the current revision's first
+/// deployment time and release namespace.
+fn next_revision(
+    op: Operation,
+    base: Release,
+    current: Option<&StoredRelease>,
+    last_version: u32,
+    now: DateTime<Utc>,
+) -> Release {
+    let (pending, description) = op.pending();
+    let first_deployed = current
+        .and_then(|c| c.release.info.as_ref())
+        .and_then(|i| i.first_deployed)
+        .unwrap_or(now);
+    let notes = base
+        .info
+        .as_ref()
+        .map(|i| i.notes.clone())
+        .unwrap_or_default();
+    let mut rel = Release {
+        info: Some(Info {
+            first_deployed: Some(first_deployed),
+            last_deployed: Some(now),
+            deleted: None,
+            description: description.into(),
+            status: pending,
+            notes,
+            extra: Default::default(),
+        }),
+        version: last_version + 1,
+        apply_method: Some(APPLY_METHOD_SSA.into()),
+        ..base
+    };
+    if rel.namespace.is_empty()
+        && let Some(c) = current
+    {
+        rel.namespace = c.release.namespace.clone();
+    }
+    rel
+}
+
 /// Puts a namespaced object without a namespace into the release namespace,
 /// and drops the namespace of a cluster-scoped one.
 fn place(obj: &mut ManifestObject, r: &Resolved, release_namespace: &str) {
@@ -855,13 +898,9 @@ fn current_of(history: &[StoredRelease]) -> Option<&StoredRelease> {
     if last.release.status() == Status::Deployed {
         return Some(last);
     }
-    history
-        .iter()
-        .rev()
-        .find(|s| s.release.status() == Status::Deployed)
-        .or_else(|| {
-            matches!(last.release.status(), Status::Failed | Status::Superseded).then_some(last)
-        })
+    newest_deployed(history).or_else(|| {
+        matches!(last.release.status(), Status::Failed | Status::Superseded).then_some(last)
+    })
 }
 
 /// When a pending record was written: its `last_deployed`, else the Secret's

@@ -11,15 +11,22 @@
 //! - installs, upgrades and rolls back with Helm's state machine, applying
 //!   with server-side apply ([`engine`]).
 //!
-//! It knows nothing about Cilium. Design: `docs/adr/0005-helm-release-engine.md`.
+//! [`wait`] holds the one bounded, reporting wait, which the crates above
+//! this one use too. It knows nothing about Cilium. Design: `docs/adr/0005-helm-release-engine.md`.
+
+// Output goes through a binary's printer (docs/STYLE.md); a library never prints.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod engine;
 pub mod manifest;
+pub mod objects;
 pub mod record;
 pub mod render;
 pub mod storage;
+pub mod wait;
 
 pub use engine::{ApplyOptions, Engine, Error, Operation, ReleaseRequest, WaitReporter};
 pub use record::{Info, Release, Status};
 pub use render::{ChartRef, Renderer};
 pub use storage::{SecretStorage, StoredRelease};
+pub use wait::{Wait, WaitError, wait_until};

@@ -7,7 +7,45 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
-use crate::record::{self, CodecError, Release, Write};
+use crate::record::{self, CodecError, Release, Status, Write};
+
+/// The label selector of every Helm record (Helm's own).
+pub const OWNER_SELECTOR: &str = "owner=helm";
+
+/// The label selector of the records of release `name`.
+pub fn release_selector(name: &str) -> String {
+    format!("name={name},{OWNER_SELECTOR}")
+}
+
+/// The newest `deployed` revision in a history (oldest first).
+pub fn newest_deployed(history: &[StoredRelease]) -> Option<&StoredRelease> {
+    history
+        .iter()
+        .rev()
+        .find(|s| s.release.status() == Status::Deployed)
+}
+
+/// The newest revision of each release `name`, in any namespace, with the
+/// namespace its record is stored in (records that cannot be decoded are
+/// passed over: they are someone else's).
+pub async fn newest_in_every_namespace(
+    client: &kube::Client,
+    name: &str,
+) -> Result<Vec<(String, Release)>, kube::Error> {
+    let lp = ListParams::default().labels(&release_selector(name));
+    let secrets = Api::<Secret>::all(client.clone()).list(&lp).await?;
+    let mut newest: BTreeMap<String, Release> = BTreeMap::new();
+    for s in &secrets.items {
+        let Ok(release) = record::from_secret(s) else {
+            continue;
+        };
+        let ns = s.metadata.namespace.clone().unwrap_or_default();
+        if newest.get(&ns).is_none_or(|r| r.version < release.version) {
+            newest.insert(ns, release);
+        }
+    }
+    Ok(newest.into_iter().collect())
+}
 
 /// A record as read from the cluster: the release and the Secret's
 /// `resourceVersion` (used for conditional updates) and labels.
@@ -107,7 +145,7 @@ impl SecretStorage {
 
     /// Every revision of `release`, oldest first.
     pub async fn history(&self, release: &str) -> Result<Vec<StoredRelease>, StorageError> {
-        let lp = ListParams::default().labels(&format!("name={release},owner=helm"));
+        let lp = ListParams::default().labels(&release_selector(release));
         let list = self
             .api
             .list(&lp)
@@ -122,9 +160,15 @@ impl SecretStorage {
         Ok(out)
     }
 
+    /// The newest `deployed` revision of `release`.
+    pub async fn deployed(&self, release: &str) -> Result<Option<Release>, StorageError> {
+        let history = self.history(release).await?;
+        Ok(newest_deployed(&history).map(|s| s.release.clone()))
+    }
+
     /// Every record in the namespace (`owner=helm`), any release.
     pub async fn list_all(&self) -> Result<Vec<StoredRelease>, StorageError> {
-        let lp = ListParams::default().labels("owner=helm");
+        let lp = ListParams::default().labels(OWNER_SELECTOR);
         let list = self
             .api
             .list(&lp)

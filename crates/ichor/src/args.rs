@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use ichor_api::{KubeProxyMode, Tunnel};
 
 /// Manage Talos Linux clusters from inside Kubernetes: typed machine configs,
 /// drift detection, holds before any change reaches a node, and Cilium owned
@@ -23,6 +25,19 @@ pub struct Cli {
     pub verbose: u8,
 }
 
+/// `ichor adopt --help`'s examples, one command a line as typed.
+const ADOPT_EXAMPLES: &str = "\
+Examples:
+  ichor adopt --cluster prod --talosconfig ./talosconfig --secrets-bundle secrets.yaml
+  ichor adopt --cluster lab --recover-secrets --recover-from 10.5.0.2 --tunnel geneve --yes
+  ichor adopt --cluster lab --secrets-bundle secrets.yaml -o json   # the plan alone";
+
+/// `ichor secrets recover --help`'s example, one command a line as typed.
+const SECRETS_RECOVER_EXAMPLE: &str = "\
+Example:
+  talosctl -n 10.5.0.2 get machineconfig -o jsonpath='{.spec}' > cp.yaml
+  ichor secrets recover --from-config cp.yaml -o secrets.yaml";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Bring an existing, running Talos cluster under Ichor's management,
@@ -38,11 +53,7 @@ pub enum Command {
     /// hand-over; and it releases the holds machine by machine. Adopt never
     /// writes to a node. Every step can be rerun: after a failure or an
     /// interruption, run the same command again and it finishes the job.
-    ///
-    /// Examples:
-    ///   ichor adopt --cluster prod --talosconfig ./talosconfig --secrets-bundle secrets.yaml
-    ///   ichor adopt --cluster lab --recover-secrets --recover-from 10.5.0.2 --tunnel geneve --yes
-    ///   ichor adopt --cluster lab --secrets-bundle secrets.yaml -o json   # the plan alone
+    #[command(after_long_help = ADOPT_EXAMPLES)]
     Adopt(AdoptArgs),
     /// Run Ichor's controller: it reconciles TalosClusters and TalosMachines,
     /// the CNI hand-over and the IchorInstallation. In a cluster this is the
@@ -83,8 +94,8 @@ pub struct AdoptArgs {
     #[arg(long)]
     pub cni_unmanaged: bool,
     /// Cilium's tunnel protocol (default vxlan). Immutable once adopted.
-    #[arg(long, value_enum)]
-    pub tunnel: Option<TunnelArg>,
+    #[arg(long, value_parser = tunnel_parser())]
+    pub tunnel: Option<Tunnel>,
     /// Cilium chart values merged over Ichor's (YAML); Ichor-owned keys are refused.
     #[arg(long, value_name = "FILE")]
     pub cilium_values: Option<PathBuf>,
@@ -187,9 +198,7 @@ pub enum SecretsCommand {
     /// A control-plane config holds every CA and key of the cluster; a worker's
     /// holds none, so a worker config is refused. The bundle is written with
     /// mode 0600; keep it as you keep the talosconfig.
-    ///
-    /// Example: talosctl -n 10.5.0.2 get machineconfig -o jsonpath='{.spec}' > cp.yaml
-    ///          ichor secrets recover --from-config cp.yaml -o secrets.yaml
+    #[command(after_long_help = SECRETS_RECOVER_EXAMPLE)]
     Recover(SecretsRecoverArgs),
 }
 
@@ -254,11 +263,11 @@ pub struct CniBootstrapArgs {
     pub kube: KubeArgs,
     /// Whether Talos runs kube-proxy (`enabled`) or Cilium replaces it
     /// (`replaced`). Required: this command cannot read the Talos config.
-    #[arg(long, value_enum)]
-    pub kube_proxy: KubeProxyArg,
+    #[arg(long, value_parser = kube_proxy_parser())]
+    pub kube_proxy: KubeProxyMode,
     /// Cilium's tunnel protocol.
-    #[arg(long, value_enum, default_value_t = TunnelArg::Vxlan)]
-    pub tunnel: TunnelArg,
+    #[arg(long, value_parser = tunnel_parser(), default_value_t = Tunnel::default())]
+    pub tunnel: Tunnel,
     /// Cilium chart values merged over Ichor's (YAML). Keys Ichor owns
     /// (k8sServiceHost, k8sServicePort, kubeProxyReplacement, tunnelProtocol, …) are refused.
     #[arg(long, value_name = "FILE")]
@@ -288,16 +297,15 @@ pub struct HelmArgs {
     pub cilium_chart: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum KubeProxyArg {
-    Enabled,
-    Replaced,
+/// `--tunnel`: the names of [`Tunnel`], listed in `--help` and completions.
+fn tunnel_parser() -> impl TypedValueParser<Value = Tunnel> {
+    PossibleValuesParser::new(Tunnel::ALL.map(Tunnel::as_str)).try_map(|s| s.parse::<Tunnel>())
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum TunnelArg {
-    Vxlan,
-    Geneve,
+/// `--kube-proxy`: the names of [`KubeProxyMode`].
+fn kube_proxy_parser() -> impl TypedValueParser<Value = KubeProxyMode> {
+    PossibleValuesParser::new(KubeProxyMode::ALL.map(KubeProxyMode::as_str))
+        .try_map(|s| s.parse::<KubeProxyMode>())
 }
 
 /// `90s`, `10m`, `1h`, or plain seconds.

@@ -1,5 +1,8 @@
 //! All output goes through here: data on stdout, progress and errors on
-//! stderr, plain lines when stderr is not a terminal.
+//! stderr, plain lines when stderr is not a terminal. The workspace denies
+//! `print_stdout` and `print_stderr` everywhere else.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::io::IsTerminal as _;
 
@@ -28,12 +31,46 @@ pub fn data(text: &str) {
     println!("{text}");
 }
 
-/// An error and its causes, one per line.
+/// An error and its causes, one per line: each cause once (a cause whose
+/// words a line above already says is not repeated), then what can help.
 pub fn error(e: &anyhow::Error) {
-    eprintln!("error: {e}");
+    eprint_lines(&error_lines(e));
+}
+
+/// The lines [`error`] prints.
+pub fn error_lines(e: &anyhow::Error) -> Vec<String> {
+    let mut said: Vec<String> = vec![e.to_string()];
     for cause in e.chain().skip(1) {
-        eprintln!("  caused by: {cause}");
+        let text = cause.to_string();
+        if !said.iter().any(|line| line.contains(&text)) {
+            said.push(text);
+        }
     }
+    let mut lines: Vec<String> = said
+        .iter()
+        .enumerate()
+        .map(|(i, text)| match i {
+            0 => format!("error: {text}"),
+            _ => format!("  caused by: {text}"),
+        })
+        .collect();
+    if let Some(help) = crate::hints::help_for(e) {
+        lines.push(format!("help: {help}"));
+    }
+    lines
+}
+
+fn eprint_lines(lines: &[String]) {
+    for line in lines {
+        eprintln!("{line}");
+    }
+}
+
+/// A question on stderr, without a newline (the answer follows on the line).
+pub fn ask(question: &str) {
+    use std::io::Write as _;
+    eprint!("{question}");
+    let _ = std::io::stderr().flush();
 }
 
 /// A spinner while waiting on a terminal; plain lines otherwise.

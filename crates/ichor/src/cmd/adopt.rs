@@ -1,7 +1,7 @@
 //! `ichor adopt`: reads the operator's files, then hands over to
 //! `ichor_adopt::run`, where the phases live.
 
-use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::io::{BufRead as _, IsTerminal as _};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,9 +12,9 @@ use ichor_talos::secrets::SecretsBundle;
 use ichor_talos::talosconfig::Talosconfig;
 use ichor_talos_client::{ClientIdentity, ClientOptions, TalosClient};
 
-use crate::args::{AdoptArgs, OutputFormat, TalosArgs, TunnelArg};
-use crate::cmd::cni;
-use crate::{connect, printer};
+use crate::args::{AdoptArgs, OutputFormat, TalosArgs};
+use crate::settings::{Settings, read_cilium_values};
+use crate::{hints, printer};
 
 /// The CLI's version as Ichor versions are written (with the v).
 pub fn cli_version() -> String {
@@ -22,8 +22,9 @@ pub fn cli_version() -> String {
 }
 
 pub async fn run(args: AdoptArgs) -> anyhow::Result<()> {
+    let run = Settings::resolve(&args.kube, &args.helm);
     let (talos, nodes) = talos_client(&args.talos)?;
-    let kube = connect::kube_client(args.kube.kubeconfig.as_deref()).await?;
+    let kube = run.kube_client().await?;
     let secrets = match (&args.secrets_bundle, &args.recover_from) {
         (Some(path), _) => Some(SecretsSource::Bundle(Box::new(SecretsBundle::from_file(
             path,
@@ -36,24 +37,21 @@ pub async fn run(args: AdoptArgs) -> anyhow::Result<()> {
     let cilium_values = args
         .cilium_values
         .as_deref()
-        .map(cni::read_values)
+        .map(read_cilium_values)
         .transpose()?;
     let opts = AdoptOptions {
         cluster: args.cluster.clone(),
         nodes,
         secrets,
         cni_unmanaged: args.cni_unmanaged,
-        tunnel: args.tunnel.map(|t| match t {
-            TunnelArg::Vxlan => ichor_api::Tunnel::Vxlan,
-            TunnelArg::Geneve => ichor_api::Tunnel::Geneve,
-        }),
+        tunnel: args.tunnel,
         cilium_values,
         require_ichor: args.require_ichor,
         webhook_timeout: args.wait_timeout,
         cilium_timeout: ichor_adopt::waits::CILIUM_READY_WAIT,
         handover_timeout: ichor_adopt::waits::HANDOVER_WAIT,
         poll_interval: Duration::from_secs(2),
-        cilium: cni::cilium_options(&args.helm, args.kube.kubeconfig.as_deref()),
+        cilium: run.cilium_options(),
         version: cli_version(),
         controller_image: args.controller_image.clone(),
     };
@@ -61,7 +59,7 @@ pub async fn run(args: AdoptArgs) -> anyhow::Result<()> {
     if let Some(format) = args.output {
         let (plan, _) = ichor_adopt::run::plan(&talos, &kube, &opts)
             .await
-            .map_err(explain)?;
+            .map_err(adopt_error_for_people)?;
         printer::data(&match format {
             OutputFormat::Json => serde_json::to_string_pretty(&plan)?,
             OutputFormat::Yaml => serde_yaml_ng::to_string(&plan)?,
@@ -73,10 +71,10 @@ pub async fn run(args: AdoptArgs) -> anyhow::Result<()> {
             "adopt asks for consent on a terminal; pass --yes to adopt without asking (nothing was written)"
         );
     }
-    let operator: Arc<dyn Operator> = Arc::new(Cli { yes: args.yes });
+    let operator: Arc<dyn Operator> = Arc::new(TerminalOperator { yes: args.yes });
     let outcome = ichor_adopt::run::adopt(&talos, &kube, &opts, operator)
         .await
-        .map_err(explain)?;
+        .map_err(adopt_error_for_people)?;
     let phases: Vec<String> = outcome
         .phases
         .iter()
@@ -90,10 +88,24 @@ pub async fn run(args: AdoptArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn explain(e: AdoptError) -> anyhow::Error {
+/// The CLI's words around an adopt error: a refusal says nothing was
+/// written; a Cilium step that could not run helm drops adopt's "run again"
+/// (rerunning cannot help; the printer's help line says what can).
+fn adopt_error_for_people(e: AdoptError) -> anyhow::Error {
     match e {
         AdoptError::Refused(_) => {
             anyhow::Error::new(e).context("ichor adopt refused; nothing was written")
+        }
+        AdoptError::Cilium(cilium) => {
+            let inner = anyhow::Error::new(*cilium);
+            if hints::missing_helm(&inner).is_some() {
+                inner.context("ichor adopt could not install Cilium")
+            } else {
+                match inner.downcast::<ichor_cilium::Error>() {
+                    Ok(cilium) => anyhow::Error::new(AdoptError::Cilium(Box::new(cilium))),
+                    Err(other) => other,
+                }
+            }
         }
         other => anyhow::Error::new(other),
     }
@@ -136,11 +148,13 @@ pub fn talos_client(args: &TalosArgs) -> anyhow::Result<(TalosClient, Vec<String
     Ok((client, nodes))
 }
 
-struct Cli {
+/// The operator at the terminal: progress lines on stderr, consent asked
+/// there unless `--yes`.
+struct TerminalOperator {
     yes: bool,
 }
 
-impl Operator for Cli {
+impl Operator for TerminalOperator {
     fn say(&self, line: &str) {
         printer::step(line);
     }
@@ -149,8 +163,7 @@ impl Operator for Cli {
         if self.yes {
             return true;
         }
-        eprint!("Adopt this cluster? [y/N] ");
-        let _ = std::io::stderr().flush();
+        printer::ask("Adopt this cluster? [y/N] ");
         let mut answer = String::new();
         if std::io::stdin().lock().read_line(&mut answer).is_err() {
             return false;

@@ -3,21 +3,21 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use ichor_cilium::{CiliumOptions, ClusterSettings, KubeProxy, Tunnel, WaitOptions};
-use ichor_helm::{ChartRef, Renderer};
+use ichor_cilium::{ClusterSettings, WaitOptions};
 
-use crate::args::{CniBootstrapArgs, CniHelmApplyArgs, HelmArgs, KubeProxyArg, TunnelArg};
-use crate::{connect, printer};
+use crate::args::{CniBootstrapArgs, CniHelmApplyArgs};
+use crate::settings::{Settings, read_cilium_values};
+use crate::{hints, printer};
 
 pub async fn bootstrap(args: CniBootstrapArgs) -> anyhow::Result<()> {
-    let client = connect::kube_client(args.kube.kubeconfig.as_deref()).await?;
+    let run = Settings::resolve(&args.kube, &args.helm);
+    let client = run.kube_client().await?;
     let nodes = ichor_cilium::node_count(&client).await?;
-    let mut settings =
-        ClusterSettings::new(tunnel(args.tunnel), kube_proxy(args.kube_proxy), nodes);
+    let mut settings = ClusterSettings::new(args.tunnel, args.kube_proxy, nodes);
     if let Some(path) = &args.cilium_values {
-        settings = settings.with_user_values(read_values(path)?);
+        settings = settings.with_user_values(read_cilium_values(path)?);
     }
-    let opts = cilium_options(&args.helm, args.kube.kubeconfig.as_deref());
+    let opts = run.cilium_options();
     let progress = Arc::new(printer::Progress::start(&format!(
         "installing Cilium (tunnel {}, kube-proxy {}) as Ichor's Helm release cilium in kube-system, record in ichor-system",
         settings.tunnel.as_str(),
@@ -33,7 +33,15 @@ pub async fn bootstrap(args: CniBootstrapArgs) -> anyhow::Result<()> {
     };
     let applied = ichor_cilium::bootstrap(client, &opts, &settings, &wait)
         .await
-        .context("ichor cni bootstrap did not finish; run it again to continue (it picks up the release where it stopped)")?;
+        .map_err(|e| {
+            let e = anyhow::Error::new(e);
+            if hints::missing_helm(&e).is_some() {
+                // Rerunning cannot help; printer's help line says what can.
+                e.context("ichor cni bootstrap could not run helm")
+            } else {
+                e.context("ichor cni bootstrap did not finish; run it again to continue (it picks up the release where it stopped)")
+            }
+        })?;
     drop(wait);
     if let Ok(p) = Arc::try_unwrap(progress) {
         p.finish(&format!(
@@ -47,7 +55,8 @@ pub async fn bootstrap(args: CniBootstrapArgs) -> anyhow::Result<()> {
 /// `ichor cni helm apply`: the ichor-cni Job's entry (spec R5.1: the same
 /// apply-for-cluster function as the CLI's bootstrap).
 pub async fn helm_apply(args: CniHelmApplyArgs) -> anyhow::Result<()> {
-    let client = connect::kube_client(args.kube.kubeconfig.as_deref()).await?;
+    let run = Settings::resolve(&args.kube, &args.helm);
+    let client = run.kube_client().await?;
     let cluster = kube::Api::<ichor_api::TalosCluster>::namespaced(client.clone(), &args.namespace)
         .get(&args.cluster)
         .await
@@ -59,7 +68,7 @@ pub async fn helm_apply(args: CniHelmApplyArgs) -> anyhow::Result<()> {
         })?;
     let nodes = ichor_cilium::node_count(&client).await?;
     let settings = ClusterSettings::from_cluster(&cluster, nodes)?;
-    let mut opts = cilium_options(&args.helm, args.kube.kubeconfig.as_deref());
+    let mut opts = run.cilium_options();
     // The Job holds the CNI lock (R5.6): a pending record is a dead one.
     opts.apply.exclusive = true;
     let applied = ichor_cilium::apply_for_cluster(client, &opts, &settings)
@@ -81,41 +90,4 @@ pub async fn helm_apply(args: CniHelmApplyArgs) -> anyhow::Result<()> {
         }
     ));
     Ok(())
-}
-
-pub fn cilium_options(helm: &HelmArgs, kubeconfig: Option<&std::path::Path>) -> CiliumOptions {
-    let mut renderer = Renderer::new(&helm.helm);
-    if let Some(k) = kubeconfig {
-        renderer = renderer.kubeconfig(k);
-    }
-    let mut opts = CiliumOptions::new(renderer);
-    if let Some(chart) = &helm.cilium_chart {
-        opts = opts.chart(ChartRef::path(chart));
-    }
-    opts
-}
-
-pub fn read_values(
-    path: &std::path::Path,
-) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read --cilium-values {}", path.display()))?;
-    Ok(ichor_cilium::user_values_from_yaml(
-        &text,
-        &path.display().to_string(),
-    )?)
-}
-
-pub fn tunnel(t: TunnelArg) -> Tunnel {
-    match t {
-        TunnelArg::Vxlan => Tunnel::Vxlan,
-        TunnelArg::Geneve => Tunnel::Geneve,
-    }
-}
-
-pub fn kube_proxy(k: KubeProxyArg) -> KubeProxy {
-    match k {
-        KubeProxyArg::Enabled => KubeProxy::Enabled,
-        KubeProxyArg::Replaced => KubeProxy::Replaced,
-    }
 }
