@@ -203,15 +203,15 @@ async fn agree_with_record(
         }
         plan.tunnel = t;
     }
-    if let Some(recorded) = recorded_kube_proxy {
-        if recorded != plan.kube_proxy {
-            return Err(AdoptError::Refused(vec![Refusal::new(format!(
-                "Ichor's Cilium release was installed for kube-proxy {}, but Talos says kube-proxy is {}. Run ichor cni bootstrap again with --kube-proxy {}, then ichor adopt",
-                recorded.as_str(),
-                plan.kube_proxy.as_str(),
-                plan.kube_proxy.as_str()
-            ))]));
-        }
+    if let Some(recorded) = recorded_kube_proxy
+        && recorded != plan.kube_proxy
+    {
+        return Err(AdoptError::Refused(vec![Refusal::new(format!(
+            "Ichor's Cilium release was installed for kube-proxy {}, but Talos says kube-proxy is {}. Run ichor cni bootstrap again with --kube-proxy {}, then ichor adopt",
+            recorded.as_str(),
+            plan.kube_proxy.as_str(),
+            plan.kube_proxy.as_str()
+        ))]));
     }
     Ok(())
 }

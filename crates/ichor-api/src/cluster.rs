@@ -217,33 +217,36 @@ pub fn one_of(names: &[&str]) -> String {
     }
 }
 
+/// The member of `all` whose name is `s`, or a message naming the ones
+/// that exist (`what` says which vocabulary).
+fn parse_name<T: Copy>(
+    s: &str,
+    all: &[T],
+    name: fn(T) -> &'static str,
+    what: &str,
+) -> Result<T, String> {
+    all.iter().copied().find(|t| name(*t) == s).ok_or_else(|| {
+        let names: Vec<&str> = all.iter().map(|t| name(*t)).collect();
+        format!("unknown {what} {s:?}: use {}", one_of(&names))
+    })
+}
+
 impl std::str::FromStr for Tunnel {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Tunnel::ALL
-            .into_iter()
-            .find(|t| t.as_str() == s)
-            .ok_or_else(|| {
-                format!(
-                    "unknown tunnel {s:?}: use {}",
-                    one_of(&Tunnel::ALL.map(Tunnel::as_str))
-                )
-            })
+        parse_name(s, &Tunnel::ALL, Tunnel::as_str, "tunnel")
     }
 }
 
 impl std::str::FromStr for KubeProxyMode {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        KubeProxyMode::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| {
-                format!(
-                    "unknown kube-proxy mode {s:?}: use {}",
-                    one_of(&KubeProxyMode::ALL.map(KubeProxyMode::as_str))
-                )
-            })
+        parse_name(
+            s,
+            &KubeProxyMode::ALL,
+            KubeProxyMode::as_str,
+            "kube-proxy mode",
+        )
     }
 }
 

@@ -602,6 +602,168 @@ pub fn class_c_message(drift: &Drift) -> String {
 }
 
 #[cfg(test)]
+mod decide_tests {
+    //! The TalosMachine decisions from YAML fixtures (`src/fixtures/`, and
+    //! a real Talos v1.12 control-plane config from ichor-render's
+    //! fixtures as the live config), with an injected clock.
+
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn at(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).expect("timestamp"))
+    }
+
+    fn cluster() -> TalosCluster {
+        serde_yaml_ng::from_str(include_str!("fixtures/cluster-base.yaml")).expect("fixture")
+    }
+
+    fn machine(hold: bool, extra_patch: Option<&str>) -> TalosMachine {
+        let mut m: TalosMachine =
+            serde_yaml_ng::from_str(include_str!("fixtures/machine-base-labels.yaml"))
+                .expect("fixture");
+        m.spec.hold = hold;
+        if let Some(inline) = extra_patch {
+            m.spec.patches.push(ichor_api::MachinePatch {
+                name: "extra".into(),
+                inline: inline.into(),
+            });
+        }
+        m
+    }
+
+    fn live() -> MachineConfig {
+        MachineConfig::parse(include_str!(
+            "../../ichor-render/tests/fixtures/v1.12-cni-none-controlplane.yaml"
+        ))
+        .expect("fixture parses")
+    }
+
+    fn reason(status: &TalosMachineStatus, type_: &str) -> Option<String> {
+        conditions::find(&status.conditions, type_).map(|c| c.reason.clone())
+    }
+
+    /// Covers: R1.6
+    #[test]
+    fn class_b_on_a_released_machine_is_applied() {
+        let mut status = TalosMachineStatus::default();
+        let plan = decide_apply(
+            &machine(false, None),
+            &cluster(),
+            &live(),
+            &mut status,
+            &at(5),
+        )
+        .expect("decides")
+        .expect("an apply");
+        assert_eq!(plan.paths, vec!["machine.nodeLabels.zone"]);
+        assert_eq!(
+            reason(&status, types::DRIFTED).as_deref(),
+            Some(reasons::SAFE_DRIFT)
+        );
+        assert!(status.config_hash.is_some());
+    }
+
+    #[test]
+    fn a_held_machine_gets_its_drift_and_no_apply() {
+        let mut status = TalosMachineStatus::default();
+        let plan = decide_apply(
+            &machine(true, None),
+            &cluster(),
+            &live(),
+            &mut status,
+            &at(5),
+        )
+        .expect("decides");
+        assert!(plan.is_none());
+        assert_eq!(status.drift.len(), 1);
+        assert_eq!(reason(&status, types::APPLIED), None);
+    }
+
+    /// Covers: R1.6
+    #[test]
+    fn class_c_blocks_every_apply_and_says_why() {
+        let mut status = TalosMachineStatus::default();
+        let plan = decide_apply(
+            &machine(false, Some("machine:\n  somethingNew: 1\n")),
+            &cluster(),
+            &live(),
+            &mut status,
+            &at(5),
+        )
+        .expect("decides");
+        assert!(plan.is_none());
+        assert_eq!(
+            reason(&status, types::APPLIED).as_deref(),
+            Some(reasons::UNSAFE_DRIFT)
+        );
+        assert_eq!(
+            reason(&status, types::DRIFTED).as_deref(),
+            Some(reasons::UNSAFE_DRIFT)
+        );
+    }
+
+    #[test]
+    fn the_read_back_decides_applied() {
+        let plan = ApplyPlan {
+            desired_yaml: "a: 1\n".into(),
+            desired: live(),
+            paths: vec!["machine.nodeLabels.zone".into()],
+        };
+        let (c, note) =
+            read_back_condition(&plan, "a: 1\n", &Drift::default(), "h", Some(2), &at(5));
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", reasons::APPLIED)
+        );
+        assert!(note.is_some_and(|n| n.contains("equals the render (config hash h)")));
+        let (c, _) = read_back_condition(&plan, "a: 2\n", &Drift::default(), "h", Some(2), &at(5));
+        assert!(c.message.contains("on every path"), "{}", c.message);
+        let differs = Drift {
+            entries: vec![ichor_api::DriftEntry {
+                path: "machine.nodeLabels.zone".into(),
+                class: DriftClass::B,
+                live: None,
+                desired: Some("a".into()),
+                reason: None,
+            }],
+        };
+        let (c, note) = read_back_condition(&plan, "a: 2\n", &differs, "h", Some(2), &at(5));
+        assert_eq!(c.reason, reasons::READ_BACK_MISMATCH);
+        assert!(note.is_none());
+    }
+
+    #[test]
+    fn held_and_ready_follow_the_spec_and_the_outcome() {
+        let h = held_condition(false, Some(2), &at(5));
+        assert_eq!(
+            (h.status.as_str(), h.reason.as_str()),
+            ("False", reasons::RELEASED)
+        );
+        assert_eq!(
+            held_condition(true, Some(2), &at(5)).reason,
+            reasons::HOLD_SET
+        );
+        let m = machine(true, None);
+        let err = Error::ClusterNotFound {
+            namespace: "ichor-system".into(),
+            machine: "base-cp-1".into(),
+            cluster: "base".into(),
+        };
+        let r = ready_condition(&m, &TalosMachineStatus::default(), Err(&err), &at(5));
+        assert_eq!(
+            (r.status.as_str(), r.reason.as_str()),
+            ("False", reasons::CLUSTER_NOT_FOUND)
+        );
+        let r = ready_condition(&m, &TalosMachineStatus::default(), Ok(()), &at(5));
+        assert_eq!(
+            r.message,
+            "node 10.5.0.2 read (Talos unknown); 0 drift entries"
+        );
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

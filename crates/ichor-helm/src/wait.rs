@@ -8,7 +8,10 @@ use std::future::Future;
 use std::time::Duration;
 
 /// Receives, while waiting, what is still pending, one line each.
-pub type ProgressFn = dyn Fn(&[String]) + Send + Sync;
+pub type Progress<'a> = dyn Fn(&[String]) + Send + Sync + 'a;
+
+/// A [`Progress`] that can be kept (in options, behind an `Arc`).
+pub type ProgressFn = Progress<'static>;
 
 /// How one wait runs.
 #[derive(Clone, Copy)]
@@ -22,7 +25,7 @@ pub struct Wait<'a> {
     /// Report what is pending at once, then this often.
     pub report_interval: Duration,
     /// Receives the reports (they also go to tracing at INFO).
-    pub on_progress: Option<&'a (dyn Fn(&[String]) + Send + Sync + 'a)>,
+    pub on_progress: Option<&'a Progress<'a>>,
 }
 
 /// Why a wait ended without success.
@@ -69,10 +72,7 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
-    fn wait<'a>(
-        timeout: Duration,
-        on_progress: Option<&'a (dyn Fn(&[String]) + Send + Sync + 'a)>,
-    ) -> Wait<'a> {
+    fn wait<'a>(timeout: Duration, on_progress: Option<&'a Progress<'a>>) -> Wait<'a> {
         Wait {
             why: "the test",
             timeout,
