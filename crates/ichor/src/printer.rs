@@ -106,3 +106,51 @@ impl Progress {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The chain a missing helm gives `ichor cni bootstrap`: four errors
+    /// that each repeat the one below.
+    fn missing_helm() -> anyhow::Error {
+        let spawn = ichor_helm::render::RenderError::Spawn {
+            helm: "/nowhere/helm".into(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory"),
+        };
+        let helm = ichor_helm::Error::Render {
+            release: "cilium".into(),
+            source: spawn,
+        };
+        anyhow::Error::new(ichor_cilium::Error::Helm(helm))
+            .context("ichor cni bootstrap could not run helm")
+    }
+
+    #[test]
+    fn each_cause_is_said_once_then_what_can_help() {
+        let lines = error_lines(&missing_helm());
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        assert_eq!(lines[0], "error: ichor cni bootstrap could not run helm");
+        assert!(
+            lines[1].starts_with(
+                "  caused by: Cilium: Helm release cilium: cannot run helm at /nowhere/helm"
+            ),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].starts_with("help: ") && lines[2].contains("ICHOR_HELM"),
+            "{}",
+            lines[2]
+        );
+        assert!(lines[2].contains("(now /nowhere/helm)"), "{}", lines[2]);
+        let joined = lines.join("\n");
+        assert_eq!(joined.matches("cannot run helm").count(), 1, "{joined}");
+    }
+
+    #[test]
+    fn an_error_without_a_known_remedy_has_no_help_line() {
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_lines(&e), vec!["error: outer", "  caused by: inner"]);
+    }
+}
