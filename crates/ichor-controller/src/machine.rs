@@ -643,19 +643,19 @@ mod decide_tests {
         conditions::find(&status.conditions, type_).map(|c| c.reason.clone())
     }
 
+    /// [`decide_apply`] on the fixtures' live config from an empty status.
+    fn decide(machine: &TalosMachine) -> (Option<ApplyPlan>, TalosMachineStatus) {
+        let mut status = TalosMachineStatus::default();
+        let plan =
+            decide_apply(machine, &cluster(), &live(), &mut status, &at(5)).expect("decides");
+        (plan, status)
+    }
+
     /// Covers: R1.6
     #[test]
     fn class_b_on_a_released_machine_is_applied() {
-        let mut status = TalosMachineStatus::default();
-        let plan = decide_apply(
-            &machine(false, None),
-            &cluster(),
-            &live(),
-            &mut status,
-            &at(5),
-        )
-        .expect("decides")
-        .expect("an apply");
+        let (plan, status) = decide(&machine(false, None));
+        let plan = plan.expect("an apply");
         assert_eq!(plan.paths, vec!["machine.nodeLabels.zone"]);
         assert_eq!(
             reason(&status, types::DRIFTED).as_deref(),
@@ -666,15 +666,7 @@ mod decide_tests {
 
     #[test]
     fn a_held_machine_gets_its_drift_and_no_apply() {
-        let mut status = TalosMachineStatus::default();
-        let plan = decide_apply(
-            &machine(true, None),
-            &cluster(),
-            &live(),
-            &mut status,
-            &at(5),
-        )
-        .expect("decides");
+        let (plan, status) = decide(&machine(true, None));
         assert!(plan.is_none());
         assert_eq!(status.drift.len(), 1);
         assert_eq!(reason(&status, types::APPLIED), None);
@@ -683,15 +675,7 @@ mod decide_tests {
     /// Covers: R1.6
     #[test]
     fn class_c_blocks_every_apply_and_says_why() {
-        let mut status = TalosMachineStatus::default();
-        let plan = decide_apply(
-            &machine(false, Some("machine:\n  somethingNew: 1\n")),
-            &cluster(),
-            &live(),
-            &mut status,
-            &at(5),
-        )
-        .expect("decides");
+        let (plan, status) = decide(&machine(false, Some("machine:\n  somethingNew: 1\n")));
         assert!(plan.is_none());
         assert_eq!(
             reason(&status, types::APPLIED).as_deref(),
