@@ -27,11 +27,27 @@ lab: testbin
 	$(CARGO) build --locked -p ichor -p ichor-lab
 	./target/debug/ichor-lab demo
 
-.PHONY: dist release
+.PHONY: dist release images
 
 ## dist: regenerate dist/install.yaml and the chart's generated templates from the Rust sources
 dist:
 	$(CARGO) run --locked -p ichor-dist --bin distgen
+
+# What the images are built from: the workspace version, the commit and its
+# time (so two builds of one commit give one digest), a static helm (the tools
+# cache's helm v4: CGO off), and the pinned Cilium chart from its Go module.
+WS_VERSION = v$(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
+IMAGE_SOURCE = $(shell sed -n 's/^repository = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
+IMAGE_HELM = $${ICHOR_TESTBIN_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/ichor/testbin}/helm-$$(sed -n 's/^HELM4_VERSION=//p' tools/versions.env)/helm
+IMAGE_CHART = $$(bash tools/cilium-chart.sh)
+IMAGES_DIR := bin/images
+IMAGEGEN = ./target/release/imagegen --ichor target/release/ichor --helm "$(IMAGE_HELM)" --cilium-chart "$(IMAGE_CHART)" \
+	--revision "$$(git rev-parse HEAD)" --created "$$(git log -1 --format=%ct)" --source $(IMAGE_SOURCE)
+
+## images: the controller image as an OCI layout and archive in bin/images/ (no container daemon; same commit, same digest)
+images: testbin
+	$(CARGO) build --locked --release -p ichor -p ichor-image
+	$(IMAGEGEN) --version $(WS_VERSION) --out $(IMAGES_DIR)
 
 # The helm that packages the chart: the one on PATH, else the tools cache's helm v4.
 HELM ?= $(shell command -v helm 2>/dev/null || echo "$${ICHOR_TESTBIN_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/ichor/testbin}/helm-$$(sed -n 's/^HELM4_VERSION=//p' tools/versions.env)/helm")
@@ -47,10 +63,11 @@ release:
 	  [ "$$ws" = "$(VERSION)" ] || { echo "VERSION=$(VERSION) but the workspace version is $$ws: set version in [workspace.package] of Cargo.toml and version/appVersion in dist/chart/Chart.yaml to it first, then run make dist" >&2; exit 1; }
 	@[ -x "$(HELM)" ] || command -v "$(HELM)" >/dev/null || { echo "no helm at $(HELM): install helm, pass HELM=/path/to/helm, or run make testbin" >&2; exit 1; }
 	mkdir -p $(RELEASE_DIR)
-	$(CARGO) build --locked --release -p ichor -p ichor-dist
+	$(CARGO) build --locked --release -p ichor -p ichor-dist -p ichor-image
 	cp target/release/ichor $(RELEASE_DIR)/ichor
 	./target/release/distgen --version $(VERSION) --install-yaml $(RELEASE_DIR)/install.yaml
 	"$(HELM)" lint --strict dist/chart --namespace ichor-system
 	"$(HELM)" package dist/chart --version $(patsubst v%,%,$(VERSION)) --app-version $(VERSION) --destination $(RELEASE_DIR)
 	@$(RELEASE_DIR)/ichor --version | grep -qx 'ichor $(VERSION)' || { echo "$(RELEASE_DIR)/ichor does not say it is $(VERSION)" >&2; exit 1; }
+	$(IMAGEGEN) --version $(VERSION) --out $(RELEASE_DIR)
 	@ls -l $(RELEASE_DIR)

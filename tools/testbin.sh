@@ -134,6 +134,8 @@ if need_build talosctl "$TALOS_VERSION"; then
     "$(upstream_replaces github.com/siderolabs/talos "$TALOS_VERSION" "'$TALOS_VERSION'" "$TALOS_OVERRIDES")" ""
 else build talosctl "$TALOS_VERSION" - - - -; fi
 
+build crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane github.com/google/go-containerregistry "" ""
+
 emit() {
   if [ "$mode" = "--env" ]; then echo "export $1=$2"; else echo "$1=$2"; fi
 }
@@ -142,3 +144,4 @@ emit ICHOR_ETCD "$cache/etcd-$ETCD_VERSION/etcd"
 emit ICHOR_HELM3 "$cache/helm-$HELM3_VERSION/helm"
 emit ICHOR_HELM4 "$cache/helm-$HELM4_VERSION/helm"
 emit ICHOR_TALOSCTL "$cache/talosctl-$TALOS_VERSION/talosctl"
+emit ICHOR_CRANE "$cache/crane-$CRANE_VERSION/crane"

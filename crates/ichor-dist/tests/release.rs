@@ -9,8 +9,10 @@ use ichor_testenv::tools::repo_root;
 /// twin), pushes `bin/release/ichor-<tag without v>.tgz` to
 /// `oci://ghcr.io/maeshinshin/charts` and may write packages; the Makefile's
 /// release target packages with the version without its v and the
-/// appVersion with it, and writes the CLI, the manifest and the chart to
-/// `bin/release/`.
+/// appVersion with it, and writes the CLI, the manifest, the chart and the
+/// controller image (an OCI layout, issue 16) to `bin/release/`; the workflow
+/// pushes that layout with crane to the reference the chart carries and
+/// checks the registry's digest against the one `make release` recorded.
 #[test]
 fn the_release_workflow_and_make_release_agree() {
     let root = repo_root();
@@ -40,6 +42,13 @@ fn the_release_workflow_and_make_release_agree() {
         "{runs}"
     );
     assert!(
+        runs.contains(
+            "crane push bin/release/ichor-controller \"ghcr.io/maeshinshin/ichor-controller:$VERSION\""
+        ),
+        "{runs}"
+    );
+    assert!(runs.contains("bin/release/digests.txt"), "{runs}");
+    assert!(
         !runs.contains("${{"),
         "no expression is spliced into a script: {runs}"
     );
@@ -56,6 +65,7 @@ fn the_release_workflow_and_make_release_agree() {
         "--version $(patsubst v%,%,$(VERSION)) --app-version $(VERSION)",
         "cp target/release/ichor $(RELEASE_DIR)/ichor",
         "--install-yaml $(RELEASE_DIR)/install.yaml",
+        "$(IMAGEGEN) --version $(VERSION) --out $(RELEASE_DIR)",
     ] {
         assert!(
             release.contains(want),

@@ -14,6 +14,7 @@ pub enum Tool {
     Helm3,
     Helm4,
     Talosctl,
+    Crane,
 }
 
 impl Tool {
@@ -24,6 +25,7 @@ impl Tool {
             Tool::Helm3 => "ICHOR_HELM3",
             Tool::Helm4 => "ICHOR_HELM4",
             Tool::Talosctl => "ICHOR_TALOSCTL",
+            Tool::Crane => "ICHOR_CRANE",
         }
     }
 
@@ -34,6 +36,7 @@ impl Tool {
             Tool::Helm3 => "HELM3_VERSION",
             Tool::Helm4 => "HELM4_VERSION",
             Tool::Talosctl => "TALOS_VERSION",
+            Tool::Crane => "CRANE_VERSION",
         }
     }
 
@@ -43,6 +46,7 @@ impl Tool {
             Tool::Etcd => "etcd",
             Tool::Helm3 | Tool::Helm4 => "helm",
             Tool::Talosctl => "talosctl",
+            Tool::Crane => "crane",
         }
     }
 
@@ -126,6 +130,7 @@ mod tests {
             Tool::Helm3,
             Tool::Helm4,
             Tool::Talosctl,
+            Tool::Crane,
         ] {
             let v = tool.version();
             assert!(v.starts_with('v'), "{tool:?} version {v} lacks its v");

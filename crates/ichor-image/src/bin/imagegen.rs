@@ -1,0 +1,98 @@
+//! `imagegen`: builds Ichor's container images as OCI image layouts (what
+//! `make images` and `make release` run). No container daemon is needed.
+//!
+//! Each image is written as `OUT/<name>/` (an OCI image layout: push it with
+//! `crane push OUT/<name> REGISTRY/REPO:TAG`) and `OUT/<name>-<tag>.oci.tar`
+//! (the same layout in one archive), and its digest is appended to
+//! `OUT/digests.txt`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use ichor_image::{controller, gather, layout};
+
+/// Build Ichor's controller image from release binaries, reproducibly.
+#[derive(Debug, Parser)]
+#[command(
+    name = "imagegen",
+    after_help = "Examples:\n  imagegen --ichor target/release/ichor --helm \"$(command -v helm)\" --cilium-chart PATH --version v0.1.0 --out bin/images\n\nThe same inputs and --created always give the same digest."
+)]
+struct Args {
+    /// The `ichor` binary to put in the image (a release build).
+    #[arg(long, value_name = "PATH")]
+    ichor: PathBuf,
+    /// The `helm` binary ichor renders charts with (a static build).
+    #[arg(long, value_name = "PATH")]
+    helm: PathBuf,
+    /// The pinned Cilium chart: a chart directory or a packaged .tgz. Without
+    /// it the image carries no chart and its label says so.
+    #[arg(long, value_name = "PATH")]
+    cilium_chart: Option<PathBuf>,
+    /// The release version, with its v (the image tag).
+    #[arg(long, value_name = "vX.Y.Z")]
+    version: String,
+    /// The commit the binaries were built from (label org.opencontainers.image.revision).
+    #[arg(long, value_name = "SHA", default_value = "unknown")]
+    revision: String,
+    /// The repository URL (label org.opencontainers.image.source).
+    #[arg(long, value_name = "URL")]
+    source: String,
+    /// Seconds since the epoch for every file's time and the image's creation
+    /// (use the commit's time for a reproducible build).
+    #[arg(long, value_name = "SECONDS", env = "SOURCE_DATE_EPOCH")]
+    created: u64,
+    /// Where to write the layouts, archives and digests.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let sources = gather::Sources {
+        ichor: args.ichor,
+        helm: args.helm,
+        cilium_chart: args.cilium_chart,
+        version: args.version,
+        revision: args.revision,
+        source: args.source,
+        created: args.created,
+    };
+    let inputs = gather::inputs(&sources).context("reading the controller image's inputs")?;
+    let spec = controller::image(&inputs);
+    let image = ichor_image::build(&spec).context("building the controller image")?;
+    let dir = args.out.join(&image.name);
+    layout::write_layout(&image, &dir)
+        .with_context(|| format!("writing the image layout {}", dir.display()))?;
+    let archive_path = args
+        .out
+        .join(format!("{}-{}.oci.tar", image.name, image.tag));
+    let archive = layout::archive(&image, args.created)?;
+    std::fs::write(&archive_path, archive)
+        .with_context(|| format!("writing {}", archive_path.display()))?;
+    let line = format!(
+        "{}:{} {} {:.1}MiB compressed",
+        image.name,
+        image.tag,
+        image.digest(),
+        image.compressed_size() as f64 / (1024.0 * 1024.0)
+    );
+    let digests = args.out.join("digests.txt");
+    std::fs::write(&digests, format!("{line}\n"))
+        .with_context(|| format!("writing {}", digests.display()))?;
+    println!("{line}");
+    println!("  layout  {}", dir.display());
+    println!("  archive {}", archive_path.display());
+    println!("  chart   {}", spec.labels[controller::CILIUM_CHART_LABEL]);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_arguments_are_consistent() {
+        super::Args::command().debug_assert();
+    }
+}
