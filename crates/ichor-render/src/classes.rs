@@ -144,29 +144,6 @@ pub const RULES: &[Rule] = &[
     Rule { pattern: "", class: C, reason: UNKNOWN },
 ];
 
-/// Paths whose values are secret: drift shows them as [`REDACTED`].
-pub const SECRET_PATHS: &[&str] = &[
-    "machine.token",
-    "machine.ca.key",
-    "cluster.id",
-    "cluster.secret",
-    "cluster.token",
-    "cluster.ca.key",
-    "cluster.aggregatorCA.key",
-    "cluster.serviceAccount.key",
-    "cluster.etcd.ca.key",
-    "cluster.secretboxEncryptionSecret",
-    "cluster.aescbcEncryptionSecret",
-    "KubeAPIServerCAConfig.issuingCA.key",
-    "KubeAggregatorCAConfig.issuingCA.key",
-    "KubeServiceAccountConfig.issuer.privateKey",
-    "KubeEtcdEncryptionConfig.config",
-    "DiscoveryIdentityConfig.clusterSecret",
-];
-
-/// What drift shows instead of a secret value.
-pub const REDACTED: &str = "(redacted)";
-
 /// Reason of a class A entry whose values differ only in writing.
 pub const SAME_MEANING: &str = "the values differ in writing only and mean the same to Talos";
 
@@ -184,13 +161,6 @@ pub fn classify(
         .find(|r| path.is_under(r.pattern))
         .unwrap_or(&RULES[RULES.len() - 1]);
     (rule.class, rule.reason)
-}
-
-/// Whether values at `path` hide a secret (the path is one, lies under one, or holds one).
-pub fn is_secret(path: &ConfigPath) -> bool {
-    SECRET_PATHS
-        .iter()
-        .any(|s| path.is_under(s) || path.is_ancestor_of(s))
 }
 
 fn is_empty(v: Option<&Value>) -> bool {
@@ -311,14 +281,5 @@ mod tests {
             .0,
             DriftClass::A
         );
-    }
-
-    #[test]
-    fn secrets_are_found_above_and_below() {
-        assert!(is_secret(&p(&["cluster", "ca", "key"])));
-        assert!(is_secret(&p(&["cluster", "ca"])));
-        assert!(is_secret(&p(&["cluster"])));
-        assert!(!is_secret(&p(&["cluster", "ca", "crt"])));
-        assert!(is_secret(&p(&["KubeEtcdEncryptionConfig"])));
     }
 }

@@ -8,8 +8,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_yaml_ng::{Mapping, Value};
 
 use crate::Error;
-use crate::classes::{self, REDACTED};
+use crate::classes;
 use crate::path::{ConfigPath, document_paths};
+use crate::redact::Redactor;
 
 /// Longest value text kept in a drift entry (status must stay small).
 pub const MAX_VALUE_LEN: usize = 1024;
@@ -89,6 +90,16 @@ impl Drift {
 /// only is one entry at its root; keyed lists (items with a `name`) compare
 /// item by item; other lists compare as a whole.
 pub fn compare(live: &MachineConfig, desired: &MachineConfig) -> Result<Drift, Error> {
+    compare_redacted(live, desired, &Redactor::default())
+}
+
+/// [`compare`] with other redaction rules (tests prove with it that the leak
+/// test can fail).
+pub fn compare_redacted(
+    live: &MachineConfig,
+    desired: &MachineConfig,
+    redactor: &Redactor<'_>,
+) -> Result<Drift, Error> {
     let live = live.to_mappings().map_err(|source| Error::Serialise {
         what: "live",
         source,
@@ -97,21 +108,21 @@ pub fn compare(live: &MachineConfig, desired: &MachineConfig) -> Result<Drift, E
         what: "desired",
         source,
     })?;
-    Ok(compare_documents(&live, &desired))
+    Ok(compare_documents(&live, &desired, redactor))
 }
 
 /// [`compare`] over documents already turned into mappings.
-pub fn compare_documents(live: &[Mapping], desired: &[Mapping]) -> Drift {
+pub fn compare_documents(live: &[Mapping], desired: &[Mapping], redactor: &Redactor<'_>) -> Drift {
     let live_paths = document_paths(live);
     let desired_paths = document_paths(desired);
     let mut entries = Vec::new();
     for (path, d) in desired_paths.iter().zip(desired) {
         let l = live_paths.iter().position(|p| p == path).map(|i| &live[i]);
-        diff_mapping(path, l, Some(d), &mut entries);
+        diff_mapping(path, l, Some(d), &mut entries, redactor);
     }
     for (path, l) in live_paths.iter().zip(live) {
         if !desired_paths.contains(path) {
-            diff_mapping(path, Some(l), None, &mut entries);
+            diff_mapping(path, Some(l), None, &mut entries, redactor);
         }
     }
     entries.sort_by(|a, b| a.path.cmp(&b.path));
@@ -123,23 +134,24 @@ fn diff_mapping(
     live: Option<&Mapping>,
     desired: Option<&Mapping>,
     out: &mut Vec<DriftEntry>,
+    redactor: &Redactor<'_>,
 ) {
     match (live, desired) {
         (Some(l), Some(d)) => {
             for (k, dv) in d {
                 let key = key_text(k);
-                diff(&path.key(&key), l.get(k), Some(dv), out);
+                diff(&path.key(&key), l.get(k), Some(dv), out, redactor);
             }
             for (k, lv) in l {
                 if !d.contains_key(k) {
-                    diff(&path.key(&key_text(k)), Some(lv), None, out);
+                    diff(&path.key(&key_text(k)), Some(lv), None, out, redactor);
                 }
             }
         }
         (l, d) => {
             let lv = l.cloned().map(Value::Mapping);
             let dv = d.cloned().map(Value::Mapping);
-            push(path, lv.as_ref(), dv.as_ref(), out);
+            push(path, lv.as_ref(), dv.as_ref(), out, redactor);
         }
     }
 }
@@ -149,13 +161,14 @@ fn diff(
     live: Option<&Value>,
     desired: Option<&Value>,
     out: &mut Vec<DriftEntry>,
+    redactor: &Redactor<'_>,
 ) {
     if live == desired {
         return;
     }
     match (live, desired) {
         (Some(Value::Mapping(l)), Some(Value::Mapping(d))) => {
-            diff_mapping(path, Some(l), Some(d), out)
+            diff_mapping(path, Some(l), Some(d), out, redactor)
         }
         (l, d) if keyed_or_absent(l) && keyed_or_absent(d) => {
             let empty = Vec::new();
@@ -164,16 +177,16 @@ fn diff(
             for di in d {
                 let name = item_name(di);
                 let li = l.iter().find(|x| item_name(x) == name);
-                diff(&path.item(name), li, Some(di), out);
+                diff(&path.item(name), li, Some(di), out, redactor);
             }
             for li in l {
                 let name = item_name(li);
                 if !d.iter().any(|x| item_name(x) == name) {
-                    diff(&path.item(name), Some(li), None, out);
+                    diff(&path.item(name), Some(li), None, out, redactor);
                 }
             }
         }
-        _ => push(path, live, desired, out),
+        _ => push(path, live, desired, out, redactor),
     }
 }
 
@@ -182,18 +195,10 @@ fn push(
     live: Option<&Value>,
     desired: Option<&Value>,
     out: &mut Vec<DriftEntry>,
+    redactor: &Redactor<'_>,
 ) {
     let (class, reason) = classes::classify(path, live, desired);
-    let secret = classes::is_secret(path);
-    let show = |v: Option<&Value>| {
-        v.map(|v| {
-            if secret {
-                REDACTED.to_owned()
-            } else {
-                value_text(v)
-            }
-        })
-    };
+    let show = |v: Option<&Value>| v.map(|v| value_text(&redactor.redact(path, v)));
     out.push(DriftEntry {
         path: path.to_string(),
         class,
@@ -241,9 +246,9 @@ fn key_text(k: &Value) -> String {
     }
 }
 
-/// A value as drift shows it: scalars as text, the rest as YAML; long values cut.
-pub fn value_text(v: &Value) -> String {
-    let text = match v {
+/// A value as text: scalars as they are, the rest as YAML.
+pub(crate) fn value_text_full(v: &Value) -> String {
+    match v {
         Value::String(s) => s.clone(),
         Value::Bool(b) => b.to_string(),
         Value::Number(n) => n.to_string(),
@@ -252,7 +257,13 @@ pub fn value_text(v: &Value) -> String {
             .unwrap_or_default()
             .trim_end()
             .to_owned(),
-    };
+    }
+}
+
+/// A value as drift shows it: [`value_text_full`], long values cut. Callers
+/// redact first ([`Redactor::redact`]).
+pub fn value_text(v: &Value) -> String {
+    let text = value_text_full(v);
     if text.len() <= MAX_VALUE_LEN {
         return text;
     }

@@ -15,6 +15,7 @@ pub mod classes;
 pub mod cni;
 pub mod drift;
 pub mod path;
+pub mod redact;
 mod render;
 
 pub use cni::{CniInput, INLINE_CNI_NAME, KUBEPRISM_PORT};

@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-use ichor_render::classes::{RULES, SECRET_PATHS};
+use ichor_render::classes::RULES;
+use ichor_render::redact::{PUBLIC_PATHS, SECRET_KEYS};
 
 fn adr() -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/adr/0004-drift-classes.md");
@@ -41,14 +42,24 @@ fn path_table_matches_the_adr() {
     );
 }
 
-/// Every secret path is named in the ADR.
+/// Every public path and every always-secret key is named in ADR 0013, and
+/// the ADR names none the code does not have.
 #[test]
-fn secret_paths_are_in_the_adr() {
-    let text = adr();
-    for p in SECRET_PATHS {
-        assert!(
-            text.contains(&format!("`{p}`")),
-            "docs/adr/0004-drift-classes.md does not name the secret path {p}"
-        );
-    }
+fn the_redaction_table_is_the_adrs() {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../docs/adr/0013-redaction-by-default.md");
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+    let listed: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("- `"))
+        .filter_map(|l| l.split('`').next())
+        .collect();
+    let mut want: Vec<&str> = PUBLIC_PATHS.iter().chain(SECRET_KEYS).copied().collect();
+    want.sort();
+    let mut got = listed.clone();
+    got.sort();
+    assert_eq!(
+        got, want,
+        "ADR 0013's lists and ichor_render::redact differ"
+    );
 }

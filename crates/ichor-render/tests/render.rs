@@ -409,12 +409,11 @@ fn patches_are_classified_and_secrets_redacted() {
     let secret = &drift.entries[0];
     assert_eq!(
         secret.desired.as_deref(),
-        Some(ichor_render::classes::REDACTED)
+        Some(ichor_render::redact::digest("c2VjcmV0").as_str())
     );
-    assert_eq!(
-        secret.live.as_deref(),
-        Some(ichor_render::classes::REDACTED)
-    );
+    let live_secret = secret.live.as_deref().unwrap_or_default();
+    assert!(live_secret.starts_with("sha256:"), "{live_secret}");
+    assert_ne!(secret.live, secret.desired, "a change stays visible");
     assert_eq!(drift.entries[1].desired.as_deref(), Some("a"));
 }
 

@@ -8,6 +8,7 @@
 pub mod config;
 pub mod patch;
 pub mod pem;
+pub mod redact;
 pub mod secrets;
 pub mod talosconfig;
 

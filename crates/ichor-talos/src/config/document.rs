@@ -81,11 +81,11 @@ macro_rules! documents {
                 origin: &str,
                 index: usize,
             ) -> Result<Self, ConfigError> {
-                let shape = |source| ConfigError::Shape {
+                let shape = |source: serde_yaml_ng::Error| ConfigError::Shape {
                     origin: origin.to_string(),
                     index,
                     kind: kind.to_string(),
-                    source,
+                    detail: crate::redact::quoted_values(&source.to_string()),
                 };
                 match kind {
                     $( $kind => {
@@ -145,7 +145,7 @@ impl Document {
                         origin: origin.to_string(),
                         index,
                         kind: "v1alpha1".to_string(),
-                        source,
+                        detail: crate::redact::quoted_values(&source.to_string()),
                     }
                 })?;
             return Ok(Self::V1Alpha1(Box::new(v)));

@@ -71,7 +71,7 @@ pub enum ConfigError {
     },
     /// A known document kind has a field of the wrong type.
     #[error(
-        "{origin}: document #{index} (kind {kind}) does not have the shape Talos expects: {source}; fix that field"
+        "{origin}: document #{index} (kind {kind}) does not have the shape Talos expects: {detail}; fix that field"
     )]
     Shape {
         /// Where the text came from.
@@ -80,8 +80,9 @@ pub enum ConfigError {
         index: usize,
         /// The document kind (`v1alpha1` for the legacy document).
         kind: String,
-        /// The decoding error.
-        source: serde_yaml_ng::Error,
+        /// The decoding error, with the values it quotes redacted (a
+        /// config's values may be secrets).
+        detail: String,
     },
     /// A `talosctl get machineconfig -o yaml` output holds several nodes' configs.
     #[error(

@@ -1,0 +1,238 @@
+//! What of a machine config may be shown: redaction by default.
+//!
+//! A value of a machine-config path is shown only when the path is on
+//! [`PUBLIC_PATHS`], the allow-list of paths known to hold no secret, and its
+//! own key is not one of [`SECRET_KEYS`]. Every other value — unknown
+//! documents, unknown fields, anything Talos adds tomorrow — is shown as a
+//! stable digest plus its length ([`digest`]), so a change stays visible and
+//! the value does not. The table and its reasons are in
+//! `docs/adr/0013-redaction-by-default.md`; a test keeps the two equal.
+
+use serde_yaml_ng::{Mapping, Value};
+use sha2::{Digest as _, Sha256};
+
+use crate::path::{ConfigPath, Segment};
+
+/// Paths whose values hold no secret (patterns as in
+/// [`ConfigPath::is_under`]: a path at or under one is public).
+#[rustfmt::skip]
+pub const PUBLIC_PATHS: &[&str] = &[
+    // Every document's header.
+    "version", "debug", "persist",
+    "*.apiVersion", "*.kind", "*.name", "*[*].apiVersion", "*[*].kind", "*[*].name",
+    // v1alpha1: the machine.
+    "machine.type",
+    "machine.certSANs",
+    "machine.ca.crt",
+    "machine.acceptedCAs[*].crt",
+    "machine.kubelet",
+    "machine.network",
+    "machine.install",
+    "machine.files[*].path",
+    "machine.files[*].permissions",
+    "machine.files[*].op",
+    "machine.time",
+    "machine.sysctls",
+    "machine.sysfs",
+    "machine.registries.mirrors",
+    "machine.registries.config.*.tls.insecureSkipVerify",
+    "machine.registries.config.*.tls.ca",
+    "machine.registries.config.*.tls.clientIdentity.crt",
+    "machine.systemDiskEncryption.*.provider",
+    "machine.systemDiskEncryption.*.cipher",
+    "machine.systemDiskEncryption.*.keySize",
+    "machine.systemDiskEncryption.*.blockSize",
+    "machine.systemDiskEncryption.*.options",
+    "machine.systemDiskEncryption.*.keys[*].slot",
+    "machine.systemDiskEncryption.*.keys[*].nodeID",
+    "machine.systemDiskEncryption.*.keys[*].tpm",
+    "machine.systemDiskEncryption.*.keys[*].kms.endpoint",
+    "machine.features",
+    "machine.udev",
+    "machine.logging",
+    "machine.kernel",
+    "machine.nodeLabels",
+    "machine.nodeAnnotations",
+    "machine.nodeTaints",
+    "machine.controlPlane",
+    "machine.seccompProfiles",
+    "machine.disks",
+    // v1alpha1: the cluster.
+    "cluster.controlPlane",
+    "cluster.clusterName",
+    "cluster.network",
+    "cluster.apiServer",
+    "cluster.controllerManager",
+    "cluster.proxy",
+    "cluster.scheduler",
+    "cluster.discovery",
+    "cluster.etcd.image",
+    "cluster.etcd.extraArgs",
+    "cluster.etcd.advertisedSubnets",
+    "cluster.etcd.listenSubnets",
+    "cluster.etcd.ca.crt",
+    "cluster.ca.crt",
+    "cluster.aggregatorCA.crt",
+    "cluster.acceptedCAs[*].crt",
+    "cluster.coreDNS",
+    "cluster.externalCloudProvider",
+    "cluster.extraManifests",
+    "cluster.inlineManifests[*].name",
+    "cluster.adminKubeconfig",
+    "cluster.allowSchedulingOnControlPlanes",
+    "cluster.allowSchedulingOnMasters",
+    // Multi-document kinds that hold no secret.
+    "HostnameConfig", "LinkConfig", "LinkAliasConfig", "BondConfig", "VLANConfig",
+    "BridgeConfig", "DummyLinkConfig", "Layer2VIPConfig", "HCloudVIPConfig",
+    "DHCPv4Config", "DHCPv6Config", "StaticHostConfig", "ResolverConfig",
+    "TimeSyncConfig", "EthernetConfig", "NetworkRuleConfig",
+    "NetworkDefaultActionConfig", "KubeSpanEndpointsConfig", "SysctlConfig",
+    "FilesystemTrimConfig", "VolumeConfig", "UserVolumeConfig", "SwapVolumeConfig",
+    "RawVolumeConfig", "ExistingVolumeConfig", "SecurityProfileConfig",
+    "TrustedRootsConfig", "WatchdogTimerConfig", "KmsgLogConfig", "EventSinkConfig",
+    "UnattendedInstallConfig", "RegistryMirrorConfig",
+    "RegistryTLSConfig[*].ca", "RegistryTLSConfig[*].insecureSkipVerify",
+    "RegistryTLSConfig[*].clientIdentity.crt",
+    "KubePrismConfig", "KubeProxyConfig", "KubeNetworkConfig", "KubeClusterConfig",
+    "KubeAPIServerConfig", "KubeControllerManagerConfig", "KubeSchedulerConfig",
+    "KubeAdmissionControlConfig", "KubeAuditPolicyConfig", "KubeAuthorizerConfig",
+    "KubeCoreDNSConfig", "KubeletConfig", "KubeNodeConfig",
+    "KubeCredentialProviderConfig", "KubeFlannelCNIConfig", "KubeTalosAPIAccessConfig",
+    "KubeExternalManifestConfig[*].url", "KubeExternalManifestConfig.url",
+    "KubeAPIServerCAConfig.issuingCA.crt", "KubeAggregatorCAConfig.issuingCA.crt",
+    "KubeAPIServerCAConfig.accepted", "KubeAggregatorCAConfig.accepted",
+    "KubeServiceAccountConfig.issuer.issuerURL", "KubeServiceAccountConfig.accepted",
+    "DiscoveryServiceConfig", "DiscoveryIdentityConfig.clusterID",
+];
+
+/// Keys whose values are secret wherever they stand, even under a public
+/// path (a WireGuard `privateKey` under `machine.network`, say).
+pub const SECRET_KEYS: &[&str] = &[
+    "key",
+    "privateKey",
+    "password",
+    "passphrase",
+    "secret",
+    "clusterSecret",
+    "token",
+    "identityToken",
+    "auth",
+    "presharedKey",
+    "headers",
+];
+
+/// How many hex digits of the SHA-256 a digest shows.
+const DIGEST_HEX: usize = 12;
+
+/// The redaction rules: the allow-list and the keys that are always secret.
+/// [`Redactor::default`] is the shipped table; tests build others to prove
+/// the leak test can fail.
+#[derive(Debug, Clone, Copy)]
+pub struct Redactor<'a> {
+    pub public_paths: &'a [&'a str],
+    pub secret_keys: &'a [&'a str],
+}
+
+impl Default for Redactor<'static> {
+    fn default() -> Self {
+        Redactor {
+            public_paths: PUBLIC_PATHS,
+            secret_keys: SECRET_KEYS,
+        }
+    }
+}
+
+impl Redactor<'_> {
+    /// Whether a value at `path` may be shown as it is.
+    pub fn is_public(&self, path: &ConfigPath) -> bool {
+        let own_key_secret = match path.0.last() {
+            Some(Segment::Key(k)) => self.secret_keys.contains(&k.as_str()),
+            _ => false,
+        };
+        !own_key_secret && self.public_paths.iter().any(|p| path.is_under(p))
+    }
+
+    /// `value` with every scalar that is not public replaced by its digest;
+    /// mapping keys and the shape stay, so the reader sees where it changed.
+    pub fn redact(&self, path: &ConfigPath, value: &Value) -> Value {
+        match value {
+            Value::Mapping(m) => {
+                let mut out = Mapping::new();
+                for (k, v) in m {
+                    let key = match k {
+                        Value::String(s) => s.clone(),
+                        other => crate::drift::value_text(other),
+                    };
+                    out.insert(k.clone(), self.redact(&path.key(&key), v));
+                }
+                Value::Mapping(out)
+            }
+            Value::Sequence(items) => Value::Sequence(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| {
+                        let name = item
+                            .as_mapping()
+                            .and_then(|m| m.get("name"))
+                            .and_then(Value::as_str)
+                            .map_or_else(|| format!("#{}", i + 1), str::to_string);
+                        self.redact(&path.item(&name), item)
+                    })
+                    .collect(),
+            ),
+            Value::Tagged(t) => self.redact(path, &t.value),
+            scalar if self.is_public(path) => scalar.clone(),
+            Value::Null => Value::Null,
+            scalar => Value::String(digest(&crate::drift::value_text_full(scalar))),
+        }
+    }
+}
+
+/// A value that must not be shown, as `sha256:<12 hex>… (<n> bytes)`: equal
+/// values give equal digests, so "changed" stays visible.
+pub fn digest(text: &str) -> String {
+    let hex = hex::encode(Sha256::digest(text.as_bytes()));
+    format!("sha256:{}… ({} bytes)", &hex[..DIGEST_HEX], text.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(keys: &[&str]) -> ConfigPath {
+        ConfigPath(keys.iter().map(|k| Segment::Key(k.to_string())).collect())
+    }
+
+    #[test]
+    fn public_paths_pass_and_everything_else_is_a_digest() {
+        let r = Redactor::default();
+        assert!(r.is_public(&p(&["cluster", "network", "podSubnets"])));
+        assert!(r.is_public(&p(&["cluster", "ca", "crt"])));
+        assert!(!r.is_public(&p(&["cluster", "ca", "key"])));
+        assert!(!r.is_public(&p(&["cluster", "secret"])));
+        assert!(!r.is_public(&p(&["machine", "somethingNew"])));
+        assert!(!r.is_public(&p(&["SomeFutureConfig", "field"])));
+        let shown = r.redact(
+            &p(&["cluster", "secret"]),
+            &Value::String("c2VjcmV0".into()),
+        );
+        assert_eq!(shown, Value::String(digest("c2VjcmV0")));
+        assert!(digest("c2VjcmV0").starts_with("sha256:"));
+        assert!(digest("c2VjcmV0").ends_with("(8 bytes)"));
+    }
+
+    #[test]
+    fn a_secret_key_under_a_public_path_is_hidden_inside_a_shown_value() {
+        let r = Redactor::default();
+        let interfaces: Value = serde_yaml_ng::from_str(
+            "- interface: wg0\n  wireguard:\n    privateKey: SECRETMARKER\n    listenPort: 51820\n",
+        )
+        .unwrap();
+        let shown = r.redact(&p(&["machine", "network", "interfaces"]), &interfaces);
+        let text = serde_yaml_ng::to_string(&shown).unwrap();
+        assert!(!text.contains("SECRETMARKER"), "{text}");
+        assert!(text.contains("51820"), "{text}");
+        assert!(text.contains("privateKey: sha256:"), "{text}");
+    }
+}

@@ -1,0 +1,264 @@
+//! No secret leaves the machine config through render and drift.
+//!
+//! Every secret-bearing field of both config shapes (the stability fixtures'
+//! own secrets, and the fields Talos's config reference marks as credentials:
+//! registry auth, WireGuard keys, disk-encryption passphrases, inline-manifest
+//! contents, extra manifest headers, environment, file contents, static pods,
+//! plus a field and a document Talos does not have yet) is seeded with a
+//! unique marker on the node's side and another one in the machine's patches;
+//! render and drift run as the controller runs them, and nothing they produce
+//! (entries, summary, the Drifted condition, a patch error) may carry a marker.
+
+mod common;
+
+use common::*;
+use ichor_api::{CniPreset, KubeProxyMode, MachineRole};
+use ichor_render::drift::{Drift, compare_redacted};
+use ichor_render::redact::{PUBLIC_PATHS, Redactor};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+const LIVE: &str = "LIVEMARK";
+const DESIRED: &str = "WANTMARK";
+
+/// The v1alpha1 shape's secret fields, as a patch carrying `mark`-n markers.
+fn v1alpha1_secrets(mark: &str) -> String {
+    format!(
+        r#"machine:
+  token: {mark}-1
+  ca:
+    key: {mark}-2
+  env:
+    https_proxy: http://user:{mark}-3@proxy:3128
+  files:
+    - path: /var/etc/secret.conf
+      permissions: 0o600
+      op: create
+      content: {mark}-4
+  registries:
+    config:
+      registry.example:
+        auth:
+          username: {mark}-5
+          password: {mark}-6
+          auth: {mark}-7
+          identityToken: {mark}-8
+        tls:
+          clientIdentity:
+            crt: cert
+            key: {mark}-9
+  network:
+    interfaces:
+      - interface: wg0
+        wireguard:
+          privateKey: {mark}-10
+          listenPort: 51820
+  systemDiskEncryption:
+    ephemeral:
+      provider: luks2
+      keys:
+        - slot: 0
+          static:
+            passphrase: {mark}-11
+  pods:
+    - apiVersion: v1
+      kind: Pod
+      metadata:
+        name: agent
+      spec:
+        containers:
+          - name: agent
+            image: agent
+            env:
+              - name: API_KEY
+                value: {mark}-12
+  futureCredential: {mark}-13
+cluster:
+  id: {mark}-14
+  secret: {mark}-15
+  token: {mark}-16
+  ca:
+    key: {mark}-17
+  aggregatorCA:
+    key: {mark}-18
+  serviceAccount:
+    key: {mark}-19
+  etcd:
+    ca:
+      key: {mark}-20
+  secretboxEncryptionSecret: {mark}-21
+  aescbcEncryptionSecret: {mark}-22
+  extraManifestHeaders:
+    Authorization: Bearer {mark}-23
+  inlineManifests:
+    - name: cilium
+      contents: "kind: Secret\ndata:\n  ca.key: {mark}-24"
+"#
+    )
+}
+
+/// The multi-document shape's secret fields (documents of their own).
+fn multidoc_secrets(mark: &str) -> String {
+    format!(
+        r#"machine:
+  token: {mark}-1
+cluster:
+  token: {mark}-2
+  etcd:
+    ca:
+      key: {mark}-3
+---
+apiVersion: v1alpha1
+kind: KubeAPIServerCAConfig
+issuingCA:
+  key: {mark}-4
+---
+apiVersion: v1alpha1
+kind: KubeAggregatorCAConfig
+issuingCA:
+  key: {mark}-5
+---
+apiVersion: v1alpha1
+kind: KubeServiceAccountConfig
+issuer:
+  privateKey: {mark}-6
+---
+apiVersion: v1alpha1
+kind: DiscoveryIdentityConfig
+clusterSecret: {mark}-7
+---
+apiVersion: v1alpha1
+kind: KubeInlineManifestConfig
+name: cilium
+manifest: "kind: Secret\ndata:\n  ca.key: {mark}-8"
+---
+apiVersion: v1alpha1
+kind: FutureCredentialConfig
+name: registry
+password: {mark}-9
+"#
+    )
+}
+
+/// Every place a marker must not reach: each entry's path, values and
+/// reason, the summary and the condition.
+fn leaks(drift: &Drift) -> Vec<String> {
+    let condition = drift.condition(Some(1), Time(Default::default()));
+    let mut texts = vec![drift.summary(), condition.message, condition.reason];
+    for e in &drift.entries {
+        texts.push(e.path.clone());
+        texts.extend(e.live.clone());
+        texts.extend(e.desired.clone());
+        texts.extend(e.reason.clone());
+    }
+    texts
+        .into_iter()
+        .filter(|t| t.contains(LIVE) || t.contains(DESIRED))
+        .collect()
+}
+
+/// The node runs `fixture` with LIVE markers; the machine's patch asks for
+/// DESIRED markers on the same fields. Drift must see every change and show
+/// none of the values.
+fn drift_of(fixture: &str, secrets: fn(&str) -> String, redactor: &Redactor<'_>) -> Drift {
+    let base = parse(&shared_fixture(fixture));
+    let seeded = ichor_talos::patch::ConfigPatch::parse(&secrets(LIVE), "seed")
+        .expect("the live seed parses")
+        .apply(&base, "seed")
+        .expect("the live seed applies");
+    let spec = cluster(CniPreset::Unmanaged, KubeProxyMode::Enabled);
+    let m = machine(MachineRole::Controlplane, &[("secrets", &secrets(DESIRED))]);
+    let out = render(&spec, &m, &seeded, true, None);
+    let yaml = out.yaml().expect("desired yaml");
+    assert!(
+        yaml.contains(&format!("{DESIRED}-1")),
+        "the patch reached the desired config (else the test proves nothing)"
+    );
+    compare_redacted(&seeded, &out.config, redactor).expect("drift")
+}
+
+/// Covers: issue 12 (redaction by default; the leak test over both shapes)
+#[test]
+fn no_secret_of_either_shape_reaches_drift() {
+    for (fixture, secrets, seeds) in [
+        (
+            "stability-v1.12/base-controlplane.yaml",
+            v1alpha1_secrets as fn(&str) -> String,
+            24,
+        ),
+        (
+            "stability-v1.14/base-controlplane.yaml",
+            multidoc_secrets,
+            9,
+        ),
+    ] {
+        let drift = drift_of(fixture, secrets, &Redactor::default());
+        assert!(
+            drift.entries.len() >= seeds / 3,
+            "{fixture}: drift saw too few of the {seeds} changed secrets: {:#?}",
+            drift.entries
+        );
+        let leaked = leaks(&drift);
+        assert!(
+            leaked.is_empty(),
+            "{fixture}: secrets leaked into drift: {leaked:#?}"
+        );
+        // Every changed secret is still visible as a change: a digest pair.
+        for e in &drift.entries {
+            if e.live.is_some() && e.desired.is_some() {
+                assert_ne!(e.live, e.desired, "{fixture}: {} shows no change", e.path);
+            }
+        }
+    }
+}
+
+/// Covers: issue 12 (the leak test can fail: with one secret path wrongly put
+/// on the allow-list, the marker is found)
+#[test]
+fn the_leak_test_finds_a_secret_wrongly_listed_as_public() {
+    let mut widened: Vec<&str> = PUBLIC_PATHS.to_vec();
+    widened.push("cluster.secretboxEncryptionSecret");
+    let redactor = Redactor {
+        public_paths: &widened,
+        ..Redactor::default()
+    };
+    let drift = drift_of(
+        "stability-v1.12/base-controlplane.yaml",
+        v1alpha1_secrets,
+        &redactor,
+    );
+    let leaked = leaks(&drift);
+    assert!(
+        leaked.iter().any(|t| t.contains(&format!("{DESIRED}-21"))),
+        "the widened allow-list should leak cluster.secretboxEncryptionSecret: {leaked:#?}"
+    );
+}
+
+/// Covers: issue 12 (an error about a patch carries no value of it)
+#[test]
+fn a_patch_error_does_not_quote_the_secret_in_it() {
+    let base = parse(&shared_fixture("stability-v1.12/base-controlplane.yaml"));
+    let spec = cluster(CniPreset::Unmanaged, KubeProxyMode::Enabled);
+    for bad in [
+        format!("cluster:\n  secret: [{DESIRED}-1\n"),
+        format!("machine:\n  - {DESIRED}-2\n"),
+        format!("cluster:\n  network: {DESIRED}-3\n"),
+    ] {
+        let m = machine(MachineRole::Controlplane, &[("bad", &bad)]);
+        let err = ichor_render::render(&ichor_render::RenderInput {
+            machine_name: "m1",
+            cluster: &spec,
+            cni_handover: true,
+            machine: &m,
+            live: &base,
+            inline_cni: None,
+            taken_over_inline: None,
+        })
+        .err()
+        .unwrap_or_else(|| panic!("the patch {bad:?} should be refused"));
+        let text = format!("{err} {err:?}");
+        assert!(
+            !text.contains(DESIRED),
+            "the error quotes the patch: {text}"
+        );
+    }
+}
