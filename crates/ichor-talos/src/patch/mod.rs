@@ -97,6 +97,24 @@ pub enum PatchError {
         /// What failed.
         reason: String,
     },
+    /// Two patch documents for the same config document.
+    #[error(
+        "patch {origin} has two documents for {document}; Talos refuses that: merge them into one document"
+    )]
+    DuplicateDocument {
+        /// Where the patch came from.
+        origin: String,
+        /// Which document (`apiVersion/kind/name`).
+        document: String,
+    },
+    /// A strategic merge patch whose documents hold nothing to merge or delete.
+    #[error(
+        "patch {origin} holds nothing to merge (only version, kind or name); Talos refuses it: add the fields to set, or remove the patch"
+    )]
+    NothingToMerge {
+        /// Where the patch came from.
+        origin: String,
+    },
     /// A `$patch: delete` that Talos would refuse, or whose target is missing.
     #[error("patch {origin}: {reason}")]
     Delete {
@@ -149,6 +167,7 @@ impl ConfigPatch {
             origin: origin.to_string(),
             source,
         })?;
+        check_patch_documents(&docs, origin)?;
         Ok(Self::StrategicMerge(docs))
     }
 
@@ -159,6 +178,40 @@ impl ConfigPatch {
             Self::Json6902(p) => apply_json6902(config, p, origin),
         }
     }
+}
+
+/// Refuses what Talos refuses when it reads a strategic merge patch: two
+/// documents for the same config document (counting only documents with
+/// something to merge once their deletes are taken out), and a patch that
+/// holds neither a delete nor anything to merge.
+fn check_patch_documents(docs: &[Mapping], origin: &str) -> Result<(), PatchError> {
+    let mut seen = Vec::new();
+    let mut any_delete = false;
+    for doc in docs {
+        let mut rest = doc.clone();
+        let mut deletes = Vec::new();
+        // a refused delete is reported with its path when the patch is applied
+        let whole = extract_deletes_from_mapping(&mut rest, &mut Vec::new(), false, &mut deletes)
+            .unwrap_or(false);
+        any_delete |= !deletes.is_empty();
+        if whole || is_empty_patch_document(&rest) {
+            continue;
+        }
+        let id = DocId::of(&rest);
+        if seen.contains(&id) {
+            return Err(PatchError::DuplicateDocument {
+                origin: origin.to_string(),
+                document: id.describe(),
+            });
+        }
+        seen.push(id);
+    }
+    if !docs.is_empty() && seen.is_empty() && !any_delete {
+        return Err(PatchError::NothingToMerge {
+            origin: origin.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// Applies strategic merge patch documents (see the module docs for the rules).
@@ -233,10 +286,15 @@ pub fn apply_json6902(
         reason: e.to_string(),
     };
     let mut json = serde_json::to_value(Value::Mapping(docs[0].clone())).map_err(|e| conv(&e))?;
-    json_patch::patch(&mut json, patch).map_err(|source| PatchError::Json6902Apply {
-        origin: origin.to_string(),
-        source,
-    })?;
+    for op in &patch.0 {
+        let op = talos_json6902_operation(&json, op);
+        json_patch::patch(&mut json, std::slice::from_ref(&op)).map_err(|source| {
+            PatchError::Json6902Apply {
+                origin: origin.to_string(),
+                source,
+            }
+        })?;
+    }
     let back = serde_yaml_ng::to_value(json).map_err(|e| conv(&e))?;
     let Value::Mapping(m) = back else {
         return Err(conv(&"the patched document is no longer a mapping"));
@@ -245,6 +303,29 @@ pub fn apply_json6902(
         origin: origin.to_string(),
         source,
     })
+}
+
+/// The operation as Talos's JSON patch library applies it: a `replace` of a
+/// key missing from an existing object adds the key (RFC 6902 says it should
+/// fail; Talos's library accepts it).
+fn talos_json6902_operation(
+    doc: &serde_json::Value,
+    op: &json_patch::PatchOperation,
+) -> json_patch::PatchOperation {
+    if let json_patch::PatchOperation::Replace(r) = op {
+        let path = r.path.as_str();
+        let parent_is_object = path
+            .rsplit_once('/')
+            .and_then(|(parent, _)| doc.pointer(parent))
+            .is_some_and(serde_json::Value::is_object);
+        if doc.pointer(path).is_none() && parent_is_object {
+            return json_patch::PatchOperation::Add(json_patch::AddOperation {
+                path: r.path.clone(),
+                value: r.value.clone(),
+            });
+        }
+    }
+    op.clone()
 }
 
 /// How a document is matched: (apiVersion, kind, name) for multi-document
@@ -272,6 +353,22 @@ impl DocId {
             },
             None if crate::config::is_v1alpha1_mapping(m) => Self::V1Alpha1,
             None => Self::Unmatched,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::V1Alpha1 => "the v1alpha1 document".to_string(),
+            Self::Kind {
+                api_version,
+                kind,
+                name,
+            } => format!(
+                "{}/{kind}{}",
+                api_version.as_deref().unwrap_or(""),
+                name.as_deref().map(|n| format!("/{n}")).unwrap_or_default()
+            ),
+            Self::Unmatched => "a document without kind".to_string(),
         }
     }
 
