@@ -709,3 +709,20 @@ fn null_values_and_empty_documents_read_as_talos_reads_them() {
     assert!(ours.contains("hostname: null"), "{ours}");
     assert_eq!(yaml_docs(&ours).len(), 2, "{ours}");
 }
+
+/// A delete under a section the config does not have (a worker has no
+/// `cluster.apiServer`) is refused by both.
+#[test]
+fn deleting_under_a_missing_section_is_refused() {
+    assert_agrees(
+        "stability-v1.12/base-worker.yaml",
+        "cluster:\n  apiServer:\n    auditPolicy:\n      $patch: delete\n",
+    );
+    let base = with_base_extras(&fixture_configs()[1].1);
+    let err = ichor_patch(
+        &base,
+        "cluster:\n  apiServer:\n    auditPolicy:\n      $patch: delete\n",
+    )
+    .unwrap_err();
+    assert!(err.contains("the config has no cluster.apiServer"), "{err}");
+}
