@@ -71,3 +71,10 @@ release:
 	@$(RELEASE_DIR)/ichor --version | grep -qx 'ichor $(VERSION)' || { echo "$(RELEASE_DIR)/ichor does not say it is $(VERSION)" >&2; exit 1; }
 	$(IMAGEGEN) --version $(VERSION) --out $(RELEASE_DIR)
 	@ls -l $(RELEASE_DIR)
+
+.PHONY: fuzz-patch
+
+## fuzz-patch: the patch differential test against the real talosctl, 5000 cases (set ICHOR_DIFF_CASES, ICHOR_DIFF_SEED to change)
+fuzz-patch: testbin
+	ICHOR_DIFF_CASES=$${ICHOR_DIFF_CASES:-5000} ICHOR_DIFF_SEED=$${ICHOR_DIFF_SEED:-17} \
+	  $(CARGO) test --locked -p ichor-talos --test talosctl_patch_diff -- --test-threads=2 --nocapture generated_patches_agree_with_talosctl

@@ -438,3 +438,18 @@ fn facts_of_a_mixed_upgraded_config_follow_the_legacy_fields() {
     );
     assert_eq!(f.pod_subnets, vec!["10.3.0.0/16"]);
 }
+
+/// Covers: issue 17 item 2 — an inline manifest is read as Talos loads it:
+/// leading line breaks and tabs dropped, leading spaces kept.
+#[test]
+fn inline_manifest_contents_lose_leading_line_breaks_as_in_talos() {
+    let cfg = MachineConfig::parse(
+        "version: v1alpha1\ncluster:\n  inlineManifests:\n    - name: a\n      contents: \"\\n\\n\\tkind: List\\n\"\n    - name: b\n      contents: \"  kind: List\\n\"\n",
+    )
+    .unwrap();
+    let facts = cfg.facts();
+    assert_eq!(facts.inline_manifests[0].contents, "kind: List\n");
+    assert_eq!(facts.inline_manifests[1].contents, "  kind: List\n");
+    let again = MachineConfig::parse(&cfg.to_yaml().unwrap()).unwrap();
+    assert_eq!(again, cfg);
+}

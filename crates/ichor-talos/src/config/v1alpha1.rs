@@ -288,10 +288,26 @@ pub struct InlineManifest {
     /// Manifest name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// Manifest YAML text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Manifest YAML text. Leading tabs, line breaks and form feeds are
+    /// dropped when read, as Talos does when it loads the config (spaces stay).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "trimmed_manifest_contents"
+    )]
     pub contents: Option<String>,
     /// Fields Ichor does not model.
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// The characters Talos trims from the start of an inline manifest's
+/// `contents` when it loads a config (not the space).
+pub const INLINE_MANIFEST_TRIMMED: &[char] = &['\t', '\n', '\u{b}', '\u{c}', '\r'];
+
+fn trimmed_manifest_contents<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<String>, D::Error> {
+    let v: Option<String> = Option::deserialize(d)?;
+    Ok(v.map(|s| s.trim_start_matches(INLINE_MANIFEST_TRIMMED).to_string()))
 }

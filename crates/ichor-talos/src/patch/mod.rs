@@ -1,23 +1,30 @@
 //! Config patches as Talos applies them: strategic merge and JSON 6902.
+//! The rules, with the Talos sources they were read from, are in
+//! `docs/adr/0009-config-patch-merge-rules.md`; a differential test against
+//! the real `talosctl machineconfig patch` checks them
+//! (`tests/talosctl_patch_diff.rs`).
 //!
-//! Strategic merge (Talos's documented rules):
+//! Strategic merge, in short:
 //! * each patch document is merged into the config document with the same
 //!   `apiVersion`, `kind` and `name` (the `v1alpha1` patch document, which has
 //!   no `kind`, into the `v1alpha1` document); a patch document with no match
 //!   is appended;
-//! * a patch document with `$patch: delete` at its top removes the matching
-//!   document (nothing happens when there is none);
-//! * mappings merge key by key, patch values win; a key whose patch value is
-//!   a mapping holding `$patch: delete` is removed; a `null` patch value
-//!   changes nothing;
-//! * lists are appended, except: `cluster.network.podSubnets`,
-//!   `cluster.network.serviceSubnets` and `KubeNetworkConfig`'s
-//!   `podSubnets`/`serviceSubnets` are replaced; `cluster.apiServer.auditPolicy`
-//!   is replaced; `machine.network.interfaces` items merge with the item of the
-//!   same `interface` (or `deviceSelector`), their `vlans` with the same
-//!   `vlanId`, and `ExtensionServiceConfig.configFiles` items replace the item
-//!   of the same `mountPath`. In those keyed lists an item holding
-//!   `$patch: delete` removes the matching item.
+//! * every `$patch: delete` of a patch document is taken out of it and
+//!   applied first, then what is left is merged: at the top of a document it
+//!   removes the document (refused for `v1alpha1`); as the value of a key it
+//!   removes the key; in a list item it removes the first item of that list
+//!   whose value for the item's first other key is equal (refused when there
+//!   is none, or when the list is inside a list item);
+//! * mappings merge key by key, patch values win; a `null` patch value
+//!   changes nothing; `extraArgs` mappings are replaced key by key;
+//! * lists are appended, except the replaced ones (`podSubnets`,
+//!   `serviceSubnets`, ...) and the keyed ones, whose items merge into the
+//!   item with the same key (`machine.network.interfaces` by `interface` or
+//!   `deviceSelector`, their `vlans` by `vlanId`,
+//!   `cluster.apiServer.admissionControl` by `name`,
+//!   `ExtensionServiceConfig.configFiles` by `mountPath`);
+//! * `cluster.apiServer.auditPolicy` and a few free-form sections of
+//!   multi-document kinds are replaced whole.
 //!
 //! JSON 6902 patches apply to the `v1alpha1` document of a config that has
 //! only that document; Talos refuses them on multi-document configs, and so
@@ -90,6 +97,32 @@ pub enum PatchError {
         /// What failed.
         reason: String,
     },
+    /// Two patch documents for the same config document.
+    #[error(
+        "patch {origin} has two documents for {document}; Talos refuses that: merge them into one document"
+    )]
+    DuplicateDocument {
+        /// Where the patch came from.
+        origin: String,
+        /// Which document (`apiVersion/kind/name`).
+        document: String,
+    },
+    /// A strategic merge patch whose documents hold nothing to merge or delete.
+    #[error(
+        "patch {origin} holds nothing to merge (only version, kind or name); Talos refuses it: add the fields to set, or remove the patch"
+    )]
+    NothingToMerge {
+        /// Where the patch came from.
+        origin: String,
+    },
+    /// A `$patch: delete` that Talos would refuse, or whose target is missing.
+    #[error("patch {origin}: {reason}")]
+    Delete {
+        /// Where the patch came from.
+        origin: String,
+        /// What is wrong and what to do.
+        reason: String,
+    },
     /// The patched config is no longer a valid config (a typed field got the wrong type).
     #[error("patch {origin} produced an invalid config: {source}; fix the patch")]
     Result {
@@ -134,6 +167,7 @@ impl ConfigPatch {
             origin: origin.to_string(),
             source,
         })?;
+        check_patch_documents(&docs, origin)?;
         Ok(Self::StrategicMerge(docs))
     }
 
@@ -144,6 +178,40 @@ impl ConfigPatch {
             Self::Json6902(p) => apply_json6902(config, p, origin),
         }
     }
+}
+
+/// Refuses what Talos refuses when it reads a strategic merge patch: two
+/// documents for the same config document (counting only documents with
+/// something to merge once their deletes are taken out), and a patch that
+/// holds neither a delete nor anything to merge.
+fn check_patch_documents(docs: &[Mapping], origin: &str) -> Result<(), PatchError> {
+    let mut seen = Vec::new();
+    let mut any_delete = false;
+    for doc in docs {
+        let mut rest = doc.clone();
+        let mut deletes = Vec::new();
+        // a refused delete is reported with its path when the patch is applied
+        let whole = extract_deletes_from_mapping(&mut rest, &mut Vec::new(), false, &mut deletes)
+            .unwrap_or(false);
+        any_delete |= !deletes.is_empty();
+        if whole || is_empty_patch_document(&rest) {
+            continue;
+        }
+        let id = DocId::of(&rest);
+        if seen.contains(&id) {
+            return Err(PatchError::DuplicateDocument {
+                origin: origin.to_string(),
+                document: id.describe(),
+            });
+        }
+        seen.push(id);
+    }
+    if !docs.is_empty() && seen.is_empty() && !any_delete {
+        return Err(PatchError::NothingToMerge {
+            origin: origin.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// Applies strategic merge patch documents (see the module docs for the rules).
@@ -163,16 +231,30 @@ pub fn apply_strategic_merge(
                 origin: origin.to_string(),
             });
         }
-        if is_delete(patch) {
-            docs.retain(|d| DocId::of(d) != id);
+        // Talos takes every `$patch: delete` out of a patch document first
+        // and applies those deletes before merging what is left.
+        let mut rest = patch.clone();
+        let mut deletes = Vec::new();
+        let whole = extract_deletes_from_mapping(&mut rest, &mut Vec::new(), false, &mut deletes)
+            .map_err(|reason| PatchError::Delete {
+            origin: origin.to_string(),
+            reason,
+        })?;
+        for delete in &deletes {
+            apply_delete(&mut docs, &id, delete).map_err(|reason| PatchError::Delete {
+                origin: origin.to_string(),
+                reason,
+            })?;
+        }
+        if whole || is_empty_patch_document(&rest) {
             continue;
         }
         let path_root = id.path_root();
         match docs.iter_mut().find(|d| DocId::of(d) == id) {
-            Some(target) => merge_mapping(target, patch, &[path_root.as_str()]),
+            Some(target) => merge_mapping(target, &rest, &[path_root.as_str()]),
             None => {
                 let mut fresh = Mapping::new();
-                merge_mapping(&mut fresh, patch, &[path_root.as_str()]);
+                merge_mapping(&mut fresh, &rest, &[path_root.as_str()]);
                 docs.push(fresh);
             }
         }
@@ -204,10 +286,15 @@ pub fn apply_json6902(
         reason: e.to_string(),
     };
     let mut json = serde_json::to_value(Value::Mapping(docs[0].clone())).map_err(|e| conv(&e))?;
-    json_patch::patch(&mut json, patch).map_err(|source| PatchError::Json6902Apply {
-        origin: origin.to_string(),
-        source,
-    })?;
+    for op in &patch.0 {
+        let op = talos_json6902_operation(&json, op);
+        json_patch::patch(&mut json, std::slice::from_ref(&op)).map_err(|source| {
+            PatchError::Json6902Apply {
+                origin: origin.to_string(),
+                source,
+            }
+        })?;
+    }
     let back = serde_yaml_ng::to_value(json).map_err(|e| conv(&e))?;
     let Value::Mapping(m) = back else {
         return Err(conv(&"the patched document is no longer a mapping"));
@@ -216,6 +303,29 @@ pub fn apply_json6902(
         origin: origin.to_string(),
         source,
     })
+}
+
+/// The operation as Talos's JSON patch library applies it: a `replace` of a
+/// key missing from an existing object adds the key (RFC 6902 says it should
+/// fail; Talos's library accepts it).
+fn talos_json6902_operation(
+    doc: &serde_json::Value,
+    op: &json_patch::PatchOperation,
+) -> json_patch::PatchOperation {
+    if let json_patch::PatchOperation::Replace(r) = op {
+        let path = r.path.as_str();
+        let parent_is_object = path
+            .rsplit_once('/')
+            .and_then(|(parent, _)| doc.pointer(parent))
+            .is_some_and(serde_json::Value::is_object);
+        if doc.pointer(path).is_none() && parent_is_object {
+            return json_patch::PatchOperation::Add(json_patch::AddOperation {
+                path: r.path.clone(),
+                value: r.value.clone(),
+            });
+        }
+    }
+    op.clone()
 }
 
 /// How a document is matched: (apiVersion, kind, name) for multi-document
@@ -246,6 +356,22 @@ impl DocId {
         }
     }
 
+    fn describe(&self) -> String {
+        match self {
+            Self::V1Alpha1 => "the v1alpha1 document".to_string(),
+            Self::Kind {
+                api_version,
+                kind,
+                name,
+            } => format!(
+                "{}/{kind}{}",
+                api_version.as_deref().unwrap_or(""),
+                name.as_deref().map(|n| format!("/{n}")).unwrap_or_default()
+            ),
+            Self::Unmatched => "a document without kind".to_string(),
+        }
+    }
+
     fn path_root(&self) -> String {
         match self {
             Self::Kind { kind, .. } => kind.clone(),
@@ -262,39 +388,278 @@ fn is_delete_value(v: &Value) -> bool {
     v.as_mapping().is_some_and(is_delete)
 }
 
+/// One `$patch: delete` taken out of a patch document.
+#[derive(Debug, Clone, PartialEq)]
+struct Delete {
+    /// Keys from the document root to the deleted key, or to the list whose
+    /// item is deleted; empty for the whole document.
+    path: Vec<String>,
+    /// For a list item: the item's first key and its value, which select the item.
+    item: Option<(String, String)>,
+}
+
+/// One step of the path walked while taking deletes out: a mapping key or a list item.
+#[derive(Debug, Clone, PartialEq)]
+enum Step {
+    Key(String),
+    Item,
+}
+
+fn keys_of(path: &[Step]) -> Vec<String> {
+    path.iter()
+        .filter_map(|s| match s {
+            Step::Key(k) => Some(k.clone()),
+            Step::Item => None,
+        })
+        .collect()
+}
+
+fn dotted(path: &[Step]) -> String {
+    let mut out = String::new();
+    for s in path {
+        match s {
+            Step::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+            Step::Item => out.push_str("[]"),
+        }
+    }
+    out
+}
+
+/// Takes every `$patch: delete` out of a mapping (as Talos's loader does),
+/// recording it in `out`; returns whether the mapping itself is to be removed
+/// (it holds `$patch: delete`, or it became empty because its contents were
+/// deletes).
+fn extract_deletes_from_mapping(
+    m: &mut Mapping,
+    path: &mut Vec<Step>,
+    in_list: bool,
+    out: &mut Vec<Delete>,
+) -> Result<bool, String> {
+    let keys: Vec<Value> = m.keys().cloned().collect();
+    let mut removed_any = false;
+    for k in keys {
+        let key = k.as_str().map(str::to_string).unwrap_or_default();
+        if key == PATCH_KEY && m.get(&k).and_then(Value::as_str) == Some(DELETE) {
+            if in_list {
+                let (sel_key, sel_value) = m
+                    .iter()
+                    .find(|(k, _)| k.as_str() != Some(PATCH_KEY))
+                    .map(|(k, v)| (k.as_str().unwrap_or_default().to_string(), v))
+                    .ok_or_else(|| {
+                        format!(
+                            "a `$patch: delete` item of the list {} has no key to select the item by; add the key that names it (for example `name:`)",
+                            dotted(path)
+                        )
+                    })?;
+                let sel_value = scalar_text(sel_value).ok_or_else(|| {
+                    format!(
+                        "a `$patch: delete` item of the list {} selects by `{sel_key}`, whose value is not a scalar; select the item by a string key",
+                        dotted(path)
+                    )
+                })?;
+                if path[..path.len() - 1].contains(&Step::Item) {
+                    return Err(format!(
+                        "`$patch: delete` on an item of {}, a list inside a list item, is not supported by Talos; delete the outer item or rewrite the list",
+                        dotted(path)
+                    ));
+                }
+                out.push(Delete {
+                    path: keys_of(path),
+                    item: Some((sel_key, sel_value)),
+                });
+            } else {
+                if path.contains(&Step::Item) {
+                    return Err(format!(
+                        "`$patch: delete` on {} deletes an inner key of a list item, which Talos does not support; delete the whole item (`$patch: delete` beside its key) instead",
+                        dotted(path)
+                    ));
+                }
+                out.push(Delete {
+                    path: keys_of(path),
+                    item: None,
+                });
+            }
+            return Ok(true);
+        }
+        let Some(v) = m.get_mut(&k) else { continue };
+        path.push(Step::Key(key));
+        let remove = extract_deletes_from_value(v, path, out)?;
+        path.pop();
+        if remove {
+            m.shift_remove(&k);
+            removed_any = true;
+        }
+    }
+    Ok(removed_any && m.is_empty())
+}
+
+fn extract_deletes_from_value(
+    v: &mut Value,
+    path: &mut Vec<Step>,
+    out: &mut Vec<Delete>,
+) -> Result<bool, String> {
+    match v {
+        Value::Mapping(m) => extract_deletes_from_mapping(m, path, false, out),
+        Value::Sequence(items) => {
+            let mut removed_any = false;
+            let mut i = 0;
+            while i < items.len() {
+                path.push(Step::Item);
+                let remove = match &mut items[i] {
+                    Value::Mapping(m) => extract_deletes_from_mapping(m, path, true, out)?,
+                    other => extract_deletes_from_value(other, path, out)?,
+                };
+                path.pop();
+                if remove {
+                    items.remove(i);
+                    removed_any = true;
+                } else {
+                    i += 1;
+                }
+            }
+            Ok(removed_any && items.is_empty())
+        }
+        _ => Ok(false),
+    }
+}
+
+/// A scalar as the text Talos compares when selecting a list item.
+fn scalar_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// Whether what is left of a patch document after its deletes were taken
+/// out holds nothing to merge (only `version`, `kind`, `name`), as Talos decides.
+fn is_empty_patch_document(m: &Mapping) -> bool {
+    m.iter().all(|(k, v)| {
+        matches!(k.as_str(), Some("version" | "kind" | "name"))
+            && !matches!(v, Value::Mapping(_) | Value::Sequence(_))
+    })
+}
+
+fn apply_delete(docs: &mut Vec<Mapping>, id: &DocId, delete: &Delete) -> Result<(), String> {
+    let Some(index) = docs.iter().position(|d| DocId::of(d) == *id) else {
+        // Deleting from a document the config does not have changes nothing.
+        return Ok(());
+    };
+    if delete.path.is_empty() {
+        if *id == DocId::V1Alpha1 {
+            return Err(
+                "`$patch: delete` at the top of the v1alpha1 document would delete the whole legacy document, which Talos refuses; delete the keys under it instead"
+                    .to_string(),
+            );
+        }
+        docs.remove(index);
+        return Ok(());
+    }
+    let (last, parents) = delete.path.split_last().expect("path is not empty");
+    let mut node = &mut docs[index];
+    for (depth, key) in parents.iter().enumerate() {
+        node = match node.get_mut(key.as_str()) {
+            Some(Value::Mapping(m)) => m,
+            _ => {
+                return Err(format!(
+                    "`$patch: delete` on {}: the config has no {}; remove that delete from the patch",
+                    delete.path.join("."),
+                    parents[..=depth].join(".")
+                ));
+            }
+        };
+    }
+    match &delete.item {
+        None => {
+            node.shift_remove(last.as_str());
+            Ok(())
+        }
+        Some((key, value)) => {
+            let list = match node.get_mut(last.as_str()) {
+                Some(Value::Sequence(list)) => list,
+                _ => {
+                    return Err(format!(
+                        "`$patch: delete` of the item with {key}: {value} in {}: the config has no such list; remove that delete from the patch",
+                        delete.path.join(".")
+                    ));
+                }
+            };
+            let found = list.iter().position(|item| {
+                item.get(key.as_str())
+                    .and_then(Value::as_str)
+                    .is_some_and(|v| v == value)
+            });
+            match found {
+                Some(i) => {
+                    list.remove(i);
+                    Ok(())
+                }
+                None => Err(format!(
+                    "`$patch: delete` of the item with {key}: {value} in {}: the list has no such item; remove that delete from the patch",
+                    delete.path.join(".")
+                )),
+            }
+        }
+    }
+}
+
 /// How the list at a path merges.
 enum ListRule {
     Append,
     Replace,
-    /// Items with equal values for one of these keys merge (or replace when `replace_item`).
+    /// An item merges into the existing item whose value for the first of
+    /// `keys` that the patch item has is equal; other items are appended.
     Keyed {
         keys: &'static [&'static str],
-        replace_item: bool,
     },
 }
 
 fn list_rule(path: &[&str]) -> ListRule {
     match path {
         ["", "cluster", "network", "podSubnets" | "serviceSubnets"]
-        | ["KubeNetworkConfig", "podSubnets" | "serviceSubnets"] => ListRule::Replace,
+        | ["KubeNetworkConfig", "podSubnets" | "serviceSubnets"]
+        | ["BGPConfig", .., "advertise" | "importRoutes" | "neighbors"]
+        | ["NetworkRuleConfig", "portSelector", "ports"] => ListRule::Replace,
         ["", "machine", "network", "interfaces"] => ListRule::Keyed {
             keys: &["interface", "deviceSelector"],
-            replace_item: false,
         },
-        ["", "machine", "network", "interfaces", "vlans"] => ListRule::Keyed {
-            keys: &["vlanId"],
-            replace_item: false,
-        },
+        ["", "machine", "network", "interfaces", "vlans"] => ListRule::Keyed { keys: &["vlanId"] },
+        ["", "cluster", "apiServer", "admissionControl"] => ListRule::Keyed { keys: &["name"] },
         ["ExtensionServiceConfig", "configFiles"] => ListRule::Keyed {
             keys: &["mountPath"],
-            replace_item: true,
         },
         _ => ListRule::Append,
     }
 }
 
+/// Values that a patch replaces as a whole instead of merging into.
 fn replaces_whole_value(path: &[&str]) -> bool {
-    matches!(path, ["", "cluster", "apiServer", "auditPolicy"])
+    matches!(
+        path,
+        ["", "cluster", "apiServer", "auditPolicy"]
+            | ["NetworkRuleConfig", "ingress"]
+            | [
+                "KubeAuditPolicyConfig"
+                    | "KubeAuthenticationConfig"
+                    | "KubeCredentialProviderConfig",
+                "configuration"
+            ]
+            | ["KubeStaticPodConfig", "pod"]
+            | ["BaseRuntimeSpecConfig", "overrides"]
+    )
+}
+
+/// `extraArgs` mappings merge key by key, each patch value replacing the
+/// existing one whole (a list-valued argument is not appended to).
+fn is_args_map(path: &[&str]) -> bool {
+    path.last() == Some(&"extraArgs")
 }
 
 fn merge_mapping(target: &mut Mapping, patch: &Mapping, path: &[&str]) {
@@ -316,7 +681,14 @@ fn merge_mapping(target: &mut Mapping, patch: &Mapping, path: &[&str]) {
         let mut child: Vec<&str> = path.to_vec();
         child.push(key);
         match target.get_mut(key) {
-            Some(tv) if !replaces_whole_value(&child) => merge_value(tv, pv, &child),
+            Some(Value::Mapping(t)) if is_args_map(&child) && pv.is_mapping() => {
+                for (ak, av) in pv.as_mapping().into_iter().flatten() {
+                    t.insert(ak.clone(), strip(av));
+                }
+            }
+            Some(tv) if !tv.is_null() && !replaces_whole_value(&child) => {
+                merge_value(tv, pv, &child)
+            }
             _ => {
                 target.insert(k.clone(), strip(pv));
             }
@@ -336,28 +708,29 @@ fn merge_list(target: &mut Vec<Value>, patch: &[Value], path: &[&str]) {
     match list_rule(path) {
         ListRule::Append => target.extend(patch.iter().filter(|v| !is_delete_value(v)).map(strip)),
         ListRule::Replace => *target = patch.iter().map(strip).collect(),
-        ListRule::Keyed { keys, replace_item } => {
-            for item in patch {
-                let found = target.iter().position(|t| same_key(t, item, keys));
-                match (found, is_delete_value(item)) {
-                    (Some(i), true) => {
-                        target.remove(i);
-                    }
-                    (None, true) => {}
-                    (Some(i), false) if replace_item => target[i] = strip(item),
-                    (Some(i), false) => merge_value(&mut target[i], item, path),
-                    (None, false) => target.push(strip(item)),
+        ListRule::Keyed { keys } => {
+            for item in patch.iter().filter(|v| !is_delete_value(v)) {
+                match target.iter().position(|t| same_key(t, item, keys)) {
+                    Some(i) => merge_value(&mut target[i], item, path),
+                    None => target.push(strip(item)),
                 }
             }
         }
     }
 }
 
-fn same_key(a: &Value, b: &Value, keys: &[&str]) -> bool {
-    keys.iter().any(|k| match (a.get(*k), b.get(*k)) {
-        (Some(x), Some(y)) => x == y,
-        _ => false,
-    })
+/// Whether two list items are the same: the first of `keys` the patch item
+/// has decides (Talos matches an interface by name before its selector).
+fn same_key(existing: &Value, patch_item: &Value, keys: &[&str]) -> bool {
+    let Some(key) = keys
+        .iter()
+        .find(|k| patch_item.get(**k).is_some_and(|v| !v.is_null() && v != ""))
+    else {
+        // no key at all: Talos compares the zero values, which only match
+        // for the single-key lists
+        return keys.len() == 1 && existing.get(keys[0]).is_none_or(Value::is_null);
+    };
+    existing.get(*key) == patch_item.get(*key)
 }
 
 /// A patch value without `$patch` directives (for values inserted as new).

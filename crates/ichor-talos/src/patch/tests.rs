@@ -224,6 +224,117 @@ fn a_patch_document_without_kind_or_v1alpha1_keys_is_refused() {
     assert!(err.to_string().contains("p.yaml"), "{err}");
 }
 
+/// Covers: issue 17 item 2 — `$patch: delete` on an item of a keyed list, in both shapes.
+#[test]
+fn patch_delete_removes_list_items_by_their_first_key() {
+    let out = smp(
+        &v12_cp(),
+        "cluster:\n  apiServer:\n    admissionControl:\n      - name: PodSecurity\n        $patch: delete\n",
+    );
+    let m = out.to_mappings().unwrap();
+    assert_eq!(
+        m[0]["cluster"]["apiServer"]["admissionControl"],
+        Value::Sequence(vec![])
+    );
+
+    let base = MachineConfig::parse(
+        "version: v1alpha1\nmachine:\n  type: worker\n---\napiVersion: v1alpha1\nkind: LinkConfig\nname: eth0\naddresses:\n  - address: 10.0.0.1/24\n  - address: 10.0.1.1/24\n---\napiVersion: v1alpha1\nkind: ExtensionServiceConfig\nname: nut\nconfigFiles:\n  - content: a\n    mountPath: /a\n  - content: b\n    mountPath: /b\n",
+    )
+    .unwrap();
+    let out = smp(
+        &base,
+        "apiVersion: v1alpha1\nkind: LinkConfig\nname: eth0\naddresses:\n  - address: 10.0.0.1/24\n    $patch: delete\n---\napiVersion: v1alpha1\nkind: ExtensionServiceConfig\nname: nut\nconfigFiles:\n  - $patch: delete\n    mountPath: /a\n  - mountPath: /b\n    content: b2\n",
+    );
+    let want = MachineConfig::parse(
+        "version: v1alpha1\nmachine:\n  type: worker\n---\napiVersion: v1alpha1\nkind: LinkConfig\nname: eth0\naddresses:\n  - address: 10.0.1.1/24\n---\napiVersion: v1alpha1\nkind: ExtensionServiceConfig\nname: nut\nconfigFiles:\n  - content: b2\n    mountPath: /b\n",
+    )
+    .unwrap();
+    assert_eq!(out.to_yaml().unwrap(), want.to_yaml().unwrap());
+}
+
+/// Talos applies a document's deletes before merging the rest of it.
+#[test]
+fn deletes_apply_before_the_merge_of_the_same_document() {
+    let out = smp(
+        &v12_cp(),
+        "cluster:\n  apiServer:\n    admissionControl:\n      - name: PodSecurity\n        $patch: delete\n      - name: PodSecurity\n        configuration:\n          kind: Fresh\n",
+    );
+    let m = out.to_mappings().unwrap();
+    let list = m[0]["cluster"]["apiServer"]["admissionControl"]
+        .as_sequence()
+        .unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(
+        list[0]["configuration"],
+        serde_yaml_ng::from_str::<Value>("kind: Fresh").unwrap()
+    );
+}
+
+#[test]
+fn deletes_talos_refuses_are_refused_naming_the_path() {
+    for (patch, says) in [
+        (
+            "cluster:\n  apiServer:\n    admissionControl:\n      - name: Nope\n        $patch: delete\n",
+            "cluster.apiServer.admissionControl",
+        ),
+        (
+            "machine:\n  network:\n    interfaces:\n      - interface: eth0\n        mtu:\n          $patch: delete\n",
+            "inner key of a list item",
+        ),
+        ("version: v1alpha1\n$patch: delete\n", "legacy document"),
+        (
+            "cluster:\n  apiServer:\n    admissionControl:\n      - $patch: delete\n",
+            "no key to select",
+        ),
+    ] {
+        let err = ConfigPatch::parse(patch, "p.yaml")
+            .unwrap()
+            .apply(&v12_cp(), "p.yaml")
+            .unwrap_err();
+        assert!(matches!(err, PatchError::Delete { .. }), "{patch}: {err}");
+        let msg = err.to_string();
+        assert!(msg.contains(says) && msg.contains("p.yaml"), "{msg}");
+    }
+}
+
+#[test]
+fn extra_args_are_replaced_key_by_key() {
+    let base = MachineConfig::parse(
+        "version: v1alpha1\nmachine:\n  kubelet:\n    extraArgs:\n      a: x\n      gates: [A, B]\n",
+    )
+    .unwrap();
+    let out = smp(
+        &base,
+        "machine:\n  kubelet:\n    extraArgs:\n      gates: [C]\n      b: y\n",
+    );
+    let m = out.to_mappings().unwrap();
+    assert_eq!(
+        m[0]["machine"]["kubelet"]["extraArgs"],
+        serde_yaml_ng::from_str::<Value>("a: x\ngates: [C]\nb: y\n").unwrap()
+    );
+}
+
+#[test]
+fn admission_plugins_merge_by_name() {
+    let out = smp(
+        &v12_cp(),
+        "cluster:\n  apiServer:\n    admissionControl:\n      - name: PodSecurity\n        configuration:\n          defaults:\n            enforce: restricted\n",
+    );
+    let m = out.to_mappings().unwrap();
+    let list = m[0]["cluster"]["apiServer"]["admissionControl"]
+        .as_sequence()
+        .unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(
+        list[0]["configuration"]["defaults"]["enforce"],
+        Value::from("restricted")
+    );
+    assert_eq!(
+        list[0]["configuration"]["defaults"]["audit"],
+        Value::from("restricted")
+    );
+}
+
 mod props {
     use super::*;
     use proptest::prelude::*;

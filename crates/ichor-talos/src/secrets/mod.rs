@@ -6,8 +6,10 @@
 //! keys are kept.
 
 mod generate;
+mod validate;
 
 pub use generate::CA_VALIDITY;
+pub use validate::{BundleProblem, bundle_problems};
 
 use std::path::Path;
 
@@ -49,6 +51,17 @@ pub enum SecretsError {
         origin: String,
         /// The YAML error.
         source: serde_yaml_ng::Error,
+    },
+    /// The bundle is YAML of the right shape, but Talos would refuse it.
+    #[error(
+        "{origin} is not a secrets bundle Talos accepts: {}; fix those fields, or recover the bundle again from a control-plane config (`talosctl gen secrets --from-controlplane-config`)",
+        problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    )]
+    Invalid {
+        /// Where the bundle came from.
+        origin: String,
+        /// Every problem found, each naming its field.
+        problems: Vec<BundleProblem>,
     },
     /// Generating a new bundle failed.
     #[error(
@@ -175,12 +188,31 @@ fn non_empty(s: Option<&String>) -> Option<String> {
 }
 
 impl SecretsBundle {
-    /// Parses bundle YAML; `origin` is named in errors.
+    /// Parses bundle YAML and validates it as Talos does ([`Self::validate`]);
+    /// `origin` is named in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self, SecretsError> {
-        serde_yaml_ng::from_str(text).map_err(|source| SecretsError::Parse {
+        let bundle: Self = serde_yaml_ng::from_str(text).map_err(|source| SecretsError::Parse {
             origin: origin.to_string(),
             source,
-        })
+        })?;
+        bundle.validate(origin)?;
+        Ok(bundle)
+    }
+
+    /// Checks the bundle as Talos does before it uses one: every required
+    /// field, exactly one etcd encryption secret, every certificate and key
+    /// parses with a key type its PEM label promises. All problems are
+    /// reported in one [`SecretsError::Invalid`], each naming its field.
+    pub fn validate(&self, origin: &str) -> Result<(), SecretsError> {
+        let problems = bundle_problems(self);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(SecretsError::Invalid {
+                origin: origin.to_string(),
+                problems,
+            })
+        }
     }
 
     /// Reads a bundle file.
@@ -331,7 +363,7 @@ impl SecretsBundle {
             )
         })?;
 
-        Ok(Self {
+        let bundle = Self {
             cluster: ClusterIdentity {
                 id,
                 secret,
@@ -360,7 +392,9 @@ impl SecretsBundle {
                 extra: Extra::new(),
             },
             extra: Extra::new(),
-        })
+        };
+        bundle.validate(origin)?;
+        Ok(bundle)
     }
 
     /// Recovers the bundle from a control-plane config file: a plain machine
@@ -502,11 +536,41 @@ mod tests {
                     extra: Extra::new(),
                 };
                 let text = b.to_yaml().unwrap();
-                let back = SecretsBundle::parse(&text, "prop").unwrap();
+                // the values are not real keys: decode without validating
+                let back: SecretsBundle = serde_yaml_ng::from_str(&text).unwrap();
                 prop_assert_eq!(&back, &b);
                 prop_assert_eq!(back.to_yaml().unwrap(), text);
             }
         }
+    }
+
+    /// Covers: issue 17 item 4 (all problems at once, each naming its field, no value quoted)
+    #[test]
+    fn an_invalid_bundle_is_refused_with_every_problem_named() {
+        let mut b = SecretsBundle::parse(&fixture("stability-secrets.yaml"), "f").unwrap();
+        let secret = b.cluster.secret.clone();
+        b.cluster.secret.clear();
+        b.trustdinfo.token.clear();
+        b.certs.k8saggregator = Base64CertAndKey::default();
+        let text = b.to_yaml().unwrap();
+        let err = SecretsBundle::parse(&text, "bad.yaml").unwrap_err();
+        let SecretsError::Invalid { problems, .. } = &err else {
+            panic!("{err}");
+        };
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            vec!["cluster.secret", "trustdinfo.token", "certs.k8saggregator"]
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("bad.yaml is not a secrets bundle Talos accepts"),
+            "{msg}"
+        );
+        assert!(
+            !msg.contains(&secret) && !msg.contains(&b.cluster.id),
+            "{msg}"
+        );
     }
 
     #[test]
