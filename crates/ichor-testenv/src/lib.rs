@@ -38,6 +38,36 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 pub use certs::TestCa;
 pub use tools::Tool;
 
+/// The audit policy: who did what, no bodies (Metadata), once per request.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n";
+/// The audit log, in the control plane's folder.
+const AUDIT_LOG: &str = "audit.log";
+
+/// One request as the API server's audit log recorded it.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEvent {
+    pub verb: String,
+    #[serde(default)]
+    pub request_uri: String,
+    pub user: AuditUser,
+    #[serde(default)]
+    pub user_agent: Option<String>,
+    #[serde(default)]
+    pub response_status: Option<serde_json::Value>,
+    #[serde(default)]
+    pub object_ref: Option<serde_json::Value>,
+}
+
+/// The authenticated user of an [`AuditEvent`].
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct AuditUser {
+    #[serde(default)]
+    pub username: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
 /// How long the apiserver may take to report `/readyz` on a loaded 2-core machine.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -132,6 +162,7 @@ impl TestEnv {
         std::fs::write(dir.join("apiserver.key"), &serving.key_pem).map_err(files)?;
         std::fs::write(dir.join("sa.pub"), sa.public_key_pem()).map_err(files)?;
         std::fs::write(dir.join("sa.key"), sa.serialize_pem()).map_err(files)?;
+        std::fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY).map_err(files)?;
 
         let etcd_client = free_port();
         let etcd_peer = free_port();
@@ -181,6 +212,16 @@ impl TestEnv {
                 format!("--client-ca-file={}", d("ca.crt")),
                 format!("--tls-cert-file={}", d("apiserver.crt")),
                 format!("--tls-private-key-file={}", d("apiserver.key")),
+                // Webhook and aggregated-API Services resolve through their
+                // EndpointSlices (the lab publishes a pod's loopback address
+                // there) instead of a ClusterIP no packet could reach; TLS
+                // still verifies `<service>.<namespace>.svc`.
+                "--enable-aggregator-routing=true".into(),
+                // Who made each request, for tests that assert an identity.
+                format!("--audit-policy-file={}", d("audit-policy.yaml")),
+                format!("--audit-log-path={}", d(AUDIT_LOG)),
+                "--audit-log-format=json".into(),
+                "--audit-log-mode=blocking".into(),
                 "--v=1".into(),
             ],
             &dir.join("kube-apiserver.log"),
@@ -255,6 +296,16 @@ impl TestEnv {
             .await
             .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
         name
+    }
+
+    /// Every request the API server has logged so far (audit level
+    /// Metadata: the user, the verb, the URI; no bodies).
+    pub fn audit_events(&self) -> Vec<AuditEvent> {
+        std::fs::read_to_string(self.dir.join(AUDIT_LOG))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
     }
 
     /// The last `lines` lines of the apiserver's log.
