@@ -173,7 +173,13 @@ impl Lab {
             },
         )
         .await?;
-        let env = TestEnv::start()?;
+        // The API server reaches Ichor's pods through the lab's pod network.
+        let socket = options.state_dir.join("pod-network.sock");
+        let network = pods::PodNetwork::bind(&socket).map_err(|source| LabError::Write {
+            path: socket.clone(),
+            source,
+        })?;
+        let env = TestEnv::start_with_cluster_egress(Some(network.socket()))?;
 
         let write = |name: &str, text: &str| -> Result<PathBuf, LabError> {
             let path = options.state_dir.join(name);
@@ -219,6 +225,7 @@ impl Lab {
             server: env.server_url().to_string(),
             ca_pem: env.ca().cert_pem(),
             state_dir: options.state_dir.clone(),
+            network,
         });
         let simulator = Some(simulator::spawn(client, runner));
         Ok(Lab {

@@ -16,26 +16,34 @@
 //!   the probe's port), restarted with the kubelet's back-off (10 s doubling
 //!   to 5 min) when it exits, shown as CrashLoopBackOff meanwhile.
 //!
-//! Ports: a pod gets a loopback address of its own (its podIP). The lab maps
-//! each declared `containerPort` to a free port on that address: an argument
-//! `HOST:PORT` whose PORT is a declared containerPort becomes
-//! `PODIP:MAPPED` (a real kubelet would give the pod its own network
-//! namespace, where the declared port itself is free). The pod's
-//! EndpointSlices publish the mapped port under the Service port's name, so
-//! the API server, which resolves webhook Services through their
-//! EndpointSlices (`--enable-aggregator-routing`), reaches the process.
+//! Addresses and ports. A pod gets a podIP from its node's pod CIDR, as a
+//! CNI would give it, and the EndpointSlices (and Endpoints) of the Services
+//! that select it carry that podIP and the declared `containerPort` — what
+//! a real cluster shows. The process cannot listen there (no pod network
+//! namespace, and the API server refuses loopback addresses in endpoints),
+//! so the lab maps each declared containerPort to a free port on a loopback
+//! address of the pod's own: an argument `HOST:PORT` whose PORT is a
+//! declared containerPort becomes `LOOPBACK:MAPPED`. The lab's pod network
+//! ([`PodNetwork`]) is the one place that knows the mapping: the test
+//! control plane's API server sends its traffic to the cluster (webhook
+//! calls) through it, as an HTTP CONNECT egress proxy (the API server's
+//! `cluster` egress selection), and it joins `podIP:containerPort` to the
+//! process. The API server resolves a webhook Service through its endpoints
+//! (`--enable-aggregator-routing`); TLS still verifies
+//! `<service>.<namespace>.svc`.
 //!
 //! The ichor-cni Job runs under its ServiceAccount's token the same way
 //! ([`token_kubeconfig`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Container, Node, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Container, Endpoints, Node, Pod, Service, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -52,6 +60,103 @@ const BACKOFF_RESET: Duration = Duration::from_secs(600);
 /// How long a token the lab requests lives (the lab is short-lived).
 const TOKEN_SECONDS: i64 = 24 * 3600;
 
+/// The lab's pod network: `podIP:containerPort` → where the process listens.
+/// Served as an HTTP CONNECT proxy on a Unix socket, which the API server
+/// uses for its `cluster` egress (webhook calls).
+#[derive(Debug, Clone)]
+pub struct PodNetwork {
+    socket: PathBuf,
+    routes: Arc<Mutex<HashMap<SocketAddr, SocketAddr>>>,
+    listener: Arc<Mutex<Option<std::os::unix::net::UnixListener>>>,
+}
+
+impl PodNetwork {
+    /// Binds the proxy's socket at `socket` (before the API server starts:
+    /// its egress configuration names it); [`PodNetwork::serve`] answers on it.
+    pub fn bind(socket: &Path) -> std::io::Result<PodNetwork> {
+        let _ = std::fs::remove_file(socket);
+        let listener = std::os::unix::net::UnixListener::bind(socket)?;
+        listener.set_nonblocking(true)?;
+        Ok(PodNetwork {
+            socket: socket.to_path_buf(),
+            routes: Arc::default(),
+            listener: Arc::new(Mutex::new(Some(listener))),
+        })
+    }
+
+    /// Where the proxy listens.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    fn route(&self, pod: SocketAddr, process: SocketAddr) {
+        self.routes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(pod, process);
+    }
+
+    /// Answers CONNECT requests until the returned task is aborted; a
+    /// target that is no pod's address and port is refused (502).
+    pub fn serve(&self) -> Option<tokio::task::JoinHandle<()>> {
+        let listener = self
+            .listener
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()?;
+        let listener = tokio::net::UnixListener::from_std(listener).ok()?;
+        let routes = self.routes.clone();
+        Some(tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                let routes = routes.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = tunnel(conn, routes).await {
+                        tracing::debug!("lab pod network: {e}");
+                    }
+                });
+            }
+        }))
+    }
+}
+
+async fn tunnel(
+    mut conn: tokio::net::UnixStream,
+    routes: Arc<Mutex<HashMap<SocketAddr, SocketAddr>>>,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() > 8192 || conn.read(&mut byte).await? == 0 {
+            return Ok(());
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_string();
+    let target = head
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("CONNECT "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|t| t.parse::<SocketAddr>().ok());
+    let process = target.and_then(|t| {
+        routes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&t)
+            .copied()
+    });
+    let Some(process) = process else {
+        conn.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await?;
+        return Ok(());
+    };
+    let mut upstream = tokio::net::TcpStream::connect(process).await?;
+    conn.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .await?;
+    tokio::io::copy_bidirectional(&mut conn, &mut upstream).await?;
+    Ok(())
+}
+
 /// What the lab needs to run Ichor's processes: the binary standing in for
 /// the image, what the image carries (helm, the Cilium chart), and how to
 /// reach the API server with a token.
@@ -65,6 +170,8 @@ pub struct ProcessRunner {
     pub ca_pem: String,
     /// Where kubeconfigs and logs go.
     pub state_dir: PathBuf,
+    /// The pod network the API server reaches the pods through.
+    pub network: PodNetwork,
 }
 
 /// Whether the lab runs this container as the local `ichor` binary.
@@ -177,6 +284,9 @@ fn container_port(container: &Container, port: &Value) -> Option<u16> {
 /// One pod and its process.
 struct PodProcess {
     name: String,
+    /// The pod's address in the cluster (from its node's pod CIDR).
+    pod_ip: Ipv4Addr,
+    /// The loopback address its process listens on.
     ip: Ipv4Addr,
     /// containerPort → the free port the lab gave it on `ip`.
     ports: BTreeMap<u16, u16>,
@@ -198,6 +308,7 @@ struct DeploymentPods {
 /// The lab's kubelet for Ichor's pods; [`IchorPods::sync`] runs once a tick.
 pub struct IchorPods {
     runner: ProcessRunner,
+    _proxy: Option<AbortOnDrop>,
     deployments: HashMap<(String, String), DeploymentPods>,
     next_ip: u8,
     net: (u8, u8),
@@ -207,6 +318,7 @@ pub struct IchorPods {
 impl IchorPods {
     pub fn new(runner: ProcessRunner) -> IchorPods {
         IchorPods {
+            _proxy: runner.network.serve().map(AbortOnDrop),
             runner,
             deployments: HashMap::new(),
             next_ip: 10,
@@ -216,10 +328,20 @@ impl IchorPods {
         }
     }
 
-    fn pod_ip(&mut self) -> Ipv4Addr {
-        let ip = Ipv4Addr::new(127, self.net.0, self.net.1, self.next_ip);
+    /// The next pod's (loopback, cluster) addresses; the cluster address
+    /// is in `pod_cidr` (a /24 or wider IPv4 CIDR), else in 10.244.255.0/24.
+    fn pod_ip(&mut self, pod_cidr: Option<&str>) -> (Ipv4Addr, Ipv4Addr) {
+        let host = self.next_ip;
         self.next_ip = self.next_ip.checked_add(1).unwrap_or(10);
-        ip
+        let base = pod_cidr
+            .and_then(|c| c.split('/').next())
+            .and_then(|a| a.parse::<Ipv4Addr>().ok())
+            .map(|a| a.octets())
+            .unwrap_or([10, 244, 255, 0]);
+        (
+            Ipv4Addr::new(127, self.net.0, self.net.1, host),
+            Ipv4Addr::new(base[0], base[1], base[2], host),
+        )
     }
 
     /// Runs the pods of every Deployment of Ichor's image that could be
@@ -238,6 +360,10 @@ impl IchorPods {
             .first()
             .and_then(|n| n.metadata.name.clone())
             .unwrap_or_default();
+        let pod_cidr = nodes
+            .first()
+            .and_then(|n| n.spec.as_ref())
+            .and_then(|s| s.pod_cidr.clone());
         let mut seen = Vec::new();
         for d in Api::<Deployment>::all(client.clone())
             .list(&lp)
@@ -257,7 +383,8 @@ impl IchorPods {
                 continue;
             }
             seen.push(key.clone());
-            self.sync_deployment(client, &d, &key, &node_name).await?;
+            self.sync_deployment(client, &d, &key, &node_name, pod_cidr.as_deref())
+                .await?;
         }
         let gone: Vec<_> = self
             .deployments
@@ -279,6 +406,7 @@ impl IchorPods {
         d: &Deployment,
         key: &(String, String),
         node_name: &str,
+        pod_cidr: Option<&str>,
     ) -> Result<(), kube::Error> {
         let (ns, name) = key;
         let generation = d.metadata.generation.unwrap_or(1);
@@ -305,16 +433,23 @@ impl IchorPods {
                 .await;
             let mut pods = Vec::new();
             for i in 0..replicas {
-                let ip = self.pod_ip();
-                let ports = container
+                let (ip, pod_ip) = self.pod_ip(pod_cidr);
+                let ports: BTreeMap<u16, u16> = container
                     .ports
                     .iter()
                     .flatten()
                     .filter_map(|p| u16::try_from(p.container_port).ok())
                     .map(|p| (p, free_port(ip)))
                     .collect();
+                for (declared, mapped) in &ports {
+                    self.runner.network.route(
+                        SocketAddr::from((pod_ip, *declared)),
+                        SocketAddr::from((ip, *mapped)),
+                    );
+                }
                 pods.push(PodProcess {
                     name: format!("{name}-g{generation}-{i}"),
+                    pod_ip,
                     ip,
                     ports,
                     child: None,
@@ -467,7 +602,7 @@ impl IchorPods {
                         else {
                             continue;
                         };
-                        endpoints.push(json!({"addresses": [p.ip.to_string()],
+                        endpoints.push(json!({"addresses": [p.pod_ip.to_string()],
                             "conditions": {"ready": p.ready, "serving": p.ready, "terminating": false},
                             "targetRef": {"kind": "Pod", "namespace": ns, "name": p.name}}));
                         if ports.is_empty() {
@@ -477,11 +612,11 @@ impl IchorPods {
                                     .as_ref()
                                     .map(|t| serde_json::to_value(t).expect("port serialises"))
                                     .unwrap_or(json!(sp.port));
-                                if let Some(mapped) = container_port(&container, &target)
-                                    .and_then(|cp| p.ports.get(&cp))
+                                if let Some(declared) = container_port(&container, &target)
+                                    .filter(|cp| p.ports.contains_key(cp))
                                 {
                                     ports.push(json!({"name": sp.name.clone().unwrap_or_default(),
-                                        "port": mapped, "protocol": "TCP"}));
+                                        "port": declared, "protocol": "TCP"}));
                                 }
                             }
                         }
@@ -499,6 +634,32 @@ impl IchorPods {
                 let key = (ns.clone(), svc_name.clone());
                 if self.published.get(&key) == Some(&slice) {
                     continue;
+                }
+                // The same as core/v1 Endpoints, for an API server that
+                // resolves Services through those.
+                let ready: Vec<Value> = slice["endpoints"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|e| e["conditions"]["ready"] == true)
+                    .map(|e| json!({"ip": e["addresses"][0], "targetRef": e["targetRef"]}))
+                    .collect();
+                let subsets = if ready.is_empty() {
+                    json!([])
+                } else {
+                    json!([{"addresses": ready, "ports": slice["ports"]}])
+                };
+                let legacy = json!({"apiVersion": "v1", "kind": "Endpoints",
+                    "metadata": {"name": svc_name, "namespace": ns}, "subsets": subsets});
+                if let Err(e) = Api::<Endpoints>::namespaced(client.clone(), &ns)
+                    .patch(
+                        &svc_name,
+                        &PatchParams::apply(MANAGER).force(),
+                        &Patch::Apply(&legacy),
+                    )
+                    .await
+                {
+                    tracing::warn!("lab kubelet: Endpoints of Service {ns}/{svc_name}: {e}");
                 }
                 let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
                 match api
@@ -628,12 +789,21 @@ fn pod_status(container: &Container, p: &PodProcess) -> Value {
     };
     json!({
         "phase": if p.child.is_some() || p.restarts > 0 { "Running" } else { "Pending" },
-        "podIP": p.ip.to_string(), "podIPs": [{"ip": p.ip.to_string()}],
+        "podIP": p.pod_ip.to_string(), "podIPs": [{"ip": p.pod_ip.to_string()}],
         "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": ready},
             {"type": "ContainersReady", "status": ready}],
         "containerStatuses": [{"name": container.name, "image": container.image.clone().unwrap_or_default(),
             "imageID": "", "ready": p.ready, "restartCount": p.restarts, "state": state}]
     })
+}
+
+/// Aborts a task when dropped (the pod network dies with the lab).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 fn free_port(ip: Ipv4Addr) -> u16 {

@@ -131,6 +131,14 @@ impl TestEnv {
 
     /// Starts a new control plane (most tests want [`TestEnv::shared`]).
     pub fn start() -> Result<TestEnv, Error> {
+        Self::start_with_cluster_egress(None)
+    }
+
+    /// Starts a new control plane whose API server sends its traffic to the
+    /// cluster (admission webhook calls) through the HTTP CONNECT proxy on
+    /// the Unix socket `proxy` — the lab's pod network — as a control plane
+    /// reaching its cluster through a konnectivity proxy does.
+    pub fn start_with_cluster_egress(proxy: Option<&Path>) -> Result<TestEnv, Error> {
         // Resolve the binaries first: a missing tool must not leave a folder behind.
         let etcd_bin = Tool::Etcd.path();
         let apiserver_bin = Tool::KubeApiserver.path();
@@ -142,12 +150,17 @@ impl TestEnv {
                 source,
             })?
             .keep();
-        Self::start_in(dir.clone(), &etcd_bin, &apiserver_bin).inspect_err(|_| {
+        Self::start_in(dir.clone(), &etcd_bin, &apiserver_bin, proxy).inspect_err(|_| {
             let _ = std::fs::remove_dir_all(&dir);
         })
     }
 
-    fn start_in(dir: PathBuf, etcd_bin: &Path, apiserver_bin: &Path) -> Result<TestEnv, Error> {
+    fn start_in(
+        dir: PathBuf,
+        etcd_bin: &Path,
+        apiserver_bin: &Path,
+        proxy: Option<&Path>,
+    ) -> Result<TestEnv, Error> {
         let files = |source| Error::Files {
             dir: dir.clone(),
             source,
@@ -192,6 +205,21 @@ impl TestEnv {
         )?;
 
         let d = |f: &str| dir.join(f).display().to_string();
+        let mut egress = Vec::new();
+        if let Some(proxy) = proxy {
+            std::fs::write(
+                dir.join("egress-selector.yaml"),
+                format!(
+                    "apiVersion: apiserver.k8s.io/v1beta1\nkind: EgressSelectorConfiguration\negressSelections:\n  - name: cluster\n    connection:\n      proxyProtocol: HTTPConnect\n      transport:\n        uds:\n          udsName: {}\n",
+                    proxy.display()
+                ),
+            )
+            .map_err(files)?;
+            egress.push(format!(
+                "--egress-selector-config-file={}",
+                d("egress-selector.yaml")
+            ));
+        }
         let apiserver = watchdog(
             "kube-apiserver",
             apiserver_bin,
@@ -223,7 +251,10 @@ impl TestEnv {
                 "--audit-log-format=json".into(),
                 "--audit-log-mode=blocking".into(),
                 "--v=1".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(egress)
+            .collect::<Vec<String>>(),
             &dir.join("kube-apiserver.log"),
             None,
         )?;
