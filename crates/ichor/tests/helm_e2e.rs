@@ -381,10 +381,22 @@ async fn f1_helm_install_then_adopt_registers_and_uninstall_keeps_the_cluster() 
         "{said}"
     );
     assert!(!said.contains("installing Ichor"), "{said}");
-    assert!(
-        h.installation().await.is_none(),
-        "adopt creates no IchorInstallation on a Helm install"
-    );
+    // The IchorInstallation, if there is one yet, is the chart's
+    // controller's (manager helm, ADR 0105), never adopt's.
+    if let Some(installation) = h.installation().await {
+        assert_eq!(installation.spec.deployment.manager, Manager::Helm);
+        let writers: Vec<String> = installation
+            .metadata
+            .managed_fields
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|f| f.manager)
+            .collect();
+        assert!(
+            !writers.iter().any(|w| w == ichor_adopt::run::FIELD_MANAGER),
+            "adopt creates no IchorInstallation on a Helm install: {writers:?}"
+        );
+    }
     assert!(
         h.applied_by_adopt().await.is_empty(),
         "{:?}",
