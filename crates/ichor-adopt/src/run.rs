@@ -308,7 +308,9 @@ pub async fn adopt(
             .await?;
         }
         IchorPresence::Installer { .. } => {
-            operator.say("Ichor is already installed; not installing it again")
+            operator.say("Ichor is already installed; not installing it again");
+            // A run killed before the webhooks went in left them out.
+            install_webhooks(kube, &opts.version).await?;
         }
         IchorPresence::Helm {
             release, version, ..
@@ -577,11 +579,21 @@ pub async fn install_ichor(
     version: &str,
     image: &str,
 ) -> Result<(), AdoptError> {
-    let (mut configurations, objects): (Vec<Value>, Vec<Value>) =
-        install::install_objects(version, image)
-            .into_iter()
-            .partition(|o| o["kind"] == "ValidatingWebhookConfiguration");
+    let objects: Vec<Value> = install::install_objects(version, image)
+        .into_iter()
+        .filter(|o| o["kind"] != "ValidatingWebhookConfiguration")
+        .collect();
     apply_objects(kube, &objects).await?;
+    install_webhooks(kube, version).await
+}
+
+/// The webhooks' certificate (made once, kept) and the
+/// ValidatingWebhookConfiguration with its CA.
+async fn install_webhooks(kube: &kube::Client, version: &str) -> Result<(), AdoptError> {
+    let mut configurations: Vec<Value> = install::install_objects(version, "unused")
+        .into_iter()
+        .filter(|o| o["kind"] == "ValidatingWebhookConfiguration")
+        .collect();
     let ca = ensure_webhook_certificate(kube).await?;
     for c in &mut configurations {
         install::set_ca_bundle(c, &ca);

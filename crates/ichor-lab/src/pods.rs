@@ -57,6 +57,8 @@ const BACKOFF_FIRST: Duration = Duration::from_secs(10);
 const BACKOFF_CAP: Duration = Duration::from_secs(300);
 /// A process that ran this long without exiting starts its back-off afresh.
 const BACKOFF_RESET: Duration = Duration::from_secs(600);
+/// How long a replaced pod stays up after leaving the endpoints.
+const DRAIN: Duration = Duration::from_secs(3);
 /// How long a token the lab requests lives (the lab is short-lived).
 const TOKEN_SECONDS: i64 = 24 * 3600;
 
@@ -310,6 +312,9 @@ pub struct IchorPods {
     runner: ProcessRunner,
     _proxy: Option<AbortOnDrop>,
     deployments: HashMap<(String, String), DeploymentPods>,
+    /// The pods of a Deployment's previous template, serving until the new
+    /// ones are Ready, then drained (out of the endpoints) until the instant.
+    retiring: HashMap<(String, String), (DeploymentPods, Option<Instant>)>,
     next_ip: u8,
     net: (u8, u8),
     published: HashMap<(String, String), Value>,
@@ -321,6 +326,7 @@ impl IchorPods {
             _proxy: runner.network.serve().map(AbortOnDrop),
             runner,
             deployments: HashMap::new(),
+            retiring: HashMap::new(),
             next_ip: 10,
             // Pod addresses: a loopback /24 of this lab's own.
             net: (rand::random_range(16..=250), rand::random_range(1..=250)),
@@ -396,8 +402,23 @@ impl IchorPods {
             if let Some(old) = self.deployments.remove(&key) {
                 delete_pods(client, &key.0, old).await;
             }
+            if let Some((old, _)) = self.retiring.remove(&key) {
+                delete_pods(client, &key.0, old).await;
+            }
         }
-        self.publish_endpoints(client).await
+        self.publish_endpoints(client).await?;
+        let drained: Vec<_> = self
+            .retiring
+            .iter()
+            .filter(|(_, (_, until))| until.is_some_and(|t| Instant::now() >= t))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in drained {
+            if let Some((old, _)) = self.retiring.remove(&key) {
+                delete_pods(client, &key.0, old).await;
+            }
+        }
+        Ok(())
     }
 
     async fn sync_deployment(
@@ -417,14 +438,17 @@ impl IchorPods {
         let container = pod_spec.containers[0].clone();
         let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);
 
-        // The template changed (an upgrade): new pods, as a rollout would.
+        // The template changed (an upgrade): new pods, as a rolling update
+        // would; the old ones serve until the new ones are Ready.
         if self
             .deployments
             .get(key)
             .is_some_and(|p| p.generation != generation)
             && let Some(old) = self.deployments.remove(key)
         {
-            delete_pods(client, ns, old).await;
+            if let Some((older, _)) = self.retiring.insert(key.clone(), (old, None)) {
+                delete_pods(client, ns, older).await;
+            }
         }
         if !self.deployments.contains_key(key) {
             // The simulator's placeholder pod goes: the real ones replace it.
@@ -537,6 +561,13 @@ impl IchorPods {
             }
         }
         let ready = i32::try_from(state.pods.iter().filter(|p| p.ready).count()).unwrap_or(0);
+        if usize::try_from(ready).unwrap_or(0) >= replicas
+            && let Some((_, until)) = self.retiring.get_mut(key)
+            && until.is_none()
+        {
+            // Out of the endpoints now, stopped once calls in flight are done.
+            *until = Some(Instant::now() + DRAIN);
+        }
         let replicas = i32::try_from(replicas).unwrap_or(0);
         let current = d.status.clone().unwrap_or_default();
         if current.ready_replicas.unwrap_or(0) != ready
@@ -582,7 +613,13 @@ impl IchorPods {
                 let svc_name = svc.metadata.name.clone().unwrap_or_default();
                 let mut endpoints = Vec::new();
                 let mut ports: Vec<Value> = Vec::new();
-                for ((d_ns, _), state) in &self.deployments {
+                let serving = self.deployments.iter().chain(
+                    self.retiring
+                        .iter()
+                        .filter(|(_, (_, until))| until.is_none())
+                        .map(|(k, (pods, _))| (k, pods)),
+                );
+                for ((d_ns, _), state) in serving {
                     if *d_ns != ns {
                         continue;
                     }

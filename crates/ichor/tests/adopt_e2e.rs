@@ -209,7 +209,7 @@ async fn e1_no_cni_cluster_gets_cilium_then_ichor_then_is_adopted() {
     h.wait_machines_reconciled().await;
     // The installed controller did the work, as its ServiceAccount, and the
     // API server calls its webhooks through their Service.
-    common::assert_the_controller_acts_as_its_service_account(&h);
+    common::assert_the_controller_acts_as_its_service_account(&h).await;
     common::assert_the_webhook_refuses_through_its_service(&h).await;
     let machines = Api::<TalosMachine>::namespaced(client, NS)
         .list(&ListParams::default())

@@ -88,6 +88,25 @@ impl Harness {
         self.0.adopt(extra).output().expect("run ichor adopt")
     }
 
+    /// The IchorInstallation, if there is one yet, is the chart's
+    /// controller's (manager helm, ADR 0105), never adopt's.
+    async fn assert_adopt_created_no_installation(&self) {
+        if let Some(installation) = self.installation().await {
+            assert_eq!(installation.spec.deployment.manager, Manager::Helm);
+            let writers: Vec<String> = installation
+                .metadata
+                .managed_fields
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|f| f.manager)
+                .collect();
+            assert!(
+                !writers.iter().any(|w| w == ichor_adopt::run::FIELD_MANAGER),
+                "adopt creates no IchorInstallation on a Helm install: {writers:?}"
+            );
+        }
+    }
+
     async fn installation(&self) -> Option<IchorInstallation> {
         Api::<IchorInstallation>::namespaced(self.client().await, NS)
             .get_opt("ichor")
@@ -381,22 +400,7 @@ async fn f1_helm_install_then_adopt_registers_and_uninstall_keeps_the_cluster() 
         "{said}"
     );
     assert!(!said.contains("installing Ichor"), "{said}");
-    // The IchorInstallation, if there is one yet, is the chart's
-    // controller's (manager helm, ADR 0105), never adopt's.
-    if let Some(installation) = h.installation().await {
-        assert_eq!(installation.spec.deployment.manager, Manager::Helm);
-        let writers: Vec<String> = installation
-            .metadata
-            .managed_fields
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|f| f.manager)
-            .collect();
-        assert!(
-            !writers.iter().any(|w| w == ichor_adopt::run::FIELD_MANAGER),
-            "adopt creates no IchorInstallation on a Helm install: {writers:?}"
-        );
-    }
+    h.assert_adopt_created_no_installation().await;
     assert!(
         h.applied_by_adopt().await.is_empty(),
         "{:?}",
@@ -417,6 +421,7 @@ async fn f1_helm_install_then_adopt_registers_and_uninstall_keeps_the_cluster() 
     // called through their Service; the chart's controller works as its
     // ServiceAccount.
     common::assert_the_webhook_refuses_through_its_service(&h).await;
+    common::assert_the_controller_acts_as_its_service_account(&h).await;
 
     let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(h.client().await, NS);
     let cert_before = secrets.get("ichor-webhook-tls").await.unwrap().data;
@@ -514,7 +519,7 @@ async fn f2_flannel_helm_install_then_unmanaged_adopt_applies_nothing() {
         "{:?}",
         h.applied_by_adopt().await
     );
-    assert!(h.installation().await.is_none());
+    h.assert_adopt_created_no_installation().await;
     assert!(!h.installer_deployment().await);
     let cluster = Api::<TalosCluster>::namespaced(h.client().await, NS)
         .get("lab")

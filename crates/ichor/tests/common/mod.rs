@@ -183,12 +183,26 @@ pub async fn assert_the_webhook_refuses_through_its_service(h: &LabHarness) {
 /// only writer) comes from `system:serviceaccount:ichor-system:ichor-controller`,
 /// and there is at least one — and nothing with the admin's certificate ever
 /// took the controller's Lease (no test-started admin controller).
-pub fn assert_the_controller_acts_as_its_service_account(h: &LabHarness) {
+pub async fn assert_the_controller_acts_as_its_service_account(h: &LabHarness) {
     let controller = format!(
         "system:serviceaccount:{NS}:{}",
         ichor_adopt::install::CONTROLLER
     );
-    let events = h.lab.env.audit_events();
+    // Bounded: the controller reports on the machines soon after they exist.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(90);
+    let events = loop {
+        let events = h.lab.env.audit_events();
+        let reported = events.iter().any(|e| {
+            matches!(e.verb.as_str(), "update" | "patch")
+                && e.object_ref.as_ref().is_some_and(|o| {
+                    o["resource"] == "talosmachines" && o["subresource"] == "status"
+                })
+        });
+        if reported || tokio::time::Instant::now() >= deadline {
+            break events;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
     let resource = |e: &ichor_testenv::AuditEvent, r: &str, sub: Option<&str>| {
         e.object_ref
             .as_ref()
