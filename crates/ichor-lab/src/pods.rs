@@ -445,10 +445,9 @@ impl IchorPods {
             .get(key)
             .is_some_and(|p| p.generation != generation)
             && let Some(old) = self.deployments.remove(key)
+            && let Some((older, _)) = self.retiring.insert(key.clone(), (old, None))
         {
-            if let Some((older, _)) = self.retiring.insert(key.clone(), (old, None)) {
-                delete_pods(client, ns, older).await;
-            }
+            delete_pods(client, ns, older).await;
         }
         if !self.deployments.contains_key(key) {
             // The simulator's placeholder pod goes: the real ones replace it.
