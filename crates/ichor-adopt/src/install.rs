@@ -1,7 +1,12 @@
 //! Ichor's install manifest as data (pure): the objects the installer path
-//! applies — namespace, CRDs, the controller's identity and Deployment — and
-//! the IchorInstallation; plus the Cilium network policies of the gate.
-//! One source: `dist/install.yaml` is to be generated from [`install_objects`].
+//! applies — namespace, CRDs, the controller's identity and Deployment, the
+//! admission webhooks and their Service — and the IchorInstallation; plus the
+//! Cilium network policies of the gate. One source: `dist/install.yaml` and
+//! the chart's generated parts are generated from these functions.
+//!
+//! The webhooks' serving certificate cannot be a fixed part of a manifest:
+//! [`webhook_certificate`] makes one (adopt creates its Secret once and keeps
+//! it on a rerun) and [`set_ca_bundle`] puts its CA into the configuration.
 
 use ichor_api::{DeploymentSpec, IchorInstallation, IchorInstallationSpec, Manager};
 use serde_json::{Value, json};
@@ -17,6 +22,22 @@ pub const CNI_IDENTITY: &str = "ichor-cni";
 pub const CONTROLLER_IMAGE: &str = "ghcr.io/maeshinshin/ichor-controller";
 /// The installer image repository (IchorInstallation default).
 pub const INSTALLER_IMAGE: &str = "ghcr.io/maeshinshin/ichor-installer";
+
+/// The webhooks' Service in `ichor-system` (the chart names it the same).
+pub const WEBHOOK_SERVICE: &str = "ichor-webhook";
+/// The `kubernetes.io/tls` Secret of the webhooks' serving certificate.
+pub const WEBHOOK_CERT_SECRET: &str = "ichor-webhook-tls";
+/// The ValidatingWebhookConfiguration (the chart names it the same).
+pub const WEBHOOK_CONFIGURATION: &str = "ichor-validating-webhooks";
+/// The container port the controller serves its webhooks on.
+pub const WEBHOOK_PORT: u16 = 9443;
+/// The container port of /healthz, /readyz and /metrics.
+pub const HTTP_PORT: u16 = 8080;
+/// How long the installer path's webhook certificate is valid (as the chart's
+/// default `webhook.certValidityDays`); the controller reloads a renewed one.
+pub const WEBHOOK_CERT_VALIDITY_DAYS: u32 = 3650;
+/// The kinds Ichor's webhooks validate (lower case, as in their paths).
+pub const WEBHOOK_KINDS: [&str; 2] = ["taloscluster", "talosmachine"];
 
 /// The controller image of Ichor `version`.
 pub fn controller_image(version: &str) -> String {
@@ -92,9 +113,12 @@ pub fn install_objects(version: &str, image: &str) -> Vec<Value> {
                     "containers": [{
                         "name": "controller",
                         "image": image,
-                        "args": ["controller", "--deployed-by", "installer", "--cni-job-image", image],
-                        "ports": [{"name": "webhook", "containerPort": 9443}, {"name": "metrics", "containerPort": 8080}],
-                        "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}},
+                        "args": ["controller", "--deployed-by", "installer", "--cni-job-image", image,
+                            "--http-addr", format!("0.0.0.0:{HTTP_PORT}"),
+                            "--webhook-addr", format!("0.0.0.0:{WEBHOOK_PORT}"),
+                            "--webhook-cert-secret", WEBHOOK_CERT_SECRET],
+                        "ports": [{"name": "webhook", "containerPort": WEBHOOK_PORT}, {"name": "metrics", "containerPort": HTTP_PORT}],
+                        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}},
                         "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
                             "runAsNonRoot": true, "capabilities": {"drop": ["ALL"]}}
                     }]
@@ -102,7 +126,118 @@ pub fn install_objects(version: &str, image: &str) -> Vec<Value> {
             }
         }
     }));
+    objects.push(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": WEBHOOK_SERVICE, "namespace": ns, "labels": labels},
+        "spec": {
+            "selector": {"app.kubernetes.io/name": INSTALLER_NAME_LABEL},
+            "ports": [{"name": "webhook", "port": 443, "targetPort": "webhook"}]
+        }
+    }));
+    // No caBundle here: adopt sets the CA of the certificate it made
+    // (`set_ca_bundle`); until then the API server cannot call the webhooks.
+    objects.push(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": WEBHOOK_CONFIGURATION, "labels": labels},
+        "webhooks": webhooks(ns, None, "Fail", 10)
+    }));
     objects
+}
+
+/// Ichor's validating webhooks, called through the Service
+/// [`WEBHOOK_SERVICE`] in `namespace` (`ca_bundle`: its CA, base64 as the
+/// configuration carries it). The chart renders the same list.
+pub fn webhooks(
+    namespace: &str,
+    ca_bundle: Option<&str>,
+    failure_policy: &str,
+    timeout_seconds: u32,
+) -> Vec<Value> {
+    WEBHOOK_KINDS
+        .iter()
+        .map(|kind| {
+            let mut client_config = json!({"service": {
+                "name": WEBHOOK_SERVICE, "namespace": namespace,
+                "path": format!("/validate-ichor-maesh-dev-v1alpha1-{kind}"), "port": 443}});
+            if let Some(ca) = ca_bundle {
+                client_config["caBundle"] = json!(ca);
+            }
+            json!({
+                "name": format!("{kind}.{}", ichor_api::GROUP),
+                "clientConfig": client_config,
+                "rules": [{"apiGroups": [ichor_api::GROUP], "apiVersions": ["v1alpha1"],
+                    "operations": ["CREATE", "UPDATE"], "resources": [format!("{kind}s")]}],
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "failurePolicy": failure_policy,
+                "timeoutSeconds": timeout_seconds
+            })
+        })
+        .collect()
+}
+
+/// Puts `ca_pem` (the webhook certificate's CA) into every webhook of a
+/// ValidatingWebhookConfiguration object.
+pub fn set_ca_bundle(configuration: &mut Value, ca_pem: &[u8]) {
+    let encoded =
+        serde_json::to_value(k8s_openapi::ByteString(ca_pem.to_vec())).expect("bytes serialise");
+    if let Some(list) = configuration["webhooks"].as_array_mut() {
+        for w in list {
+            w["clientConfig"]["caBundle"] = encoded.clone();
+        }
+    }
+}
+
+/// A serving certificate for the webhooks' Service, as the `kubernetes.io/tls`
+/// Secret [`WEBHOOK_CERT_SECRET`] (its own CA in `ca.crt`). Not pure: the keys
+/// are new each call; adopt creates the Secret once and keeps it.
+pub fn webhook_certificate(namespace: &str) -> Value {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose,
+    };
+    let now = std::time::SystemTime::now();
+    let until = now + std::time::Duration::from_secs(u64::from(WEBHOOK_CERT_VALIDITY_DAYS) * 86400);
+    let mut ca = CertificateParams::default();
+    ca.distinguished_name
+        .push(DnType::CommonName, "ichor-webhook-ca");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    ca.not_before = now.into();
+    ca.not_after = until.into();
+    let ca_key = KeyPair::generate().expect("generate the webhook CA key");
+    let ca_cert = ca.self_signed(&ca_key).expect("self-sign the webhook CA");
+    let issuer = Issuer::new(ca, ca_key);
+    let host = format!("{WEBHOOK_SERVICE}.{namespace}.svc");
+    let names = vec![
+        host.clone(),
+        format!("{host}.cluster.local"),
+        format!("{WEBHOOK_SERVICE}.{namespace}"),
+        WEBHOOK_SERVICE.to_string(),
+    ];
+    let mut leaf = CertificateParams::new(names).expect("the Service's names are DNS names");
+    leaf.distinguished_name.push(DnType::CommonName, host);
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    leaf.not_before = now.into();
+    leaf.not_after = until.into();
+    let key = KeyPair::generate().expect("generate the webhook key");
+    let cert = leaf
+        .signed_by(&key, &issuer)
+        .expect("sign the webhook certificate");
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": WEBHOOK_CERT_SECRET, "namespace": namespace,
+            "labels": {"app.kubernetes.io/part-of": "ichor", "app.kubernetes.io/component": "webhook"}},
+        "type": "kubernetes.io/tls",
+        "stringData": {"ca.crt": ca_cert.pem(), "tls.crt": cert.pem(), "tls.key": key.serialize_pem()}
+    })
 }
 
 /// The IchorInstallation singleton of the installer path.

@@ -13,7 +13,6 @@ use ichor_api::{
 use ichor_cilium::{CiliumOptions, ClusterSettings, WaitOptions};
 use ichor_talos::secrets::SecretsBundle;
 use ichor_talos_client::TalosClient;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -288,7 +287,7 @@ pub async fn adopt(
                 .controller_image
                 .clone()
                 .unwrap_or_else(|| install::controller_image(&opts.version));
-            apply_objects(kube, &install::install_objects(&opts.version, &image)).await?;
+            install_ichor(kube, &opts.version, &image).await?;
             wait_crds_established(kube, opts).await?;
             create_or_keep(
                 &Api::<ichor_api::IchorInstallation>::namespaced(
@@ -299,11 +298,11 @@ pub async fn adopt(
                 "the IchorInstallation",
             )
             .await?;
-            wait_for_ichor(kube, opts, &*operator).await?;
-            operator.say("Ichor is running");
         }
         IchorPresence::Installer { .. } => {
-            operator.say("Ichor is already installed; not installing it again")
+            operator.say("Ichor is already installed; not installing it again");
+            // A run killed before the webhooks went in left them out.
+            install_webhooks(kube, &opts.version).await?;
         }
         IchorPresence::Helm {
             release, version, ..
@@ -311,6 +310,9 @@ pub async fn adopt(
             "Ichor is installed by Helm (release {release}, version {version}); not touching it"
         )),
     }
+    // However Ichor came here, its webhooks judge the objects written next.
+    wait_for_ichor(kube, opts, &cluster, &*operator).await?;
+    operator.say("Ichor is running: the API server calls its webhooks");
     phases.done("install");
 
     // Phase: the policy gate, evaluated now (after the Cilium step on the no-CNI path).
@@ -561,17 +563,118 @@ async fn wait_crds_established(kube: &kube::Client, opts: &AdoptOptions) -> Resu
     }
 }
 
-/// Decision 3: the bounded wait for Ichor's controller, with the pods of
-/// ichor-system described every 30 s and the no-pod-network early failure.
+/// Applies the install manifest of Ichor `version` running `image`: every
+/// object, then the webhooks' certificate (made once, kept on a rerun), then
+/// the ValidatingWebhookConfiguration with that certificate's CA.
+pub async fn install_ichor(
+    kube: &kube::Client,
+    version: &str,
+    image: &str,
+) -> Result<(), AdoptError> {
+    let objects: Vec<Value> = install::install_objects(version, image)
+        .into_iter()
+        .filter(|o| o["kind"] != "ValidatingWebhookConfiguration")
+        .collect();
+    apply_objects(kube, &objects).await?;
+    install_webhooks(kube, version).await
+}
+
+/// The webhooks' certificate (made once, kept) and the
+/// ValidatingWebhookConfiguration with its CA.
+async fn install_webhooks(kube: &kube::Client, version: &str) -> Result<(), AdoptError> {
+    let mut configurations: Vec<Value> = install::install_objects(version, "unused")
+        .into_iter()
+        .filter(|o| o["kind"] == "ValidatingWebhookConfiguration")
+        .collect();
+    let ca = ensure_webhook_certificate(kube).await?;
+    for c in &mut configurations {
+        install::set_ca_bundle(c, &ca);
+    }
+    apply_objects(kube, &configurations).await
+}
+
+/// The webhooks' serving certificate: the Secret made once (a rerun keeps
+/// the one that exists, which the controller may have been serving for a
+/// while); returns its CA (PEM), which goes into the configuration's caBundle.
+async fn ensure_webhook_certificate(kube: &kube::Client) -> Result<Vec<u8>, AdoptError> {
+    let ns = ichor_api::SYSTEM_NAMESPACE;
+    let what = format!("Secret {ns}/{}", install::WEBHOOK_CERT_SECRET);
+    let secrets = Api::<Secret>::namespaced(kube.clone(), ns);
+    let secret: Secret = serde_json::from_value(install::webhook_certificate(ns))
+        .expect("the webhook certificate is a Secret");
+    create_or_keep(&secrets, &secret, &what).await?;
+    let stored = secrets
+        .get(install::WEBHOOK_CERT_SECRET)
+        .await
+        .map_err(|source| AdoptError::Write {
+            what: what.clone(),
+            source,
+        })?;
+    stored
+        .data
+        .and_then(|d| d.get("ca.crt").cloned())
+        .map(|b| b.0)
+        .ok_or_else(|| {
+            AdoptError::Wait(format!(
+                "the {what} has no ca.crt, so the API server could not trust Ichor's webhooks: delete the Secret and run ichor adopt again to make a new certificate"
+            ))
+        })
+}
+
+/// The name of the TalosCluster the webhook wait asks the API server to
+/// create with a dry run (nothing is ever stored under it).
+pub const WEBHOOK_PROBE: &str = "ichor-webhook-probe";
+
+/// A TalosCluster only Ichor's webhook refuses: `ipam.mode` is an
+/// Ichor-owned Cilium value the CRD's CEL rules do not see (they cover the
+/// top-level owned keys only).
+pub fn webhook_probe(cluster: &TalosCluster) -> TalosCluster {
+    let mut probe = TalosCluster::new(WEBHOOK_PROBE, cluster.spec.clone());
+    probe.metadata.namespace = Some(ichor_api::SYSTEM_NAMESPACE.to_string());
+    probe.spec.cni.preset = ichor_api::CniPreset::Cilium;
+    probe.spec.cni.unmanaged = None;
+    probe.spec.cni.cilium = Some(ichor_api::CiliumSpec {
+        values: Some(json!({"ipam": {"mode": "cluster-pool"}})),
+    });
+    probe
+}
+
+/// Asks the API server to create the probe with a dry run: Ok when the API
+/// server called Ichor's webhook and it refused the probe; otherwise why not.
+async fn ask_the_webhooks(kube: &kube::Client, probe: &TalosCluster) -> Result<(), String> {
+    let api = Api::<TalosCluster>::namespaced(kube.clone(), ichor_api::SYSTEM_NAMESPACE);
+    let pp = PostParams {
+        dry_run: true,
+        field_manager: Some(FIELD_MANAGER.to_string()),
+    };
+    match api.create(&pp, probe).await {
+        Err(kube::Error::Api(e))
+            if e.message.contains("denied the request") && e.message.contains("ipam.mode") =>
+        {
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) => Err(e.message),
+        Err(e) => Err(e.to_string()),
+        Ok(_) => Err(format!(
+            "the API server admitted a TalosCluster that Ichor's webhooks refuse: the ValidatingWebhookConfiguration {} does not call them",
+            install::WEBHOOK_CONFIGURATION
+        )),
+    }
+}
+
+/// Decision 3: the bounded wait for Ichor's webhooks — until the API server
+/// calls them and gets their answer — with the pods of ichor-system described
+/// every 30 s and the no-pod-network early failure.
 async fn wait_for_ichor(
     kube: &kube::Client,
     opts: &AdoptOptions,
+    cluster: &TalosCluster,
     operator: &dyn Operator,
 ) -> Result<(), AdoptError> {
-    let deployments = Api::<Deployment>::namespaced(kube.clone(), ichor_api::SYSTEM_NAMESPACE);
     let pods = Api::<Pod>::namespaced(kube.clone(), ichor_api::SYSTEM_NAMESPACE);
     let nodes = Api::<Node>::all(kube.clone());
     let mut watch = WaitWatch::new("Ichor's webhooks", opts.webhook_timeout);
+    let probe = webhook_probe(cluster);
     let start = Instant::now();
     let read = |what: &'static str| {
         move |source| AdoptError::Write {
@@ -580,20 +683,10 @@ async fn wait_for_ichor(
         }
     };
     loop {
-        let d = deployments
-            .get_opt(install::CONTROLLER)
-            .await
-            .map_err(read("Ichor's controller Deployment"))?;
-        let ready = d.as_ref().is_some_and(|d| {
-            ichor_helm::manifest::rollout_status(
-                "Deployment",
-                &serde_json::to_value(d).unwrap_or_default(),
-            )
-            .is_ok()
-        });
-        if ready {
-            return Ok(());
-        }
+        let answer = match ask_the_webhooks(kube, &probe).await {
+            Ok(()) => return Ok(()),
+            Err(why) => why,
+        };
         let pod_views: Vec<PodView> = pods
             .list(&ListParams::default())
             .await
@@ -611,8 +704,21 @@ async fn wait_for_ichor(
             .map(inspect::kube_node)
             .collect();
         match watch.observe(start.elapsed(), &pod_views, &node_views) {
-            Verdict::Waiting(lines) => lines.iter().for_each(|l| operator.say(l)),
-            Verdict::Failed(msg) => return Err(AdoptError::Wait(msg)),
+            Verdict::Waiting(lines) if lines.is_empty() => {}
+            Verdict::Waiting(lines) => {
+                lines.iter().for_each(|l| operator.say(l));
+                operator.say(&format!(
+                    "the API server's last call to the webhooks: {answer}"
+                ));
+            }
+            Verdict::Failed(msg) if msg == waits::NO_POD_NETWORK => {
+                return Err(AdoptError::Wait(msg));
+            }
+            Verdict::Failed(msg) => {
+                return Err(AdoptError::Wait(format!(
+                    "{msg}; the API server's last call to the webhooks: {answer}"
+                )));
+            }
         }
         tokio::time::sleep(opts.poll_interval).await;
     }

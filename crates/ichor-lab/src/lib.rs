@@ -12,6 +12,7 @@
 //! What the lab is not: no container runs, no packet moves. It tells the truth
 //! about the API objects and the Talos API, nothing else.
 
+pub mod pods;
 pub mod simulator;
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -172,7 +173,13 @@ impl Lab {
             },
         )
         .await?;
-        let env = TestEnv::start()?;
+        // The API server reaches Ichor's pods through the lab's pod network.
+        let socket = options.state_dir.join("pod-network.sock");
+        let network = pods::PodNetwork::bind(&socket).map_err(|source| LabError::Write {
+            path: socket.clone(),
+            source,
+        })?;
+        let env = TestEnv::start_with_cluster_egress(Some(network.socket()))?;
 
         let write = |name: &str, text: &str| -> Result<PathBuf, LabError> {
             let path = options.state_dir.join(name);
@@ -211,11 +218,14 @@ impl Lab {
         let client = env.client().await;
         register_nodes(&client, &hostnames, &addresses, &options).await?;
         seed_cni(&client, &options).await?;
-        let runner = options.ichor_bin.clone().map(|ichor| simulator::JobRunner {
+        let runner = options.ichor_bin.clone().map(|ichor| pods::ProcessRunner {
             ichor,
-            kubeconfig: kubeconfig.clone(),
             helm: ichor_testenv::Tool::Helm4.path(),
             cilium_chart: ichor_testenv::tools::repo_root().join("dist/cilium-standin"),
+            server: env.server_url().to_string(),
+            ca_pem: env.ca().cert_pem(),
+            state_dir: options.state_dir.clone(),
+            network,
         });
         let simulator = Some(simulator::spawn(client, runner));
         Ok(Lab {
@@ -235,13 +245,22 @@ impl Lab {
         self.env.client().await
     }
 
-    /// Shell lines that point kubectl, talosctl and ichor at the lab.
+    /// Shell lines that point kubectl, talosctl and ichor at the lab: the
+    /// kubeconfig, the talosconfig, the secrets bundle, the helm `ichor`
+    /// runs and the Cilium chart it installs; then the adopt to run.
     pub fn env_lines(&self) -> String {
         format!(
-            "export KUBECONFIG={}\nexport TALOSCONFIG={}\nexport ICHOR_LAB_BUNDLE={}\n",
+            "export KUBECONFIG={}\nexport TALOSCONFIG={}\nexport ICHOR_LAB_BUNDLE={}\n\
+             # ichor finds helm and the Cilium chart through these (or --helm, --cilium-chart)\n\
+             export ICHOR_HELM={}\nexport ICHOR_CILIUM_CHART={}\n\
+             # then: ichor adopt --cluster lab --kubeconfig \"$KUBECONFIG\" --talosconfig \"$TALOSCONFIG\" --secrets-bundle \"$ICHOR_LAB_BUNDLE\"\n",
             self.kubeconfig.display(),
             self.talosconfig.display(),
-            self.bundle.display()
+            self.bundle.display(),
+            ichor_testenv::Tool::Helm4.path().display(),
+            ichor_testenv::tools::repo_root()
+                .join("dist/cilium-standin")
+                .display(),
         )
     }
 

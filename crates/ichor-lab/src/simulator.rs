@@ -14,9 +14,12 @@
 //! - registers Cilium's CRDs once `cilium-operator` is ready, as the real
 //!   operator does;
 //! - runs a Job whose image is Ichor's (the controller's ichor-cni Job) as a
-//!   local process of the same `ichor` binary against the lab — the one
-//!   container the lab can run, because it is ours — and records its outcome
-//!   in the Job's status. Other Jobs never run.
+//!   local process of the same `ichor` binary against the lab, under a token
+//!   of the Job's ServiceAccount — the one container the lab can run, because
+//!   it is ours — and records its outcome in the Job's status. Other Jobs
+//!   never run;
+//! - leaves the pods of Ichor's own Deployments to [`crate::pods`], which runs
+//!   them as real processes.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -44,26 +47,25 @@ const NETWORK_DAEMONSETS: &[(&str, &str)] = &[
 const TICK: Duration = Duration::from_millis(300);
 const MANAGER: &str = "ichor-lab-node-simulator";
 
-/// How the lab runs Ichor's own Jobs: the `ichor` binary standing in for
-/// Ichor's image, with what that image carries (helm, the Cilium chart).
-#[derive(Debug, Clone)]
-pub struct JobRunner {
-    pub ichor: std::path::PathBuf,
-    pub kubeconfig: std::path::PathBuf,
-    pub helm: std::path::PathBuf,
-    pub cilium_chart: std::path::PathBuf,
-}
+/// How the lab runs Ichor's own processes (its Jobs and its Deployments' pods).
+pub use crate::pods::ProcessRunner as JobRunner;
 
-/// The image repository whose Jobs the lab runs.
-pub const ICHOR_IMAGE: &str = "ghcr.io/maeshinshin/ichor-controller";
+/// The image repository whose Jobs and pods the lab runs.
+pub const ICHOR_IMAGE: &str = crate::pods::ICHOR_IMAGE;
 
 /// Runs the simulator until the task is dropped or aborted.
 pub fn spawn(client: kube::Client, runner: Option<JobRunner>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut started = std::collections::HashSet::new();
+        let mut ichor_pods = runner.clone().map(crate::pods::IchorPods::new);
         loop {
-            if let Err(e) = tick(&client).await {
+            if let Err(e) = tick(&client, ichor_pods.is_some()).await {
                 tracing::debug!("node simulator: {e}");
+            }
+            if let Some(pods) = ichor_pods.as_mut()
+                && let Err(e) = pods.sync(&client).await
+            {
+                tracing::debug!("node simulator, Ichor's pods: {e}");
             }
             if let Some(r) = &runner
                 && let Err(e) = run_jobs(&client, r, &mut started).await
@@ -121,15 +123,31 @@ async fn run_jobs(
             )
             .await;
         let runner = runner.clone();
+        let client = client.clone();
+        let service_account = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.service_account_name.clone())
+            .unwrap_or_else(|| "default".into());
         tokio::spawn(async move {
-            let log = runner.kubeconfig.with_file_name(format!("job-{name}.log"));
-            let output = tokio::process::Command::new(&runner.ichor)
-                .args(container.args.unwrap_or_default())
-                .env("KUBECONFIG", &runner.kubeconfig)
-                .env("ICHOR_HELM", &runner.helm)
-                .env("ICHOR_CILIUM_CHART", &runner.cilium_chart)
-                .output()
-                .await;
+            let log = runner.state_dir.join(format!("job-{name}.log"));
+            let kubeconfig = runner.state_dir.join(format!("job-{name}.kubeconfig"));
+            let token =
+                crate::pods::token_kubeconfig(&client, &runner, &ns, &service_account, &kubeconfig)
+                    .await;
+            let output = match token {
+                Err(e) => Err(std::io::Error::other(e)),
+                Ok(()) => {
+                    tokio::process::Command::new(&runner.ichor)
+                        .args(container.args.unwrap_or_default())
+                        .env("KUBECONFIG", &kubeconfig)
+                        .env("ICHOR_HELM", &runner.helm)
+                        .env("ICHOR_CILIUM_CHART", &runner.cilium_chart)
+                        .output()
+                        .await
+                }
+            };
             let (ok, message) = match output {
                 Ok(o) => {
                     let _ =
@@ -166,8 +184,9 @@ async fn run_jobs(
     Ok(())
 }
 
-/// One pass over the cluster.
-pub async fn tick(client: &kube::Client) -> Result<(), kube::Error> {
+/// One pass over the cluster; `run_ichor`: Ichor's Deployments are left to
+/// [`crate::pods`] once their pods can be scheduled.
+pub async fn tick(client: &kube::Client, run_ichor: bool) -> Result<(), kube::Error> {
     let lp = ListParams::default();
     let nodes = Api::<Node>::all(client.clone()).list(&lp).await?.items;
     let n = nodes.len() as i32;
@@ -209,7 +228,7 @@ pub async fn tick(client: &kube::Client) -> Result<(), kube::Error> {
         .await?
         .items
     {
-        let ready = simulate_deployment(client, &d, nodes_ready, n).await?;
+        let ready = simulate_deployment(client, &d, nodes_ready, n, run_ichor).await?;
         if d.metadata.namespace.as_deref() == Some("kube-system")
             && d.metadata.name.as_deref() == Some("cilium-operator")
         {
@@ -263,6 +282,7 @@ async fn simulate_deployment(
     d: &Deployment,
     nodes_ready: bool,
     nodes: i32,
+    run_ichor: bool,
 ) -> Result<bool, kube::Error> {
     let ns = d.metadata.namespace.clone().unwrap_or_default();
     let name = d.metadata.name.clone().unwrap_or_default();
@@ -282,6 +302,11 @@ async fn simulate_deployment(
     let replicas = spec.replicas.unwrap_or(1);
     let generation = d.metadata.generation.unwrap_or(1);
     let ready = schedulable && broken.is_none();
+    if ready && run_ichor && crate::pods::runs_deployment(d) {
+        // Its pods are real processes: their readiness is the Deployment's.
+        let status = d.status.clone().unwrap_or_default();
+        return Ok(status.ready_replicas == Some(replicas));
+    }
 
     // The pod the scheduler and kubelet would show, for the waits' diagnostics.
     let pod_name = format!("{name}-simulated");

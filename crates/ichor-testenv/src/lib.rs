@@ -38,6 +38,36 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 pub use certs::TestCa;
 pub use tools::Tool;
 
+/// The audit policy: who did what, no bodies (Metadata), once per request.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n";
+/// The audit log, in the control plane's folder.
+const AUDIT_LOG: &str = "audit.log";
+
+/// One request as the API server's audit log recorded it.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEvent {
+    pub verb: String,
+    #[serde(default)]
+    pub request_uri: String,
+    pub user: AuditUser,
+    #[serde(default)]
+    pub user_agent: Option<String>,
+    #[serde(default)]
+    pub response_status: Option<serde_json::Value>,
+    #[serde(default)]
+    pub object_ref: Option<serde_json::Value>,
+}
+
+/// The authenticated user of an [`AuditEvent`].
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct AuditUser {
+    #[serde(default)]
+    pub username: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
 /// How long the apiserver may take to report `/readyz` on a loaded 2-core machine.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -101,6 +131,14 @@ impl TestEnv {
 
     /// Starts a new control plane (most tests want [`TestEnv::shared`]).
     pub fn start() -> Result<TestEnv, Error> {
+        Self::start_with_cluster_egress(None)
+    }
+
+    /// Starts a new control plane whose API server sends its traffic to the
+    /// cluster (admission webhook calls) through the HTTP CONNECT proxy on
+    /// the Unix socket `proxy` — the lab's pod network — as a control plane
+    /// reaching its cluster through a konnectivity proxy does.
+    pub fn start_with_cluster_egress(proxy: Option<&Path>) -> Result<TestEnv, Error> {
         // Resolve the binaries first: a missing tool must not leave a folder behind.
         let etcd_bin = Tool::Etcd.path();
         let apiserver_bin = Tool::KubeApiserver.path();
@@ -112,12 +150,17 @@ impl TestEnv {
                 source,
             })?
             .keep();
-        Self::start_in(dir.clone(), &etcd_bin, &apiserver_bin).inspect_err(|_| {
+        Self::start_in(dir.clone(), &etcd_bin, &apiserver_bin, proxy).inspect_err(|_| {
             let _ = std::fs::remove_dir_all(&dir);
         })
     }
 
-    fn start_in(dir: PathBuf, etcd_bin: &Path, apiserver_bin: &Path) -> Result<TestEnv, Error> {
+    fn start_in(
+        dir: PathBuf,
+        etcd_bin: &Path,
+        apiserver_bin: &Path,
+        proxy: Option<&Path>,
+    ) -> Result<TestEnv, Error> {
         let files = |source| Error::Files {
             dir: dir.clone(),
             source,
@@ -132,6 +175,7 @@ impl TestEnv {
         std::fs::write(dir.join("apiserver.key"), &serving.key_pem).map_err(files)?;
         std::fs::write(dir.join("sa.pub"), sa.public_key_pem()).map_err(files)?;
         std::fs::write(dir.join("sa.key"), sa.serialize_pem()).map_err(files)?;
+        std::fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY).map_err(files)?;
 
         let etcd_client = free_port();
         let etcd_peer = free_port();
@@ -161,6 +205,21 @@ impl TestEnv {
         )?;
 
         let d = |f: &str| dir.join(f).display().to_string();
+        let mut egress = Vec::new();
+        if let Some(proxy) = proxy {
+            std::fs::write(
+                dir.join("egress-selector.yaml"),
+                format!(
+                    "apiVersion: apiserver.k8s.io/v1beta1\nkind: EgressSelectorConfiguration\negressSelections:\n  - name: cluster\n    connection:\n      proxyProtocol: HTTPConnect\n      transport:\n        uds:\n          udsName: {}\n",
+                    proxy.display()
+                ),
+            )
+            .map_err(files)?;
+            egress.push(format!(
+                "--egress-selector-config-file={}",
+                d("egress-selector.yaml")
+            ));
+        }
         let apiserver = watchdog(
             "kube-apiserver",
             apiserver_bin,
@@ -181,8 +240,21 @@ impl TestEnv {
                 format!("--client-ca-file={}", d("ca.crt")),
                 format!("--tls-cert-file={}", d("apiserver.crt")),
                 format!("--tls-private-key-file={}", d("apiserver.key")),
+                // Webhook and aggregated-API Services resolve through their
+                // EndpointSlices (the lab publishes a pod's loopback address
+                // there) instead of a ClusterIP no packet could reach; TLS
+                // still verifies `<service>.<namespace>.svc`.
+                "--enable-aggregator-routing=true".into(),
+                // Who made each request, for tests that assert an identity.
+                format!("--audit-policy-file={}", d("audit-policy.yaml")),
+                format!("--audit-log-path={}", d(AUDIT_LOG)),
+                "--audit-log-format=json".into(),
+                "--audit-log-mode=blocking".into(),
                 "--v=1".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(egress)
+            .collect::<Vec<String>>(),
             &dir.join("kube-apiserver.log"),
             None,
         )?;
@@ -255,6 +327,16 @@ impl TestEnv {
             .await
             .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
         name
+    }
+
+    /// Every request the API server has logged so far (audit level
+    /// Metadata: the user, the verb, the URI; no bodies).
+    pub fn audit_events(&self) -> Vec<AuditEvent> {
+        std::fs::read_to_string(self.dir.join(AUDIT_LOG))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
     }
 
     /// The last `lines` lines of the apiserver's log.

@@ -12,8 +12,11 @@ pub fn init_tracing(verbose: u8) {
         1 => "info",
         _ => "debug",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("ICHOR_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    // kube's client logs every refused request at ERROR; the caller
+    // reports the refusal itself (adopt's webhook wait expects refusals).
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ICHOR_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("{level},kube_client::client::builder=off"))
+    });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

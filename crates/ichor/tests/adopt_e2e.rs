@@ -1,7 +1,8 @@
 //! `ichor adopt` end to end on the lab: a real kube-apiserver and etcd,
-//! emulated Talos nodes, the node simulator, the real `ichor` binary (adopt and
-//! the controller as separate processes), the real helm and the stand-in Cilium
-//! chart. One test per hardware case of the spec (E1–E7), each asserting what
+//! emulated Talos nodes, the node simulator, the real `ichor` binary (adopt,
+//! and the controller adopt installs, which the lab runs as its Deployment's
+//! pod under its ServiceAccount's token), the real helm and the stand-in
+//! Cilium chart. One test per hardware case of the spec (E1–E7), each asserting what
 //! the case asserts.
 
 use std::io::{BufRead as _, BufReader};
@@ -33,10 +34,6 @@ impl std::ops::Deref for Harness {
 impl Harness {
     async fn up(shape: impl FnOnce(&mut LabOptions)) -> Harness {
         Harness(LabHarness::up(shape).await)
-    }
-
-    fn start_controller(&mut self) {
-        self.0.start_controller("installer");
     }
 
     /// Every node's config, to compare before and after.
@@ -106,11 +103,12 @@ async fn cilium_values(h: &Harness) -> serde_json::Value {
 /// helm v3 and v4), nodes Ready, Ichor installed, CNIHandover=True with no
 /// inline entry and no ichor-cni Job, the nodes' configs untouched (the
 /// emulator's write log is empty), holds released, and `ichor cluster status`
-/// says managed Cilium.
+/// says managed Cilium. The controller doing it is the one adopt installed,
+/// working as its ServiceAccount (the audit log says so), and a spec only
+/// the webhook refuses is refused through the webhook's Service.
 #[tokio::test(flavor = "multi_thread")]
 async fn e1_no_cni_cluster_gets_cilium_then_ichor_then_is_adopted() {
-    let mut h = Harness::up(|_| {}).await;
-    h.start_controller();
+    let h = Harness::up(|_| {}).await;
     let before = h.configs();
 
     let out = run(h.adopt(&[]));
@@ -209,6 +207,10 @@ async fn e1_no_cni_cluster_gets_cilium_then_ichor_then_is_adopted() {
     }
 
     h.wait_machines_reconciled().await;
+    // The installed controller did the work, as its ServiceAccount, and the
+    // API server calls its webhooks through their Service.
+    common::assert_the_controller_acts_as_its_service_account(&h).await;
+    common::assert_the_webhook_refuses_through_its_service(&h).await;
     let machines = Api::<TalosMachine>::namespaced(client, NS)
         .list(&ListParams::default())
         .await
@@ -252,8 +254,7 @@ async fn e1_no_cni_cluster_gets_cilium_then_ichor_then_is_adopted() {
 /// E2: kube-proxy disabled in Talos: `replaced`, kubeProxyReplacement=true.
 #[tokio::test(flavor = "multi_thread")]
 async fn e2_kube_proxy_disabled_in_talos_is_replaced_by_cilium() {
-    let mut h = Harness::up(|o| o.kube_proxy = false).await;
-    h.start_controller();
+    let h = Harness::up(|o| o.kube_proxy = false).await;
     let out = run(h.adopt(&["--tunnel", "geneve"]));
     let said = text(&out);
     assert!(out.status.success(), "adopt failed:\n{said}");
@@ -341,26 +342,104 @@ fn adopt_killed_after(h: &Harness, line: &str) -> String {
     seen
 }
 
+/// Helm's record Secrets of Ichor's Cilium release in ichor-system:
+/// (revision, status), oldest first.
+async fn cilium_records(h: &Harness) -> Vec<(u32, String)> {
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(h.client().await, NS);
+    let lp = ListParams::default().labels("owner=helm,name=cilium");
+    let mut records: Vec<(u32, String)> = secrets
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|s| {
+            let labels = s.metadata.labels.unwrap_or_default();
+            (labels["version"].parse().unwrap(), labels["status"].clone())
+        })
+        .collect();
+    records.sort();
+    records
+}
+
+/// Runs adopt and SIGKILLs it the moment Ichor's Cilium record exists in
+/// ichor-system as `pending-install` (the Helm engine's lock, written before
+/// any object); returns the records as they were after the kill.
+async fn adopt_killed_while_the_record_is_pending(h: &Harness) -> Vec<(u32, String)> {
+    let mut child = h
+        .adopt(&[])
+        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        if cilium_records(h)
+            .await
+            .iter()
+            .any(|(_, s)| s == "pending-install")
+        {
+            child.kill().unwrap();
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "adopt ended before its Cilium record was pending"
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no pending Cilium record appeared"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(!child.wait().unwrap().success());
+    cilium_records(h).await
+}
+
 /// Covers: R1.7c, R5.6
 ///
-/// E5: the CLI killed during the Helm install, and again after the Cilium
-/// wait; each rerun finishes the job.
+/// E5: the CLI killed while Ichor's Cilium record is pending-install (the
+/// Helm install under way), and again after the Cilium wait; each rerun
+/// finishes the job. The first rerun repairs the dead pending record: the
+/// history shows an upgrade over it (revision 1 superseded, revision 2
+/// deployed), not an uninstall and a new install.
 #[tokio::test(flavor = "multi_thread")]
 async fn e5_a_killed_adopt_is_finished_by_a_rerun() {
-    let mut h = Harness::up(|_| {}).await;
-    h.start_controller();
-    adopt_killed_after(&h, "installing Cilium (");
+    let h = Harness::up(|_| {}).await;
+    let at_the_kill = adopt_killed_while_the_record_is_pending(&h).await;
+    assert_eq!(
+        at_the_kill,
+        [(1, "pending-install".to_string())],
+        "the record was pending when adopt was killed"
+    );
     let out = run(h.adopt(&[]));
+    let said = text(&out);
     assert!(
         out.status.success(),
-        "rerun after a kill during the Helm install:\n{}",
-        text(&out)
+        "rerun after a kill during the Helm install:\n{said}\n{}",
+        h.logs()
     );
+    assert_eq!(
+        cilium_records(&h).await,
+        [(1, "superseded".to_string()), (2, "deployed".to_string())],
+        "the rerun repaired the pending record and upgraded over it:\n{said}"
+    );
+    let history = h.helm(
+        Tool::Helm4,
+        &["history", "cilium", "--namespace", NS, "-o", "json"],
+    );
+    assert!(history.status.success(), "{}", text(&history));
+    let history: serde_json::Value = serde_json::from_slice(&history.stdout).unwrap();
+    assert_eq!(history[1]["description"], "Upgrade complete", "{history}");
     drop(h);
 
-    let mut h = Harness::up(|_| {}).await;
-    h.start_controller();
+    let h = Harness::up(|_| {}).await;
     adopt_killed_after(&h, "Cilium is installed");
+    assert_eq!(
+        cilium_records(&h).await,
+        [(1, "deployed".to_string())],
+        "killed after the Cilium wait: the release is deployed"
+    );
     let out = run(h.adopt(&[]));
     let said = text(&out);
     assert!(out.status.success(), "rerun after the Cilium wait:\n{said}");
@@ -472,8 +551,7 @@ async fn e7_policies_follow_the_detected_cni_not_the_preset() {
 /// and Ichor's policies are applied.
 #[tokio::test(flavor = "multi_thread")]
 async fn e7_a_cilium_takeover_gets_the_policies_and_ichors_release() {
-    let mut h = Harness::up(|o| o.cni = LabCni::Cilium).await;
-    h.start_controller();
+    let h = Harness::up(|o| o.cni = LabCni::Cilium).await;
     let out = run(h.adopt(&[]));
     let said = text(&out);
     assert!(out.status.success(), "{said}\n{}", h.logs());

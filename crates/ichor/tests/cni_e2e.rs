@@ -36,7 +36,7 @@ fn ichor(h: &LabHarness, args: &[&str]) -> Output {
 /// Ichor's record, reads the tunnel back and agrees with the Talos side.
 #[tokio::test(flavor = "multi_thread")]
 async fn bootstrap_then_adopt_agrees_with_the_record() {
-    let mut h = lab(false).await;
+    let h = lab(false).await;
     let out = ichor(
         &h,
         &[
@@ -58,7 +58,6 @@ async fn bootstrap_then_adopt_agrees_with_the_record() {
         .expect("Ichor's record");
     assert_eq!(record.namespace, "kube-system");
 
-    h.start_controller("installer");
     let out = h.adopt(&[]).output().unwrap();
     let said = text(&out);
     assert!(out.status.success(), "{said}");
@@ -173,7 +172,7 @@ async fn a_failed_cni_job_is_retried_until_the_hand_over_completes() {
     use k8s_openapi::api::batch::v1::Job;
     use std::time::Duration;
 
-    let mut h = LabHarness::up(|o| o.cni = ichor_lab::LabCni::Cilium).await;
+    let h = LabHarness::up(|o| o.cni = ichor_lab::LabCni::Cilium).await;
     let client = h.lab.client().await;
     // A Cilium operator whose selector the chart cannot take over: every Job fails.
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kube-system");
@@ -191,12 +190,10 @@ async fn a_failed_cni_job_is_retried_until_the_hand_over_completes() {
     .unwrap();
     deployments.create(&Default::default(), &odd).await.unwrap();
 
-    ichor_adopt::run::apply_objects(
-        &client,
-        &ichor_adopt::install::install_objects("v0.1.0", "x")[..5],
-    )
-    .await
-    .unwrap();
+    // Ichor installed as adopt installs it: the lab runs its controller.
+    ichor_adopt::run::install_ichor(&client, "v0.1.0", common::CONTROLLER_IMAGE)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let cluster: ichor_api::TalosCluster = serde_json::from_value(serde_json::json!({
         "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
@@ -206,11 +203,16 @@ async fn a_failed_cni_job_is_retried_until_the_hand_over_completes() {
     }))
     .unwrap();
     let clusters: Api<ichor_api::TalosCluster> = Api::namespaced(client.clone(), "ichor-system");
-    clusters
-        .create(&Default::default(), &cluster)
-        .await
-        .unwrap();
-    h.start_controller("installer");
+    // Accepted once the installed controller serves its webhooks.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while let Err(e) = clusters.create(&Default::default(), &cluster).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the TalosCluster was never admitted: {e}\n{}",
+            h.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 
     let handover = |c: &ichor_api::TalosCluster| {
         c.status.as_ref().and_then(|s| {

@@ -2,13 +2,10 @@
 //! with the real helm (v3 and v4) installing the packaged chart
 //! (`dist/chart`), and the real `ichor` binary.
 //!
-//! What the lab is not: it runs no pods. The node simulator marks the chart's
-//! controller Deployment ready once it could be scheduled, but Ichor's
-//! controller does not run in-cluster; where a case needs the controller (the
-//! CNI hand-over, the IchorInstallation of ADR 0105) the test runs `ichor
-//! controller --deployed-by helm` as a local process, as the chart's
-//! Deployment would. And since nothing serves the chart's webhooks here, the
-//! installs set `webhook.failurePolicy=Ignore` with a short timeout.
+//! The chart's controller Deployment runs as itself: the lab runs its pod as
+//! the local `ichor` binary with the Deployment's args, under a token of the
+//! chart's ServiceAccount, and the API server calls the chart's webhooks
+//! through their Service (the chart's own failurePolicy, Fail).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -25,13 +22,6 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 
 /// The spec's preflight text (R4.4a).
 const PREFLIGHT: &str = "this cluster has no pod network, so Ichor's pods cannot start. Run ichor cni bootstrap first (it installs Ichor's Cilium), then helm install again.";
-/// The webhooks cannot answer in the lab (no pods): see the module doc.
-const LAB_WEBHOOKS: [&str; 4] = [
-    "--set",
-    "webhook.failurePolicy=Ignore",
-    "--set",
-    "webhook.timeoutSeconds=2",
-];
 
 mod common;
 
@@ -50,11 +40,6 @@ impl std::ops::Deref for Harness {
 impl Harness {
     async fn up(cni: LabCni) -> Harness {
         Harness(LabHarness::up(|o| o.cni = cni).await)
-    }
-
-    /// What the chart's Deployment would run, as a local process.
-    fn start_helm_controller(&mut self) {
-        self.0.start_controller("helm");
     }
 
     /// `helm package` of dist/chart, as the release does; `None` keeps
@@ -95,13 +80,31 @@ impl Harness {
             NS,
             "--create-namespace",
         ];
-        args.extend_from_slice(&LAB_WEBHOOKS);
         args.extend_from_slice(extra);
         self.helm(tool, &args)
     }
 
     fn adopt(&self, extra: &[&str]) -> Output {
         self.0.adopt(extra).output().expect("run ichor adopt")
+    }
+
+    /// The IchorInstallation, if there is one yet, is the chart's
+    /// controller's (manager helm, ADR 0105), never adopt's.
+    async fn assert_adopt_created_no_installation(&self) {
+        if let Some(installation) = self.installation().await {
+            assert_eq!(installation.spec.deployment.manager, Manager::Helm);
+            let writers: Vec<String> = installation
+                .metadata
+                .managed_fields
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|f| f.manager)
+                .collect();
+            assert!(
+                !writers.iter().any(|w| w == ichor_adopt::run::FIELD_MANAGER),
+                "adopt creates no IchorInstallation on a Helm install: {writers:?}"
+            );
+        }
     }
 
     async fn installation(&self) -> Option<IchorInstallation> {
@@ -243,7 +246,7 @@ async fn f5_template_and_dry_run_do_not_fail_on_the_preflight() {
 /// and completes. The IchorInstallation is the controller's (manager helm).
 #[tokio::test(flavor = "multi_thread")]
 async fn f3_preflight_refuses_a_no_cni_cluster_until_cni_bootstrap() {
-    let mut h = Harness::up(LabCni::None).await;
+    let h = Harness::up(LabCni::None).await;
     let archive = h.package(None);
     for tool in [Tool::Helm3, Tool::Helm4] {
         let out = h.install(tool, &archive, &[]);
@@ -301,7 +304,6 @@ async fn f3_preflight_refuses_a_no_cni_cluster_until_cni_bootstrap() {
         "helm install after the bootstrap: {}",
         text(&out)
     );
-    h.start_helm_controller();
 
     let out = h.adopt(&[]);
     let said = text(&out);
@@ -398,10 +400,7 @@ async fn f1_helm_install_then_adopt_registers_and_uninstall_keeps_the_cluster() 
         "{said}"
     );
     assert!(!said.contains("installing Ichor"), "{said}");
-    assert!(
-        h.installation().await.is_none(),
-        "adopt creates no IchorInstallation on a Helm install"
-    );
+    h.assert_adopt_created_no_installation().await;
     assert!(
         h.applied_by_adopt().await.is_empty(),
         "{:?}",
@@ -418,6 +417,11 @@ async fn f1_helm_install_then_adopt_registers_and_uninstall_keeps_the_cluster() 
         machines.items.iter().all(|m| !m.spec.hold),
         "holds released"
     );
+    // The chart's webhooks, with the chart's own failurePolicy (Fail), are
+    // called through their Service; the chart's controller works as its
+    // ServiceAccount.
+    common::assert_the_webhook_refuses_through_its_service(&h).await;
+    common::assert_the_controller_acts_as_its_service_account(&h).await;
 
     let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(h.client().await, NS);
     let cert_before = secrets.get("ichor-webhook-tls").await.unwrap().data;
@@ -515,7 +519,7 @@ async fn f2_flannel_helm_install_then_unmanaged_adopt_applies_nothing() {
         "{:?}",
         h.applied_by_adopt().await
     );
-    assert!(h.installation().await.is_none());
+    h.assert_adopt_created_no_installation().await;
     assert!(!h.installer_deployment().await);
     let cluster = Api::<TalosCluster>::namespaced(h.client().await, NS)
         .get("lab")

@@ -118,3 +118,53 @@ spec:
       - port: '53'
         protocol: ANY
 {{- end }}
+
+{{- /* Ichor's validating webhooks, the same as the installer path's; called with a dict of namespace, caBundle, failurePolicy and timeoutSeconds. */}}
+{{- define "ichor.webhooks" }}
+- name: taloscluster.ichor.maesh.dev
+  clientConfig:
+    service:
+      name: ichor-webhook
+      namespace: {{ .namespace }}
+      path: /validate-ichor-maesh-dev-v1alpha1-taloscluster
+      port: 443
+    caBundle: {{ .caBundle }}
+  rules:
+  - apiGroups:
+    - ichor.maesh.dev
+    apiVersions:
+    - v1alpha1
+    operations:
+    - CREATE
+    - UPDATE
+    resources:
+    - talosclusters
+  sideEffects: None
+  admissionReviewVersions:
+  - v1
+  failurePolicy: {{ .failurePolicy }}
+  timeoutSeconds: {{ .timeoutSeconds }}
+- name: talosmachine.ichor.maesh.dev
+  clientConfig:
+    service:
+      name: ichor-webhook
+      namespace: {{ .namespace }}
+      path: /validate-ichor-maesh-dev-v1alpha1-talosmachine
+      port: 443
+    caBundle: {{ .caBundle }}
+  rules:
+  - apiGroups:
+    - ichor.maesh.dev
+    apiVersions:
+    - v1alpha1
+    operations:
+    - CREATE
+    - UPDATE
+    resources:
+    - talosmachines
+  sideEffects: None
+  admissionReviewVersions:
+  - v1
+  failurePolicy: {{ .failurePolicy }}
+  timeoutSeconds: {{ .timeoutSeconds }}
+{{- end }}

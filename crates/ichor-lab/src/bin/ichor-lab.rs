@@ -147,6 +147,17 @@ async fn start(nodes: usize, state_dir: PathBuf) -> anyhow::Result<Lab> {
     );
     let mut options = LabOptions::new(std::fs::canonicalize(".")?.join(state_dir));
     options.nodes = nodes;
+    // The lab runs the Ichor that `ichor adopt` installs (its controller
+    // Deployment's pod, its ichor-cni Jobs) as this `ichor` binary.
+    let bin = std::env::current_exe()?.with_file_name("ichor");
+    if bin.is_file() {
+        options.ichor_bin = Some(bin);
+    } else {
+        eprintln!(
+            "lab: {} is missing, so the Ichor that adopt installs will not run here: build it first (cargo build -p ichor)",
+            bin.display()
+        );
+    }
     let lab = Lab::up(options).await.context("starting the lab")?;
     eprintln!(
         "lab: nodes {} at {}",
@@ -166,7 +177,8 @@ async fn demo(nodes: usize, state_dir: PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs the controller and `ichor adopt` against the lab; returns adopt's wall
+/// Runs `ichor adopt` against the lab (the lab runs the controller adopt
+/// installs); returns adopt's wall
 /// time and its phase summary. With `show`, also prints `ichor cluster status`.
 async fn adopt(lab: &Lab, show: bool) -> anyhow::Result<(std::time::Duration, String)> {
     let bin = std::env::current_exe()?.with_file_name("ichor");
@@ -176,24 +188,6 @@ async fn adopt(lab: &Lab, show: bool) -> anyhow::Result<(std::time::Duration, St
             bin.display()
         );
     }
-    eprintln!("lab: starting Ichor's controller as a local process (ichor controller)");
-    let mut controller = ChildGuard(
-        ichor_testenv::command_dying_with_parent(&bin)
-            .args([
-                "controller",
-                "--no-leader-election",
-                "--resync",
-                "20s",
-                "--kubeconfig",
-            ])
-            .arg(&lab.kubeconfig)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(
-                lab.state_dir().join("controller.log"),
-            )?)
-            .spawn()
-            .context("starting ichor controller")?,
-    );
     let helm = ichor_testenv::Tool::Helm4.path();
     let chart = ichor_testenv::tools::repo_root().join("dist/cilium-standin");
     eprintln!(
@@ -222,8 +216,8 @@ async fn adopt(lab: &Lab, show: bool) -> anyhow::Result<(std::time::Duration, St
     let status = output.status;
     if !status.success() {
         bail!(
-            "ichor adopt failed on the lab (exit {status}); the controller's log is {}",
-            lab.state_dir().join("controller.log").display()
+            "ichor adopt failed on the lab (exit {status}); the logs of Ichor's pods are in {}",
+            lab.state_dir().display()
         );
     }
     let phases = said
@@ -247,7 +241,6 @@ async fn adopt(lab: &Lab, show: bool) -> anyhow::Result<(std::time::Duration, St
     if !status.success() {
         bail!("ichor cluster status failed on the lab (exit {status})");
     }
-    let _ = controller.0.kill();
     eprintln!("lab: done; stopping everything the lab started");
     Ok((took, phases))
 }
@@ -271,14 +264,4 @@ async fn wait_machines_reported(lab: &Lab) {
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
     eprintln!("lab: the controller has not reported on every machine within 60s");
-}
-
-/// Kills the child when dropped, so a failed demo leaves no controller behind.
-struct ChildGuard(std::process::Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }

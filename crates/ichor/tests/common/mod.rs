@@ -1,34 +1,26 @@
-//! What the end-to-end tests of the `ichor` binary share: a lab, Ichor's
-//! controller as a local process, and the real binaries run against them.
+//! What the end-to-end tests of the `ichor` binary share: a lab, and the real
+//! binaries run against it. No test starts a controller of its own: the lab
+//! runs the one `ichor adopt` or `helm install` put in `ichor-system`, under
+//! its ServiceAccount's token.
 
 #![allow(dead_code)] // each test file uses its own part
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use ichor_lab::{Lab, LabOptions};
 use ichor_testenv::Tool;
 use ichor_testenv::tools::repo_root;
 
 pub const NS: &str = "ichor-system";
-/// Ichor's controller image, which the ichor-cni Job runs (the lab runs it as
-/// the local `ichor` binary).
+/// Ichor's controller image of this version: the lab runs its pods and its
+/// ichor-cni Jobs as the local `ichor` binary.
 pub const CONTROLLER_IMAGE: &str = "ghcr.io/maeshinshin/ichor-controller:v0.1.0";
 
 /// A lab with two nodes (shaped by the test), and what runs against it.
 pub struct LabHarness {
     pub lab: Lab,
     pub dir: tempfile::TempDir,
-    controller: Option<Child>,
-}
-
-impl Drop for LabHarness {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.controller.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 impl LabHarness {
@@ -36,39 +28,11 @@ impl LabHarness {
         let dir = tempfile::tempdir().unwrap();
         let mut options = LabOptions::new(dir.path().join("lab"));
         options.nodes = 2;
-        // The lab runs the controller's ichor-cni Jobs with this binary.
+        // The lab runs Ichor's pods and ichor-cni Jobs with this binary.
         options.ichor_bin = Some(env!("CARGO_BIN_EXE_ichor").into());
         shape(&mut options);
         let lab = Lab::up(options).await.expect("the lab starts");
-        LabHarness {
-            lab,
-            dir,
-            controller: None,
-        }
-    }
-
-    /// Ichor's controller as a local process (`deployed_by`: installer or helm),
-    /// logging to the lab's state folder.
-    pub fn start_controller(&mut self, deployed_by: &str) {
-        let log = std::fs::File::create(self.lab.state_dir().join("controller.log")).unwrap();
-        let child = ichor_testenv::command_dying_with_parent(env!("CARGO_BIN_EXE_ichor"))
-            .args([
-                "controller",
-                "--deployed-by",
-                deployed_by,
-                "--no-leader-election",
-                "--resync",
-                "10s",
-                "--cni-job-image",
-                CONTROLLER_IMAGE,
-                "--kubeconfig",
-            ])
-            .arg(&self.lab.kubeconfig)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.controller = Some(child);
+        LabHarness { lab, dir }
     }
 
     /// The real `ichor`, with no terminal.
@@ -151,4 +115,121 @@ pub fn text(o: &Output) -> String {
 /// Runs a command to its end.
 pub fn run(mut cmd: Command) -> Output {
     cmd.output().expect("run the command")
+}
+
+/// A TalosCluster spec that only Ichor's webhook refuses: `ipam.mode` is an
+/// Ichor-owned Cilium value below the top level, which the CRD's CEL rules
+/// do not see.
+pub fn webhook_only_refused_cluster(name: &str) -> ichor_api::TalosCluster {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"endpoint": "https://127.0.0.1:6443", "talosVersion": "v1.13.9", "kubernetesVersion": "v1.34.1",
+            "secretsRef": {"name": "lab-talos-secrets"},
+            "cni": {"preset": "cilium", "kubeProxy": "enabled",
+                "cilium": {"values": {"ipam": {"mode": "cluster-pool"}}}}}
+    }))
+    .expect("a TalosCluster")
+}
+
+/// The API server refuses the webhook-only spec by calling Ichor's webhook
+/// through its Service (the configuration names a Service, no URL), and
+/// nothing is stored.
+pub async fn assert_the_webhook_refuses_through_its_service(h: &LabHarness) {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use kube::Api;
+    let client = h.client().await;
+    let configuration = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get(ichor_adopt::install::WEBHOOK_CONFIGURATION)
+        .await
+        .expect("Ichor's ValidatingWebhookConfiguration");
+    for w in configuration.webhooks.unwrap_or_default() {
+        let service = w.client_config.service.expect("called through a Service");
+        assert_eq!(service.name, ichor_adopt::install::WEBHOOK_SERVICE);
+        assert!(w.client_config.url.is_none());
+        assert_eq!(w.failure_policy.as_deref(), Some("Fail"));
+        assert!(w.client_config.ca_bundle.is_some());
+    }
+    let clusters: Api<ichor_api::TalosCluster> = Api::namespaced(client, NS);
+    let name = "only-the-webhook-refuses-this";
+    let err = clusters
+        .create(&Default::default(), &webhook_only_refused_cluster(name))
+        .await
+        .expect_err("the webhook refuses a nested Ichor-owned Cilium value");
+    let kube::Error::Api(status) = err else {
+        panic!("not an answer of the API server: {err}")
+    };
+    assert!(
+        status
+            .message
+            .contains("admission webhook \"taloscluster.ichor.maesh.dev\" denied the request"),
+        "{status:?}\n{}",
+        h.logs()
+    );
+    assert!(
+        status
+            .message
+            .contains("spec.cni.cilium.values sets ipam.mode"),
+        "{status:?}"
+    );
+    assert!(
+        clusters.get_opt(name).await.unwrap().is_none(),
+        "nothing stored"
+    );
+}
+
+/// From the API server's audit log: Ichor's controller works as its
+/// ServiceAccount — every TalosMachine status write (the controller is their
+/// only writer) comes from `system:serviceaccount:ichor-system:ichor-controller`,
+/// and there is at least one — and nothing with the admin's certificate ever
+/// took the controller's Lease (no test-started admin controller).
+pub async fn assert_the_controller_acts_as_its_service_account(h: &LabHarness) {
+    let controller = format!(
+        "system:serviceaccount:{NS}:{}",
+        ichor_adopt::install::CONTROLLER
+    );
+    // Bounded: the controller reports on the machines soon after they exist.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(90);
+    let events = loop {
+        let events = h.lab.env.audit_events();
+        let reported = events.iter().any(|e| {
+            matches!(e.verb.as_str(), "update" | "patch")
+                && e.object_ref.as_ref().is_some_and(|o| {
+                    o["resource"] == "talosmachines" && o["subresource"] == "status"
+                })
+        });
+        if reported || tokio::time::Instant::now() >= deadline {
+            break events;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    let resource = |e: &ichor_testenv::AuditEvent, r: &str, sub: Option<&str>| {
+        e.object_ref
+            .as_ref()
+            .is_some_and(|o| o["resource"] == r && o["subresource"].as_str() == sub)
+    };
+    let writes =
+        |e: &ichor_testenv::AuditEvent| matches!(e.verb.as_str(), "create" | "update" | "patch");
+    let status_writes: Vec<_> = events
+        .iter()
+        .filter(|e| writes(e) && resource(e, "talosmachines", Some("status")))
+        .collect();
+    assert!(
+        !status_writes.is_empty(),
+        "the controller wrote no TalosMachine status ({} audit events)",
+        events.len()
+    );
+    for e in &status_writes {
+        assert_eq!(e.user.username, controller, "{e:?}");
+    }
+    for e in events
+        .iter()
+        .filter(|e| writes(e) && resource(e, "leases", None))
+        .filter(|e| e.object_ref.as_ref().is_some_and(|o| o["namespace"] == NS))
+    {
+        assert_eq!(
+            e.user.username, controller,
+            "a Lease of Ichor's taken by {e:?}"
+        );
+    }
 }

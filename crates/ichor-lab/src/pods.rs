@@ -1,0 +1,898 @@
+//! Ichor's own pods, run for real: the lab's kubelet for the one image it can
+//! run because it is ours.
+//!
+//! For every Deployment whose container runs Ichor's image (the controller,
+//! whether `ichor adopt` or `helm install` put it there), each replica is a
+//! pod object and a local process of the `ichor` binary:
+//!
+//! - with the container's command and args from the Deployment (the image's
+//!   entrypoint is `ichor`, so a command's first word is replaced by the local
+//!   binary);
+//! - under a token of the pod's ServiceAccount from the TokenRequest API,
+//!   written into a kubeconfig the process finds through `KUBECONFIG` (the
+//!   in-cluster configuration reads fixed paths this lab cannot provide), so
+//!   the RBAC the manifest grants is exactly the RBAC the process has;
+//! - Running and Ready from the process's own readiness probe (`/readyz` on
+//!   the probe's port), restarted with the kubelet's back-off (10 s doubling
+//!   to 5 min) when it exits, shown as CrashLoopBackOff meanwhile.
+//!
+//! Addresses and ports. A pod gets a podIP from its node's pod CIDR, as a
+//! CNI would give it, and the EndpointSlices (and Endpoints) of the Services
+//! that select it carry that podIP and the declared `containerPort` — what
+//! a real cluster shows. The process cannot listen there (no pod network
+//! namespace, and the API server refuses loopback addresses in endpoints),
+//! so the lab maps each declared containerPort to a free port on a loopback
+//! address of the pod's own: an argument `HOST:PORT` whose PORT is a
+//! declared containerPort becomes `LOOPBACK:MAPPED`. The lab's pod network
+//! ([`PodNetwork`]) is the one place that knows the mapping: the test
+//! control plane's API server sends its traffic to the cluster (webhook
+//! calls) through it, as an HTTP CONNECT egress proxy (the API server's
+//! `cluster` egress selection), and it joins `podIP:containerPort` to the
+//! process. The API server resolves a webhook Service through its endpoints
+//! (`--enable-aggregator-routing`); TLS still verifies
+//! `<service>.<namespace>.svc`.
+//!
+//! The ichor-cni Job runs under its ServiceAccount's token the same way
+//! ([`token_kubeconfig`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Container, Endpoints, Node, Pod, Service, ServiceAccount};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+/// The image repository the lab runs as the local `ichor` binary.
+pub const ICHOR_IMAGE: &str = "ghcr.io/maeshinshin/ichor-controller";
+/// The field manager of the EndpointSlices the lab publishes.
+const MANAGER: &str = "ichor-lab-kubelet";
+/// The kubelet's restart back-off: first delay and cap.
+const BACKOFF_FIRST: Duration = Duration::from_secs(10);
+const BACKOFF_CAP: Duration = Duration::from_secs(300);
+/// A process that ran this long without exiting starts its back-off afresh.
+const BACKOFF_RESET: Duration = Duration::from_secs(600);
+/// How long a replaced pod stays up after leaving the endpoints.
+const DRAIN: Duration = Duration::from_secs(3);
+/// How long a token the lab requests lives (the lab is short-lived).
+const TOKEN_SECONDS: i64 = 24 * 3600;
+
+/// The lab's pod network: `podIP:containerPort` → where the process listens.
+/// Served as an HTTP CONNECT proxy on a Unix socket, which the API server
+/// uses for its `cluster` egress (webhook calls).
+#[derive(Debug, Clone)]
+pub struct PodNetwork {
+    socket: PathBuf,
+    routes: Arc<Mutex<HashMap<SocketAddr, SocketAddr>>>,
+    listener: Arc<Mutex<Option<std::os::unix::net::UnixListener>>>,
+}
+
+impl PodNetwork {
+    /// Binds the proxy's socket at `socket` (before the API server starts:
+    /// its egress configuration names it); [`PodNetwork::serve`] answers on it.
+    pub fn bind(socket: &Path) -> std::io::Result<PodNetwork> {
+        let _ = std::fs::remove_file(socket);
+        let listener = std::os::unix::net::UnixListener::bind(socket)?;
+        listener.set_nonblocking(true)?;
+        Ok(PodNetwork {
+            socket: socket.to_path_buf(),
+            routes: Arc::default(),
+            listener: Arc::new(Mutex::new(Some(listener))),
+        })
+    }
+
+    /// Where the proxy listens.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    fn route(&self, pod: SocketAddr, process: SocketAddr) {
+        self.routes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(pod, process);
+    }
+
+    /// Answers CONNECT requests until the returned task is aborted; a
+    /// target that is no pod's address and port is refused (502).
+    pub fn serve(&self) -> Option<tokio::task::JoinHandle<()>> {
+        let listener = self
+            .listener
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()?;
+        let listener = tokio::net::UnixListener::from_std(listener).ok()?;
+        let routes = self.routes.clone();
+        Some(tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                let routes = routes.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = tunnel(conn, routes).await {
+                        tracing::debug!("lab pod network: {e}");
+                    }
+                });
+            }
+        }))
+    }
+}
+
+async fn tunnel(
+    mut conn: tokio::net::UnixStream,
+    routes: Arc<Mutex<HashMap<SocketAddr, SocketAddr>>>,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() > 8192 || conn.read(&mut byte).await? == 0 {
+            return Ok(());
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_string();
+    let target = head
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("CONNECT "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|t| t.parse::<SocketAddr>().ok());
+    let process = target.and_then(|t| {
+        routes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&t)
+            .copied()
+    });
+    let Some(process) = process else {
+        conn.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await?;
+        return Ok(());
+    };
+    let mut upstream = tokio::net::TcpStream::connect(process).await?;
+    conn.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .await?;
+    tokio::io::copy_bidirectional(&mut conn, &mut upstream).await?;
+    Ok(())
+}
+
+/// What the lab needs to run Ichor's processes: the binary standing in for
+/// the image, what the image carries (helm, the Cilium chart), and how to
+/// reach the API server with a token.
+#[derive(Debug, Clone)]
+pub struct ProcessRunner {
+    pub ichor: PathBuf,
+    pub helm: PathBuf,
+    pub cilium_chart: PathBuf,
+    /// The API server's URL and CA (PEM), for the tokens' kubeconfigs.
+    pub server: String,
+    pub ca_pem: String,
+    /// Where kubeconfigs and logs go.
+    pub state_dir: PathBuf,
+    /// The pod network the API server reaches the pods through.
+    pub network: PodNetwork,
+}
+
+/// Whether the lab runs this container as the local `ichor` binary.
+pub fn is_ichors(container: &Container) -> bool {
+    container.image.as_deref().is_some_and(|i| {
+        i.starts_with(ICHOR_IMAGE) && i.rsplit(':').next() != Some(crate::simulator::BROKEN_TAG)
+    })
+}
+
+/// Whether every container of the Deployment is Ichor's (a pod the lab runs).
+pub fn runs_deployment(d: &Deployment) -> bool {
+    d.spec
+        .template
+        .spec
+        .as_ref()
+        .is_some_and(|p| !p.containers.is_empty() && p.containers.iter().all(is_ichors))
+}
+
+/// A kubeconfig for `namespace/service_account` with a fresh token from the
+/// TokenRequest API, written to `path`.
+pub async fn token_kubeconfig(
+    client: &kube::Client,
+    runner: &ProcessRunner,
+    namespace: &str,
+    service_account: &str,
+    path: &Path,
+) -> Result<(), String> {
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(TOKEN_SECONDS),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create_token_request(service_account, &PostParams::default(), &request)
+        .await
+        .map_err(|e| {
+            format!("requesting a token of ServiceAccount {namespace}/{service_account}: {e}")
+        })?
+        .status
+        .map(|s| s.token)
+        .ok_or_else(|| format!("the TokenRequest of {namespace}/{service_account} has no token"))?;
+    let ca = serde_json::to_value(k8s_openapi::ByteString(runner.ca_pem.clone().into_bytes()))
+        .expect("bytes serialise");
+    let user = format!("system:serviceaccount:{namespace}:{service_account}");
+    let doc = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "lab", "cluster": {"server": runner.server, "certificate-authority-data": ca}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": user, "namespace": namespace}}],
+        "current-context": "lab",
+    });
+    let text = serde_yaml_ng::to_string(&doc).expect("kubeconfig serialises");
+    std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+/// The command line of a container run as the local binary: the command's
+/// first word (the image's path of `ichor`) replaced, then the args; every
+/// `HOST:PORT` whose port is mapped rewritten to the pod's address.
+pub fn command_line(
+    container: &Container,
+    ip: Ipv4Addr,
+    ports: &BTreeMap<u16, u16>,
+) -> Vec<String> {
+    let mut words: Vec<String> = container
+        .command
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .skip(1)
+        .collect();
+    words.extend(container.args.clone().unwrap_or_default());
+    words
+        .into_iter()
+        .map(|w| match w.rsplit_once(':') {
+            Some((host, port))
+                if !host.is_empty()
+                    && (host.parse::<std::net::IpAddr>().is_ok()
+                        || host
+                            .trim_matches(['[', ']'])
+                            .parse::<std::net::IpAddr>()
+                            .is_ok()) =>
+            {
+                match port.parse::<u16>().ok().and_then(|p| ports.get(&p)) {
+                    Some(mapped) => format!("{ip}:{mapped}"),
+                    None => w,
+                }
+            }
+            _ => w,
+        })
+        .collect()
+}
+
+/// The container port a probe or a Service's targetPort names (a number, or
+/// a port name of the container).
+fn container_port(container: &Container, port: &Value) -> Option<u16> {
+    match port {
+        Value::Number(n) => n.as_u64().and_then(|n| u16::try_from(n).ok()),
+        Value::String(name) => container
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some(name.as_str()))
+            .and_then(|p| u16::try_from(p.container_port).ok()),
+        _ => None,
+    }
+}
+
+/// One pod and its process.
+struct PodProcess {
+    name: String,
+    /// The pod's address in the cluster (from its node's pod CIDR).
+    pod_ip: Ipv4Addr,
+    /// The loopback address its process listens on.
+    ip: Ipv4Addr,
+    /// containerPort → the free port the lab gave it on `ip`.
+    ports: BTreeMap<u16, u16>,
+    child: Option<tokio::process::Child>,
+    started_at: Option<Instant>,
+    restarts: i32,
+    next_start: Instant,
+    last_exit: Option<String>,
+    ready: bool,
+    last_status: Value,
+}
+
+/// The pods of one Deployment, at one template generation.
+struct DeploymentPods {
+    generation: i64,
+    pods: Vec<PodProcess>,
+}
+
+/// The lab's kubelet for Ichor's pods; [`IchorPods::sync`] runs once a tick.
+pub struct IchorPods {
+    runner: ProcessRunner,
+    _proxy: Option<AbortOnDrop>,
+    deployments: HashMap<(String, String), DeploymentPods>,
+    /// The pods of a Deployment's previous template, serving until the new
+    /// ones are Ready, then drained (out of the endpoints) until the instant.
+    retiring: HashMap<(String, String), (DeploymentPods, Option<Instant>)>,
+    next_ip: u8,
+    net: (u8, u8),
+    published: HashMap<(String, String), Value>,
+}
+
+impl IchorPods {
+    pub fn new(runner: ProcessRunner) -> IchorPods {
+        IchorPods {
+            _proxy: runner.network.serve().map(AbortOnDrop),
+            runner,
+            deployments: HashMap::new(),
+            retiring: HashMap::new(),
+            next_ip: 10,
+            // Pod addresses: a loopback /24 of this lab's own.
+            net: (rand::random_range(16..=250), rand::random_range(1..=250)),
+            published: HashMap::new(),
+        }
+    }
+
+    /// The next pod's (loopback, cluster) addresses; the cluster address
+    /// is in `pod_cidr` (a /24 or wider IPv4 CIDR), else in 10.244.255.0/24.
+    fn pod_ip(&mut self, pod_cidr: Option<&str>) -> (Ipv4Addr, Ipv4Addr) {
+        let host = self.next_ip;
+        self.next_ip = self.next_ip.checked_add(1).unwrap_or(10);
+        let base = pod_cidr
+            .and_then(|c| c.split('/').next())
+            .and_then(|a| a.parse::<Ipv4Addr>().ok())
+            .map(|a| a.octets())
+            .unwrap_or([10, 244, 255, 0]);
+        (
+            Ipv4Addr::new(127, self.net.0, self.net.1, host),
+            Ipv4Addr::new(base[0], base[1], base[2], host),
+        )
+    }
+
+    /// Runs the pods of every Deployment of Ichor's image that could be
+    /// scheduled (nodes Ready, or on the host network), stops those of
+    /// Deployments that are gone, and publishes their EndpointSlices.
+    pub async fn sync(&mut self, client: &kube::Client) -> Result<(), kube::Error> {
+        let lp = ListParams::default();
+        let nodes = Api::<Node>::all(client.clone()).list(&lp).await?.items;
+        let nodes_ready = nodes.iter().any(|n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        });
+        let node_name = nodes
+            .first()
+            .and_then(|n| n.metadata.name.clone())
+            .unwrap_or_default();
+        let pod_cidr = nodes
+            .first()
+            .and_then(|n| n.spec.as_ref())
+            .and_then(|s| s.pod_cidr.clone());
+        let mut seen = Vec::new();
+        for d in Api::<Deployment>::all(client.clone())
+            .list(&lp)
+            .await?
+            .items
+        {
+            if !runs_deployment(&d) {
+                continue;
+            }
+            let key = (
+                d.metadata.namespace.clone().unwrap_or_default(),
+                d.metadata.name.clone().unwrap_or_default(),
+            );
+            let pod_spec = d.spec.template.spec.clone().unwrap_or_default();
+            if !(nodes_ready || pod_spec.host_network == Some(true)) {
+                // The simulator keeps its Pending pod for it, with the reason.
+                continue;
+            }
+            seen.push(key.clone());
+            self.sync_deployment(client, &d, &key, &node_name, pod_cidr.as_deref())
+                .await?;
+        }
+        let gone: Vec<_> = self
+            .deployments
+            .keys()
+            .filter(|k| !seen.contains(k))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(old) = self.deployments.remove(&key) {
+                delete_pods(client, &key.0, old).await;
+            }
+            if let Some((old, _)) = self.retiring.remove(&key) {
+                delete_pods(client, &key.0, old).await;
+            }
+        }
+        self.publish_endpoints(client).await?;
+        let drained: Vec<_> = self
+            .retiring
+            .iter()
+            .filter(|(_, (_, until))| until.is_some_and(|t| Instant::now() >= t))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in drained {
+            if let Some((old, _)) = self.retiring.remove(&key) {
+                delete_pods(client, &key.0, old).await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn sync_deployment(
+        &mut self,
+        client: &kube::Client,
+        d: &Deployment,
+        key: &(String, String),
+        node_name: &str,
+        pod_cidr: Option<&str>,
+    ) -> Result<(), kube::Error> {
+        let (ns, name) = key;
+        let generation = d.metadata.generation.unwrap_or(1);
+        let spec = d.spec.clone();
+        let replicas = usize::try_from(spec.replicas.unwrap_or(1)).unwrap_or(0);
+        let template = spec.template.clone();
+        let pod_spec = template.spec.clone().unwrap_or_default();
+        let container = pod_spec.containers[0].clone();
+        let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);
+
+        // The template changed (an upgrade): new pods, as a rolling update
+        // would; the old ones serve until the new ones are Ready.
+        if self
+            .deployments
+            .get(key)
+            .is_some_and(|p| p.generation != generation)
+            && let Some(old) = self.deployments.remove(key)
+            && let Some((older, _)) = self.retiring.insert(key.clone(), (old, None))
+        {
+            delete_pods(client, ns, older).await;
+        }
+        if !self.deployments.contains_key(key) {
+            // The simulator's placeholder pod goes: the real ones replace it.
+            let _ = pods_api
+                .delete(&format!("{name}-simulated"), &DeleteParams::default())
+                .await;
+            let mut pods = Vec::new();
+            for i in 0..replicas {
+                let (ip, pod_ip) = self.pod_ip(pod_cidr);
+                let ports: BTreeMap<u16, u16> = container
+                    .ports
+                    .iter()
+                    .flatten()
+                    .filter_map(|p| u16::try_from(p.container_port).ok())
+                    .map(|p| (p, free_port(ip)))
+                    .collect();
+                for (declared, mapped) in &ports {
+                    self.runner.network.route(
+                        SocketAddr::from((pod_ip, *declared)),
+                        SocketAddr::from((ip, *mapped)),
+                    );
+                }
+                pods.push(PodProcess {
+                    name: format!("{name}-g{generation}-{i}"),
+                    pod_ip,
+                    ip,
+                    ports,
+                    child: None,
+                    started_at: None,
+                    restarts: 0,
+                    next_start: Instant::now(),
+                    last_exit: None,
+                    ready: false,
+                    last_status: Value::Null,
+                });
+            }
+            self.deployments
+                .insert(key.clone(), DeploymentPods { generation, pods });
+        }
+        let runner = self.runner.clone();
+        let state = self.deployments.get_mut(key).expect("inserted above");
+        let labels: BTreeMap<String, String> = template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default();
+        let service_account = pod_spec
+            .service_account_name
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        for p in &mut state.pods {
+            if pods_api.get_opt(&p.name).await?.is_none() {
+                let mut spec = serde_json::to_value(&pod_spec).expect("pod spec serialises");
+                spec["nodeName"] = json!(node_name);
+                let pod: Pod = serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": p.name, "namespace": ns, "labels": labels,
+                        "annotations": {"ichor.maesh.dev/simulated": "a lab pod: its container is the local ichor binary under the pod's ServiceAccount token"}},
+                    "spec": spec,
+                }))
+                .expect("pod from template");
+                match pods_api.create(&PostParams::default(), &pod).await {
+                    Ok(_) | Err(kube::Error::Api(_)) => {}
+                    Err(e) => return Err(e),
+                }
+                p.last_status = Value::Null;
+            }
+            // An exited process: the kubelet's back-off, then a restart.
+            if let Some(child) = p.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                let ran = p.started_at.map(|t| t.elapsed()).unwrap_or_default();
+                if ran >= BACKOFF_RESET {
+                    p.restarts = 0;
+                }
+                p.child = None;
+                p.ready = false;
+                p.restarts += 1;
+                p.last_exit = Some(status.to_string());
+                let exp = u32::try_from(p.restarts - 1).unwrap_or(0).min(5);
+                p.next_start = Instant::now() + (BACKOFF_FIRST * 2u32.pow(exp)).min(BACKOFF_CAP);
+            }
+            if p.child.is_none() && Instant::now() >= p.next_start {
+                match start_process(client, &runner, ns, &service_account, &container, p).await {
+                    Ok(child) => {
+                        p.child = Some(child);
+                        p.started_at = Some(Instant::now());
+                    }
+                    Err(e) => {
+                        tracing::warn!("lab kubelet: starting pod {ns}/{}: {e}", p.name);
+                        p.last_exit = Some(e);
+                        p.next_start = Instant::now() + BACKOFF_FIRST;
+                    }
+                }
+            }
+            p.ready = p.child.is_some() && probe_ready(&container, p).await;
+            let status = pod_status(&container, p);
+            if status != p.last_status {
+                match pods_api
+                    .patch_status(
+                        &p.name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"status": status})),
+                    )
+                    .await
+                {
+                    Ok(_) => p.last_status = status,
+                    Err(e) => tracing::debug!("lab kubelet: pod {ns}/{} status: {e}", p.name),
+                }
+            }
+        }
+        let ready = i32::try_from(state.pods.iter().filter(|p| p.ready).count()).unwrap_or(0);
+        if usize::try_from(ready).unwrap_or(0) >= replicas
+            && let Some((_, until)) = self.retiring.get_mut(key)
+            && until.is_none()
+        {
+            // Out of the endpoints now, stopped once calls in flight are done.
+            *until = Some(Instant::now() + DRAIN);
+        }
+        let replicas = i32::try_from(replicas).unwrap_or(0);
+        let current = d.status.clone().unwrap_or_default();
+        if current.ready_replicas.unwrap_or(0) != ready
+            || current.replicas != Some(replicas)
+            || current.observed_generation != Some(generation)
+        {
+            let available = if ready >= replicas { "True" } else { "False" };
+            let now = now();
+            Api::<Deployment>::namespaced(client.clone(), ns)
+                .patch_status(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {
+                        "replicas": replicas, "readyReplicas": ready, "availableReplicas": ready,
+                        "updatedReplicas": replicas, "observedGeneration": generation,
+                        "unavailableReplicas": replicas - ready,
+                        "conditions": [{"type": "Available", "status": available, "reason": "MinimumReplicasAvailable",
+                            "lastUpdateTime": now, "lastTransitionTime": now}]}})),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// One EndpointSlice per Service that selects Ichor's running pods, with
+    /// each pod's address and the port the lab mapped for the targetPort.
+    async fn publish_endpoints(&mut self, client: &kube::Client) -> Result<(), kube::Error> {
+        let namespaces: std::collections::BTreeSet<String> =
+            self.deployments.keys().map(|(ns, _)| ns.clone()).collect();
+        for ns in namespaces {
+            let services = Api::<Service>::namespaced(client.clone(), &ns)
+                .list(&ListParams::default())
+                .await?
+                .items;
+            let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+            for svc in services {
+                let Some(spec) = svc.spec.clone() else {
+                    continue;
+                };
+                let Some(selector) = spec.selector.clone().filter(|s| !s.is_empty()) else {
+                    continue;
+                };
+                let svc_name = svc.metadata.name.clone().unwrap_or_default();
+                let mut endpoints = Vec::new();
+                let mut ports: Vec<Value> = Vec::new();
+                let serving = self.deployments.iter().chain(
+                    self.retiring
+                        .iter()
+                        .filter(|(_, (_, until))| until.is_none())
+                        .map(|(k, (pods, _))| (k, pods)),
+                );
+                for ((d_ns, _), state) in serving {
+                    if *d_ns != ns {
+                        continue;
+                    }
+                    for p in &state.pods {
+                        let Some(pod) = pods.get_opt(&p.name).await? else {
+                            continue;
+                        };
+                        let labels = pod.metadata.labels.clone().unwrap_or_default();
+                        if !selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+                            continue;
+                        }
+                        let Some(container) = pod
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.containers.first())
+                            .cloned()
+                        else {
+                            continue;
+                        };
+                        endpoints.push(json!({"addresses": [p.pod_ip.to_string()],
+                            "conditions": {"ready": p.ready, "serving": p.ready, "terminating": false},
+                            "targetRef": {"kind": "Pod", "namespace": ns, "name": p.name}}));
+                        if ports.is_empty() {
+                            for sp in spec.ports.iter().flatten() {
+                                let target = sp
+                                    .target_port
+                                    .as_ref()
+                                    .map(|t| serde_json::to_value(t).expect("port serialises"))
+                                    .unwrap_or(json!(sp.port));
+                                if let Some(declared) = container_port(&container, &target)
+                                    .filter(|cp| p.ports.contains_key(cp))
+                                {
+                                    ports.push(json!({"name": sp.name.clone().unwrap_or_default(),
+                                        "port": declared, "protocol": "TCP"}));
+                                }
+                            }
+                        }
+                    }
+                }
+                let slice = json!({
+                    "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                    "metadata": {"name": format!("{svc_name}-lab"), "namespace": ns,
+                        "labels": {"kubernetes.io/service-name": svc_name,
+                            "endpointslice.kubernetes.io/managed-by": MANAGER}},
+                    "addressType": "IPv4",
+                    "endpoints": endpoints,
+                    "ports": ports,
+                });
+                let key = (ns.clone(), svc_name.clone());
+                if self.published.get(&key) == Some(&slice) {
+                    continue;
+                }
+                // The same as core/v1 Endpoints, for an API server that
+                // resolves Services through those.
+                let ready: Vec<Value> = slice["endpoints"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|e| e["conditions"]["ready"] == true)
+                    .map(|e| json!({"ip": e["addresses"][0], "targetRef": e["targetRef"]}))
+                    .collect();
+                let subsets = if ready.is_empty() {
+                    json!([])
+                } else {
+                    json!([{"addresses": ready, "ports": slice["ports"]}])
+                };
+                let legacy = json!({"apiVersion": "v1", "kind": "Endpoints",
+                    "metadata": {"name": svc_name, "namespace": ns}, "subsets": subsets});
+                if let Err(e) = Api::<Endpoints>::namespaced(client.clone(), &ns)
+                    .patch(
+                        &svc_name,
+                        &PatchParams::apply(MANAGER).force(),
+                        &Patch::Apply(&legacy),
+                    )
+                    .await
+                {
+                    tracing::warn!("lab kubelet: Endpoints of Service {ns}/{svc_name}: {e}");
+                }
+                let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
+                match api
+                    .patch(
+                        &format!("{svc_name}-lab"),
+                        &PatchParams::apply(MANAGER).force(),
+                        &Patch::Apply(&slice),
+                    )
+                    .await
+                {
+                    Ok(_) => {
+                        self.published.insert(key, slice);
+                    }
+                    Err(e) => {
+                        tracing::warn!("lab kubelet: EndpointSlice of Service {ns}/{svc_name}: {e}")
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn delete_pods(client: &kube::Client, ns: &str, old: DeploymentPods) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for mut p in old.pods {
+        if let Some(mut c) = p.child.take() {
+            let _ = c.kill().await;
+        }
+        let _ = api.delete(&p.name, &DeleteParams::default()).await;
+    }
+}
+
+async fn start_process(
+    client: &kube::Client,
+    runner: &ProcessRunner,
+    ns: &str,
+    service_account: &str,
+    container: &Container,
+    p: &PodProcess,
+) -> Result<tokio::process::Child, String> {
+    let kubeconfig = runner
+        .state_dir
+        .join(format!("pod-{ns}-{}.kubeconfig", p.name));
+    token_kubeconfig(client, runner, ns, service_account, &kubeconfig).await?;
+    let log_path = runner.state_dir.join(format!("pod-{ns}-{}.log", p.name));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
+    let std_cmd = {
+        let mut c = ichor_testenv::command_dying_with_parent(&runner.ichor);
+        c.args(command_line(container, p.ip, &p.ports));
+        for e in container.env.iter().flatten() {
+            if let Some(v) = &e.value {
+                c.env(&e.name, v);
+            }
+        }
+        c.env("KUBECONFIG", &kubeconfig)
+            .env("ICHOR_HELM", &runner.helm)
+            .env("ICHOR_CILIUM_CHART", &runner.cilium_chart)
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        c
+    };
+    let mut cmd = tokio::process::Command::from(std_cmd);
+    cmd.kill_on_drop(true);
+    cmd.spawn()
+        .map_err(|e| format!("starting {}: {e}", runner.ichor.display()))
+}
+
+/// The container's readiness probe (an HTTP GET), asked of the process.
+async fn probe_ready(container: &Container, p: &PodProcess) -> bool {
+    let Some(get) = container
+        .readiness_probe
+        .as_ref()
+        .and_then(|r| r.http_get.as_ref())
+    else {
+        return true;
+    };
+    let port = serde_json::to_value(&get.port).expect("port serialises");
+    let Some(mapped) = container_port(container, &port).and_then(|cp| p.ports.get(&cp)) else {
+        return false;
+    };
+    let path = get.path.clone().unwrap_or_else(|| "/".into());
+    http_ok((p.ip, *mapped).into(), &path).await
+}
+
+async fn http_ok(addr: std::net::SocketAddr, path: &str) -> bool {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let ask = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut head = [0u8; 16];
+        let n = s.read(&mut head).await.ok()?;
+        let line = String::from_utf8_lossy(&head[..n]).to_string();
+        Some(line.starts_with("HTTP/1.0 200") || line.starts_with("HTTP/1.1 200"))
+    };
+    tokio::time::timeout(Duration::from_secs(1), ask)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+fn pod_status(container: &Container, p: &PodProcess) -> Value {
+    let ready = if p.ready { "True" } else { "False" };
+    let state = match (&p.child, &p.last_exit) {
+        (Some(_), _) => json!({"running": {"startedAt": now()}}),
+        (None, Some(why)) => {
+            json!({"waiting": {"reason": "CrashLoopBackOff", "message": format!("back-off restarting failed container {}: {why}", container.name)}})
+        }
+        (None, None) => json!({"waiting": {"reason": "ContainerCreating"}}),
+    };
+    // `startedAt` would change every tick: compare without it.
+    let state = match state.get("running") {
+        Some(_) => json!({"running": {}}),
+        None => state,
+    };
+    json!({
+        "phase": if p.child.is_some() || p.restarts > 0 { "Running" } else { "Pending" },
+        "podIP": p.pod_ip.to_string(), "podIPs": [{"ip": p.pod_ip.to_string()}],
+        "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": ready},
+            {"type": "ContainersReady", "status": ready}],
+        "containerStatuses": [{"name": container.name, "image": container.image.clone().unwrap_or_default(),
+            "imageID": "", "ready": p.ready, "restartCount": p.restarts, "state": state}]
+    })
+}
+
+/// Aborts a task when dropped (the pod network dies with the lab).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn free_port(ip: Ipv4Addr) -> u16 {
+    TcpListener::bind((ip, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on the pod's loopback address")
+}
+
+fn now() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declared_ports_are_mapped_to_the_pods_address_and_nothing_else() {
+        let container: Container = serde_json::from_value(json!({
+            "name": "controller", "image": "ghcr.io/maeshinshin/ichor-controller:v0.1.0",
+            "command": ["/ichor"],
+            "args": ["controller", "--http-addr", "0.0.0.0:8080", "--webhook-addr", "0.0.0.0:9443",
+                "--resync", "5m", "--other", "10.0.0.1:7000"]
+        }))
+        .unwrap();
+        let ports = BTreeMap::from([(8080, 31000), (9443, 31001)]);
+        let ip = Ipv4Addr::new(127, 9, 9, 10);
+        assert_eq!(
+            command_line(&container, ip, &ports),
+            [
+                "controller",
+                "--http-addr",
+                "127.9.9.10:31000",
+                "--webhook-addr",
+                "127.9.9.10:31001",
+                "--resync",
+                "5m",
+                "--other",
+                "10.0.0.1:7000"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_broken_tag_is_not_run() {
+        let c = |image: &str| -> Container {
+            serde_json::from_value(json!({"name": "c", "image": image})).unwrap()
+        };
+        assert!(is_ichors(&c("ghcr.io/maeshinshin/ichor-controller:v0.1.0")));
+        assert!(!is_ichors(&c(
+            "ghcr.io/maeshinshin/ichor-controller:broken"
+        )));
+        assert!(!is_ichors(&c("quay.io/cilium/operator-generic:v1.18.5")));
+    }
+}
