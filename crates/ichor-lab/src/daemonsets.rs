@@ -259,17 +259,23 @@ pub async fn tick(client: &kube::Client, nodes: &[Node]) -> Result<bool, kube::E
             });
             if !eligible(&template, node) {
                 if mine.is_some() {
-                    let _ = pods.delete(&pname, &DeleteParams::default()).await;
+                    let _ = pods
+                        .delete(&pname, &DeleteParams::default().grace_period(0))
+                        .await;
                 }
                 continue;
             }
             desired += 1;
+            // A pod being deleted, a pod of an older generation: a kubelet
+            // ends it at once (grace period 0), the controller makes a new one
+            // on the next pass.
             let stale = mine.is_some_and(|p| {
-                p.metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(GENERATION_ANNOTATION))
-                    != Some(&generation.to_string())
+                p.metadata.deletion_timestamp.is_some()
+                    || p.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(GENERATION_ANNOTATION))
+                        != Some(&generation.to_string())
                     || p.metadata
                         .labels
                         .as_ref()
@@ -277,8 +283,9 @@ pub async fn tick(client: &kube::Client, nodes: &[Node]) -> Result<bool, kube::E
                         != Some(&uid)
             });
             if stale {
-                // A rolling update: the old pod goes, the new one comes next tick.
-                let _ = pods.delete(&pname, &DeleteParams::default()).await;
+                let _ = pods
+                    .delete(&pname, &DeleteParams::default().grace_period(0))
+                    .await;
                 continue;
             }
             let status = if is_cilium {
@@ -380,7 +387,7 @@ pub async fn tick(client: &kube::Client, nodes: &[Node]) -> Result<bool, kube::E
             let _ = Api::<Pod>::namespaced(client.clone(), &ns)
                 .delete(
                     p.metadata.name.as_deref().unwrap_or_default(),
-                    &DeleteParams::default(),
+                    &DeleteParams::default().grace_period(0),
                 )
                 .await;
         }
