@@ -131,21 +131,16 @@ pub fn judge_agent(
         )));
     }
 
-    // Services: either kube-proxy serves them or Cilium replaces it.
+    // Services: kube-proxy serves them, or Cilium replaces it. (Both at once
+    // runs: Cilium's service handling takes precedence over kube-proxy's
+    // rules; the Talos guide pairs them the other way, and adopt refuses
+    // that mismatch itself, R4.4c.)
     let kpr = config.get("kube-proxy-replacement").map(String::as_str);
-    let replaces = kpr == Some("true");
-    if replaces == node.kube_proxy {
-        return Err(crash(if node.kube_proxy {
-            format!(
-                "cilium-config kube-proxy-replacement is {} while kube-proxy runs on this Talos cluster: set kubeProxyReplacement=false (or disable kube-proxy in Talos: cluster.proxy.disabled)",
-                shown(kpr)
-            )
-        } else {
-            format!(
-                "cilium-config kube-proxy-replacement is {}, but kube-proxy is disabled on this Talos cluster (cluster.proxy.disabled: true), so nothing would serve Services: set kubeProxyReplacement=true",
-                shown(kpr)
-            )
-        }));
+    if kpr != Some("true") && !node.kube_proxy {
+        return Err(crash(format!(
+            "cilium-config kube-proxy-replacement is {}, but kube-proxy is disabled on this Talos cluster (cluster.proxy.disabled: true), so nothing would serve Services: set kubeProxyReplacement=true",
+            shown(kpr)
+        )));
     }
 
     // The API server: without kube-proxy the agent cannot use the
@@ -358,7 +353,7 @@ mod tests {
     }
 
     #[test]
-    fn kube_proxy_replacement_follows_talos() {
+    fn without_kube_proxy_cilium_must_replace_it() {
         let why = reason(judge_agent(
             &talos_daemonset(),
             Some(&talos_config("false")),
@@ -369,15 +364,18 @@ mod tests {
             "{}",
             why.message
         );
+        let mut missing = talos_config("false");
+        missing.remove("kube-proxy-replacement");
         let why = reason(judge_agent(
             &talos_daemonset(),
-            Some(&talos_config("true")),
-            &WITH_PROXY,
+            Some(&missing),
+            &WITHOUT_PROXY,
         ));
-        assert!(
-            why.message.contains("kubeProxyReplacement=false"),
-            "{}",
-            why.message
+        assert!(why.message.contains("not set"), "{}", why.message);
+        // Beside a running kube-proxy, a replacing Cilium still runs.
+        assert_eq!(
+            judge_agent(&talos_daemonset(), Some(&talos_config("true")), &WITH_PROXY),
+            Ok(())
         );
     }
 
