@@ -330,7 +330,11 @@ impl Lab {
         if !options.cilium_chart.is_real() {
             tracing::warn!("lab: Ichor installs {}", options.cilium_chart.describe());
         }
-        let simulator = Some(simulator::spawn(client, runner));
+        let simulator = Some(simulator::spawn(client.clone(), runner));
+        if options.cni != LabCni::None {
+            // A cluster that already runs a CNI starts with Ready nodes.
+            wait_nodes_ready(&client, std::time::Duration::from_secs(60)).await?;
+        }
         Ok(Lab {
             env,
             emulator,
@@ -599,6 +603,40 @@ async fn seed_cni(client: &kube::Client, options: &LabOptions) -> Result<(), kub
         }
     }
     Ok(())
+}
+
+/// Waits (bounded) until every Node is Ready; says which are not.
+async fn wait_nodes_ready(
+    client: &kube::Client,
+    timeout: std::time::Duration,
+) -> Result<(), LabError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let nodes = Api::<Node>::all(client.clone())
+            .list(&Default::default())
+            .await?;
+        let not_ready: Vec<String> = nodes
+            .items
+            .iter()
+            .filter(|n| {
+                !n.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        if not_ready.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(LabError::Config(format!(
+                "the lab's CNI did not make nodes {} Ready within {timeout:?}",
+                not_ready.join(", ")
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), kube::Error> {
