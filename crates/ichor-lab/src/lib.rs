@@ -86,6 +86,14 @@ impl std::str::FromStr for LabShape {
     }
 }
 
+/// Whether the chart folder is the stand-in (its version says so).
+fn is_standin(chart: &Path) -> bool {
+    std::fs::read_to_string(chart.join("Chart.yaml")).is_ok_and(|t| {
+        t.lines()
+            .any(|l| l.starts_with("version:") && l.contains("standin"))
+    })
+}
+
 /// How the lab's cluster looks.
 #[derive(Debug, Clone)]
 pub struct LabOptions {
@@ -128,6 +136,8 @@ impl CiliumChart {
     /// The real chart when the tools cache holds it, else the stand-in.
     pub fn detect() -> CiliumChart {
         match ichor_testenv::tools::cilium_chart() {
+            // ICHOR_CILIUM_CHART may name the stand-in itself.
+            Some(p) if is_standin(&p) => CiliumChart::Standin(p),
             Some(p) => CiliumChart::Real(p),
             None => {
                 CiliumChart::Standin(ichor_testenv::tools::repo_root().join("dist/cilium-standin"))
@@ -651,5 +661,19 @@ async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), kube:
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stand_in_is_named_as_such() {
+        let standin = ichor_testenv::tools::repo_root().join("dist/cilium-standin");
+        assert!(is_standin(&standin));
+        let c = CiliumChart::Standin(standin);
+        assert!(!c.is_real());
+        assert!(c.describe().contains("STAND-IN"), "{}", c.describe());
     }
 }
