@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the upstream tools that Ichor's tests talk to (kube-apiserver, etcd,
-# helm v3 and v4, talosctl) from their published Go modules, into a cache
-# outside the clone keyed by tool and version, so every clone on a machine
-# reuses them. Prints the directory of each tool on the last lines as
+# helm v3 and v4, talosctl) from their published Go modules, and copies the
+# real Cilium chart out of Cilium's published Go module, into a cache outside
+# the clone keyed by tool and version, so every clone on a machine reuses them. Prints the directory of each tool on the last lines as
 # ICHOR_<TOOL>=path. Warm runs finish in well under a second.
 #
 #   tools/testbin.sh            build what is missing, print the paths
@@ -67,7 +67,7 @@ print("replace (\n" + "\n".join(lines) + "\n)" if lines else "")
 build() {
   local tool=$1 version=$2 pkg=$3 module=$4 replaces=$5 ldflags=$6 main_call=${7:-} binary=$1
   local dir="$cache/$tool-$version"
-  if [ -x "$dir/$binary" ]; then
+  if [ -x "$dir/$binary" ] && [ "${rebuild:-}" != "$tool-$version" ]; then
     log "testbin: $tool $version cached at $dir"
     return
   fi
@@ -123,8 +123,30 @@ if need_build etcd "$ETCD_VERSION"; then
     "$(upstream_replaces go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "'$ETCD_VERSION'")" "" "etcdmain.Main(os.Args)"
 else build etcd "$ETCD_VERSION" - - - -; fi
 
+# helm v3 renders (`helm template`, a client dry-run) for a default Kubernetes
+# version that helm's own Makefile sets at link time from the client-go it
+# requires; without it helm says v1.20.0 and refuses charts that need newer
+# Kubernetes (Cilium's). helm v4 reads client-go's version from the build info.
+helm_default_kube_version() {
+  local d
+  d=$(mktemp -d)
+  mkdir -p "$d/probe/templates"
+  printf 'apiVersion: v2\nname: probe\nversion: 0.1.0\n' > "$d/probe/Chart.yaml"
+  printf 'kube: {{ .Capabilities.KubeVersion.Version }}\n' > "$d/probe/templates/v.yaml"
+  HELM_CACHE_HOME="$d/home" HELM_CONFIG_HOME="$d/home" HELM_DATA_HOME="$d/home" \
+    "$1" template probe "$d/probe" 2>/dev/null | sed -n 's/^kube: //p'
+  rm -rf "$d"
+}
+helm3_kube_minor=$(go mod edit -json "$(go mod download -json "helm.sh/helm/v3@$HELM3_VERSION" |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')" |
+  python3 -c 'import json,sys; print(next(r["Version"] for r in json.load(sys.stdin)["Require"] if r["Path"] == "k8s.io/client-go").split(".")[1])')
+helm3_dir="$cache/helm-$HELM3_VERSION"
+if [ -x "$helm3_dir/helm" ] && [ "$(helm_default_kube_version "$helm3_dir/helm")" != "v1.$helm3_kube_minor.0" ]; then
+  log "testbin: helm $HELM3_VERSION in the cache was linked without its default Kubernetes version; rebuilding it (the old binary stays until the new one replaces it)"
+  rebuild="helm-$HELM3_VERSION"
+fi
 build helm "$HELM3_VERSION" helm.sh/helm/v3/cmd/helm helm.sh/helm/v3 "" \
-  "-X helm.sh/helm/v3/internal/version.version=$HELM3_VERSION"
+  "-X helm.sh/helm/v3/internal/version.version=$HELM3_VERSION -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$helm3_kube_minor -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$helm3_kube_minor"
 build helm "$HELM4_VERSION" helm.sh/helm/v4/cmd/helm helm.sh/helm/v4 "" \
   "-X helm.sh/helm/v4/internal/version.version=$HELM4_VERSION"
 # talosctl reads its version from embedded files of the published module.
@@ -136,6 +158,27 @@ else build talosctl "$TALOS_VERSION" - - - -; fi
 
 build crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane github.com/google/go-containerregistry "" ""
 
+# The real Cilium chart: Cilium publishes no chart module of its own, but its
+# Go module carries the chart's source folder (install/kubernetes/cilium).
+# cilium-cli is not built: the Go module proxy answers 403 "not available" for
+# every version of github.com/cilium/cilium-cli (see ADR 0008).
+chart_dir="$cache/cilium-chart-$CILIUM_VERSION"
+if [ -f "$chart_dir/Chart.yaml" ]; then
+  log "testbin: cilium chart $CILIUM_VERSION cached at $chart_dir"
+else
+  start=$(date +%s)
+  log "testbin: fetching the cilium chart $CILIUM_VERSION from the Go module github.com/cilium/cilium (first time on this machine)"
+  module_chart=$(bash "$here/cilium-chart.sh")
+  work=$(mktemp -d "$cache/.build-cilium-chart.XXXXXX")
+  cp -R "$module_chart" "$work/chart"
+  # The module cache is read-only; the copy is ours.
+  chmod -R u+w "$work/chart"
+  rm -rf "$chart_dir"
+  mv "$work/chart" "$chart_dir"
+  rm -rf "$work"
+  log "testbin: fetched the cilium chart $CILIUM_VERSION in $(( $(date +%s) - start ))s -> $chart_dir"
+fi
+
 emit() {
   if [ "$mode" = "--env" ]; then echo "export $1=$2"; else echo "$1=$2"; fi
 }
@@ -145,3 +188,4 @@ emit ICHOR_HELM3 "$cache/helm-$HELM3_VERSION/helm"
 emit ICHOR_HELM4 "$cache/helm-$HELM4_VERSION/helm"
 emit ICHOR_TALOSCTL "$cache/talosctl-$TALOS_VERSION/talosctl"
 emit ICHOR_CRANE "$cache/crane-$CRANE_VERSION/crane"
+emit ICHOR_CILIUM_CHART "$chart_dir"

@@ -107,9 +107,8 @@ async fn e6_no_pod_network_fails_early_with_the_specs_text() {
         cilium_timeout: Duration::from_secs(120),
         handover_timeout: Duration::from_secs(120),
         poll_interval: Duration::from_secs(1),
-        cilium: ichor_cilium::CiliumOptions::new(renderer).chart(ichor_helm::ChartRef::path(
-            ichor_testenv::tools::repo_root().join("dist/cilium-standin"),
-        )),
+        cilium: ichor_cilium::CiliumOptions::new(renderer)
+            .chart(ichor_helm::ChartRef::path(lab.options.cilium_chart.path())),
         version: "v0.1.0".into(),
         controller_image: None,
     };

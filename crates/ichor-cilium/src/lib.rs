@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Namespace, Node};
-use kube::api::{Api, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use serde_json::{Map, Value};
 
 use ichor_helm::objects::{CreateOrKeep, create_or_keep};
@@ -466,6 +466,50 @@ pub async fn wait_ready(
     }
 }
 
+/// The label selector of Cilium's agent pods.
+pub const AGENT_POD_SELECTOR: &str = "k8s-app=cilium";
+
+/// One line for an agent pod that is not Ready, with the reason and message
+/// its status gives (the pod's own, else its first waiting container's).
+pub fn agent_pod_not_ready(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    if ready {
+        return None;
+    }
+    let waiting = status
+        .init_container_statuses
+        .iter()
+        .chain(status.container_statuses.iter())
+        .flatten()
+        .find_map(|c| c.state.as_ref().and_then(|s| s.waiting.clone()));
+    let reason = status
+        .reason
+        .clone()
+        .or_else(|| waiting.as_ref().and_then(|w| w.reason.clone()))
+        .or_else(|| status.phase.clone())
+        .unwrap_or_else(|| "not Ready".into());
+    let message = status
+        .message
+        .clone()
+        .or_else(|| waiting.and_then(|w| w.message));
+    let node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_else(|| "no node".into());
+    Some(format!(
+        "Pod {}/{} on {node}: {reason}{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default(),
+        message.map(|m| format!(": {m}")).unwrap_or_default()
+    ))
+}
+
 /// What is not Ready yet, one line each (empty when all is Ready).
 pub async fn not_ready(client: &kube::Client, namespace: &str) -> Result<Vec<String>, Error> {
     let read = |what: &str| {
@@ -487,6 +531,12 @@ pub async fn not_ready(client: &kube::Client, namespace: &str) -> Result<Vec<Str
     };
     if let Some(why) = ds_line {
         pending.push(format!("DaemonSet {namespace}/{AGENT_DAEMONSET}: {why}"));
+        // Why the agents are not Ready, as their pods say.
+        let pods = Api::<Pod>::namespaced(client.clone(), namespace)
+            .list(&ListParams::default().labels(AGENT_POD_SELECTOR))
+            .await
+            .map_err(read("Cilium's agent pods"))?;
+        pending.extend(pods.items.iter().filter_map(agent_pod_not_ready));
     }
     let dep = Api::<Deployment>::namespaced(client.clone(), namespace)
         .get_opt(OPERATOR_DEPLOYMENT)
@@ -552,6 +602,25 @@ mod tests {
             chart_version_of(&offline_chart("/nonexistent/cilium.tgz")),
             None
         );
+    }
+
+    #[test]
+    fn a_pod_that_is_not_ready_says_why() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "cilium-n1", "namespace": "kube-system"},
+            "spec": {"nodeName": "n1", "containers": []},
+            "status": {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}],
+                "initContainerStatuses": [{"name": "mount-cgroup", "image": "", "imageID": "", "ready": false,
+                    "restartCount": 0, "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "no cgroup"}}}]}
+        }))
+        .unwrap();
+        assert_eq!(
+            agent_pod_not_ready(&pod).as_deref(),
+            Some("Pod kube-system/cilium-n1 on n1: CrashLoopBackOff: no cgroup")
+        );
+        let mut ready = pod.clone();
+        ready.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "True".into();
+        assert_eq!(agent_pod_not_ready(&ready), None);
     }
 
     #[test]

@@ -105,6 +105,7 @@ pub enum ManifestError {
 /// skipping empty documents and expanding `kind: List`.
 pub fn parse_manifest(manifest: &str) -> Result<Vec<ManifestObject>, ManifestError> {
     let mut out = Vec::new();
+    let manifest = &yaml11_octals(manifest);
     for (index, doc) in serde_yaml_ng::Deserializer::from_str(manifest).enumerate() {
         let value = Value::deserialize(doc).map_err(|e| ManifestError::Yaml {
             index,
@@ -128,6 +129,75 @@ pub fn parse_manifest(manifest: &str) -> Result<Vec<ManifestObject>, ManifestErr
         }
     }
     Ok(out)
+}
+
+/// Rewrites plain block-style scalars that YAML 1.1 reads as octal integers
+/// (`defaultMode: 0400`) to their decimal value. Helm and the API server read
+/// manifests as YAML 1.1 (`0400` is 256); YAML 1.2, which serde_yaml_ng
+/// follows, reads such a scalar as the string "0400", which the API server
+/// refuses for an integer field. Quoted scalars and the lines of block
+/// scalars (`|`, `>`) are left as they are.
+pub fn yaml11_octals(manifest: &str) -> std::borrow::Cow<'_, str> {
+    let mut out = String::with_capacity(manifest.len());
+    let mut changed = false;
+    // The indentation of the key that opened a block scalar, while inside it.
+    let mut block: Option<usize> = None;
+    for line in manifest.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\n', '\r']);
+        let indent = body.len() - body.trim_start().len();
+        if let Some(opener) = block {
+            if body.trim().is_empty() || indent > opener {
+                out.push_str(line);
+                continue;
+            }
+            block = None;
+        }
+        let (value_at, value) = plain_value(body);
+        let value = value.split(" #").next().unwrap_or_default().trim_end();
+        if value.starts_with('|') || value.starts_with('>') {
+            block = Some(indent);
+        }
+        let octal = value.len() > 1
+            && value.starts_with('0')
+            && value.bytes().all(|b| (b'0'..=b'7').contains(&b));
+        match (octal, u64::from_str_radix(value, 8)) {
+            (true, Ok(n)) => {
+                changed = true;
+                out.push_str(&body[..value_at]);
+                out.push_str(&n.to_string());
+                out.push_str(&body[value_at + value.len()..]);
+                out.push_str(&line[body.len()..]);
+            }
+            _ => out.push_str(line),
+        }
+    }
+    if changed {
+        std::borrow::Cow::Owned(out)
+    } else {
+        std::borrow::Cow::Borrowed(manifest)
+    }
+}
+
+/// Where the value of a block-style line starts (after `key: ` or `- `), and
+/// the rest of the line from there.
+fn plain_value(line: &str) -> (usize, &str) {
+    let mut at = line.len() - line.trim_start().len();
+    loop {
+        let rest = &line[at..];
+        if let Some(r) = rest.strip_prefix("- ") {
+            at += rest.len() - r.len() + (r.len() - r.trim_start().len());
+            continue;
+        }
+        break;
+    }
+    let rest = &line[at..];
+    if let Some(colon) = rest.find(": ")
+        && !rest[..colon].contains(['"', '\'', '{', '['])
+    {
+        let after = &rest[colon + 2..];
+        at += colon + 2 + (after.len() - after.trim_start().len());
+    }
+    (at, &line[at..])
 }
 
 fn source_of(manifest: &str, index: usize) -> String {
@@ -372,6 +442,41 @@ mod tests {
     use serde_json::json;
 
     const M: &str = "---\n# Source: c/templates/a.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  namespace: ns\n---\n# Source: c/templates/b.yaml\napiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: cilium\n  annotations:\n    helm.sh/resource-policy: keep\n---\n# Source: c/templates/empty.yaml\n\n";
+
+    /// Cilium's chart writes `defaultMode: 0400`; helm and the API server
+    /// read it as YAML 1.1 (256).
+    #[test]
+    fn yaml_1_1_octals_become_integers_and_nothing_else_changes() {
+        let m = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations:\n    quoted: \"0400\"\n    script: |\n      mode: 0755\n      - 0644\nspec:\n  volumes:\n    - name: a\n      secret:\n        defaultMode: 0400 # owner read\n        items:\n          - mode: 0644\n    - projected:\n        defaultMode: 420\n  list:\n    - 0600\n    - 0\n    - 089\n";
+        let objs = parse_manifest(m).unwrap();
+        let b = &objs[0].body;
+        assert_eq!(
+            b.pointer("/spec/volumes/0/secret/defaultMode"),
+            Some(&json!(256))
+        );
+        assert_eq!(
+            b.pointer("/spec/volumes/0/secret/items/0/mode"),
+            Some(&json!(420))
+        );
+        assert_eq!(
+            b.pointer("/spec/volumes/1/projected/defaultMode"),
+            Some(&json!(420))
+        );
+        assert_eq!(b.pointer("/spec/list"), Some(&json!([384, 0, "089"])));
+        assert_eq!(
+            b.pointer("/metadata/annotations/quoted"),
+            Some(&json!("0400"))
+        );
+        assert_eq!(
+            b.pointer("/metadata/annotations/script"),
+            Some(&json!("mode: 0755\n- 0644\n"))
+        );
+        let plain = "a: 1\n";
+        assert!(matches!(
+            yaml11_octals(plain),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
 
     #[test]
     fn splits_manifest_and_keys_ignore_version() {

@@ -12,6 +12,8 @@
 //! What the lab is not: no container runs, no packet moves. It tells the truth
 //! about the API objects and the Talos API, nothing else.
 
+pub mod cilium_on_talos;
+pub mod daemonsets;
 pub mod pods;
 pub mod simulator;
 
@@ -41,12 +43,70 @@ pub enum LabCni {
     Cilium,
 }
 
+/// The machine-config shape the lab's nodes run, from the real Talos
+/// fixtures: each reports the Talos version that writes that shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LabShape {
+    /// One `v1alpha1` document holding the Kubernetes settings, as Talos
+    /// v1.12 and v1.13 write it (fixtures `stability-v1.12`); the nodes
+    /// report `TALOS_VERSION` of `tools/versions.env` (the v1.13 that
+    /// talosctl is built at).
+    #[default]
+    V1alpha1,
+    /// Talos v1.14's multi-document shape, Kubernetes settings in `Kube*`
+    /// documents (fixtures `stability-v1.14`); the nodes report v1.14.0.
+    Multidoc,
+}
+
+impl LabShape {
+    /// The fixture folder of this shape.
+    pub fn fixtures(self) -> &'static str {
+        match self {
+            LabShape::V1alpha1 => "stability-v1.12",
+            LabShape::Multidoc => "stability-v1.14",
+        }
+    }
+
+    /// The Talos version nodes of this shape report.
+    pub fn talos_version(self) -> String {
+        match self {
+            LabShape::V1alpha1 => ichor_testenv::Tool::Talosctl.version(),
+            LabShape::Multidoc => "v1.14.0".into(),
+        }
+    }
+}
+
+impl std::str::FromStr for LabShape {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "v1alpha1" => Ok(LabShape::V1alpha1),
+            "multidoc" => Ok(LabShape::Multidoc),
+            o => Err(format!("unknown shape {o:?}: use v1alpha1 or multidoc")),
+        }
+    }
+}
+
+/// Whether the chart folder is the stand-in (its version says so).
+fn is_standin(chart: &Path) -> bool {
+    std::fs::read_to_string(chart.join("Chart.yaml")).is_ok_and(|t| {
+        t.lines()
+            .any(|l| l.starts_with("version:") && l.contains("standin"))
+    })
+}
+
 /// How the lab's cluster looks.
 #[derive(Debug, Clone)]
 pub struct LabOptions {
     /// Nodes; the first is the control plane.
     pub nodes: usize,
+    /// The machine-config shape of the nodes.
+    pub shape: LabShape,
+    /// The Talos version the nodes report (by default the shape's).
     pub talos_version: String,
+    /// The Kubernetes version the nodes' configs and kubelets carry: the
+    /// real API server's (`KUBERNETES_VERSION` of `tools/versions.env`).
+    pub kubernetes_version: String,
     pub cni: LabCni,
     pub kube_proxy: bool,
     pub kube_prism: bool,
@@ -57,19 +117,78 @@ pub struct LabOptions {
     /// The `ichor` binary that stands in for Ichor's image when the
     /// controller starts an ichor-cni Job (`None`: Jobs never run).
     pub ichor_bin: Option<PathBuf>,
+    /// The Cilium chart Ichor installs in the lab: the real chart from the
+    /// tools cache when `tools/testbin.sh` fetched it, else the stand-in
+    /// `dist/cilium-standin` (see [`CiliumChart`]).
+    pub cilium_chart: CiliumChart,
+}
+
+/// Which Cilium chart the lab gives Ichor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CiliumChart {
+    /// The real chart folder (from Cilium's Go module, via the tools cache).
+    Real(PathBuf),
+    /// `dist/cilium-standin`: not Cilium; used only when the real chart is
+    /// not in the tools cache.
+    Standin(PathBuf),
+}
+
+impl CiliumChart {
+    /// The real chart when the tools cache holds it, else the stand-in.
+    pub fn detect() -> CiliumChart {
+        match ichor_testenv::tools::cilium_chart() {
+            // ICHOR_CILIUM_CHART may name the stand-in itself.
+            Some(p) if is_standin(&p) => CiliumChart::Standin(p),
+            Some(p) => CiliumChart::Real(p),
+            None => {
+                CiliumChart::Standin(ichor_testenv::tools::repo_root().join("dist/cilium-standin"))
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        match self {
+            CiliumChart::Real(p) | CiliumChart::Standin(p) => p,
+        }
+    }
+
+    pub fn is_real(&self) -> bool {
+        matches!(self, CiliumChart::Real(_))
+    }
+
+    /// One line naming the chart, for the lab's output.
+    pub fn describe(&self) -> String {
+        match self {
+            CiliumChart::Real(p) => format!("the real Cilium chart at {}", p.display()),
+            CiliumChart::Standin(p) => format!(
+                "the STAND-IN Cilium chart at {} (not Cilium: the real chart is not in the tools cache; run tools/testbin.sh to fetch it)",
+                p.display()
+            ),
+        }
+    }
 }
 
 impl LabOptions {
+    /// Switches the nodes to `shape` and the Talos version it reports.
+    pub fn with_shape(mut self, shape: LabShape) -> LabOptions {
+        self.shape = shape;
+        self.talos_version = shape.talos_version();
+        self
+    }
+
     pub fn new(state_dir: impl Into<PathBuf>) -> LabOptions {
         LabOptions {
             nodes: 3,
-            talos_version: "v1.13.9".into(),
+            shape: LabShape::V1alpha1,
+            talos_version: LabShape::V1alpha1.talos_version(),
+            kubernetes_version: ichor_testenv::Tool::KubeApiserver.version(),
             cni: LabCni::None,
             kube_proxy: true,
             kube_prism: true,
             pod_cidrs: true,
             state_dir: state_dir.into(),
             ichor_bin: None,
+            cilium_chart: CiliumChart::detect(),
         }
     }
 }
@@ -113,9 +232,10 @@ impl Drop for Lab {
 }
 
 /// The fixtures the nodes' configs are made from (real Talos files).
-fn fixture(name: &str) -> PathBuf {
+fn fixture(shape: LabShape, name: &str) -> PathBuf {
     ichor_testenv::tools::shared_dir()
-        .join("fixtures/talos/stability-v1.12")
+        .join("fixtures/talos")
+        .join(shape.fixtures())
         .join(name)
 }
 
@@ -221,13 +341,20 @@ impl Lab {
         let runner = options.ichor_bin.clone().map(|ichor| pods::ProcessRunner {
             ichor,
             helm: ichor_testenv::Tool::Helm4.path(),
-            cilium_chart: ichor_testenv::tools::repo_root().join("dist/cilium-standin"),
+            cilium_chart: options.cilium_chart.path().to_path_buf(),
             server: env.server_url().to_string(),
             ca_pem: env.ca().cert_pem(),
             state_dir: options.state_dir.clone(),
             network,
         });
-        let simulator = Some(simulator::spawn(client, runner));
+        if !options.cilium_chart.is_real() {
+            tracing::warn!("lab: Ichor installs {}", options.cilium_chart.describe());
+        }
+        let simulator = Some(simulator::spawn(client.clone(), runner));
+        if options.cni != LabCni::None {
+            // A cluster that already runs a CNI starts with Ready nodes.
+            wait_nodes_ready(&client, std::time::Duration::from_secs(60)).await?;
+        }
         Ok(Lab {
             env,
             emulator,
@@ -269,27 +396,78 @@ impl Lab {
     }
 }
 
-/// Each node's machine config: the real fixture, patched to the lab's shape.
-pub fn node_configs(options: &LabOptions, addresses: &[IpAddr]) -> Result<Vec<String>, LabError> {
-    let read = |name: &str| {
-        std::fs::read_to_string(fixture(name))
-            .map_err(|e| LabError::Config(format!("{}: {e}", fixture(name).display())))
-    };
-    let cp = read("base-controlplane.yaml")?;
-    let worker = read("base-worker.yaml")?;
+/// The lab's settings as a patch of a v1.12/v1.13-shaped config.
+fn legacy_patch(options: &LabOptions, addresses: &[IpAddr]) -> String {
     let cni = match options.cni {
         LabCni::Flannel => "flannel",
         _ => "none",
     };
-    let patch = format!(
-        "machine:\n  features:\n    kubePrism:\n      enabled: {}\n      port: 7445\ncluster:\n  controlPlane:\n    endpoint: https://{}:6443\n  clusterName: lab\n  network:\n    cni:\n      name: {cni}\n  proxy:\n    disabled: {}\n",
+    let k = &options.kubernetes_version;
+    format!(
+        "machine:\n  kubelet:\n    image: ghcr.io/siderolabs/kubelet:{k}\n  features:\n    kubePrism:\n      enabled: {}\n      port: 7445\ncluster:\n  controlPlane:\n    endpoint: https://{}:6443\n  clusterName: lab\n  network:\n    cni:\n      name: {cni}\n  apiServer:\n    image: registry.k8s.io/kube-apiserver:{k}\n  controllerManager:\n    image: registry.k8s.io/kube-controller-manager:{k}\n  scheduler:\n    image: registry.k8s.io/kube-scheduler:{k}\n  proxy:\n    disabled: {}\n    image: registry.k8s.io/kube-proxy:{k}\n",
         options.kube_prism, addresses[0], !options.kube_proxy
-    );
-    let patch = ConfigPatch::parse(&patch, "the lab's patch")
-        .map_err(|e| LabError::Config(e.to_string()))?;
+    )
+}
+
+/// The lab's settings as a patch of Talos v1.14's documents. A worker's
+/// v1.14 config carries no cluster-wide documents (CNI, kube-proxy).
+fn multidoc_patch(options: &LabOptions, addresses: &[IpAddr], control_plane: bool) -> String {
+    let k = &options.kubernetes_version;
+    let prism_port = if options.kube_prism { 7445 } else { 0 };
+    let mut docs = vec![
+        format!(
+            "apiVersion: v1alpha1\nkind: KubeClusterConfig\nclusterName: lab\nendpoint: https://{}:6443\n",
+            addresses[0]
+        ),
+        format!("apiVersion: v1alpha1\nkind: KubePrismConfig\nport: {prism_port}\n"),
+        format!(
+            "apiVersion: v1alpha1\nkind: KubeletConfig\nimage: ghcr.io/siderolabs/kubelet:{k}\n"
+        ),
+    ];
+    if control_plane {
+        docs.push(format!(
+            "apiVersion: v1alpha1\nkind: KubeProxyConfig\nenabled: {}\nimage: registry.k8s.io/kube-proxy:{k}\n",
+            options.kube_proxy
+        ));
+        docs.push(format!("apiVersion: v1alpha1\nkind: KubeAPIServerConfig\nimage: registry.k8s.io/kube-apiserver:{k}\n"));
+        docs.push(format!("apiVersion: v1alpha1\nkind: KubeControllerManagerConfig\nimage: registry.k8s.io/kube-controller-manager:{k}\n"));
+        docs.push(format!("apiVersion: v1alpha1\nkind: KubeSchedulerConfig\nimage: registry.k8s.io/kube-scheduler:{k}\n"));
+        if options.cni != LabCni::Flannel {
+            docs.push("apiVersion: v1alpha1\nkind: KubeFlannelCNIConfig\n$patch: delete\n".into());
+        }
+    }
+    docs.join("---\n")
+}
+
+/// Each node's machine config: the real fixture, patched to the lab's shape.
+pub fn node_configs(options: &LabOptions, addresses: &[IpAddr]) -> Result<Vec<String>, LabError> {
+    let read = |name: &str| {
+        let path = fixture(options.shape, name);
+        std::fs::read_to_string(&path)
+            .map_err(|e| LabError::Config(format!("{}: {e}", path.display())))
+    };
+    let cp = read("base-controlplane.yaml")?;
+    let worker = read("base-worker.yaml")?;
+    let parse = |text: String| {
+        ConfigPatch::parse(&text, "the lab's patch").map_err(|e| LabError::Config(e.to_string()))
+    };
+    let (cp_patch, worker_patch) = match options.shape {
+        LabShape::V1alpha1 => {
+            let p = parse(legacy_patch(options, addresses))?;
+            (p.clone(), p)
+        }
+        LabShape::Multidoc => (
+            parse(multidoc_patch(options, addresses, true))?,
+            parse(multidoc_patch(options, addresses, false))?,
+        ),
+    };
     (0..options.nodes)
         .map(|i| {
-            let base = if i == 0 { &cp } else { &worker };
+            let (base, patch) = if i == 0 {
+                (&cp, &cp_patch)
+            } else {
+                (&worker, &worker_patch)
+            };
             let config = MachineConfig::parse(base).map_err(|e| LabError::Config(e.to_string()))?;
             let patched = patch
                 .apply(&config, "the lab's patch")
@@ -320,10 +498,17 @@ async fn register_nodes(
             spec["podCIDR"] = json!(format!("10.244.{i}.0/24"));
             spec["podCIDRs"] = json!([format!("10.244.{i}.0/24")]);
         }
+        let mut annotations = json!({"ichor.maesh.dev/simulated": "a lab node: its kubelet is the lab's node simulator"});
+        if options.kube_prism {
+            annotations[daemonsets::KUBE_PRISM_ANNOTATION] = json!("7445");
+        }
         let node: Node = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, role_label: ""},
-                "annotations": {"ichor.maesh.dev/simulated": "a lab node: its kubelet is the lab's node simulator"}},
+            // The labels a kubelet sets on its Node (charts select on them).
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, role_label: "",
+                    "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                    "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"},
+                "annotations": annotations},
             "spec": spec,
         }))
         .expect("node");
@@ -338,6 +523,12 @@ async fn register_nodes(
             &PatchParams::default(),
             &Patch::Merge(json!({"status": {
                 "addresses": [{"type": "InternalIP", "address": address.to_string()}, {"type": "Hostname", "address": name}],
+                // What a Talos kubelet reports: the node's Talos version and the
+                // Kubernetes version of the cluster (the real API server's).
+                "nodeInfo": {"kubeletVersion": options.kubernetes_version, "kubeProxyVersion": "",
+                    "osImage": format!("Talos ({})", options.talos_version), "operatingSystem": "linux",
+                    "architecture": "amd64", "kernelVersion": "", "containerRuntimeVersion": "containerd://2.1.5",
+                    "machineID": "", "systemUUID": "", "bootID": ""},
                 "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
                     "message": simulator::NO_CNI_MESSAGE, "lastHeartbeatTime": now, "lastTransitionTime": now}]}})),
         )
@@ -353,7 +544,7 @@ async fn seed_cni(client: &kube::Client, options: &LabOptions) -> Result<(), kub
         daemonsets.push((
             "kube-system",
             "kube-proxy",
-            "registry.k8s.io/kube-proxy:v1.34.1",
+            format!("registry.k8s.io/kube-proxy:{}", options.kubernetes_version),
         ));
     }
     match options.cni {
@@ -361,16 +552,18 @@ async fn seed_cni(client: &kube::Client, options: &LabOptions) -> Result<(), kub
         LabCni::Flannel => daemonsets.push((
             "kube-system",
             "kube-flannel",
-            "ghcr.io/siderolabs/flannel:v0.26.7",
+            "ghcr.io/siderolabs/flannel:v0.26.7".to_string(),
         )),
         LabCni::Calico => daemonsets.push((
             "calico-system",
             "calico-node",
-            "docker.io/calico/node:v3.29.1",
+            "docker.io/calico/node:v3.29.1".to_string(),
         )),
-        LabCni::Cilium => {
-            daemonsets.push(("kube-system", "cilium", "quay.io/cilium/cilium:v1.18.5"))
-        }
+        LabCni::Cilium => daemonsets.push((
+            "kube-system",
+            "cilium",
+            "quay.io/cilium/cilium:v1.18.5".to_string(),
+        )),
     }
     if options.cni == LabCni::Cilium {
         // Its operator registers Cilium's CRDs (the simulator plays that part).
@@ -391,15 +584,44 @@ async fn seed_cni(client: &kube::Client, options: &LabOptions) -> Result<(), kub
             Err(e) => return Err(e),
         }
     }
+    if options.cni == LabCni::Cilium {
+        // A Cilium applied by hand the way the Talos guide says, so that its
+        // agents run (cilium_on_talos).
+        let config: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cilium-config", "namespace": "kube-system"},
+            "data": {"ipam": "kubernetes", "cgroup-root": cilium_on_talos::TALOS_CGROUP_ROOT,
+                "tunnel-protocol": "vxlan",
+                "kube-proxy-replacement": if options.kube_proxy { "false" } else { "true" }},
+        }))
+        .expect("configmap");
+        match Api::namespaced(client.clone(), "kube-system")
+            .create(&PostParams::default(), &config)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
     for (ns, name, image) in daemonsets {
         ensure_namespace(client, ns).await?;
+        let mut container = json!({"name": name, "image": image});
+        if name == "cilium" {
+            container = json!({"name": cilium_on_talos::AGENT_CONTAINER, "image": image,
+                "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "localhost"},
+                        {"name": "KUBERNETES_SERVICE_PORT", "value": "7445"}],
+                "securityContext": {"capabilities": {"add": ["CHOWN", "KILL", "NET_ADMIN", "NET_RAW",
+                    "IPC_LOCK", "SYS_ADMIN", "SYS_RESOURCE", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"],
+                    "drop": ["ALL"]}}});
+        }
         let ds: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(json!({
             "apiVersion": "apps/v1", "kind": "DaemonSet",
             "metadata": {"name": name, "namespace": ns, "labels": {"k8s-app": name}},
             "spec": {"selector": {"matchLabels": {"k8s-app": name}},
                 "template": {"metadata": {"labels": {"k8s-app": name}},
                     "spec": {"hostNetwork": true, "tolerations": [{"operator": "Exists"}],
-                        "containers": [{"name": name, "image": image}]}}}
+                        "containers": [container]}}}
         }))
         .expect("daemonset");
         let api: Api<k8s_openapi::api::apps::v1::DaemonSet> = Api::namespaced(client.clone(), ns);
@@ -410,6 +632,40 @@ async fn seed_cni(client: &kube::Client, options: &LabOptions) -> Result<(), kub
         }
     }
     Ok(())
+}
+
+/// Waits (bounded) until every Node is Ready; says which are not.
+async fn wait_nodes_ready(
+    client: &kube::Client,
+    timeout: std::time::Duration,
+) -> Result<(), LabError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let nodes = Api::<Node>::all(client.clone())
+            .list(&Default::default())
+            .await?;
+        let not_ready: Vec<String> = nodes
+            .items
+            .iter()
+            .filter(|n| {
+                !n.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        if not_ready.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(LabError::Config(format!(
+                "the lab's CNI did not make nodes {} Ready within {timeout:?}",
+                not_ready.join(", ")
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), kube::Error> {
@@ -424,5 +680,19 @@ async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), kube:
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stand_in_is_named_as_such() {
+        let standin = ichor_testenv::tools::repo_root().join("dist/cilium-standin");
+        assert!(is_standin(&standin));
+        let c = CiliumChart::Standin(standin);
+        assert!(!c.is_real());
+        assert!(c.describe().contains("STAND-IN"), "{}", c.describe());
     }
 }

@@ -2,14 +2,16 @@
 //! operator's parts on the test control plane, which has none of them.
 //!
 //! Every tick it:
-//! - marks every DaemonSet ready on every node (DaemonSet pods tolerate the
-//!   not-ready taint and Cilium's run on the host network);
+//! - runs a pod per eligible node for every DaemonSet and counts them in the
+//!   DaemonSet's status; Cilium's agent pod is Ready only when its rendered
+//!   configuration would run on Talos ([`crate::daemonsets`],
+//!   [`crate::cilium_on_talos`]);
 //! - marks a Deployment ready once its pods could be scheduled: when it runs on
 //!   the host network, or when the nodes are Ready (a pod network exists);
 //!   until then it keeps one Pending pod for it with the scheduler's message,
 //!   and an image whose tag is `broken` stays in ImagePullBackOff for ever;
-//! - turns every Node Ready once a CNI's DaemonSet (`kube-system/cilium`,
-//!   flannel's, Calico's) is ready, and back to NotReady with the kubelet's
+//! - turns a Node Ready once a CNI agent pod on it (Cilium's, flannel's,
+//!   Calico's) is Running and Ready, and back to NotReady with the kubelet's
 //!   network-plugin message when none is;
 //! - registers Cilium's CRDs once `cilium-operator` is ready, as the real
 //!   operator does;
@@ -24,7 +26,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -36,13 +38,6 @@ pub const NO_CNI_MESSAGE: &str = "container runtime network not ready: NetworkRe
 pub const READY_MESSAGE: &str = "kubelet is posting ready status";
 /// The image tag the simulator never pulls.
 pub const BROKEN_TAG: &str = "broken";
-
-/// The DaemonSets whose readiness gives the lab's nodes a pod network.
-const NETWORK_DAEMONSETS: &[(&str, &str)] = &[
-    ("kube-system", "cilium"),
-    ("kube-system", "kube-flannel"),
-    ("calico-system", "calico-node"),
-];
 
 const TICK: Duration = Duration::from_millis(300);
 const MANAGER: &str = "ichor-lab-node-simulator";
@@ -190,37 +185,7 @@ pub async fn tick(client: &kube::Client, run_ichor: bool) -> Result<(), kube::Er
     let lp = ListParams::default();
     let nodes = Api::<Node>::all(client.clone()).list(&lp).await?.items;
     let n = nodes.len() as i32;
-    let daemonsets: Api<DaemonSet> = Api::all(client.clone());
-    let mut network_ready = false;
-    for ds in daemonsets.list(&lp).await?.items {
-        let (ns, name) = (
-            ds.metadata.namespace.clone().unwrap_or_default(),
-            ds.metadata.name.clone().unwrap_or_default(),
-        );
-        let generation = ds.metadata.generation.unwrap_or(1);
-        let status = ds.status.clone().unwrap_or_default();
-        let ready = status.number_ready == n
-            && status.observed_generation == Some(generation)
-            && status.desired_number_scheduled == n;
-        if NETWORK_DAEMONSETS.contains(&(ns.as_str(), name.as_str())) {
-            network_ready = n > 0;
-        }
-        if !ready {
-            Api::<DaemonSet>::namespaced(client.clone(), &ns)
-                .patch_status(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {
-                        "currentNumberScheduled": n, "desiredNumberScheduled": n, "numberReady": n,
-                        "numberAvailable": n, "updatedNumberScheduled": n, "numberMisscheduled": 0,
-                        "observedGeneration": generation}})),
-                )
-                .await?;
-        }
-    }
-    let network = network_ready;
-    set_nodes_ready(client, &nodes, network).await?;
-    let nodes_ready = network;
+    let nodes_ready = crate::daemonsets::tick(client, &nodes).await?;
 
     let mut operator_ready = false;
     for d in Api::<Deployment>::all(client.clone())
@@ -237,40 +202,6 @@ pub async fn tick(client: &kube::Client, run_ichor: bool) -> Result<(), kube::Er
     }
     if operator_ready {
         register_cilium_crds(client).await?;
-    }
-    Ok(())
-}
-
-async fn set_nodes_ready(
-    client: &kube::Client,
-    nodes: &[Node],
-    ready: bool,
-) -> Result<(), kube::Error> {
-    let api: Api<Node> = Api::all(client.clone());
-    for node in nodes {
-        let current = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-            .map(|c| c.status == "True");
-        if current == Some(ready) {
-            continue;
-        }
-        let now = now();
-        let (status, reason, message) = if ready {
-            ("True", "KubeletReady", READY_MESSAGE)
-        } else {
-            ("False", "KubeletNotReady", NO_CNI_MESSAGE)
-        };
-        api.patch_status(
-            node.metadata.name.as_deref().unwrap_or_default(),
-            &PatchParams::default(),
-            &Patch::Strategic(json!({"status": {"conditions": [{
-                "type": "Ready", "status": status, "reason": reason, "message": message,
-                "lastHeartbeatTime": now, "lastTransitionTime": now}]}})),
-        )
-        .await?;
     }
     Ok(())
 }

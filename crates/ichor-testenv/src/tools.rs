@@ -74,6 +74,38 @@ impl Tool {
     }
 }
 
+/// The real Cilium chart folder that `tools/testbin.sh` copies out of
+/// Cilium's published Go module: `$ICHOR_CILIUM_CHART` when it names a
+/// folder, else `<cache>/cilium-chart-<CILIUM_VERSION>`. `None` when neither
+/// holds a `Chart.yaml` (the tools were not built).
+pub fn cilium_chart() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("ICHOR_CILIUM_CHART") {
+        let p = PathBuf::from(p);
+        if p.join("Chart.yaml").is_file() {
+            return Some(p);
+        }
+    }
+    let dir = cache_dir().join(format!("cilium-chart-{}", cilium_version()));
+    dir.join("Chart.yaml").is_file().then_some(dir)
+}
+
+/// The real Cilium chart, or a panic naming the command that fetches it:
+/// for tests whose claim needs the real chart.
+pub fn require_cilium_chart() -> PathBuf {
+    cilium_chart().unwrap_or_else(|| {
+        panic!(
+            "the real Cilium chart {} is not in {}: run tools/testbin.sh (or make test), which copies it out of the Go module github.com/cilium/cilium",
+            cilium_version(),
+            cache_dir().display()
+        )
+    })
+}
+
+/// The pinned Cilium version (`CILIUM_VERSION` in `tools/versions.env`).
+pub fn cilium_version() -> String {
+    pinned_version("CILIUM_VERSION")
+}
+
 /// The root of the tools cache: `$ICHOR_TESTBIN_DIR`, else
 /// `${XDG_CACHE_HOME:-$HOME/.cache}/ichor/testbin`, as the script computes it.
 pub fn cache_dir() -> PathBuf {
@@ -138,6 +170,11 @@ mod tests {
         }
         assert!(Tool::Helm3.version().starts_with("v3."));
         assert!(Tool::Helm4.version().starts_with("v4."));
+        let cilium = cilium_version();
+        assert!(
+            cilium.starts_with("v1.18."),
+            "Cilium {cilium} is not 1.18.x"
+        );
     }
 
     fn semver_like(s: &str) -> bool {

@@ -105,6 +105,10 @@ pub struct AdoptArgs {
     /// How long to wait for Ichor's webhooks after installing it.
     #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = parse_duration)]
     pub wait_timeout: std::time::Duration,
+    /// How long to wait for Cilium and every node to be Ready after
+    /// installing Cilium.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub cilium_wait_timeout: std::time::Duration,
     /// The controller image to install, for a registry mirror
     /// (default: ghcr.io/maeshinshin/ichor-controller at this ichor's version).
     #[arg(long, value_name = "IMAGE")]

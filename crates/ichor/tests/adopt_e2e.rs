@@ -13,7 +13,7 @@ use ichor_api::{IchorInstallation, KubeProxyMode, TalosCluster, TalosMachine};
 use ichor_lab::{LabCni, LabOptions};
 use ichor_testenv::Tool;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::Api;
 use kube::api::{DynamicObject, ListParams};
 
@@ -84,17 +84,14 @@ fn helm_list(h: &LabHarness, tool: Tool, namespace: &str) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The values Ichor's Cilium release was installed with (its record's
+/// `config`), whichever chart the lab gave Ichor.
 async fn cilium_values(h: &Harness) -> serde_json::Value {
-    let cm = Api::<ConfigMap>::namespaced(h.client().await, "kube-system")
-        .get("cilium-config")
+    let release = ichor_cilium::deployed_release(h.client().await, NS)
         .await
-        .unwrap();
-    let data = cm.data.unwrap_or_default();
-    let json = data
-        .values()
-        .find(|v| v.trim_start().starts_with('{'))
-        .expect("cilium-config carries the values as JSON");
-    serde_json::from_str(json).unwrap()
+        .unwrap()
+        .expect("Ichor's Cilium release is deployed");
+    serde_json::Value::Object(release.config.unwrap_or_default())
 }
 
 /// Covers: R1.1a, R1.2a, R1.5a, R1.5b, R1.5c, R1.5d, R1.5e, R1.5f, R1.6, R1.7a, R1.7b, R2.2, R1.4d

@@ -24,7 +24,7 @@ fn ichor(h: &LabHarness, args: &[&str]) -> Output {
         .arg("--helm")
         .arg(Tool::Helm3.path())
         .arg("--cilium-chart")
-        .arg(ichor_testenv::tools::repo_root().join("dist/cilium-standin"))
+        .arg(h.cilium_chart())
         .output()
         .unwrap()
 }

@@ -294,7 +294,7 @@ async fn f3_preflight_refuses_a_no_cni_cluster_until_cni_bootstrap() {
         .arg("--helm")
         .arg(Tool::Helm4.path())
         .arg("--cilium-chart")
-        .arg(repo_root().join("dist/cilium-standin"));
+        .arg(h.cilium_chart());
     let out = bootstrap.output().unwrap();
     assert!(out.status.success(), "ichor cni bootstrap: {}", text(&out));
 

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
-use ichor_lab::{Lab, LabOptions};
+use ichor_lab::{Lab, LabOptions, LabShape};
 
 /// The local lab: a real kube-apiserver and etcd, emulated Talos nodes, and a
 /// node simulator standing in for the kubelets.
@@ -27,6 +27,10 @@ enum Cmd {
         /// Where the lab writes its kubeconfig, talosconfig and bundle.
         #[arg(long, default_value = "target/lab")]
         state_dir: PathBuf,
+        /// The nodes' machine-config shape: v1alpha1 (Talos v1.12/v1.13) or
+        /// multidoc (Talos v1.14).
+        #[arg(long, default_value = "v1alpha1")]
+        shape: LabShape,
     },
     /// Adopt wall time on labs of several sizes, split into phases (a benchmark:
     /// it prints figures and judges nothing).
@@ -44,6 +48,10 @@ enum Cmd {
         nodes: usize,
         #[arg(long, default_value = "target/lab")]
         state_dir: PathBuf,
+        /// The nodes' machine-config shape: v1alpha1 (Talos v1.12/v1.13) or
+        /// multidoc (Talos v1.14).
+        #[arg(long, default_value = "v1alpha1")]
+        shape: LabShape,
     },
     /// Stop a lab started by `ichor-lab up`, and everything it started.
     Down {
@@ -61,8 +69,12 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         match cli.command {
-            Cmd::Up { nodes, state_dir } => {
-                let lab = start(nodes, state_dir).await?;
+            Cmd::Up {
+                nodes,
+                state_dir,
+                shape,
+            } => {
+                let lab = start(nodes, state_dir, shape).await?;
                 let pid_file = lab.state_dir().join("lab.pid");
                 std::fs::write(&pid_file, std::process::id().to_string())?;
                 println!("{}", lab.env_lines());
@@ -81,12 +93,16 @@ fn main() -> anyhow::Result<()> {
                 Ok(())
             }
             Cmd::Down { state_dir } => down(&state_dir).await,
-            Cmd::Demo { nodes, state_dir } => demo(nodes, state_dir).await,
+            Cmd::Demo {
+                nodes,
+                state_dir,
+                shape,
+            } => demo(nodes, state_dir, shape).await,
             Cmd::Bench { nodes, state_dir } => {
                 println!("nodes\tlab-up\tadopt-total\tphases (from ichor adopt)");
                 for n in nodes {
                     let started = std::time::Instant::now();
-                    let lab = start(n, state_dir.join(format!("n{n}"))).await?;
+                    let lab = start(n, state_dir.join(format!("n{n}")), LabShape::V1alpha1).await?;
                     let up = started.elapsed();
                     let (total, phases) = adopt(&lab, false).await?;
                     println!(
@@ -138,14 +154,15 @@ async fn down(state_dir: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn start(nodes: usize, state_dir: PathBuf) -> anyhow::Result<Lab> {
+async fn start(nodes: usize, state_dir: PathBuf, shape: LabShape) -> anyhow::Result<Lab> {
     eprintln!(
         "lab: starting a real kube-apiserver and etcd, {nodes} emulated Talos nodes with no CNI, and the node simulator"
     );
     eprintln!(
         "lab: the kubelets, the scheduler and Cilium's operator are SIMULATED: no container runs here"
     );
-    let mut options = LabOptions::new(std::fs::canonicalize(".")?.join(state_dir));
+    let mut options =
+        LabOptions::new(std::fs::canonicalize(".")?.join(state_dir)).with_shape(shape);
     options.nodes = nodes;
     // The lab runs the Ichor that `ichor adopt` installs (its controller
     // Deployment's pod, its ichor-cni Jobs) as this `ichor` binary.
@@ -158,6 +175,12 @@ async fn start(nodes: usize, state_dir: PathBuf) -> anyhow::Result<Lab> {
             bin.display()
         );
     }
+    eprintln!(
+        "lab: nodes shaped as Talos {} configs ({shape:?}), Kubernetes {}; Ichor installs {}",
+        options.talos_version,
+        options.kubernetes_version,
+        options.cilium_chart.describe()
+    );
     let lab = Lab::up(options).await.context("starting the lab")?;
     eprintln!(
         "lab: nodes {} at {}",
@@ -171,8 +194,8 @@ async fn start(nodes: usize, state_dir: PathBuf) -> anyhow::Result<Lab> {
     Ok(lab)
 }
 
-async fn demo(nodes: usize, state_dir: PathBuf) -> anyhow::Result<()> {
-    let lab = start(nodes, state_dir).await?;
+async fn demo(nodes: usize, state_dir: PathBuf, shape: LabShape) -> anyhow::Result<()> {
+    let lab = start(nodes, state_dir, shape).await?;
     adopt(&lab, true).await?;
     Ok(())
 }
@@ -189,9 +212,10 @@ async fn adopt(lab: &Lab, show: bool) -> anyhow::Result<(std::time::Duration, St
         );
     }
     let helm = ichor_testenv::Tool::Helm4.path();
-    let chart = ichor_testenv::tools::repo_root().join("dist/cilium-standin");
+    let chart = lab.options.cilium_chart.path().to_path_buf();
     eprintln!(
-        "lab: running ichor adopt (the real binary, the real helm, the stand-in Cilium chart)"
+        "lab: running ichor adopt (the real binary, the real helm, {})",
+        lab.options.cilium_chart.describe()
     );
     let started = std::time::Instant::now();
     let output = Command::new(&bin)

@@ -48,7 +48,7 @@ pub async fn run(args: AdoptArgs) -> anyhow::Result<()> {
         cilium_values,
         require_ichor: args.require_ichor,
         webhook_timeout: args.wait_timeout,
-        cilium_timeout: ichor_adopt::waits::CILIUM_READY_WAIT,
+        cilium_timeout: args.cilium_wait_timeout,
         handover_timeout: ichor_adopt::waits::HANDOVER_WAIT,
         poll_interval: Duration::from_secs(2),
         cilium: run.cilium_options(),

@@ -10,7 +10,6 @@ use std::process::{Command, Output, Stdio};
 
 use ichor_lab::{Lab, LabOptions};
 use ichor_testenv::Tool;
-use ichor_testenv::tools::repo_root;
 
 pub const NS: &str = "ichor-system";
 /// Ichor's controller image of this version: the lab runs its pods and its
@@ -42,7 +41,13 @@ impl LabHarness {
         cmd
     }
 
-    /// `ichor adopt --yes` against the lab with the stand-in Cilium chart.
+    /// The Cilium chart the lab gives Ichor: the real chart from the tools
+    /// cache, or the stand-in where the tools cache lacks it.
+    pub fn cilium_chart(&self) -> &Path {
+        self.lab.options.cilium_chart.path()
+    }
+
+    /// `ichor adopt --yes` against the lab with the lab's Cilium chart.
     pub fn adopt(&self, extra: &[&str]) -> Command {
         self.adopt_with(&self.lab.talosconfig, &self.lab.kubeconfig, extra)
     }
@@ -59,7 +64,7 @@ impl LabHarness {
             .arg("--helm")
             .arg(Tool::Helm4.path())
             .arg("--cilium-chart")
-            .arg(repo_root().join("dist/cilium-standin"))
+            .arg(self.cilium_chart())
             .args(extra);
         cmd
     }
