@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 use ichor_cilium::{
-    CHART_VERSION, ClusterSettings, KubeProxy, OWNED_KEYS, Tunnel, chart_version_of,
+    CHART_VERSION, ClusterSettings, KubeProxyMode, OWNED_KEYS, Tunnel, chart_version_of,
     effective_values, offline_chart,
 };
 use ichor_testenv::Tool;
@@ -29,7 +29,7 @@ fn settings() -> Vec<ClusterSettings> {
             ichor_api::CniPreset::Unmanaged => continue,
         }
         for tunnel in [Tunnel::Vxlan, Tunnel::Geneve] {
-            for kube_proxy in [KubeProxy::Enabled, KubeProxy::Replaced] {
+            for kube_proxy in [KubeProxyMode::Enabled, KubeProxyMode::Replaced] {
                 for nodes in [1, 3] {
                     out.push(ClusterSettings::new(tunnel, kube_proxy, nodes));
                 }
@@ -201,8 +201,8 @@ fn the_real_chart_renders_ichors_values_with_helm_v3_and_v4() {
             assert_eq!(config["tunnel-protocol"], s.tunnel.as_str(), "{s:?}");
             assert_eq!(config["cgroup-root"], "/sys/fs/cgroup", "{s:?}");
             let kpr = match s.kube_proxy {
-                KubeProxy::Enabled => "false",
-                KubeProxy::Replaced => "true",
+                KubeProxyMode::Enabled => "false",
+                KubeProxyMode::Replaced => "true",
             };
             assert_eq!(config["kube-proxy-replacement"], kpr, "{s:?}");
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use ichor_cilium::{ClusterSettings, KubeProxy, Tunnel, effective_values};
+use ichor_cilium::{ClusterSettings, KubeProxyMode, Tunnel, effective_values};
 use ichor_lab::cilium_on_talos::{TalosNode, judge_agent};
 use ichor_testenv::Tool;
 use ichor_testenv::tools::require_cilium_chart;
@@ -53,9 +53,9 @@ fn render(chart: &Path, values: &Map<String, Value>) -> (Value, BTreeMap<String,
     (find("DaemonSet", "cilium"), config)
 }
 
-fn node(kube_proxy: KubeProxy) -> TalosNode {
+fn node(kube_proxy: KubeProxyMode) -> TalosNode {
     TalosNode {
-        kube_proxy: kube_proxy == KubeProxy::Enabled,
+        kube_proxy: kube_proxy == KubeProxyMode::Enabled,
         kube_prism_port: Some(7445),
     }
 }
@@ -65,14 +65,14 @@ fn node(kube_proxy: KubeProxy) -> TalosNode {
 fn ichors_values_run_on_talos_and_the_charts_defaults_do_not() {
     let chart = require_cilium_chart();
     for tunnel in [Tunnel::Vxlan, Tunnel::Geneve] {
-        for kp in [KubeProxy::Enabled, KubeProxy::Replaced] {
+        for kp in [KubeProxyMode::Enabled, KubeProxyMode::Replaced] {
             for nodes in [1, 3] {
                 let s = ClusterSettings::new(tunnel, kp, nodes);
                 let (ds, config) = render(&chart, &effective_values(&s).unwrap());
                 assert_eq!(judge_agent(&ds, Some(&config), &node(kp)), Ok(()), "{s:?}");
                 // The values for kube-proxy do not run where Talos disabled it.
-                if kp == KubeProxy::Enabled {
-                    let why = judge_agent(&ds, Some(&config), &node(KubeProxy::Replaced))
+                if kp == KubeProxyMode::Enabled {
+                    let why = judge_agent(&ds, Some(&config), &node(KubeProxyMode::Replaced))
                         .expect_err("nothing would serve Services");
                     assert!(why.message.contains("kubeProxyReplacement=true"), "{why:?}");
                 }
@@ -81,12 +81,16 @@ fn ichors_values_run_on_talos_and_the_charts_defaults_do_not() {
     }
 
     let (ds, config) = render(&chart, &Map::new());
-    let why = judge_agent(&ds, Some(&config), &node(KubeProxy::Enabled)).unwrap_err();
+    let why = judge_agent(&ds, Some(&config), &node(KubeProxyMode::Enabled)).unwrap_err();
     assert!(why.message.contains("SYS_MODULE"), "{why:?}");
 
     // Each Talos value set back to the chart's default, the rest kept.
-    let base =
-        effective_values(&ClusterSettings::new(Tunnel::Vxlan, KubeProxy::Replaced, 3)).unwrap();
+    let base = effective_values(&ClusterSettings::new(
+        Tunnel::Vxlan,
+        KubeProxyMode::Replaced,
+        3,
+    ))
+    .unwrap();
     let cases: [(&str, Value, &str); 5] = [
         ("/ipam/mode", json!("cluster-pool"), "ipam.mode=kubernetes"),
         (
@@ -110,7 +114,7 @@ fn ichors_values_run_on_talos_and_the_charts_defaults_do_not() {
         let mut v = Value::Object(base.clone());
         *v.pointer_mut(pointer).unwrap() = value;
         let (ds, config) = render(&chart, v.as_object().unwrap());
-        let why = judge_agent(&ds, Some(&config), &node(KubeProxy::Replaced)).unwrap_err();
+        let why = judge_agent(&ds, Some(&config), &node(KubeProxyMode::Replaced)).unwrap_err();
         assert!(why.message.contains(expected), "{pointer}: {why:?}");
     }
 }

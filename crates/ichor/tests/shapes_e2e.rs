@@ -84,8 +84,7 @@ async fn nodes_report_the_talos_version_of_their_shape_and_the_api_servers_kuber
 /// the holds, writing nothing to the nodes.
 #[tokio::test(flavor = "multi_thread")]
 async fn e1_on_the_multidoc_shape() {
-    let mut h = LabHarness::up(|o| *o = o.clone().with_shape(LabShape::Multidoc)).await;
-    h.start_controller("installer");
+    let h = LabHarness::up(|o| *o = o.clone().with_shape(LabShape::Multidoc)).await;
     let before: Vec<_> = (0..h.lab.hostnames.len())
         .map(|i| h.lab.emulator.active_config(i))
         .collect();
