@@ -41,12 +41,15 @@ IMAGE_SOURCE = $(shell sed -n 's/^repository = "\(.*\)"$$/\1/p' Cargo.toml | hea
 IMAGE_HELM = $${ICHOR_TESTBIN_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/ichor/testbin}/helm-$$(sed -n 's/^HELM4_VERSION=//p' tools/versions.env)/helm
 IMAGE_CHART = $$(bash tools/cilium-chart.sh)
 IMAGES_DIR := bin/images
+# Release binaries carry no build path (the clone's folder, cargo's home), so
+# a build of the same commit anywhere gives the same bytes.
+RELEASE_RUSTFLAGS = --remap-path-prefix=$(CURDIR)=/ichor --remap-path-prefix=$${CARGO_HOME:-$$HOME/.cargo}=/cargo
 IMAGEGEN = ./target/release/imagegen --ichor target/release/ichor --helm "$(IMAGE_HELM)" --cilium-chart "$(IMAGE_CHART)" \
 	--revision "$$(git rev-parse HEAD)" --created "$$(git log -1 --format=%ct)" --source $(IMAGE_SOURCE)
 
 ## images: the controller image as an OCI layout and archive in bin/images/ (no container daemon; same commit, same digest)
 images: testbin
-	$(CARGO) build --locked --release -p ichor -p ichor-image
+	RUSTFLAGS="$(RELEASE_RUSTFLAGS)" $(CARGO) build --locked --release -p ichor -p ichor-image
 	$(IMAGEGEN) --version $(WS_VERSION) --out $(IMAGES_DIR)
 
 # The helm that packages the chart: the one on PATH, else the tools cache's helm v4.
@@ -63,7 +66,7 @@ release:
 	  [ "$$ws" = "$(VERSION)" ] || { echo "VERSION=$(VERSION) but the workspace version is $$ws: set version in [workspace.package] of Cargo.toml and version/appVersion in dist/chart/Chart.yaml to it first, then run make dist" >&2; exit 1; }
 	@[ -x "$(HELM)" ] || command -v "$(HELM)" >/dev/null || { echo "no helm at $(HELM): install helm, pass HELM=/path/to/helm, or run make testbin" >&2; exit 1; }
 	mkdir -p $(RELEASE_DIR)
-	$(CARGO) build --locked --release -p ichor -p ichor-dist -p ichor-image
+	RUSTFLAGS="$(RELEASE_RUSTFLAGS)" $(CARGO) build --locked --release -p ichor -p ichor-dist -p ichor-image
 	cp target/release/ichor $(RELEASE_DIR)/ichor
 	./target/release/distgen --version $(VERSION) --install-yaml $(RELEASE_DIR)/install.yaml
 	"$(HELM)" lint --strict dist/chart --namespace ichor-system
