@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test testbin fmt-check clippy cargo-test lab crds
+.PHONY: test testbin fmt-check clippy cargo-test lab
 
 ## test: build the upstream tools if missing, then fmt, clippy and every test
 test: testbin fmt-check clippy cargo-test
@@ -29,7 +29,7 @@ lab: testbin
 
 .PHONY: dist release images
 
-## dist: regenerate dist/install.yaml and the chart's generated templates from the Rust sources
+## dist: regenerate every generated file (dist/crds, dist/install.yaml, the chart's generated templates) from the Rust sources
 dist:
 	$(CARGO) run --locked -p ichor-dist --bin distgen
 

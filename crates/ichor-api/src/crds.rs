@@ -1,4 +1,5 @@
-//! Every CRD of this crate, and the YAML `crdgen` writes to `dist/crds/`.
+//! Every CRD of this crate, and the YAML `distgen` (crates/ichor-dist) writes
+//! to `dist/crds/`.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -8,8 +9,8 @@ use crate::{IchorInstallation, TalosCluster, TalosMachine, TalosOperation};
 /// The folder, relative to the workspace root, that holds the generated CRDs.
 pub const DIST_DIR: &str = "dist/crds";
 
-/// The command that regenerates `dist/crds/`.
-pub const REGENERATE_COMMAND: &str = "cargo run -p ichor-api --bin crdgen";
+/// The command that regenerates `dist/crds/` (and every other generated file).
+pub const REGENERATE_COMMAND: &str = "cargo run -p ichor-dist --bin distgen";
 
 /// Failure to render a CRD.
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +41,7 @@ pub struct CrdFile {
     pub yaml: String,
 }
 
-/// The files `crdgen` writes: one per CRD, named `<plural>.<group>.yaml`.
+/// The files written to `dist/crds/`: one per CRD, named `<plural>.<group>.yaml`.
 pub fn files() -> Result<Vec<CrdFile>, Error> {
     all()
         .into_iter()

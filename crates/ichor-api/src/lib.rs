@@ -8,7 +8,7 @@
 //!
 //! Condition types and reasons are constants in [`conditions`], and conditions
 //! are built and merged there only. [`crds`] lists every CRD and renders the
-//! YAML that `crdgen` writes to `dist/crds/`. [`validation`] holds the
+//! YAML that `distgen` writes to `dist/crds/`. [`validation`] holds the
 //! admission checks (the same rules as the CEL, with messages for people).
 //!
 //! This crate talks to no server.

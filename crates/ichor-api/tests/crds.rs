@@ -1,42 +1,8 @@
-//! The generated CRDs: committed YAML is fresh, and the whole schema is snapshotted.
+//! The generated CRDs: the whole schema is snapshotted (their files' freshness
+//! is checked with every generated file by ichor-dist's `stale` test).
 
-use std::path::PathBuf;
 
-fn dist_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(ichor_api::crds::DIST_DIR)
-}
 
-/// The committed `dist/crds/*.yaml` equal what the types generate now.
-#[test]
-fn committed_crds_are_fresh() {
-    let files = ichor_api::crds::files().expect("render CRDs");
-    let mut stale = Vec::new();
-    for f in &files {
-        let path = dist_dir().join(&f.file_name);
-        match std::fs::read_to_string(&path) {
-            Ok(committed) if committed == f.yaml => {}
-            Ok(_) => stale.push(format!("{} differs", path.display())),
-            Err(e) => stale.push(format!("{} cannot be read ({e})", path.display())),
-        }
-    }
-    let expected: Vec<&str> = files.iter().map(|f| f.file_name.as_str()).collect();
-    if let Ok(entries) = std::fs::read_dir(dist_dir()) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".yaml") && !expected.contains(&name.as_str()) {
-                stale.push(format!("{name} is no longer generated; delete it"));
-            }
-        }
-    }
-    assert!(
-        stale.is_empty(),
-        "dist/crds is stale: {}.\nRegenerate with `{}` and commit the result.",
-        stale.join("; "),
-        ichor_api::crds::REGENERATE_COMMAND
-    );
-}
 
 /// The whole generated schema of every CRD, so any schema change is a visible diff.
 #[test]

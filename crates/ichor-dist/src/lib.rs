@@ -50,6 +50,8 @@ pub enum Error {
         "{version:?} is not a version Ichor can be stamped with: write it as vMAJOR.MINOR.PATCH, for example v0.2.0"
     )]
     Version { version: String },
+    #[error(transparent)]
+    Crd(#[from] ichor_api::crds::Error),
 }
 
 /// One generated file: its path relative to the workspace root, and its text.
@@ -247,12 +249,24 @@ pub fn chart_generated_tpl() -> Result<GeneratedFile, Error> {
     })
 }
 
+/// `dist/crds/`: one file per CRD, from the types in ichor-api.
+fn dist_crds() -> Result<Vec<GeneratedFile>, Error> {
+    Ok(ichor_api::crds::files()?
+        .into_iter()
+        .map(|f| GeneratedFile {
+            path: PathBuf::from(ichor_api::crds::DIST_DIR).join(f.file_name),
+            text: f.yaml,
+        })
+        .collect())
+}
+
 /// Every file `distgen` writes into the repository, at this workspace's version.
 pub fn repo_files() -> Result<Vec<GeneratedFile>, Error> {
     let mut files = vec![GeneratedFile {
         path: PathBuf::from(INSTALL_YAML),
         text: install_yaml(&workspace_version())?,
     }];
+    files.extend(dist_crds()?);
     files.extend(chart_crds()?);
     files.push(chart_generated_tpl()?);
     Ok(files)

@@ -5,8 +5,9 @@ use ichor_testenv::tools::repo_root;
 
 /// Covers: R4.1, R4.5
 ///
-/// `dist/install.yaml` and the chart's generated templates (CRDs, RBAC
-/// rules, Cilium policies) are exactly what `distgen` writes today.
+/// `dist/crds/`, `dist/install.yaml` and the chart's generated templates
+/// (CRDs, RBAC rules, Cilium policies, webhooks) are exactly what `distgen`
+/// writes today: the one freshness check of every generated file.
 #[test]
 fn generated_dist_files_are_up_to_date() {
     let root = repo_root();
@@ -18,17 +19,17 @@ fn generated_dist_files_are_up_to_date() {
             stale.push(f.path.display().to_string());
         }
     }
-    // A CRD template with no CRD behind it is stale too.
-    let crd_dir = root.join(ichor_dist::CHART_DIR).join("templates/crd");
-    for entry in std::fs::read_dir(&crd_dir)
-        .expect("dist/chart/templates/crd exists")
-        .flatten()
-    {
-        let rel = std::path::Path::new(ichor_dist::CHART_DIR)
-            .join("templates/crd")
-            .join(entry.file_name());
-        if !files.iter().any(|f| f.path == rel) {
-            stale.push(format!("{} (no such CRD)", rel.display()));
+    // A CRD file with no CRD behind it is stale too.
+    let chart_crds = std::path::Path::new(ichor_dist::CHART_DIR).join("templates/crd");
+    for dir in [chart_crds.as_path(), std::path::Path::new(ichor_api::crds::DIST_DIR)] {
+        for entry in std::fs::read_dir(root.join(dir))
+            .unwrap_or_else(|e| panic!("{} cannot be read: {e}", dir.display()))
+            .flatten()
+        {
+            let rel = dir.join(entry.file_name());
+            if !files.iter().any(|f| f.path == rel) {
+                stale.push(format!("{} (no such CRD)", rel.display()));
+            }
         }
     }
     assert!(
