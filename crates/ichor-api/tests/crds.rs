@@ -1,9 +1,6 @@
 //! The generated CRDs: the whole schema is snapshotted (their files' freshness
 //! is checked with every generated file by ichor-dist's `stale` test).
 
-
-
-
 /// The whole generated schema of every CRD, so any schema change is a visible diff.
 #[test]
 fn crd_schema_snapshot() {

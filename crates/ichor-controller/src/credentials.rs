@@ -143,52 +143,20 @@ impl Cache {
 /// Parses a bundle and mints an `os:admin` client identity from its OS CA.
 /// The error text never contains key material.
 pub fn identity_from_bundle_text(text: &str, origin: &str) -> Result<ClientIdentity, String> {
-    let bundle = SecretsBundle::parse(text, origin).map_err(|e| redact_quoted(&e.to_string()))?;
+    // A parse error may quote the value it choked on, which in a bundle can be a key.
+    let bundle = SecretsBundle::parse(text, origin)
+        .map_err(|e| ichor_talos::redact::quoted_values(&e.to_string()))?;
     let (ca_pem, _) = bundle
         .os_ca_pem()
         .ok_or_else(|| "certs.os.crt or certs.os.key is missing or not base64".to_string())?;
     let cert = generate_client_certificate(&bundle, Role::Admin, CERT_VALIDITY)
-        .map_err(|e| redact_quoted(&e.to_string()))?;
+        .map_err(|e| ichor_talos::redact::quoted_values(&e.to_string()))?;
     Ok(ClientIdentity::from_pem(ca_pem, cert.crt_pem, cert.key_pem))
-}
-
-/// A parse error may quote the value it choked on, and in a bundle that value
-/// can be a key: every quoted stretch is replaced before the text is logged
-/// or written to a condition.
-fn redact_quoted(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut inside = false;
-    for c in s.chars() {
-        if c == '"' {
-            if inside {
-                out.push_str("(redacted)\"");
-            } else {
-                out.push('"');
-            }
-            inside = !inside;
-        } else if !inside {
-            out.push(c);
-        }
-    }
-    if inside {
-        out.push_str("(redacted)");
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quoted_values_never_reach_messages() {
-        assert_eq!(
-            redact_quoted(r#"invalid type: string "LS0tLS1CRUdJTi", expected a map at line 3"#),
-            r#"invalid type: string "(redacted)", expected a map at line 3"#
-        );
-        assert_eq!(redact_quoted("no quotes"), "no quotes");
-        assert_eq!(redact_quoted(r#"open "abc"#), r#"open "(redacted)"#);
-    }
 
     #[test]
     fn a_bundle_gives_an_admin_identity_and_errors_name_no_secret() {

@@ -21,7 +21,10 @@ fn generated_dist_files_are_up_to_date() {
     }
     // A CRD file with no CRD behind it is stale too.
     let chart_crds = std::path::Path::new(ichor_dist::CHART_DIR).join("templates/crd");
-    for dir in [chart_crds.as_path(), std::path::Path::new(ichor_api::crds::DIST_DIR)] {
+    for dir in [
+        chart_crds.as_path(),
+        std::path::Path::new(ichor_api::crds::DIST_DIR),
+    ] {
         for entry in std::fs::read_dir(root.join(dir))
             .unwrap_or_else(|e| panic!("{} cannot be read: {e}", dir.display()))
             .flatten()
