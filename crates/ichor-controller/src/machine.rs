@@ -317,6 +317,9 @@ pub fn endpoint(address: &str, port: u16) -> String {
     };
     if has_port {
         a.to_owned()
+    } else if a.starts_with('[') && a.ends_with(']') {
+        // An IPv6 address in brackets without a port: brackets once.
+        format!("{a}:{port}")
     } else if a.contains(':') {
         format!("[{a}]:{port}")
     } else {
@@ -857,6 +860,15 @@ mod tests {
         assert_eq!(endpoint("node-1", 50000), "node-1:50000");
         assert_eq!(endpoint("fd00::2", 50000), "[fd00::2]:50000");
         assert_eq!(endpoint("[fd00::2]:4000", 50000), "[fd00::2]:4000");
+    }
+
+    /// Found while writing the address fuzz target (tests/fuzz_webhook.rs,
+    /// whose bracketed IPv6 inputs hit it): `[fd00::2]`, which the webhook
+    /// accepts, was dialled as `[[fd00::2]]:50000`.
+    /// Covers: issue 12 (fuzzing regression)
+    #[test]
+    fn a_bracketed_ipv6_address_without_a_port_is_bracketed_once() {
+        assert_eq!(endpoint("[fd00::2]", 50000), "[fd00::2]:50000");
     }
 
     fn entry(path: &str, class: DriftClass) -> ichor_api::DriftEntry {

@@ -34,7 +34,7 @@ fn cluster(ns: &str) -> TalosCluster {
 }
 
 /// The writes a node took, without the config bytes (they hold the fixture's keys).
-fn written(emu: &ichor_talemu::Emulator) -> Vec<String> {
+fn node_writes(emu: &ichor_talemu::Emulator) -> Vec<String> {
     emu.writes()
         .iter()
         .map(|w| match &w.action {
@@ -127,7 +127,7 @@ async fn a_hold_taken_back_before_the_apply_writes_nothing_to_the_node() {
         })
     })
     .await;
-    assert!(written(&emu).is_empty(), "{:?}", written(&emu));
+    assert!(node_writes(&emu).is_empty(), "{:?}", node_writes(&emu));
 
     // Every version of w-1 from here on, as the API server stores them.
     let from = machines.get("w-1").await.unwrap().resource_version();
@@ -175,9 +175,9 @@ async fn a_hold_taken_back_before_the_apply_writes_nothing_to_the_node() {
         .find_map(applied)
         .expect("an Applied condition");
     assert!(
-        written(&emu).is_empty(),
+        node_writes(&emu).is_empty(),
         "the node was written after its hold was taken back: {:?}",
-        written(&emu)
+        node_writes(&emu)
     );
     assert_eq!(reason, reasons::HOLD_TAKEN_BACK, "{message}");
     assert!(
@@ -209,7 +209,7 @@ async fn a_hold_taken_back_before_the_apply_writes_nothing_to_the_node() {
     .await;
     running.stop().await.unwrap();
     watch.abort();
-    assert!(written(&emu).is_empty(), "{:?}", written(&emu));
+    assert!(node_writes(&emu).is_empty(), "{:?}", node_writes(&emu));
     assert_eq!(
         String::from_utf8(emu.active_config(0).unwrap()).unwrap(),
         w_cfg
