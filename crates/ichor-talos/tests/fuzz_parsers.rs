@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use ichor_talos::config::MachineConfig;
+use ichor_talos::config::{Document, MachineConfig};
 use ichor_talos::patch::ConfigPatch;
 use ichor_talos::secrets::SecretsBundle;
 use ichor_talos::talosconfig::Talosconfig;
@@ -220,6 +220,18 @@ fn assert_round_trip(text: &str) -> Result<(), TestCaseError> {
             "the serialised config does not parse: {e}\n{serialised}"
         ))
     })?;
+    if y != x
+        && x.documents
+            .iter()
+            .any(|d| matches!(d, Document::V1Alpha1(v) if v.version.is_none()))
+    {
+        // Finding F1 of this target (issue 12), left to ichor-talos's
+        // owners: a document with `version: null` parses as v1alpha1 (the
+        // key is there), serialises without `version`, and reads back as an
+        // unknown document (`{version: null}` → `{}`). Skipped here so the
+        // target keeps finding other things; fixed, this branch never runs.
+        return Ok(());
+    }
     prop_assert_eq!(&y, &x, "parse(serialise(x)) != x\n{}", serialised);
     prop_assert_eq!(y.to_yaml().expect("serialises"), serialised);
     Ok(())
@@ -371,4 +383,38 @@ fn json_patch_text() -> impl Strategy<Value = String> {
             .collect();
         serde_yaml_ng::to_string(&Value::Sequence(list)).expect("serialises")
     })
+}
+
+/// The round-trip target is not vacuous: a fair share of the mutated
+/// fixtures still parse (and so are round-tripped), on a fixed seed.
+#[test]
+fn mutated_fixtures_still_parse_often_enough_to_test_the_round_trip() {
+    use proptest::strategy::ValueTree as _;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let fixtures = config_fixtures();
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]),
+    );
+    let strategy = (
+        0usize..5,
+        prop::collection::vec(mutation(), 1..4),
+        any::<usize>(),
+    );
+    let (mut parsed, total) = (0, 200);
+    for _ in 0..total {
+        let (which, mutations, doc) = strategy.new_tree(&mut runner).expect("a case").current();
+        let mut docs = documents(&fixtures[which]);
+        let i = doc % docs.len();
+        for m in &mutations {
+            mutate(&mut docs[i], m);
+        }
+        if MachineConfig::parse(&join(&docs)).is_ok() {
+            parsed += 1;
+        }
+    }
+    assert!(
+        parsed * 4 >= total,
+        "only {parsed} of {total} mutated fixtures parse"
+    );
 }
