@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test testbin fmt-check clippy cargo-test lab
+.PHONY: test testbin fmt-check clippy cargo-test lab fuzz
 
 ## test: build the upstream tools if missing, then fmt, clippy and every test
 test: testbin fmt-check clippy cargo-test
@@ -21,6 +21,17 @@ clippy:
 # helm and apiserver work; each test binary starts its own control plane.
 cargo-test:
 	$(CARGO) test --workspace --locked --no-fail-fast -- --test-threads=2
+
+## fuzz: FUZZ_CASES=N — the property-based fuzz targets with N cases each (CI runs 256)
+# The parsers fed by users and nodes (issue 12): machine config round trip,
+# patches, talosconfig, secrets bundle, Helm records, the webhooks. A failing
+# case is shrunk and printed; it becomes a named regression test.
+FUZZ_CASES ?= 20000
+FUZZ_TARGETS = -p ichor-talos -p ichor-helm -p ichor-controller --test fuzz_parsers --test fuzz_record --test fuzz_webhook
+# Optimised: a long run does far more cases per minute (FUZZ_PROFILE= for a debug build).
+FUZZ_PROFILE ?= --release
+fuzz:
+	PROPTEST_CASES=$(FUZZ_CASES) PROPTEST_MAX_SHRINK_ITERS=100000 $(CARGO) test --locked $(FUZZ_PROFILE) $(FUZZ_TARGETS) -- --test-threads=2
 
 ## lab: the local lab — `ichor adopt` end to end against emulated Talos nodes
 lab: testbin

@@ -78,6 +78,10 @@ pub mod reasons {
     pub const APPLY_FAILED: &str = "ApplyFailed";
     /// The config read back after an apply differs from what was applied.
     pub const READ_BACK_MISMATCH: &str = "ReadBackMismatch";
+    /// spec.hold was set back to true between the read of the machine and the apply: nothing was written.
+    pub const HOLD_TAKEN_BACK: &str = "HoldTakenBack";
+    /// The TalosMachine changed (or was replaced) between its read and the apply: nothing was written.
+    pub const SPEC_CHANGED: &str = "SpecChanged";
 
     // Complete (TalosOperation)
     /// The operation finished successfully.

@@ -140,7 +140,7 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
     };
     let ready = ready_condition(machine, &status, outcome.as_ref().map(|_| ()), &now);
     let event = match &outcome {
-        Ok(Some(note)) => Some((EventType::Normal, reasons::APPLIED, note.clone())),
+        Ok(Some((reason, note))) => Some((EventType::Normal, *reason, note.clone())),
         Ok(None) => None,
         Err(e) => Some((EventType::Warning, ready.reason.as_str(), e.to_string())),
     }
@@ -317,6 +317,9 @@ pub fn endpoint(address: &str, port: u16) -> String {
     };
     if has_port {
         a.to_owned()
+    } else if a.starts_with('[') && a.ends_with(']') {
+        // An IPv6 address in brackets without a port: brackets once.
+        format!("{a}:{port}")
     } else if a.contains(':') {
         format!("[{a}]:{port}")
     } else {
@@ -324,15 +327,19 @@ pub fn endpoint(address: &str, port: u16) -> String {
     }
 }
 
+/// The reason and note of an Event a reconcile publishes.
+type Note = (&'static str, String);
+
 /// Reads the node, decides on the drift ([`decide_apply`]), and applies
-/// when that says so. Returns the note of an apply, if one happened.
+/// when that says so. Returns the Event of an apply (or of an apply given
+/// up because the machine changed), if there was one.
 async fn observe_and_act(
     machine: &TalosMachine,
     cluster: &TalosCluster,
     ctx: &Context,
     status: &mut TalosMachineStatus,
     now: &Time,
-) -> Result<Option<String>> {
+) -> Result<Option<Note>> {
     let address = machine.spec.address.clone();
     let talos = ctx
         .credentials
@@ -420,8 +427,62 @@ pub fn decide_apply(
     }))
 }
 
+/// Whether the machine as it is now (`current`, read from the API server
+/// right before the apply) still allows the apply decided on `read` (the
+/// object the reconcile started from). The hold can be taken back, or the
+/// spec changed, while Ichor talks to the node; `None` when neither
+/// happened, else the `Applied=False` condition saying why nothing was
+/// written.
+pub fn still_released(
+    read: &TalosMachine,
+    current: &TalosMachine,
+    now: &Time,
+) -> Option<Condition> {
+    let generation = current.metadata.generation;
+    if current.spec.hold {
+        return Some(conditions::new(
+            types::APPLIED,
+            Status::False,
+            reasons::HOLD_TAKEN_BACK,
+            "not applied: spec.hold was set to true while Ichor was reading the node, so nothing was written to it; set spec.hold: false to let Ichor apply class B drift",
+            generation,
+            now.clone(),
+        ));
+    }
+    if current.uid() != read.uid() || generation != read.metadata.generation {
+        return Some(conditions::new(
+            types::APPLIED,
+            Status::False,
+            reasons::SPEC_CHANGED,
+            format!(
+                "not applied: the TalosMachine changed (generation {} to {}) while Ichor was reading the node, so nothing was written to it; the next reconcile renders the new spec",
+                read.metadata.generation.unwrap_or_default(),
+                generation.unwrap_or_default()
+            ),
+            generation,
+            now.clone(),
+        ));
+    }
+    None
+}
+
+/// The TalosMachine as the API server has it now (a quorum read, not the
+/// watch cache).
+async fn read_machine_now(machine: &TalosMachine, ctx: &Context) -> Result<TalosMachine> {
+    let namespace = machine.namespace().unwrap_or_default();
+    let name = machine.name_any();
+    Api::<TalosMachine>::namespaced(ctx.client.clone(), &namespace)
+        .get(&name)
+        .await
+        .map_err(Error::kube(format!(
+            "reading TalosMachine {namespace}/{name} again before the apply"
+        )))
+}
+
 /// Applies `plan` in no-reboot mode, reads the config back and records
-/// the outcome ([`read_back_condition`]).
+/// the outcome ([`read_back_condition`]). Right before the apply the
+/// machine is read again: a hold taken back (or a spec changed) since the
+/// reconcile's read means no apply ([`still_released`]).
 async fn apply_and_read_back(
     machine: &TalosMachine,
     talos: &TalosClient,
@@ -429,8 +490,21 @@ async fn apply_and_read_back(
     plan: &ApplyPlan,
     status: &mut TalosMachineStatus,
     now: &Time,
-) -> Result<Option<String>> {
+) -> Result<Option<Note>> {
     let generation = machine.metadata.generation;
+    let current = read_machine_now(machine, ctx).await?;
+    if let Some(refused) = still_released(machine, &current, now) {
+        let note = (
+            if refused.reason == reasons::HOLD_TAKEN_BACK {
+                reasons::HOLD_TAKEN_BACK
+            } else {
+                reasons::SPEC_CHANGED
+            },
+            refused.message.clone(),
+        );
+        conditions::set(&mut status.conditions, refused);
+        return Ok(Some(note));
+    }
     let request = ApplyRequest::new(plan.desired_yaml.clone().into_bytes(), ApplyMode::NoReboot);
     if let Err(e) = talos.apply_configuration("", &request).await {
         ctx.metrics.applied("failed");
@@ -467,7 +541,7 @@ async fn apply_and_read_back(
         "read_back_mismatch"
     });
     conditions::set(&mut status.conditions, applied);
-    Ok(note)
+    Ok(note.map(|n| (reasons::APPLIED, n)))
 }
 
 /// `Applied` after the read-back, and the note of a successful apply. Equal
@@ -717,6 +791,34 @@ mod decide_tests {
         assert!(note.is_none());
     }
 
+    /// Covers: issue 12 (hold race)
+    #[test]
+    fn the_apply_needs_the_machine_still_released_and_unchanged() {
+        let mut read = machine(false, None);
+        read.metadata.generation = Some(3);
+        read.metadata.uid = Some("u1".into());
+        assert!(still_released(&read, &read.clone(), &at(5)).is_none());
+        let mut held = read.clone();
+        held.spec.hold = true;
+        held.metadata.generation = Some(4);
+        let c = still_released(&read, &held, &at(5)).expect("refused");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", reasons::HOLD_TAKEN_BACK)
+        );
+        let mut changed = read.clone();
+        changed.metadata.generation = Some(4);
+        let c = still_released(&read, &changed, &at(5)).expect("refused");
+        assert_eq!(c.reason, reasons::SPEC_CHANGED);
+        assert!(c.message.contains("generation 3 to 4"), "{}", c.message);
+        let mut replaced = read.clone();
+        replaced.metadata.uid = Some("u2".into());
+        assert_eq!(
+            still_released(&read, &replaced, &at(5)).map(|c| c.reason),
+            Some(reasons::SPEC_CHANGED.to_owned())
+        );
+    }
+
     #[test]
     fn held_and_ready_follow_the_spec_and_the_outcome() {
         let h = held_condition(false, Some(2), &at(5));
@@ -758,6 +860,15 @@ mod tests {
         assert_eq!(endpoint("node-1", 50000), "node-1:50000");
         assert_eq!(endpoint("fd00::2", 50000), "[fd00::2]:50000");
         assert_eq!(endpoint("[fd00::2]:4000", 50000), "[fd00::2]:4000");
+    }
+
+    /// Found while writing the address fuzz target (tests/fuzz_webhook.rs,
+    /// whose bracketed IPv6 inputs hit it): `[fd00::2]`, which the webhook
+    /// accepts, was dialled as `[[fd00::2]]:50000`.
+    /// Covers: issue 12 (fuzzing regression)
+    #[test]
+    fn a_bracketed_ipv6_address_without_a_port_is_bracketed_once() {
+        assert_eq!(endpoint("[fd00::2]", 50000), "[fd00::2]:50000");
     }
 
     fn entry(path: &str, class: DriftClass) -> ichor_api::DriftEntry {

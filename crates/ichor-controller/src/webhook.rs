@@ -78,10 +78,15 @@ pub fn validate_talosmachine(new: &Value) -> Vec<String> {
     let name = at(new, &["metadata", "name"])
         .and_then(Value::as_str)
         .unwrap_or("<unnamed>");
+    let mut problems: Vec<String> = at(new, &["spec", "address"])
+        .and_then(Value::as_str)
+        .and_then(|a| address_problem(a).map(|why| format!("spec.address {a:?} of TalosMachine {name} {why}; write the node's IP address or host name, optionally with :port (for example 10.5.0.2, node-1.lab or [fd00::2]:50000)")))
+        .into_iter()
+        .collect();
     let Some(patches) = at(new, &["spec", "patches"]).and_then(Value::as_array) else {
-        return Vec::new();
+        return problems;
     };
-    patches
+    problems.extend(patches
         .iter()
         .filter_map(|p| {
             let pname = p.get("name").and_then(Value::as_str).unwrap_or("<unnamed>");
@@ -90,8 +95,78 @@ pub fn validate_talosmachine(new: &Value) -> Vec<String> {
             ichor_talos::patch::ConfigPatch::parse(text, &origin)
                 .err()
                 .map(|e| format!("spec.patches[{pname}] is not a Talos config patch: {e}; write a strategic merge patch (YAML documents) or an RFC 6902 list of operations"))
-        })
-        .collect()
+        }));
+    problems
+}
+
+/// Why `address` is not something Ichor can dial a Talos API on (an IP
+/// address or a DNS host name, optionally `:port`; an IPv6 address with a
+/// port in brackets), or `None` when it is. The controller turns it into
+/// `host:port` and dials it: anything else (a scheme, a path, user info,
+/// spaces, control characters) would be a different request than the
+/// operator meant.
+pub fn address_problem(address: &str) -> Option<String> {
+    const MAX: usize = 253 + 8;
+    if address.is_empty() {
+        return Some("is empty".into());
+    }
+    if address.len() > MAX {
+        return Some(format!("is {} bytes long, over {MAX}", address.len()));
+    }
+    if let Some(c) = address
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control() || !c.is_ascii())
+    {
+        return Some(format!("holds the character {c:?}"));
+    }
+    if address.contains("://") || address.contains(['/', '@', '?', '#', '%', '\\']) {
+        return Some("is a URL, a path or holds user info, not a host".into());
+    }
+    let (host, port) = if let Some(rest) = address.strip_prefix('[') {
+        let Some((ip, after)) = rest.split_once(']') else {
+            return Some("opens a [ without closing it".into());
+        };
+        if ip.parse::<std::net::Ipv6Addr>().is_err() {
+            return Some("has no IPv6 address between [ and ]".into());
+        }
+        match after.strip_prefix(':') {
+            Some(p) => (None, Some(p)),
+            None if after.is_empty() => (None, None),
+            None => return Some("has text after ]".into()),
+        }
+    } else if address.parse::<std::net::Ipv6Addr>().is_ok() {
+        (None, None)
+    } else {
+        match address.split_once(':') {
+            Some((h, p)) => (Some(h), Some(p)),
+            None => (Some(address), None),
+        }
+    };
+    if let Some(p) = port
+        && !p.parse::<u16>().is_ok_and(|p| p > 0)
+    {
+        return Some(format!("has port {p:?}, not a number from 1 to 65535"));
+    }
+    let host = host?;
+    if host.parse::<std::net::Ipv4Addr>().is_ok() {
+        return None;
+    }
+    let labels_ok = host.split('.').all(|l| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    });
+    // An all-digit last label is a mistyped IPv4 address (10.0.0.300), not a name.
+    let numeric_tail = host
+        .rsplit('.')
+        .next()
+        .is_some_and(|l| l.chars().all(|c| c.is_ascii_digit()));
+    if !labels_ok || numeric_tail || host.len() > 253 {
+        return Some("is neither an IP address nor a DNS host name".into());
+    }
+    None
 }
 
 /// Answers one AdmissionReview for a TalosCluster.

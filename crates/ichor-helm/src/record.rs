@@ -367,7 +367,12 @@ pub fn to_secret(
 
 /// Decodes the release a record Secret holds.
 pub fn from_secret(secret: &Secret) -> Result<Release, CodecError> {
-    let name = secret.metadata.name.clone().unwrap_or_default();
+    // Errors name the record as namespace/name: records of one release
+    // live in several namespaces (Ichor's, Helm's default).
+    let name = match (&secret.metadata.namespace, &secret.metadata.name) {
+        (Some(ns), Some(n)) => format!("{ns}/{n}"),
+        (_, n) => n.clone().unwrap_or_default(),
+    };
     let data = secret
         .data
         .as_ref()

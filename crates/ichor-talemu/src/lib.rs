@@ -37,7 +37,7 @@ use std::time::Duration;
 use ichor_talos_client::{ClientIdentity, ClientOptions, TalosClient};
 
 pub use error::EmuError;
-pub use node::{Fault, NodeSpec, WriteAction, WriteRecord};
+pub use node::{Fault, NodeSpec, ReadGate, WriteAction, WriteRecord};
 pub use pki::{CertifiedKey, ClientCertSpec, Pki};
 
 use node::Node;
@@ -273,6 +273,14 @@ impl Emulator {
     /// Injects a fault into node `i`.
     pub fn set_fault(&self, i: usize, fault: Fault) {
         self.cluster.nodes[i].lock().fault = fault;
+    }
+
+    /// Pauses node `i`'s COSI reads (the machine config among them) until
+    /// the returned gate is opened.
+    pub fn pause_reads(&self, i: usize) -> ReadGate {
+        let gate = ReadGate::new();
+        self.cluster.nodes[i].lock().read_gate = Some(gate.clone());
+        gate
     }
 
     /// Stops every node.

@@ -163,6 +163,51 @@ pub(crate) struct NodeState {
     pub rollback: Option<tokio::task::JoinHandle<()>>,
     pub store: BTreeMap<Key, Stored>,
     pub fault: Fault,
+    /// A pause on COSI reads, set by a test through [`crate::Emulator::pause_reads`].
+    pub read_gate: Option<ReadGate>,
+}
+
+/// A pause in a node's COSI reads (get, list, watch; the machine config is
+/// read through them): a read waits until the test opens the gate. Lets a
+/// test change the world while a client is between two calls, without timing.
+#[derive(Debug, Clone)]
+pub struct ReadGate {
+    inner: Arc<GateInner>,
+}
+
+#[derive(Debug)]
+struct GateInner {
+    waiting: tokio::sync::watch::Sender<usize>,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+impl ReadGate {
+    pub(crate) fn new() -> Self {
+        ReadGate {
+            inner: Arc::new(GateInner {
+                waiting: tokio::sync::watch::Sender::new(0),
+                open: tokio::sync::watch::Sender::new(false),
+            }),
+        }
+    }
+
+    /// Completes once a read is waiting at the gate.
+    pub async fn reached(&self) {
+        let mut rx = self.inner.waiting.subscribe();
+        let _ = rx.wait_for(|n| *n > 0).await;
+    }
+
+    /// Lets every waiting and later read through.
+    pub fn open(&self) {
+        self.inner.open.send_replace(true);
+    }
+
+    /// Waits here until the gate is open.
+    pub(crate) async fn pass(&self) {
+        let mut rx = self.inner.open.subscribe();
+        self.inner.waiting.send_modify(|n| *n += 1);
+        let _ = rx.wait_for(|open| *open).await;
+    }
 }
 
 /// An emulated node.
@@ -253,6 +298,7 @@ impl Node {
                 rollback: None,
                 store: BTreeMap::new(),
                 fault: Fault::None,
+                read_gate: None,
             }),
             spec,
             events,

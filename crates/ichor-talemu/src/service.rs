@@ -248,6 +248,10 @@ impl NodeApi {
             unreachable!("COSI routes are single");
         };
         self.guard(i).await?;
+        let gate = self.node(i).lock().read_gate.clone();
+        if let Some(gate) = gate {
+            gate.pass().await;
+        }
         let def = resources::definition(r#type).ok_or_else(|| {
             Status::permission_denied(format!("resource type {type:?} is not supported"))
         })?;
