@@ -112,13 +112,10 @@ fn parse_pattern(pattern: &str) -> Vec<Segment> {
     out
 }
 
-/// Whether a mapping is the legacy `v1alpha1` document (as Talos decides:
-/// no `kind`, and one of `version`, `machine`, `cluster`, `debug`, `persist`).
+/// Whether a mapping is the legacy `v1alpha1` document, by the parser's own
+/// rule (one rule for both crates).
 pub(crate) fn is_v1alpha1(m: &Mapping) -> bool {
-    !m.contains_key("kind")
-        && ["version", "machine", "cluster", "debug", "persist"]
-            .iter()
-            .any(|k| m.contains_key(*k))
+    ichor_talos::config::is_v1alpha1_mapping(m)
 }
 
 /// The `kind` of a multi-document kind.

@@ -312,10 +312,13 @@ fn machine_config_resource_spec(m: &Mapping) -> Option<&str> {
 /// Whether a mapping is the legacy `v1alpha1` document: no `kind`, and any
 /// of `version`, `machine`, `cluster`, `debug`, `persist` (as Talos decides).
 pub fn is_v1alpha1_mapping(m: &Mapping) -> bool {
+    // A key whose value is null says nothing (`{version: null}` has no
+    // field the v1alpha1 type would keep): such a document stays unknown,
+    // so it reads back as it was written (fuzzing finding F1, issue 12).
     !m.contains_key("kind")
         && ["version", "machine", "cluster", "debug", "persist"]
             .iter()
-            .any(|k| m.contains_key(*k))
+            .any(|k| m.get(*k).is_some_and(|v| !v.is_null()))
 }
 
 pub(crate) fn value_kind(v: &Value) -> &'static str {
