@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use ichor_talos::config::{Document, MachineConfig};
+use ichor_talos::config::MachineConfig;
 use ichor_talos::patch::ConfigPatch;
 use ichor_talos::secrets::SecretsBundle;
 use ichor_talos::talosconfig::Talosconfig;
