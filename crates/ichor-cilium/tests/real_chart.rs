@@ -4,8 +4,7 @@
 //! that installs Cilium, both tunnels, both kube-proxy modes, and one- and
 //! many-node clusters. Nobody here wrote the chart or helm: they judge.
 
-use std::path::Path;
-use std::process::Command;
+use ichor_testenv::tools::template_cilium as template;
 
 use ichor_cilium::{
     CHART_VERSION, ClusterSettings, KubeProxyMode, OWNED_KEYS, Tunnel, chart_version_of,
@@ -37,36 +36,6 @@ fn settings() -> Vec<ClusterSettings> {
         }
     }
     out
-}
-
-/// `helm template` of the real chart with `values`, as release `cilium` in
-/// `kube-system`; the rendered objects.
-fn template(tool: Tool, chart: &Path, values: &Map<String, Value>) -> Vec<Value> {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("values.json");
-    std::fs::write(&file, serde_json::to_vec(values).unwrap()).unwrap();
-    let out = Command::new(tool.path())
-        .env("HELM_CACHE_HOME", dir.path().join("cache"))
-        .env("HELM_CONFIG_HOME", dir.path().join("config"))
-        .env("HELM_DATA_HOME", dir.path().join("data"))
-        .args(["template", "cilium"])
-        .arg(chart)
-        .args(["--namespace", "kube-system", "--kube-version"])
-        .arg(Tool::KubeApiserver.version())
-        .arg("--values")
-        .arg(&file)
-        .output()
-        .expect("run helm");
-    assert!(
-        out.status.success(),
-        "{tool:?} could not render the real Cilium chart with Ichor's values {values:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    text.split("\n---")
-        .filter_map(|doc| serde_yaml_ng::from_str::<Value>(doc).ok())
-        .filter(|v| v.is_object())
-        .collect()
 }
 
 fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 use ichor_cilium::{ClusterSettings, KubeProxyMode, Tunnel, effective_values};
 use ichor_lab::cilium_on_talos::{TalosNode, judge_agent};
@@ -16,31 +15,7 @@ use serde_json::{Map, Value, json};
 
 /// The agent DaemonSet and the `cilium-config` data the real chart renders.
 fn render(chart: &Path, values: &Map<String, Value>) -> (Value, BTreeMap<String, String>) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("values.json");
-    std::fs::write(&file, serde_json::to_vec(values).unwrap()).unwrap();
-    let out = Command::new(Tool::Helm4.path())
-        .env("HELM_CACHE_HOME", dir.path().join("cache"))
-        .env("HELM_CONFIG_HOME", dir.path().join("config"))
-        .env("HELM_DATA_HOME", dir.path().join("data"))
-        .args(["template", "cilium"])
-        .arg(chart)
-        .args(["--namespace", "kube-system", "--kube-version"])
-        .arg(Tool::KubeApiserver.version())
-        .arg("--values")
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let objects: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .split("\n---")
-        .filter_map(|d| serde_yaml_ng::from_str::<Value>(d).ok())
-        .collect();
+    let objects = ichor_testenv::tools::template_cilium(Tool::Helm4, chart, values);
     let find = |kind: &str, name: &str| {
         objects
             .iter()

@@ -106,6 +106,45 @@ pub fn cilium_version() -> String {
     pinned_version("CILIUM_VERSION")
 }
 
+/// `helm template` of the Cilium chart at `chart` with `values`, as release
+/// `cilium` in `kube-system` for the test control plane's Kubernetes
+/// version, by the real `helm` (`tool`); the rendered objects. Panics with
+/// helm's words when it refuses.
+pub fn template_cilium(
+    tool: Tool,
+    chart: &Path,
+    values: &serde_json::Map<String, serde_json::Value>,
+) -> Vec<serde_json::Value> {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let file = dir.path().join("values.json");
+    std::fs::write(&file, serde_json::to_vec(values).expect("values serialise"))
+        .expect("write the values file");
+    let out = std::process::Command::new(tool.path())
+        .env("HELM_CACHE_HOME", dir.path().join("cache"))
+        .env("HELM_CONFIG_HOME", dir.path().join("config"))
+        .env("HELM_DATA_HOME", dir.path().join("data"))
+        .args(["template", "cilium"])
+        .arg(chart)
+        .args(["--namespace", "kube-system", "--kube-version"])
+        .arg(Tool::KubeApiserver.version())
+        .arg("--values")
+        .arg(&file)
+        .output()
+        .expect("run helm");
+    assert!(
+        out.status.success(),
+        "{tool:?} could not render the Cilium chart at {} with values {values:?}: {}",
+        chart.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("helm prints UTF-8")
+        .split("\n---")
+        .filter_map(|doc| serde_yaml_ng::from_str::<serde_json::Value>(doc).ok())
+        .filter(|v| v.is_object())
+        .collect()
+}
+
 /// The root of the tools cache: `$ICHOR_TESTBIN_DIR`, else
 /// `${XDG_CACHE_HOME:-$HOME/.cache}/ichor/testbin`, as the script computes it.
 pub fn cache_dir() -> PathBuf {
