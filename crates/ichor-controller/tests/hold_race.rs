@@ -14,7 +14,6 @@ use ichor_api::conditions::{self, reasons, types};
 use ichor_api::{TalosCluster, TalosMachine};
 use ichor_talemu::NodeSpec;
 use ichor_testenv::TestEnv;
-use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt as _;
 use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
@@ -83,30 +82,8 @@ async fn a_hold_taken_back_before_the_apply_writes_nothing_to_the_node() {
 
     // The hand-over first (as in machines.rs), so the only drift is the
     // class B label patch.
-    let nodes = Api::<Node>::all(client.clone());
-    for n in ["race-1", "race-2", "race-3"] {
-        let node: Node = serde_json::from_value(
-            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}),
-        )
-        .unwrap();
-        nodes.create(&PostParams::default(), &node).await.unwrap();
-    }
-    let clusters = Api::<TalosCluster>::namespaced(client.clone(), &ns);
-    let written = clusters
-        .create(&PostParams::default(), &cluster(&ns))
-        .await
-        .unwrap();
-    seed_cilium(&client, &written, 3, &ns, &rel).await;
-    let running = start(client.clone(), config(&ns, &rel));
-    mark_daemonset_ready(&client, &rel).await;
-    wait_for("CNIHandover=True", || async {
-        clusters.get("base").await.is_ok_and(|c| {
-            c.status
-                .as_ref()
-                .is_some_and(|s| conditions::is_true(&s.conditions, types::CNI_HANDOVER))
-        })
-    })
-    .await;
+    let names: Vec<String> = ["race-1", "race-2", "race-3"].map(String::from).into();
+    let running = handed_over(&client, &ns, &rel, &cluster(&ns), &names).await;
 
     let machines = Api::<TalosMachine>::namespaced(client.clone(), &ns);
     let m: TalosMachine = serde_json::from_value(json!({

@@ -10,7 +10,6 @@ use ichor_api::{DriftClass, TalosCluster, TalosMachine};
 use ichor_render::RenderInput;
 use ichor_talemu::{NodeSpec, WriteAction};
 use ichor_testenv::TestEnv;
-use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -110,30 +109,11 @@ async fn scenario(shape: &Shape) {
     // Spec 1.5: Cilium first (step 2, with three Nodes registered), the
     // TalosCluster (step 4), the hand-over (step 5), then the held machines
     // are rendered with CNIHandover=True already set.
-    let nodes = Api::<Node>::all(client.clone());
-    for n in ["cp-1", "w-1", "w-2"] {
-        let node: Node = serde_json::from_value(
-            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("{}-{n}", shape.name)}}),
-        )
-        .unwrap();
-        nodes.create(&PostParams::default(), &node).await.unwrap();
-    }
+    let names: Vec<String> = ["cp-1", "w-1", "w-2"]
+        .map(|n| format!("{}-{n}", shape.name))
+        .into();
+    let running = handed_over(&client, &ns, &rel, &cluster(&ns), &names).await;
     let clusters = Api::<TalosCluster>::namespaced(client.clone(), &ns);
-    let written = clusters
-        .create(&PostParams::default(), &cluster(&ns))
-        .await
-        .unwrap();
-    seed_cilium(&client, &written, 3, &ns, &rel).await;
-    let running = start(client.clone(), config(&ns, &rel));
-    mark_daemonset_ready(&client, &rel).await;
-    wait_for("CNIHandover=True", || async {
-        clusters.get("base").await.is_ok_and(|c| {
-            c.status
-                .as_ref()
-                .is_some_and(|s| conditions::is_true(&s.conditions, types::CNI_HANDOVER))
-        })
-    })
-    .await;
     let machines = Api::<TalosMachine>::namespaced(client.clone(), &ns);
     let specs = [
         ("cp-1", "controlplane", vec![("labels", LABELS)]),

@@ -230,3 +230,47 @@ pub async fn mark_daemonset_ready(client: &kube::Client, ns: &str) {
         .await
         .unwrap();
 }
+
+/// Spec 1.5's order up to the hand-over: Nodes `nodes` registered, the
+/// TalosCluster `cluster` created, Ichor's Cilium release seeded (records in
+/// `ns`, objects in `release`), the controller started, the DaemonSet played
+/// Ready, and CNIHandover=True seen. Returns the running controller.
+pub async fn handed_over(
+    client: &kube::Client,
+    ns: &str,
+    release: &str,
+    cluster: &ichor_api::TalosCluster,
+    nodes: &[String],
+) -> Running {
+    use ichor_api::conditions::{self, types};
+    use k8s_openapi::api::core::v1::Node;
+    let node_api = Api::<Node>::all(client.clone());
+    for n in nodes {
+        let node: Node = serde_json::from_value(
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}),
+        )
+        .unwrap();
+        node_api
+            .create(&PostParams::default(), &node)
+            .await
+            .unwrap();
+    }
+    let clusters = Api::<ichor_api::TalosCluster>::namespaced(client.clone(), ns);
+    let written = clusters
+        .create(&PostParams::default(), cluster)
+        .await
+        .unwrap();
+    let name = written.metadata.name.clone().unwrap_or_default();
+    seed_cilium(client, &written, nodes.len() as u32, ns, release).await;
+    let running = start(client.clone(), config(ns, release));
+    mark_daemonset_ready(client, release).await;
+    wait_for("CNIHandover=True", || async {
+        clusters.get(&name).await.is_ok_and(|c| {
+            c.status
+                .as_ref()
+                .is_some_and(|s| conditions::is_true(&s.conditions, types::CNI_HANDOVER))
+        })
+    })
+    .await;
+    running
+}
