@@ -1,6 +1,9 @@
 //! Compiles the project's own `.proto` files (written from
 //! shared/facts/talos-api.md) with a vendored `protoc`.
 
+// Cargo reads a build script's instructions from its stdout.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     let include = protoc_bin_vendored::include_path()?;

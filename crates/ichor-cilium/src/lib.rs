@@ -9,9 +9,6 @@
 //!   CLI share it), [`bootstrap`] (the CLI's entry: `ichor-system` namespace,
 //!   apply, then a bounded wait for Cilium and every node to be Ready).
 
-// Output goes through a binary's printer (docs/STYLE.md); a library never prints.
-#![deny(clippy::print_stdout, clippy::print_stderr)]
-
 pub mod values;
 
 use std::path::{Path, PathBuf};

@@ -6,6 +6,10 @@
 //! cargo bench -p ichor-helm --bench records
 //! ```
 
+// A bench's figures are its output: it prints them (docs/STYLE.md's lint
+// forbids printing elsewhere).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 #[path = "../tests/common/mod.rs"]
 mod common;
 

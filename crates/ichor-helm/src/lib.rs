@@ -14,9 +14,6 @@
 //! [`wait`] holds the one bounded, reporting wait, which the crates above
 //! this one use too. It knows nothing about Cilium. Design: `docs/adr/0005-helm-release-engine.md`.
 
-// Output goes through a binary's printer (docs/STYLE.md); a library never prints.
-#![deny(clippy::print_stdout, clippy::print_stderr)]
-
 pub mod engine;
 pub mod manifest;
 pub mod objects;

@@ -12,9 +12,6 @@
 //! * [`resources`]: namespace/type/id of the COSI resources Ichor reads.
 //! * [`proto`]: the generated types (from our own `.proto` files).
 
-// Output goes through a binary's printer (docs/STYLE.md); a library never prints.
-#![deny(clippy::print_stdout, clippy::print_stderr)]
-
 pub mod client;
 pub mod error;
 pub mod proto;

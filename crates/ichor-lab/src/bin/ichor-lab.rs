@@ -1,6 +1,10 @@
 //! `ichor-lab`: the local lab. `demo` is the README's main job: it starts the
 //! lab, runs the real `ichor adopt` end to end against it, and shows the result.
 
+// This binary speaks to the person who runs it on stdout/stderr; it has
+// no printer module of its own (the print lint forbids printing in libraries).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -1,6 +1,10 @@
 //! `ichor-talemu serve`: runs emulated Talos nodes until interrupted and
 //! writes a talosconfig for them. For tests and the lab only.
 
+// This binary speaks to the person who runs it on stdout/stderr; it has
+// no printer module of its own (the print lint forbids printing in libraries).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
