@@ -1,9 +1,6 @@
 //! The CNI classification of spec 1.1 (with the rows of ADR 0103's table) and
 //! the path adopt takes from it.
 
-use std::collections::BTreeSet;
-
-use ichor_api::DetectedCni;
 use ichor_talos::config::CniName;
 use serde::Serialize;
 
@@ -42,22 +39,6 @@ pub enum CniClassification {
 }
 
 impl CniClassification {
-    /// The value for `status.cni.detected`.
-    pub fn detected(&self) -> DetectedCni {
-        match self {
-            CniClassification::NoCni => DetectedCni::None,
-            CniClassification::CiliumWithIchorRecord { .. } | CniClassification::CiliumTakeover => {
-                DetectedCni::Cilium
-            }
-            CniClassification::Flannel => DetectedCni::Flannel,
-            CniClassification::Calico => DetectedCni::Calico,
-            CniClassification::Other { .. } | CniClassification::Unclassifiable { .. } => {
-                DetectedCni::Other
-            }
-            CniClassification::Mixed { .. } => DetectedCni::Mixed,
-        }
-    }
-
     /// How the plan names what was found.
     pub fn describe(&self) -> String {
         match self {
@@ -80,7 +61,8 @@ impl CniClassification {
 /// Classifies the cluster's CNI from what the inspection read.
 pub fn classify_cni(inspection: &Inspection) -> CniClassification {
     let kube = &inspection.kube;
-    let kinds: BTreeSet<&CniKind> = kube.cni_workloads.iter().map(|w| &w.kind).collect();
+    // The CNIs the one detector finds; Ichor's record is a row of its own here.
+    let kinds = ichor_api::cni::cnis_found(&kube.cni_workloads, false);
     let ichor_record = kube.cilium_records.iter().find(|r| r.is_ichors());
 
     if kinds.len() > 1 {
@@ -101,14 +83,18 @@ pub fn classify_cni(inspection: &Inspection) -> CniClassification {
         };
     }
     match kinds.first() {
-        Some(CniKind::Cilium) => return CniClassification::CiliumTakeover,
-        Some(CniKind::Flannel) => return CniClassification::Flannel,
-        Some(CniKind::Calico) => return CniClassification::Calico,
-        Some(CniKind::Other(name)) => return CniClassification::Other { name: name.clone() },
-        None => {}
+        Some(CniKind::Cilium) => CniClassification::CiliumTakeover,
+        Some(CniKind::Flannel) => CniClassification::Flannel,
+        Some(CniKind::Calico) => CniClassification::Calico,
+        Some(CniKind::Other(name)) => CniClassification::Other { name: name.clone() },
+        None => no_cni_or_why_not(inspection),
     }
+}
 
-    // No CNI workload: "no CNI" only if every other part of spec 1.1 holds too.
+/// No CNI workload runs: "no CNI" only if every other part of spec 1.1
+/// holds too; otherwise why the evidence does not add up.
+fn no_cni_or_why_not(inspection: &Inspection) -> CniClassification {
+    let kube = &inspection.kube;
     if kube.cilium_node_crd {
         return CniClassification::Unclassifiable {
             reason: "the CiliumNode CRD exists but no Cilium DaemonSet runs".into(),
@@ -182,8 +168,11 @@ pub fn classify_cni(inspection: &Inspection) -> CniClassification {
 pub enum AdoptMode {
     /// No CNI: install Ichor's Cilium first, then Ichor, then adopt (preset cilium).
     InstallCilium,
-    /// Cilium with Ichor's record: check the release exists (preset cilium).
-    CiliumAlreadyIchors,
+    /// Cilium is already Ichor's own Helm release (its record is in
+    /// `ichor-system`, from `ichor cni bootstrap` or an interrupted adopt):
+    /// adopt keeps that release, finishing it if it was left pending, and
+    /// only checks it exists (preset cilium).
+    KeepIchorsCilium,
     /// Cilium installed by someone else becomes Ichor's release (preset cilium).
     TakeOverCilium,
     /// The CNI stays the user's (preset unmanaged).
@@ -191,6 +180,12 @@ pub enum AdoptMode {
 }
 
 impl AdoptMode {
+    /// Whether adopt runs its Cilium phase: on a cluster with no CNI, and on
+    /// the rerun of one (Ichor's release is kept and finished).
+    pub fn installs_cilium(self) -> bool {
+        matches!(self, AdoptMode::InstallCilium | AdoptMode::KeepIchorsCilium)
+    }
+
     pub fn preset(self) -> ichor_api::CniPreset {
         match self {
             AdoptMode::Unmanaged => ichor_api::CniPreset::Unmanaged,
@@ -228,7 +223,7 @@ pub fn decide_mode(found: &CniClassification, cni_unmanaged: bool) -> Result<Ado
             cnis.join(", ")
         ))),
         (_, true) => Ok(AdoptMode::Unmanaged),
-        (C::CiliumWithIchorRecord { .. }, false) => Ok(AdoptMode::CiliumAlreadyIchors),
+        (C::CiliumWithIchorRecord { .. }, false) => Ok(AdoptMode::KeepIchorsCilium),
         (C::CiliumTakeover, false) => Ok(AdoptMode::TakeOverCilium),
         (C::Flannel | C::Calico | C::Other { .. }, false) => Err(Refusal::new(format!(
             "this cluster runs {}; Ichor manages only Cilium. Run again with --cni-unmanaged to adopt it and leave its CNI to you.",
@@ -244,7 +239,12 @@ pub fn decide_mode(found: &CniClassification, cni_unmanaged: bool) -> Result<Ado
 mod tests {
     use super::*;
     use crate::inspection::{CiliumRecord, CniWorkload, KubeInspection, KubeNode, TalosNode};
+    use ichor_api::DetectedCni;
     use ichor_talos::config::MachineConfig;
+
+    fn i_detected(i: &Inspection) -> DetectedCni {
+        i.kube.detected_cni()
+    }
 
     const NO_CNI_MESSAGE: &str = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized";
 
@@ -305,7 +305,7 @@ mod tests {
     fn row_no_cni_installs_cilium() {
         let found = classify_cni(&no_cni());
         assert_eq!(found, CniClassification::NoCni);
-        assert_eq!(found.detected(), DetectedCni::None);
+        assert_eq!(i_detected(&no_cni()), DetectedCni::None);
         assert_eq!(decide_mode(&found, false), Ok(AdoptMode::InstallCilium));
         assert_eq!(
             AdoptMode::InstallCilium.preset(),
@@ -394,14 +394,11 @@ mod tests {
                 record_status: "pending-install".into()
             }
         );
-        assert_eq!(
-            decide_mode(&found, false),
-            Ok(AdoptMode::CiliumAlreadyIchors)
-        );
+        assert_eq!(decide_mode(&found, false), Ok(AdoptMode::KeepIchorsCilium));
         i.kube.cni_workloads = vec![cilium_ds()];
         assert_eq!(
             decide_mode(&classify_cni(&i), false),
-            Ok(AdoptMode::CiliumAlreadyIchors)
+            Ok(AdoptMode::KeepIchorsCilium)
         );
     }
 
@@ -413,7 +410,7 @@ mod tests {
         i.kube.cilium_records = vec![record("kube-system", "deployed")];
         let found = classify_cni(&i);
         assert_eq!(found, CniClassification::CiliumTakeover);
-        assert_eq!(found.detected(), DetectedCni::Cilium);
+        assert_eq!(i_detected(&i), DetectedCni::Cilium);
         assert_eq!(decide_mode(&found, false), Ok(AdoptMode::TakeOverCilium));
         assert_eq!(decide_mode(&found, true), Ok(AdoptMode::Unmanaged));
     }

@@ -40,76 +40,9 @@ impl KubeNode {
     }
 }
 
-/// The CNI a workload belongs to.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CniKind {
-    Cilium,
-    Flannel,
-    Calico,
-    /// A CNI Ichor knows by name but does not manage (weave, kube-router, …).
-    Other(String),
-}
-
-impl CniKind {
-    pub fn name(&self) -> &str {
-        match self {
-            CniKind::Cilium => "cilium",
-            CniKind::Flannel => "flannel",
-            CniKind::Calico => "calico",
-            CniKind::Other(n) => n,
-        }
-    }
-}
-
-/// A DaemonSet recognised as a CNI's.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CniWorkload {
-    pub namespace: String,
-    pub name: String,
-    pub kind: CniKind,
-}
-
-impl CniWorkload {
-    /// Recognises a DaemonSet as a CNI's from its name and container images;
-    /// `None` for anything else (kube-proxy, storage agents, …).
-    pub fn recognise(namespace: &str, name: &str, images: &[String]) -> Option<CniWorkload> {
-        let has_image = |needle: &str| images.iter().any(|i| image_repo(i).contains(needle));
-        let kind = if name == "cilium" || name == "cilium-envoy" || has_image("cilium/cilium") {
-            CniKind::Cilium
-        } else if name.contains("flannel") || has_image("flannel") {
-            CniKind::Flannel
-        } else if name == "calico-node" || has_image("calico/node") {
-            CniKind::Calico
-        } else if let Some(other) = OTHER_CNIS
-            .iter()
-            .find(|(ds, image)| name == *ds || has_image(image))
-        {
-            CniKind::Other(other.0.to_string())
-        } else {
-            return None;
-        };
-        Some(CniWorkload {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            kind,
-        })
-    }
-}
-
-/// CNIs known by their DaemonSet name and an image repository fragment.
-const OTHER_CNIS: &[(&str, &str)] = &[
-    ("weave-net", "weaveworks/weave-kube"),
-    ("kube-router", "kube-router"),
-    ("antrea-agent", "antrea/antrea-agent"),
-    ("canal", "calico/cni"),
-    ("kube-ovn-cni", "kube-ovn"),
-    ("multus", "multus-cni"),
-];
-
-fn image_repo(image: &str) -> &str {
-    image.split('@').next().unwrap_or(image)
-}
+// What a CNI's DaemonSet is, and the detector, are ichor-api's: the
+// controller reads the same DaemonSets the same way (one detector).
+pub use ichor_api::cni::{CniKind, CniWorkload};
 
 /// A Helm record of a release named `cilium`, wherever it is stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -148,6 +81,19 @@ pub struct KubeInspection {
     pub kube_proxy_daemonset: bool,
 }
 
+impl KubeInspection {
+    /// `status.cni.detected` as the one detector judges what was read: the
+    /// CNI DaemonSets, and Cilium once Ichor's release is deployed (the
+    /// controller asks the same question of the same reads).
+    pub fn detected_cni(&self) -> ichor_api::DetectedCni {
+        let ichor_release_deployed = self
+            .cilium_records
+            .iter()
+            .any(|r| r.is_ichors() && r.status == "deployed");
+        ichor_api::cni::detect(&self.cni_workloads, ichor_release_deployed)
+    }
+}
+
 /// Everything adopt read before deciding, nodes in the order they were given.
 #[derive(Debug, Clone, Default)]
 pub struct Inspection {
@@ -158,66 +104,6 @@ pub struct Inspection {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn kind(ns: &str, name: &str, image: &str) -> Option<CniKind> {
-        CniWorkload::recognise(ns, name, &[image.to_string()]).map(|w| w.kind)
-    }
-
-    #[test]
-    fn daemonsets_are_recognised_by_name_or_image() {
-        assert_eq!(
-            kind("kube-system", "cilium", "quay.io/cilium/cilium:v1.18.0"),
-            Some(CniKind::Cilium)
-        );
-        assert_eq!(
-            kind(
-                "kube-system",
-                "cilium-envoy",
-                "quay.io/cilium/cilium-envoy:v1"
-            ),
-            Some(CniKind::Cilium)
-        );
-        assert_eq!(
-            kind("cni", "agent", "quay.io/cilium/cilium:v1.17.0@sha256:00"),
-            Some(CniKind::Cilium)
-        );
-        assert_eq!(
-            kind(
-                "kube-system",
-                "kube-flannel",
-                "ghcr.io/siderolabs/flannel:v0.26"
-            ),
-            Some(CniKind::Flannel)
-        );
-        assert_eq!(
-            kind(
-                "calico-system",
-                "calico-node",
-                "docker.io/calico/node:v3.29"
-            ),
-            Some(CniKind::Calico)
-        );
-        assert_eq!(
-            kind("kube-system", "weave-net", "weaveworks/weave-kube:2.8"),
-            Some(CniKind::Other("weave-net".into()))
-        );
-        assert_eq!(
-            kind(
-                "kube-system",
-                "kube-proxy",
-                "registry.k8s.io/kube-proxy:v1.34.1"
-            ),
-            None
-        );
-        assert_eq!(
-            kind(
-                "longhorn",
-                "longhorn-manager",
-                "longhornio/longhorn-manager:v1"
-            ),
-            None
-        );
-    }
 
     #[test]
     fn only_the_kubelets_network_plugin_message_counts_as_no_cni() {

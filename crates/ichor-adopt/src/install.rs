@@ -16,6 +16,9 @@ pub const CONTROLLER: &str = "ichor-controller";
 /// The installer path's controller carries this `app.kubernetes.io/name`; the
 /// chart's selector label is `ichor`, which marks a Helm install (spec 4.3).
 pub const INSTALLER_NAME_LABEL: &str = "ichor-controller";
+/// The label the chart puts on the controller Deployment's selector: a
+/// Deployment carrying it is a Helm install of Ichor (spec 4.3).
+pub const CHART_SELECTOR_LABEL: (&str, &str) = ("app.kubernetes.io/name", "ichor");
 /// The identity of the ichor-cni Job.
 pub const CNI_IDENTITY: &str = "ichor-cni";
 /// The controller image repository.
@@ -288,7 +291,7 @@ mod tests {
         let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
         assert_ne!(
             deployment["metadata"]["labels"]["app.kubernetes.io/name"],
-            crate::inspect::CHART_SELECTOR_LABEL.1
+            CHART_SELECTOR_LABEL.1
         );
         assert_eq!(
             deployment["spec"]["template"]["spec"]["containers"][0]["image"],

@@ -5,18 +5,21 @@
 use std::collections::BTreeMap;
 
 use ichor_api::{
-    ClusterNetwork, CniPreset, CniSpec, KubeProxyMode, SecretsRef, TalosCNI, TalosCluster,
-    TalosClusterSpec, Tunnel, UnmanagedCni,
+    ClusterNetwork, ClusterRef, CniPreset, CniSpec, KubeProxyMode, MachineRole, SecretsRef,
+    TalosCNI, TalosCluster, TalosClusterSpec, TalosMachine, TalosMachineSpec, Tunnel, UnmanagedCni,
 };
 use ichor_talos::config::CniName;
 use serde::Serialize;
+use serde_json::{Map, Value};
 
-use crate::classify::{AdoptMode, CniClassification};
-use crate::inspection::Inspection;
-use crate::preconditions::Subnets;
+use crate::classify::{AdoptMode, CniClassification, Refusal, classify_cni, decide_mode};
+use crate::inspection::{Inspection, TalosNode};
+use crate::preconditions::{self, Subnets};
 
 /// The annotation that marks a TalosCluster as adopted.
 pub const ADOPTED_ANNOTATION: &str = "ichor.maesh.dev/adopted";
+/// The label naming the cluster on the objects adopt writes for it.
+pub const CLUSTER_LABEL: &str = "ichor.maesh.dev/cluster";
 
 /// How Ichor itself is present in the cluster (spec 4.3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -143,7 +146,7 @@ impl Plan {
             AdoptMode::InstallCilium => format!(
                 "no CNI found: Ichor will install Cilium (tunnel {tunnel}, kube-proxy {kube_proxy}) as its own Helm release, then install Ichor, then adopt"
             ),
-            AdoptMode::CiliumAlreadyIchors => format!(
+            AdoptMode::KeepIchorsCilium => format!(
                 "{} found: already handled; adopt only checks the release exists (tunnel {tunnel}, kube-proxy {kube_proxy})",
                 self.found.describe()
             ),
@@ -225,6 +228,122 @@ impl Plan {
     }
 }
 
+/// The TalosMachine adopt writes for a node of `cluster`: held (spec 1.7),
+/// so the controller computes drift and applies nothing until the release.
+pub fn held_machine(cluster: &str, node: &TalosNode) -> TalosMachine {
+    let mut m = TalosMachine::new(
+        &node.hostname,
+        TalosMachineSpec {
+            cluster_ref: ClusterRef {
+                name: cluster.to_string(),
+            },
+            role: if node.facts.machine_type.is_control_plane() {
+                MachineRole::Controlplane
+            } else {
+                MachineRole::Worker
+            },
+            address: node.address.clone(),
+            hold: true,
+            patches: vec![],
+        },
+    );
+    m.metadata.labels = Some(BTreeMap::from([(
+        CLUSTER_LABEL.to_string(),
+        cluster.to_string(),
+    )]));
+    m
+}
+
+/// What the operator asked adopt for, as far as the plan depends on it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Request<'a> {
+    pub cluster: &'a str,
+    /// `--tunnel`.
+    pub tunnel: Option<Tunnel>,
+    /// `--cni-unmanaged`.
+    pub cni_unmanaged: bool,
+    /// `--require-ichor`.
+    pub require_ichor: bool,
+    /// This ichor's version, with its v.
+    pub version: &'a str,
+    /// `--cilium-values`, as read from its file.
+    pub cilium_values: Option<&'a Map<String, Value>>,
+}
+
+/// The inspection and Ichor's presence → the plan, or why adopt refuses.
+/// Everything adopt can judge before consent is judged here, so a refusal
+/// comes with nothing written.
+pub fn plan(
+    inspection: &Inspection,
+    ichor: IchorPresence,
+    request: &Request,
+) -> Result<Plan, Vec<Refusal>> {
+    let found = classify_cni(inspection);
+    let mode = decide_mode(&found, request.cni_unmanaged).map_err(|r| vec![r])?;
+    let subnets = preconditions::check(inspection, mode)?;
+    check_presence(&ichor, request).map_err(|r| vec![r])?;
+    if let Some(values) = request.cilium_values {
+        let nodes = ichor_api::cilium::node_count_rule(inspection.kube.nodes.len(), 0);
+        check_cilium_values(values, nodes).map_err(|r| vec![r])?;
+    }
+    Ok(Plan::new(
+        PlanInput {
+            cluster: request.cluster.to_string(),
+            namespace: ichor_api::SYSTEM_NAMESPACE.to_string(),
+            tunnel: request.tunnel,
+            ichor,
+        },
+        inspection,
+        found,
+        mode,
+        subnets,
+    ))
+}
+
+/// Spec 4.3: `--require-ichor` needs an Ichor, and a Helm-installed Ichor
+/// must be this ichor's version.
+fn check_presence(presence: &IchorPresence, request: &Request) -> Result<(), Refusal> {
+    match presence {
+        IchorPresence::Absent if request.require_ichor => Err(Refusal::new(
+            "Ichor is not installed in this cluster and --require-ichor is set: install Ichor with Helm first",
+        )),
+        IchorPresence::Helm {
+            release,
+            namespace,
+            version,
+        } if version != request.version => Err(Refusal::new(format!(
+            "Ichor {version} is installed by Helm (release {release}) but this ichor is {cli}; they must be the same version. Upgrade Ichor first: helm upgrade {release} oci://ghcr.io/maeshinshin/charts/ichor --version {chart} --namespace {namespace} --reuse-values",
+            cli = request.version,
+            chart = request.version.trim_start_matches('v'),
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// `--cilium-values` must leave Ichor's own Cilium values to Ichor: refused
+/// here, before consent, by the owned-paths table the values function and
+/// the webhook read (with the webhook's stricter reading of a null above an
+/// owned path), for a cluster of `node_count` nodes.
+pub fn check_cilium_values(values: &Map<String, Value>, node_count: u32) -> Result<(), Refusal> {
+    let mut set: Vec<String> = Vec::new();
+    for path in ichor_api::cilium::owned_paths_for(node_count) {
+        if let Some(hit) =
+            ichor_api::cilium::user_value_over(values, path, ichor_api::cilium::NullAbove::Replaces)
+            && !set.contains(&hit)
+        {
+            set.push(hit);
+        }
+    }
+    if set.is_empty() {
+        return Ok(());
+    }
+    let them = if set.len() == 1 { "it" } else { "them" };
+    Err(Refusal::new(format!(
+        "--cilium-values sets {}, which Ichor owns and sets itself; remove {them} from the file (choose the tunnel with --tunnel; kube-proxy replacement follows the kube-proxy setting Talos reports)",
+        set.join(", ")
+    )))
+}
+
 /// R1.4b: kube-proxy from the Talos side alone — the control-plane config, or
 /// when it does not say, whether the kube-proxy DaemonSet exists.
 pub fn kube_proxy_from_talos(inspection: &Inspection) -> KubeProxyMode {
@@ -255,6 +374,7 @@ mod tests {
     use super::*;
     use crate::inspection::{KubeInspection, TalosNode};
     use ichor_talos::config::MachineConfig;
+    use serde_json::json;
 
     fn node(address: &str, machine_type: &str, proxy_disabled: bool) -> TalosNode {
         let text = format!(
@@ -291,6 +411,49 @@ mod tests {
                 service_subnets: vec!["10.96.0.0/12".into()],
             },
         )
+    }
+
+    fn values(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn cilium_values_that_set_an_owned_key_are_refused_before_consent_naming_the_key() {
+        let refusal =
+            check_cilium_values(&values(json!({"ipam": {"mode": "cluster-pool"}})), 3).unwrap_err();
+        assert_eq!(
+            refusal.message,
+            "--cilium-values sets ipam.mode, which Ichor owns and sets itself; remove it from the file (choose the tunnel with --tunnel; kube-proxy replacement follows the kube-proxy setting Talos reports)"
+        );
+        assert!(!refusal.message.contains("again"), "{refusal}");
+        let two = check_cilium_values(
+            &values(json!({"tunnelProtocol": "geneve", "kubeProxyReplacement": true})),
+            3,
+        )
+        .unwrap_err();
+        assert!(
+            two.message
+                .contains("sets tunnelProtocol, kubeProxyReplacement")
+                || two
+                    .message
+                    .contains("sets kubeProxyReplacement, tunnelProtocol"),
+            "{two}"
+        );
+        assert!(two.message.contains("remove them"), "{two}");
+        // A null above an owned path would replace Ichor's map: the webhook refuses it, so adopt does.
+        assert!(check_cilium_values(&values(json!({"ipam": null})), 3).is_err());
+    }
+
+    #[test]
+    fn cilium_values_of_the_users_own_keys_pass() {
+        let own = values(
+            json!({"hubble": {"relay": {"enabled": true}}, "ipam": {"operator": {"clusterPoolIPv4MaskSize": 24}}}),
+        );
+        assert_eq!(check_cilium_values(&own, 3), Ok(()));
+        // operator.replicas is Ichor's on one node only.
+        let replicas = values(json!({"operator": {"replicas": 2}}));
+        assert_eq!(check_cilium_values(&replicas, 3), Ok(()));
+        assert!(check_cilium_values(&replicas, 1).is_err());
     }
 
     /// Covers: R1.5a, R1.4a, R1.4b

@@ -18,6 +18,8 @@ pub const WEBHOOK_WAIT_ADOPT: Duration = Duration::from_secs(15 * 60);
 pub const WEBHOOK_WAIT_INIT: Duration = Duration::from_secs(30 * 60);
 pub const CILIUM_READY_WAIT: Duration = Duration::from_secs(10 * 60);
 pub const HANDOVER_WAIT: Duration = Duration::from_secs(10 * 60);
+/// The API server establishes a CRD within seconds; a minute means it will not.
+pub const CRDS_ESTABLISHED_WAIT: Duration = Duration::from_secs(60);
 /// How often a wait reports what it still waits for.
 pub const REPORT_EVERY: Duration = Duration::from_secs(30);
 /// How long every Ichor pod must have been unschedulable, on nodes all NotReady

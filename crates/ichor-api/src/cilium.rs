@@ -41,6 +41,15 @@ pub fn owned_paths_for(node_count: u32) -> impl Iterator<Item = &'static str> {
         .filter(move |p| *p != ONE_NODE_ONLY_PATH || node_count <= 1)
 }
 
+/// The node count the effective values depend on, one rule for the
+/// controller, `ichor cni` and adopt (the count changes the values and so
+/// their hash): the registered Nodes, or, while none has registered, the
+/// cluster's TalosMachines (`machines` is 0 where the caller knows none).
+pub fn node_count_rule(nodes: usize, machines: usize) -> u32 {
+    let n = if nodes == 0 { machines } else { nodes };
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 /// The CEL rule on `spec.cni.cilium` refusing the top-level owned keys.
 pub(crate) fn owned_keys_rule() -> Rule {
     let keys: Vec<&str> = owned_top_level_keys().collect();

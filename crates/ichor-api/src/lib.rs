@@ -35,6 +35,7 @@
 
 pub mod cilium;
 pub mod cluster;
+pub mod cni;
 pub mod conditions;
 pub mod crds;
 pub mod installation;

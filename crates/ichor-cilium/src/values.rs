@@ -9,6 +9,8 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use ichor_api::cilium::NullAbove;
+// One node-count rule, in ichor-api beside the owned paths it decides.
+pub use ichor_api::cilium::node_count_rule;
 
 pub use ichor_api::{KubeProxyMode, Tunnel};
 
@@ -69,15 +71,6 @@ impl ClusterSettings {
             node_count,
         })
     }
-}
-
-/// The node count the effective values depend on, one rule for the
-/// controller, `ichor cni` and adopt (the count changes the values and so
-/// their hash): the registered Nodes, or, while none has registered, the
-/// cluster's TalosMachines (`machines` is 0 where the caller knows none).
-pub fn node_count_rule(nodes: usize, machines: usize) -> u32 {
-    let n = if nodes == 0 { machines } else { nodes };
-    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// User values from a YAML (or JSON) file's text, as `--cilium-values FILE`

@@ -15,6 +15,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::StreamExt as _;
+use ichor_api::cni::CniWorkload;
 use ichor_api::conditions::{self, Status, reasons, types};
 use ichor_api::{
     CniPreset, CniStatus, DetectedCni, TalosCluster, TalosClusterStatus, TalosMachine,
@@ -136,19 +137,8 @@ pub struct Observed {
     pub handover: Option<std::result::Result<HandoverCheck, String>>,
     /// The ichor-cni Job for the desired values hash, when one exists.
     pub job: Option<JobState>,
-    /// The CNI DaemonSets found in the cluster.
-    pub daemonsets: CniDaemonSets,
-}
-
-/// Which known CNI DaemonSets exist (what [`detected_cni`] classifies).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CniDaemonSets {
-    /// Cilium's agent DaemonSet, or Ichor's Cilium release is deployed.
-    pub cilium: bool,
-    /// `kube-system/kube-flannel`.
-    pub flannel: bool,
-    /// `calico-node` in `kube-system` or `calico-system`.
-    pub calico: bool,
+    /// The DaemonSets recognised as a CNI's, in every namespace.
+    pub cni_workloads: Vec<CniWorkload>,
 }
 
 /// The settings the decision needs from the controller's configuration.
@@ -220,8 +210,7 @@ async fn read(ctx: &Context, cluster: &TalosCluster) -> Result<Observed> {
             observed.job = crate::cni_job::read(&ctx.client, cluster, &check.desired_hash).await?;
         }
     }
-    let ichor_release_deployed = matches!(&observed.handover, Some(Ok(c)) if c.deployed.is_some());
-    observed.daemonsets = read_cni_daemonsets(ctx, ichor_release_deployed).await?;
+    observed.cni_workloads = read_cni_workloads(ctx).await?;
     Ok(observed)
 }
 
@@ -285,7 +274,7 @@ pub fn decide(
         CniPreset::Cilium => decide_handover(cluster, observed, settings, now, &mut decision),
     };
     decision.status.cni = Some(CniStatus {
-        detected: Some(detected_cni(observed.daemonsets)),
+        detected: Some(detected_cni(observed)),
     });
     decision.status.observed_generation = generation;
     decision
@@ -441,40 +430,25 @@ async fn node_count(ctx: &Context, machines: usize) -> Result<u32> {
     Ok(ichor_cilium::node_count_rule(nodes.items.len(), machines))
 }
 
-/// Which known CNI DaemonSets exist; Cilium counts as found from the moment
-/// Ichor's Cilium release is deployed (spec 2.2).
-async fn read_cni_daemonsets(ctx: &Context, ichor_release_deployed: bool) -> Result<CniDaemonSets> {
-    let exists = |ns: String, name: &'static str| {
-        let api = Api::<DaemonSet>::namespaced(ctx.client.clone(), &ns);
-        async move {
-            api.get_metadata_opt(name)
-                .await
-                .map(|o| o.is_some())
-                .map_err(Error::kube(format!("reading DaemonSet {ns}/{name}")))
-        }
-    };
-    let release_ns = ctx.config.cilium_release_namespace.clone();
-    let cilium =
-        ichor_release_deployed || exists(release_ns, ichor_cilium::AGENT_DAEMONSET).await?;
-    let flannel = exists("kube-system".into(), "kube-flannel").await?;
-    let calico = exists("kube-system".into(), "calico-node").await?
-        || exists("calico-system".into(), "calico-node").await?;
-    Ok(CniDaemonSets {
-        cilium,
-        flannel,
-        calico,
-    })
+/// The DaemonSets of every namespace that the one detector recognises as
+/// a CNI's (`ichor_api::cni`, the reading adopt makes too).
+async fn read_cni_workloads(ctx: &Context) -> Result<Vec<CniWorkload>> {
+    let daemonsets = Api::<DaemonSet>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("listing the DaemonSets"))?;
+    Ok(daemonsets
+        .items
+        .iter()
+        .filter_map(CniWorkload::of_daemonset)
+        .collect())
 }
 
-/// `status.cni.detected` from the CNI DaemonSets found.
-pub fn detected_cni(found: CniDaemonSets) -> DetectedCni {
-    match (found.cilium, found.flannel, found.calico) {
-        (false, false, false) => DetectedCni::None,
-        (true, false, false) => DetectedCni::Cilium,
-        (false, true, false) => DetectedCni::Flannel,
-        (false, false, true) => DetectedCni::Calico,
-        _ => DetectedCni::Mixed,
-    }
+/// `status.cni.detected`, by the one detector: the CNI DaemonSets, and
+/// Cilium from the moment Ichor's Cilium release is deployed (spec 2.2).
+pub fn detected_cni(observed: &Observed) -> DetectedCni {
+    let ichor_release_deployed = matches!(&observed.handover, Some(Ok(c)) if c.deployed.is_some());
+    ichor_api::cni::detect(&observed.cni_workloads, ichor_release_deployed)
 }
 
 /// `Ready` of a cluster from its machines' `Ready`.
@@ -626,15 +600,20 @@ mod decide_tests {
         }
     }
 
+    fn workload(namespace: &str, name: &str, image: &str) -> CniWorkload {
+        CniWorkload::recognise(namespace, name, &[image.to_string()]).expect("a CNI's DaemonSet")
+    }
+
     fn observed(handover: Option<std::result::Result<HandoverCheck, String>>) -> Observed {
         Observed {
             machines: machines(),
             handover,
             job: None,
-            daemonsets: CniDaemonSets {
-                cilium: true,
-                ..CniDaemonSets::default()
-            },
+            cni_workloads: vec![workload(
+                "kube-system",
+                "cilium",
+                "quay.io/cilium/cilium:v1.18.5",
+            )],
         }
     }
 
@@ -745,10 +724,11 @@ mod decide_tests {
         let c = cluster(include_str!("fixtures/cluster-unmanaged.yaml"));
         let mut o = observed(None);
         o.machines.clear();
-        o.daemonsets = CniDaemonSets {
-            flannel: true,
-            ..CniDaemonSets::default()
-        };
+        o.cni_workloads = vec![workload(
+            "kube-system",
+            "kube-flannel",
+            "ghcr.io/siderolabs/flannel:v0.26",
+        )];
         let d = decide(&c, &o, &settings(true), &at(100));
         assert_eq!(
             condition(&d, types::CNI_HANDOVER).reason,
@@ -775,18 +755,27 @@ mod decide_tests {
     }
 
     #[test]
-    fn detected_cni_classifies_the_daemonsets() {
-        let d = |cilium, flannel, calico| {
-            detected_cni(CniDaemonSets {
-                cilium,
-                flannel,
-                calico,
-            })
+    fn detected_cni_asks_the_one_detector_with_ichors_release() {
+        let mut o = observed(None);
+        o.cni_workloads.clear();
+        assert_eq!(detected_cni(&o), DetectedCni::None);
+        // Spec 2.2: Ichor's release deployed counts before its DaemonSet.
+        let deployed = observed(Some(Ok(check(Some((1, "0123456789abcdef")), Ok(())))));
+        let o = Observed {
+            cni_workloads: vec![],
+            ..deployed
         };
-        assert_eq!(d(false, false, false), DetectedCni::None);
-        assert_eq!(d(true, false, false), DetectedCni::Cilium);
-        assert_eq!(d(false, false, true), DetectedCni::Calico);
-        assert_eq!(d(true, true, false), DetectedCni::Mixed);
+        assert_eq!(detected_cni(&o), DetectedCni::Cilium);
+        // Weave is seen as another CNI, as adopt sees it.
+        let o = Observed {
+            cni_workloads: vec![workload(
+                "kube-system",
+                "weave-net",
+                "weaveworks/weave-kube:2.8",
+            )],
+            ..observed(None)
+        };
+        assert_eq!(detected_cni(&o), DetectedCni::Other);
     }
 }
 

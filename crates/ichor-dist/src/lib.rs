@@ -24,7 +24,7 @@ pub const CHART_DIR: &str = "dist/chart";
 /// Where the install manifest lives, relative to the workspace root.
 pub const INSTALL_YAML: &str = "dist/install.yaml";
 /// The chart's controller selector label value (spec 4.3).
-pub const CHART_NAME_LABEL: &str = ichor_adopt::inspect::CHART_SELECTOR_LABEL.1;
+pub const CHART_NAME_LABEL: &str = ichor_adopt::install::CHART_SELECTOR_LABEL.1;
 
 /// Ichor's version as this workspace writes it (with the v).
 pub fn workspace_version() -> String {

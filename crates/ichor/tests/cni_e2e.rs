@@ -108,7 +108,7 @@ async fn helm_apply_follows_the_talos_cluster() {
     let h = lab(true).await;
     let client = h.lab.client().await;
     // The CRDs and a TalosCluster, as adopt writes them.
-    ichor_adopt::run::apply_objects(
+    ichor_adopt_run::apply_objects(
         &client,
         &ichor_adopt::install::install_objects("v0.1.0", "x")[..5],
     )
@@ -191,7 +191,7 @@ async fn a_failed_cni_job_is_retried_until_the_hand_over_completes() {
     deployments.create(&Default::default(), &odd).await.unwrap();
 
     // Ichor installed as adopt installs it: the lab runs its controller.
-    ichor_adopt::run::install_ichor(&client, "v0.1.0", common::CONTROLLER_IMAGE)
+    ichor_adopt_run::install_ichor(&client, "v0.1.0", common::CONTROLLER_IMAGE)
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;

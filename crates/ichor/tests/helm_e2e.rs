@@ -101,7 +101,7 @@ impl Harness {
                 .filter_map(|f| f.manager)
                 .collect();
             assert!(
-                !writers.iter().any(|w| w == ichor_adopt::run::FIELD_MANAGER),
+                !writers.iter().any(|w| w == ichor_adopt_run::FIELD_MANAGER),
                 "adopt creates no IchorInstallation on a Helm install: {writers:?}"
             );
         }
@@ -135,7 +135,7 @@ impl Harness {
                 listed += list.items.len();
                 for o in list.items {
                     let by_adopt = o.metadata.managed_fields.iter().flatten().any(|m| {
-                        m.manager.as_deref() == Some(ichor_adopt::run::FIELD_MANAGER)
+                        m.manager.as_deref() == Some(ichor_adopt_run::FIELD_MANAGER)
                             && m.operation.as_deref() == Some("Apply")
                     });
                     if by_adopt {

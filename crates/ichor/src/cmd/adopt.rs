@@ -1,5 +1,5 @@
 //! `ichor adopt`: reads the operator's files, then hands over to
-//! `ichor_adopt::run`, where the phases live.
+//! `ichor_adopt_run`, where the phases live.
 
 use std::io::{BufRead as _, IsTerminal as _};
 use std::sync::Arc;
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use ichor_adopt::plan::Plan;
-use ichor_adopt::run::{AdoptError, AdoptOptions, Operator, SecretsSource};
+use ichor_adopt_run::{AdoptError, AdoptOptions, Operator, SecretsSource};
 use ichor_talos::secrets::SecretsBundle;
 use ichor_talos::talosconfig::Talosconfig;
 use ichor_talos_client::{ClientIdentity, ClientOptions, TalosClient};
@@ -57,7 +57,7 @@ pub async fn run(args: AdoptArgs) -> anyhow::Result<()> {
     };
 
     if let Some(format) = args.output {
-        let (plan, _) = ichor_adopt::run::plan(&talos, &kube, &opts)
+        let (plan, _) = ichor_adopt_run::plan(&talos, &kube, &opts)
             .await
             .map_err(adopt_error_for_people)?;
         printer::data(&match format {
@@ -72,7 +72,7 @@ pub async fn run(args: AdoptArgs) -> anyhow::Result<()> {
         );
     }
     let operator: Arc<dyn Operator> = Arc::new(TerminalOperator { yes: args.yes });
-    let outcome = ichor_adopt::run::adopt(&talos, &kube, &opts, operator)
+    let outcome = ichor_adopt_run::adopt(&talos, &kube, &opts, operator)
         .await
         .map_err(adopt_error_for_people)?;
     let phases: Vec<String> = outcome

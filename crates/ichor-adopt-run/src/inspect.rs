@@ -1,9 +1,11 @@
 //! The inspection: adopt's read-only first phase. Every call is bounded, and
 //! the nodes are read concurrently. Nothing here writes anything.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
+use ichor_adopt::inspection::{CiliumRecord, CniWorkload, KubeInspection, KubeNode, TalosNode};
+use ichor_adopt::install::CHART_SELECTOR_LABEL;
+use ichor_adopt::plan::IchorPresence;
 use ichor_api::{IchorInstallation, Manager};
 use ichor_talos::config::MachineConfig;
 use ichor_talos_client::TalosClient;
@@ -13,14 +15,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use kube::api::ListParams;
 
-use crate::inspection::{CiliumRecord, CniWorkload, KubeInspection, KubeNode, TalosNode};
-use crate::plan::IchorPresence;
-
 /// Upper bound of one Kubernetes read.
 pub const KUBE_CALL_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The label the chart puts on the controller Deployment's selector.
-pub const CHART_SELECTOR_LABEL: (&str, &str) = ("app.kubernetes.io/name", "ichor");
 
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
@@ -130,40 +126,17 @@ pub async fn inspect_kube(client: &kube::Client) -> Result<KubeInspection, Inspe
     let mut cni_workloads = Vec::new();
     let mut kube_proxy_daemonset = false;
     for ds in &daemonsets.items {
-        let ns = ds.metadata.namespace.clone().unwrap_or_default();
-        let name = ds.metadata.name.clone().unwrap_or_default();
-        if ns == "kube-system" && name == "kube-proxy" {
+        if ds.metadata.namespace.as_deref() == Some("kube-system")
+            && ds.metadata.name.as_deref() == Some("kube-proxy")
+        {
             kube_proxy_daemonset = true;
         }
-        let images: Vec<String> = ds
-            .spec
-            .template
-            .spec
-            .as_ref()
-            .map(|p| {
-                p.containers
-                    .iter()
-                    .filter_map(|c| c.image.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-        if let Some(w) = CniWorkload::recognise(&ns, &name, &images) {
-            cni_workloads.push(w);
-        }
+        cni_workloads.extend(CniWorkload::of_daemonset(ds));
     }
     let crd = |name: &str| {
         crds.items
             .iter()
             .find(|c| c.metadata.name.as_deref() == Some(name))
-    };
-    let established = |c: &CustomResourceDefinition| {
-        c.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            })
     };
     Ok(KubeInspection {
         nodes,
@@ -184,6 +157,17 @@ pub async fn inspect_kube(client: &kube::Client) -> Result<KubeInspection, Inspe
     })
 }
 
+/// The CRD's Established condition is True.
+pub(crate) fn established(crd: &CustomResourceDefinition) -> bool {
+    crd.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        })
+}
+
 pub(crate) fn kube_node(n: &Node) -> KubeNode {
     let ready = n
         .status
@@ -199,25 +183,17 @@ pub(crate) fn kube_node(n: &Node) -> KubeNode {
 }
 
 /// The newest revision of each Helm release named `name`, in any namespace,
-/// with the namespace its record is stored in.
+/// with the namespace its record is stored in (ichor-helm's storage query,
+/// bounded).
 pub async fn helm_records(
     client: &kube::Client,
     name: &str,
 ) -> Result<Vec<(String, ichor_helm::Release)>, InspectError> {
-    let lp = ListParams::default().labels(&format!("owner=helm,name={name}"));
-    let api = Api::<Secret>::all(client.clone());
-    let secrets = bounded("Helm release records (Secrets)", api.list(&lp)).await?;
-    let mut newest: BTreeMap<String, ichor_helm::Release> = BTreeMap::new();
-    for s in &secrets.items {
-        let Ok(release) = ichor_helm::record::from_secret(s) else {
-            continue;
-        };
-        let ns = s.metadata.namespace.clone().unwrap_or_default();
-        if newest.get(&ns).is_none_or(|r| r.version < release.version) {
-            newest.insert(ns, release);
-        }
-    }
-    Ok(newest.into_iter().collect())
+    bounded(
+        "Helm release records (Secrets)",
+        ichor_helm::storage::newest_in_every_namespace(client, name),
+    )
+    .await
 }
 
 /// Spec 4.3: Ichor is present when the IchorInstallation exists (its manager
@@ -225,84 +201,15 @@ pub async fn helm_records(
 /// in any namespace, or the controller Deployment with the chart's selector
 /// label exists.
 pub async fn ichor_presence(client: &kube::Client) -> Result<IchorPresence, InspectError> {
-    let installations = Api::<IchorInstallation>::all(client.clone());
-    let installation = match tokio::time::timeout(
-        KUBE_CALL_TIMEOUT,
-        installations.list(&ListParams::default()),
-    )
-    .await
-    {
-        Ok(Ok(list)) => list.items.into_iter().next(),
-        // The CRD is absent: no Ichor installed by either path yet.
-        Ok(Err(kube::Error::Api(e))) if e.code == 404 => None,
-        Ok(Err(source)) => {
-            return Err(InspectError::Kube {
-                what: "IchorInstallation",
-                source,
-            });
-        }
-        Err(_) => {
-            return Err(InspectError::KubeTimeout {
-                what: "IchorInstallation",
-                timeout: KUBE_CALL_TIMEOUT,
-            });
-        }
-    };
-    let helm_release = async {
-        let lp = ListParams::default().labels("owner=helm,status=deployed");
-        let api = Api::<Secret>::all(client.clone());
-        let secrets = bounded("Helm release records (Secrets)", api.list(&lp)).await?;
-        Ok::<_, InspectError>(
-            secrets
-                .items
-                .iter()
-                .filter_map(|s| ichor_helm::record::from_secret(s).ok())
-                .find(|r| r.chart_name() == Some("ichor")),
-        )
-    };
-    if let Some(inst) = installation {
-        let version = Some(inst.spec.version.clone());
-        return Ok(match inst.spec.deployment.manager {
-            Manager::Helm => {
-                let release = helm_release.await?;
-                if release.is_none() {
-                    // No record (a chart applied without helm's storage, or
-                    // an uninstall that kept the CRDs and so this object).
-                    return match chart_deployment_presence(client).await? {
-                        Some(p) => Ok(p),
-                        None => Err(InspectError::HelmInstallGone {
-                            namespace: inst
-                                .metadata
-                                .namespace
-                                .clone()
-                                .unwrap_or_else(|| ichor_api::SYSTEM_NAMESPACE.into()),
-                            version: inst.spec.version.clone(),
-                        }),
-                    };
-                }
-                IchorPresence::Helm {
-                    release: release
-                        .as_ref()
-                        .map(|r| r.name.clone())
-                        .unwrap_or_else(|| "ichor".into()),
-                    namespace: release
-                        .as_ref()
-                        .map(|r| r.namespace.clone())
-                        .unwrap_or_else(|| ichor_api::SYSTEM_NAMESPACE.into()),
-                    // The deployed chart says which Ichor runs: the object's
-                    // version is written once, when the controller creates it,
-                    // and a later `helm upgrade` does not change it.
-                    version: release
-                        .as_ref()
-                        .and_then(|r| r.app_version())
-                        .map(str::to_string)
-                        .unwrap_or_else(|| inst.spec.version.clone()),
-                }
-            }
-            _ => IchorPresence::Installer { version },
-        });
+    if let Some(installation) = installation(client).await? {
+        return match installation.spec.deployment.manager {
+            Manager::Helm => helm_managed_presence(client, &installation).await,
+            _ => Ok(IchorPresence::Installer {
+                version: Some(installation.spec.version.clone()),
+            }),
+        };
     }
-    if let Some(r) = helm_release.await? {
+    if let Some(r) = deployed_ichor_chart(client).await? {
         return Ok(IchorPresence::Helm {
             release: r.name.clone(),
             namespace: r.namespace.clone(),
@@ -312,6 +219,78 @@ pub async fn ichor_presence(client: &kube::Client) -> Result<IchorPresence, Insp
     Ok(chart_deployment_presence(client)
         .await?
         .unwrap_or(IchorPresence::Absent))
+}
+
+/// The IchorInstallation, if the CRD and one object exist.
+async fn installation(client: &kube::Client) -> Result<Option<IchorInstallation>, InspectError> {
+    let installations = Api::<IchorInstallation>::all(client.clone());
+    match tokio::time::timeout(
+        KUBE_CALL_TIMEOUT,
+        installations.list(&ListParams::default()),
+    )
+    .await
+    {
+        Ok(Ok(list)) => Ok(list.items.into_iter().next()),
+        // The CRD is absent: no Ichor installed by either path yet.
+        Ok(Err(kube::Error::Api(e))) if e.code == 404 => Ok(None),
+        Ok(Err(source)) => Err(InspectError::Kube {
+            what: "IchorInstallation",
+            source,
+        }),
+        Err(_) => Err(InspectError::KubeTimeout {
+            what: "IchorInstallation",
+            timeout: KUBE_CALL_TIMEOUT,
+        }),
+    }
+}
+
+/// A deployed Helm release of the chart `ichor`, in any namespace.
+async fn deployed_ichor_chart(
+    client: &kube::Client,
+) -> Result<Option<ichor_helm::Release>, InspectError> {
+    let lp = ListParams::default().labels(&format!(
+        "{},status=deployed",
+        ichor_helm::storage::OWNER_SELECTOR
+    ));
+    let api = Api::<Secret>::all(client.clone());
+    let secrets = bounded("Helm release records (Secrets)", api.list(&lp)).await?;
+    Ok(secrets
+        .items
+        .iter()
+        .filter_map(|s| ichor_helm::record::from_secret(s).ok())
+        .find(|r| r.chart_name() == Some("ichor")))
+}
+
+/// The IchorInstallation says Helm manages Ichor: the deployed chart says
+/// which Ichor runs (the object's version is written once, when the
+/// controller creates it, and a later `helm upgrade` does not change it).
+async fn helm_managed_presence(
+    client: &kube::Client,
+    installation: &IchorInstallation,
+) -> Result<IchorPresence, InspectError> {
+    if let Some(release) = deployed_ichor_chart(client).await? {
+        return Ok(IchorPresence::Helm {
+            version: release
+                .app_version()
+                .map(str::to_string)
+                .unwrap_or_else(|| installation.spec.version.clone()),
+            release: release.name,
+            namespace: release.namespace,
+        });
+    }
+    // No record (a chart applied without helm's storage, or an uninstall
+    // that kept the CRDs and so this object).
+    match chart_deployment_presence(client).await? {
+        Some(p) => Ok(p),
+        None => Err(InspectError::HelmInstallGone {
+            namespace: installation
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| ichor_api::SYSTEM_NAMESPACE.into()),
+            version: installation.spec.version.clone(),
+        }),
+    }
 }
 
 /// The controller Deployment carrying the chart's selector label, as a Helm
@@ -351,14 +330,14 @@ pub async fn inspect(
     talos: &TalosClient,
     nodes: &[String],
     kube: &kube::Client,
-) -> Result<(crate::Inspection, IchorPresence), InspectError> {
+) -> Result<(ichor_adopt::Inspection, IchorPresence), InspectError> {
     let (talos_nodes, kube_side, presence) = tokio::try_join!(
         inspect_talos(talos, nodes),
         inspect_kube(kube),
         ichor_presence(kube)
     )?;
     Ok((
-        crate::Inspection {
+        ichor_adopt::Inspection {
             talos: talos_nodes,
             kube: kube_side,
         },

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ichor_adopt::plan::Plan;
-use ichor_adopt::run::{AdoptError, AdoptOptions, Operator, SecretsSource};
+use ichor_adopt_run::{AdoptError, AdoptOptions, Operator, SecretsSource};
 use ichor_lab::{Lab, LabOptions};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
@@ -117,7 +117,7 @@ async fn e6_no_pod_network_fails_early_with_the_specs_text() {
         said: Default::default(),
     });
     let kube = lab.client().await;
-    let err = ichor_adopt::run::adopt(&talos, &kube, &opts, operator.clone())
+    let err = ichor_adopt_run::adopt(&talos, &kube, &opts, operator.clone())
         .await
         .unwrap_err();
     let said = operator.said.lock().unwrap().join("\n");

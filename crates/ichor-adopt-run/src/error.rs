@@ -1,0 +1,47 @@
+//! Why adopt stopped.
+
+use ichor_adopt::Refusal;
+
+use crate::inspect::InspectError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdoptError {
+    #[error("{}", .0.iter().map(|r| r.message.as_str()).collect::<Vec<_>>().join("\n"))]
+    Refused(Vec<Refusal>),
+    #[error("adopt was not confirmed; nothing was written")]
+    NotConfirmed,
+    #[error(transparent)]
+    Inspect(#[from] Box<InspectError>),
+    #[error("the secrets bundle: {0}")]
+    Secrets(String),
+    #[error(
+        "installing Cilium: {0}. Run ichor adopt again to continue: it picks up the release where it stopped"
+    )]
+    Cilium(#[from] Box<ichor_cilium::Error>),
+    #[error("writing {what}: {source}. Run ichor adopt again to continue")]
+    Write {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{0}")]
+    Wait(String),
+}
+
+impl From<InspectError> for AdoptError {
+    fn from(e: InspectError) -> Self {
+        AdoptError::Inspect(Box::new(e))
+    }
+}
+
+impl From<ichor_cilium::Error> for AdoptError {
+    fn from(e: ichor_cilium::Error) -> Self {
+        AdoptError::Cilium(Box::new(e))
+    }
+}
+
+/// Maps a failed request about `what` to [`AdoptError::Write`].
+pub(crate) fn writing(what: impl Into<String>) -> impl FnOnce(kube::Error) -> AdoptError {
+    let what = what.into();
+    move |source| AdoptError::Write { what, source }
+}
