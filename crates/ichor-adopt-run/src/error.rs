@@ -40,6 +40,21 @@ impl From<ichor_cilium::Error> for AdoptError {
     }
 }
 
+/// A wait's end as adopt says it: a look that failed, as it failed; the
+/// bound passed, as `timed_out` words what was still pending.
+pub(crate) fn wait_ended(
+    result: Result<(), ichor_helm::wait::WaitError<AdoptError>>,
+    timed_out: impl FnOnce(&[String]) -> String,
+) -> Result<(), AdoptError> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(ichor_helm::wait::WaitError::Check(e)) => Err(e),
+        Err(ichor_helm::wait::WaitError::TimedOut { pending }) => {
+            Err(AdoptError::Wait(timed_out(&pending)))
+        }
+    }
+}
+
 /// Maps a failed request about `what` to [`AdoptError::Write`].
 pub(crate) fn writing(what: impl Into<String>) -> impl FnOnce(kube::Error) -> AdoptError {
     let what = what.into();

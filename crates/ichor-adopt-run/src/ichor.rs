@@ -10,14 +10,14 @@ use ichor_adopt::install;
 use ichor_adopt::waits::{self, PodView, Verdict, WaitWatch};
 use ichor_api::TalosCluster;
 use ichor_helm::objects::{apply_dynamic, create_or_keep};
-use ichor_helm::wait::{Wait, WaitError, wait_until};
+use ichor_helm::wait::{Wait, wait_until};
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
-use crate::error::{AdoptError, writing};
+use crate::error::{AdoptError, wait_ended, writing};
 use crate::inspect;
 use crate::phases::Operator;
 
@@ -154,15 +154,13 @@ pub(crate) async fn wait_crds_established(
             .map(|c| c.metadata.name.clone().unwrap_or_default())
             .collect())
     };
-    match wait_until(&wait, not_established).await {
-        Ok(()) => Ok(()),
-        Err(WaitError::Check(e)) => Err(e),
-        Err(WaitError::TimedOut { pending }) => Err(AdoptError::Wait(format!(
+    wait_ended(wait_until(&wait, not_established).await, |pending| {
+        format!(
             "Ichor's CRDs were not Established within {}: {}",
             waits::human(waits::CRDS_ESTABLISHED_WAIT),
             pending.join(", ")
-        ))),
-    }
+        )
+    })
 }
 
 /// The name of the TalosCluster the webhook wait asks the API server to
@@ -271,13 +269,11 @@ pub(crate) async fn wait_for_webhooks(
             Verdict::Failed(msg) => Err(AdoptError::Wait(format!("{msg}; {last_call}"))),
         }
     };
-    match wait_until(&wait, look).await {
-        Ok(()) => Ok(()),
-        Err(WaitError::Check(e)) => Err(e),
-        Err(WaitError::TimedOut { pending }) => Err(AdoptError::Wait(format!(
+    wait_ended(wait_until(&wait, look).await, |pending| {
+        format!(
             "Ichor's webhooks did not finish within {}; {}",
             waits::human(timeout),
             pending.join("; ")
-        ))),
-    }
+        )
+    })
 }

@@ -15,14 +15,14 @@ use ichor_adopt::waits;
 use ichor_adopt::{AdoptMode, Inspection, Refusal, include_cilium_policies};
 use ichor_api::{DetectedCni, SecretsRef, TalosCluster, TalosMachine};
 use ichor_cilium::{CiliumOptions, ClusterSettings, WaitOptions};
-use ichor_helm::wait::{Wait, WaitError, wait_until};
+use ichor_helm::wait::{Wait, wait_until};
 use ichor_talos::secrets::SecretsBundle;
 use ichor_talos_client::TalosClient;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::error::{AdoptError, writing};
+use crate::error::{AdoptError, wait_ended, writing};
 use crate::ichor::{self, create_or_keep_as};
 use crate::inspect;
 
@@ -427,17 +427,13 @@ async fn handover(a: &Adoption<'_>) -> Result<(), AdoptError> {
             None => vec!["the controller has not reported CNIHandover yet".to_string()],
         })
     };
-    match wait_until(&wait, not_yet).await {
-        Ok(()) => {}
-        Err(WaitError::Check(e)) => return Err(e),
-        Err(WaitError::TimedOut { pending }) => {
-            return Err(AdoptError::Wait(format!(
-                "the CNI hand-over did not finish within {} ({})",
-                waits::human(a.opts.handover_timeout),
-                pending.join("; ")
-            )));
-        }
-    }
+    wait_ended(wait_until(&wait, not_yet).await, |pending| {
+        format!(
+            "the CNI hand-over did not finish within {} ({})",
+            waits::human(a.opts.handover_timeout),
+            pending.join("; ")
+        )
+    })?;
     a.say("CNIHandover=True: Cilium is Ichor's");
     Ok(())
 }
