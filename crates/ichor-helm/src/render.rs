@@ -107,23 +107,8 @@ impl Renderer {
         chart: &ChartRef,
         values: &Value,
     ) -> Result<Release, RenderError> {
-        let dir = tempfile::Builder::new()
-            .prefix("ichor-helm-")
-            .tempdir()
-            .map_err(|source| RenderError::Io {
-                what: "creating a temporary folder for the values file".into(),
-                source,
-            })?;
-        let values_path = dir.path().join("values.json");
-        let text = serde_json::to_vec_pretty(values).map_err(|e| RenderError::Io {
-            what: "encoding the values".into(),
-            source: std::io::Error::other(e),
-        })?;
-        std::fs::write(&values_path, text).map_err(|source| RenderError::Io {
-            what: format!("writing {}", values_path.display()),
-            source,
-        })?;
-
+        // The folder lives until helm has read the file.
+        let (_dir, values_path) = write_values(values)?;
         let mut args: Vec<String> = vec![
             verb.into(),
             name.into(),
@@ -180,6 +165,28 @@ impl Renderer {
             message: e,
         })
     }
+}
+
+/// Writes `values` to `values.json` in a new temporary folder, for helm's
+/// `--values`; the folder is removed when the returned guard drops.
+fn write_values(values: &Value) -> Result<(tempfile::TempDir, std::path::PathBuf), RenderError> {
+    let dir = tempfile::Builder::new()
+        .prefix("ichor-helm-")
+        .tempdir()
+        .map_err(|source| RenderError::Io {
+            what: "creating a temporary folder for the values file".into(),
+            source,
+        })?;
+    let values_path = dir.path().join("values.json");
+    let text = serde_json::to_vec_pretty(values).map_err(|e| RenderError::Io {
+        what: "encoding the values".into(),
+        source: std::io::Error::other(e),
+    })?;
+    std::fs::write(&values_path, text).map_err(|source| RenderError::Io {
+        what: format!("writing {}", values_path.display()),
+        source,
+    })?;
+    Ok((dir, values_path))
 }
 
 /// Parses helm's `--output json`: the release object (some helm versions

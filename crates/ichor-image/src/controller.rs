@@ -69,30 +69,7 @@ pub fn chart_path(version: &str) -> String {
 /// The image recipe: three layers (base, helm and the chart, ichor) so a new
 /// `ichor` only changes the last one.
 pub fn image(inputs: &Inputs) -> ImageSpec {
-    let mut base = FileTree::new();
-    base.file(
-        "/etc/passwd",
-        format!("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:{UID}:{UID}:nonroot:/home/nonroot:/sbin/nologin\n").into_bytes(),
-        0o644,
-    )
-    .file(
-        "/etc/group",
-        format!("root:x:0:\nnonroot:x:{UID}:\n").into_bytes(),
-        0o644,
-    )
-    // glibc ≥ 2.34 has files and dns built in; this file only says to use them.
-    .file("/etc/nsswitch.conf", b"hosts: files dns\n".to_vec(), 0o644)
-    .dir("/tmp", 0o1777, 0)
-    .dir("/home/nonroot", 0o700, UID)
-    .file(
-        &inputs.ca_certificates.path,
-        inputs.ca_certificates.content.clone(),
-        0o644,
-    );
-    for lib in &inputs.libraries {
-        base.file(&lib.path, lib.content.clone(), 0o755);
-    }
-    base.file(PACKAGES_PATH, packages_record(inputs).into_bytes(), 0o644);
+    let base = base_layer(inputs);
 
     let mut tools = FileTree::new();
     tools.file(HELM_PATH, inputs.helm.clone(), 0o755);
@@ -159,6 +136,37 @@ pub fn image(inputs: &Inputs) -> ImageSpec {
         labels,
         created: inputs.created,
     }
+}
+
+/// The base layer: users, the name-service switch, /tmp and the home
+/// folder, CA certificates, the shared libraries ichor links and the record
+/// of the packages they came from.
+fn base_layer(inputs: &Inputs) -> FileTree {
+    let mut base = FileTree::new();
+    base.file(
+        "/etc/passwd",
+        format!("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:{UID}:{UID}:nonroot:/home/nonroot:/sbin/nologin\n").into_bytes(),
+        0o644,
+    )
+    .file(
+        "/etc/group",
+        format!("root:x:0:\nnonroot:x:{UID}:\n").into_bytes(),
+        0o644,
+    )
+    // glibc ≥ 2.34 has files and dns built in; this file only says to use them.
+    .file("/etc/nsswitch.conf", b"hosts: files dns\n".to_vec(), 0o644)
+    .dir("/tmp", 0o1777, 0)
+    .dir("/home/nonroot", 0o700, UID)
+    .file(
+        &inputs.ca_certificates.path,
+        inputs.ca_certificates.content.clone(),
+        0o644,
+    );
+    for lib in &inputs.libraries {
+        base.file(&lib.path, lib.content.clone(), 0o755);
+    }
+    base.file(PACKAGES_PATH, packages_record(inputs).into_bytes(), 0o644);
+    base
 }
 
 /// The distinct packages the base was taken from, sorted.

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use oci_spec::image::{
-    Arch, ConfigBuilder, Descriptor, HistoryBuilder, ImageConfigurationBuilder,
+    Arch, ConfigBuilder, Descriptor, History, HistoryBuilder, ImageConfigurationBuilder,
     ImageManifestBuilder, MediaType, Os, RootFsBuilder,
 };
 
@@ -102,9 +102,12 @@ fn oci(what: &'static str) -> impl FnOnce(oci_spec::OciSpecError) -> Error {
     move |e| Error::Oci(what, e.to_string())
 }
 
-/// Builds the image in memory.
-pub fn build(spec: &ImageSpec) -> Result<BuiltImage, Error> {
-    let created = rfc3339(spec.created);
+/// The image's layers, compressed: the blobs, the digests of their
+/// uncompressed tars (the config's diff ids) and one history entry each.
+fn layers(
+    spec: &ImageSpec,
+    created: &str,
+) -> Result<(Vec<Blob>, Vec<String>, Vec<History>), Error> {
     let mut layers = Vec::new();
     let mut diff_ids = Vec::new();
     let mut history = Vec::new();
@@ -119,12 +122,32 @@ pub fn build(spec: &ImageSpec) -> Result<BuiltImage, Error> {
         });
         history.push(
             HistoryBuilder::default()
-                .created(created.clone())
+                .created(created.to_string())
                 .created_by(created_by.clone())
                 .build()
                 .map_err(oci("layer history"))?,
         );
     }
+    Ok((layers, diff_ids, history))
+}
+
+/// The descriptor of a blob, as a manifest names it.
+fn descriptor(b: &Blob) -> Result<Descriptor, Error> {
+    let digest = b
+        .digest
+        .parse()
+        .map_err(|e: oci_spec::OciSpecError| Error::Oci("digest", e.to_string()))?;
+    Ok(Descriptor::new(
+        b.media_type.clone(),
+        b.bytes.len() as u64,
+        oci_spec::image::Digest::clone(&digest),
+    ))
+}
+
+/// Builds the image in memory.
+pub fn build(spec: &ImageSpec) -> Result<BuiltImage, Error> {
+    let created = rfc3339(spec.created);
+    let (layers, diff_ids, history) = layers(spec, &created)?;
     let labels: HashMap<String, String> = spec.labels.clone().into_iter().collect();
     let run = ConfigBuilder::default()
         .user(spec.user.clone())
@@ -155,18 +178,6 @@ pub fn build(spec: &ImageSpec) -> Result<BuiltImage, Error> {
         digest: sha256(&config_bytes),
         media_type: MediaType::ImageConfig,
         bytes: config_bytes,
-    };
-
-    let descriptor = |b: &Blob| -> Result<Descriptor, Error> {
-        let digest = b
-            .digest
-            .parse()
-            .map_err(|e: oci_spec::OciSpecError| Error::Oci("digest", e.to_string()))?;
-        Ok(Descriptor::new(
-            b.media_type.clone(),
-            b.bytes.len() as u64,
-            oci_spec::image::Digest::clone(&digest),
-        ))
     };
     let manifest = ImageManifestBuilder::default()
         .schema_version(2u32)

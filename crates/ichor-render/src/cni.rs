@@ -170,38 +170,48 @@ fn kube_prism(docs: &mut Vec<Mapping>, multidoc: bool) {
 }
 
 fn inline_entry(docs: &mut Vec<Mapping>, multidoc: bool, input: &CniInput<'_>) {
-    let name_of = |v: &Value| {
-        v.as_mapping()
-            .and_then(|m| m.get("name"))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
     if input.handover {
-        let gone = |n: Option<&str>| {
-            n == Some(INLINE_CNI_NAME) || (n.is_some() && n == input.taken_over_inline)
-        };
-        if let Some(v1) = v1alpha1(docs) {
-            let mut now_empty = false;
-            if let Some(list) = path::sequence_mut(v1, &["cluster", "inlineManifests"]) {
-                let before = list.len();
-                list.retain(|item| !gone(name_of(item).as_deref()));
-                // Drop the key only when Ichor emptied the list, so a node's own
-                // empty list stays as it is.
-                now_empty = list.is_empty() && list.len() < before;
-            }
-            if now_empty {
-                remove(v1, &["cluster", "inlineManifests"]);
-            }
-        }
-        docs.retain(|m| {
-            !(kind_of(m) == Some("KubeInlineManifestConfig")
-                && gone(m.get("name").and_then(Value::as_str)))
-        });
-        return;
+        drop_inline_entry(docs, input);
+    } else if let Some(manifest) = input.inline_cni {
+        keep_inline_entry(docs, multidoc, manifest);
     }
-    let Some(manifest) = input.inline_cni else {
-        return;
+}
+
+/// The `name` of an inline manifest entry.
+fn name_of(v: &Value) -> Option<String> {
+    v.as_mapping()
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// After the hand-over: the inline CNI entry (and a taken-over one) goes.
+fn drop_inline_entry(docs: &mut Vec<Mapping>, input: &CniInput<'_>) {
+    let gone = |n: Option<&str>| {
+        n == Some(INLINE_CNI_NAME) || (n.is_some() && n == input.taken_over_inline)
     };
+    if let Some(v1) = v1alpha1(docs) {
+        let mut now_empty = false;
+        if let Some(list) = path::sequence_mut(v1, &["cluster", "inlineManifests"]) {
+            let before = list.len();
+            list.retain(|item| !gone(name_of(item).as_deref()));
+            // Drop the key only when Ichor emptied the list, so a node's own
+            // empty list stays as it is.
+            now_empty = list.is_empty() && list.len() < before;
+        }
+        if now_empty {
+            remove(v1, &["cluster", "inlineManifests"]);
+        }
+    }
+    docs.retain(|m| {
+        !(kind_of(m) == Some("KubeInlineManifestConfig")
+            && gone(m.get("name").and_then(Value::as_str)))
+    });
+}
+
+/// Before the hand-over: the inline CNI entry carries `manifest`, in the
+/// document or list the config already uses.
+fn keep_inline_entry(docs: &mut Vec<Mapping>, multidoc: bool, manifest: &str) {
     if let Some(doc) = docs.iter_mut().find(|m| {
         kind_of(m) == Some("KubeInlineManifestConfig")
             && m.get("name").and_then(Value::as_str) == Some(INLINE_CNI_NAME)
