@@ -119,6 +119,56 @@ impl Drop for Watchdog {
 
 static SHARED: OnceLock<TestEnv> = OnceLock::new();
 
+/// Writes the egress selector that sends the API server's traffic to the
+/// cluster through the CONNECT proxy on the Unix socket `proxy`; returns
+/// the flag that names it.
+fn write_egress_selector(dir: &Path, proxy: &Path) -> std::io::Result<String> {
+    let file = dir.join("egress-selector.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: apiserver.k8s.io/v1beta1\nkind: EgressSelectorConfiguration\negressSelections:\n  - name: cluster\n    connection:\n      proxyProtocol: HTTPConnect\n      transport:\n        uds:\n          udsName: {}\n",
+            proxy.display()
+        ),
+    )?;
+    Ok(format!("--egress-selector-config-file={}", file.display()))
+}
+
+/// The test API server's flags (without the egress selector): served on
+/// loopback from the files in `dir`, storing in the etcd at `etcd_url`.
+fn apiserver_args(dir: &Path, etcd_url: &str, api_port: u16, server_url: &str) -> Vec<String> {
+    let d = |f: &str| dir.join(f).display().to_string();
+    vec![
+        format!("--etcd-servers={etcd_url}"),
+        format!("--cert-dir={}", d("certs")),
+        format!("--secure-port={api_port}"),
+        "--bind-address=127.0.0.1".into(),
+        "--advertise-address=127.0.0.1".into(),
+        "--endpoint-reconciler-type=none".into(),
+        "--service-cluster-ip-range=10.0.0.0/24".into(),
+        "--allow-privileged=true".into(),
+        "--disable-admission-plugins=ServiceAccount".into(),
+        "--authorization-mode=RBAC".into(),
+        format!("--service-account-issuer={server_url}/"),
+        format!("--service-account-key-file={}", d("sa.pub")),
+        format!("--service-account-signing-key-file={}", d("sa.key")),
+        format!("--client-ca-file={}", d("ca.crt")),
+        format!("--tls-cert-file={}", d("apiserver.crt")),
+        format!("--tls-private-key-file={}", d("apiserver.key")),
+        // Webhook and aggregated-API Services resolve through their
+        // EndpointSlices (the lab publishes a pod's loopback address
+        // there) instead of a ClusterIP no packet could reach; TLS
+        // still verifies `<service>.<namespace>.svc`.
+        "--enable-aggregator-routing=true".into(),
+        // Who made each request, for tests that assert an identity.
+        format!("--audit-policy-file={}", d("audit-policy.yaml")),
+        format!("--audit-log-path={}", d(AUDIT_LOG)),
+        "--audit-log-format=json".into(),
+        "--audit-log-mode=blocking".into(),
+        "--v=1".into(),
+    ]
+}
+
 impl TestEnv {
     /// The control plane of this test binary, started on first use. Panics with
     /// the reason (and the apiserver's log tail) when it cannot start.
@@ -204,57 +254,17 @@ impl TestEnv {
             Some(&dir),
         )?;
 
-        let d = |f: &str| dir.join(f).display().to_string();
-        let mut egress = Vec::new();
-        if let Some(proxy) = proxy {
-            std::fs::write(
-                dir.join("egress-selector.yaml"),
-                format!(
-                    "apiVersion: apiserver.k8s.io/v1beta1\nkind: EgressSelectorConfiguration\negressSelections:\n  - name: cluster\n    connection:\n      proxyProtocol: HTTPConnect\n      transport:\n        uds:\n          udsName: {}\n",
-                    proxy.display()
-                ),
-            )
-            .map_err(files)?;
-            egress.push(format!(
-                "--egress-selector-config-file={}",
-                d("egress-selector.yaml")
-            ));
-        }
+        let egress = match proxy {
+            Some(proxy) => vec![write_egress_selector(&dir, proxy).map_err(files)?],
+            None => Vec::new(),
+        };
         let apiserver = watchdog(
             "kube-apiserver",
             apiserver_bin,
-            &[
-                format!("--etcd-servers={etcd_url}"),
-                format!("--cert-dir={}", d("certs")),
-                format!("--secure-port={api_port}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                "--endpoint-reconciler-type=none".into(),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
-                "--allow-privileged=true".into(),
-                "--disable-admission-plugins=ServiceAccount".into(),
-                "--authorization-mode=RBAC".into(),
-                format!("--service-account-issuer={server_url}/"),
-                format!("--service-account-key-file={}", d("sa.pub")),
-                format!("--service-account-signing-key-file={}", d("sa.key")),
-                format!("--client-ca-file={}", d("ca.crt")),
-                format!("--tls-cert-file={}", d("apiserver.crt")),
-                format!("--tls-private-key-file={}", d("apiserver.key")),
-                // Webhook and aggregated-API Services resolve through their
-                // EndpointSlices (the lab publishes a pod's loopback address
-                // there) instead of a ClusterIP no packet could reach; TLS
-                // still verifies `<service>.<namespace>.svc`.
-                "--enable-aggregator-routing=true".into(),
-                // Who made each request, for tests that assert an identity.
-                format!("--audit-policy-file={}", d("audit-policy.yaml")),
-                format!("--audit-log-path={}", d(AUDIT_LOG)),
-                "--audit-log-format=json".into(),
-                "--audit-log-mode=blocking".into(),
-                "--v=1".into(),
-            ]
-            .into_iter()
-            .chain(egress)
-            .collect::<Vec<String>>(),
+            &apiserver_args(&dir, &etcd_url, api_port, &server_url)
+                .into_iter()
+                .chain(egress)
+                .collect::<Vec<String>>(),
             &dir.join("kube-apiserver.log"),
             None,
         )?;

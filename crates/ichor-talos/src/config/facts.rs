@@ -1,7 +1,10 @@
 //! [`ConfigFacts`]: what adopt needs from a machine config, whatever its shape.
 
-use super::kube::CUSTOM_CNI_MANIFEST_NAME;
-use super::v1alpha1::DEFAULT_KUBEPRISM_PORT;
+use super::kube::{
+    CUSTOM_CNI_MANIFEST_NAME, KubeClusterConfig, KubeFlannelCniConfig, KubeNetworkConfig,
+    KubePrismConfig, KubeProxyConfig, KubeletConfig, UnattendedInstallConfig,
+};
+use super::v1alpha1::{ClusterNetwork, ClusterSection, DEFAULT_KUBEPRISM_PORT, MachineSection};
 use super::{Document, MachineConfig, OtherDocument};
 
 /// Talos's default pod subnet when the config names none.
@@ -184,11 +187,54 @@ fn image_tag(image: &str) -> Option<String> {
     (!tag.is_empty()).then(|| tag.to_string())
 }
 
-pub(super) fn compute(cfg: &MachineConfig) -> ConfigFacts {
-    let v1 = cfg.v1alpha1();
-    let machine = v1.and_then(|v| v.machine.as_ref());
-    let cluster = v1.and_then(|v| v.cluster.as_ref());
-    let network = cluster.and_then(|c| c.network.as_ref());
+/// The multi-document config's Kubernetes documents (the last of each kind).
+#[derive(Default)]
+struct KubeDocuments<'a> {
+    flannel: Option<&'a KubeFlannelCniConfig>,
+    kube_network: Option<&'a KubeNetworkConfig>,
+    kube_proxy: Option<&'a KubeProxyConfig>,
+    kube_prism: Option<&'a KubePrismConfig>,
+    /// The URL of the custom CNI's external manifest.
+    custom_cni_url: Option<String>,
+    kube_cluster: Option<&'a KubeClusterConfig>,
+    kubelet: Option<&'a KubeletConfig>,
+    unattended: Option<&'a UnattendedInstallConfig>,
+    inline_manifests: Vec<InlineManifestFact>,
+}
+
+impl<'a> KubeDocuments<'a> {
+    fn scan(cfg: &'a MachineConfig) -> Self {
+        let mut found = KubeDocuments::default();
+        for d in &cfg.documents {
+            match d {
+                Document::KubeFlannelCni(f) => found.flannel = Some(f),
+                Document::KubeNetwork(n) => found.kube_network = Some(n),
+                Document::KubeProxy(p) => found.kube_proxy = Some(p),
+                Document::KubePrism(p) => found.kube_prism = Some(p),
+                Document::KubeCluster(c) => found.kube_cluster = Some(c),
+                Document::Kubelet(k) => found.kubelet = Some(k),
+                Document::UnattendedInstall(u) => found.unattended = Some(u),
+                Document::KubeExternalManifest(e)
+                    if e.name.as_deref() == Some(CUSTOM_CNI_MANIFEST_NAME) =>
+                {
+                    found.custom_cni_url = Some(e.url.clone().unwrap_or_default());
+                }
+                Document::KubeInlineManifest(m) => {
+                    found.inline_manifests.push(InlineManifestFact {
+                        name: m.name.clone().unwrap_or_default(),
+                        contents: m.manifest.clone().unwrap_or_default(),
+                    })
+                }
+                _ => {}
+            }
+        }
+        found
+    }
+}
+
+/// Where the config keeps its Kubernetes settings.
+fn shape_of(cfg: &MachineConfig) -> ConfigShape {
+    let cluster = cfg.v1alpha1().and_then(|v| v.cluster.as_ref());
     // Legacy Kubernetes settings in the v1alpha1 document (a v1.14 config
     // generated for the multi-document contract has none of these).
     let legacy_kubernetes = cluster.is_some_and(|c| {
@@ -198,58 +244,25 @@ pub(super) fn compute(cfg: &MachineConfig) -> ConfigFacts {
             || c.api_server.is_some()
             || c.proxy.is_some()
     });
-    let shape = if !legacy_kubernetes && cfg.documents.iter().any(is_kube_kind) {
+    if !legacy_kubernetes && cfg.documents.iter().any(is_kube_kind) {
         ConfigShape::Multidoc
     } else {
         ConfigShape::Legacy
-    };
-    let machine_type = MachineType::parse(
-        machine
-            .and_then(|m| m.machine_type.as_deref())
-            .unwrap_or_default(),
-    );
-    let cp = machine_type.is_control_plane();
-
-    let mut flannel = None;
-    let mut kube_network = None;
-    let mut kube_proxy = None;
-    let mut kube_prism_doc = None;
-    let mut custom_cni_url = None;
-    let mut kube_cluster = None;
-    let mut kubelet = None;
-    let mut unattended = None;
-    let mut inline_manifests = Vec::new();
-    for d in &cfg.documents {
-        match d {
-            Document::KubeFlannelCni(f) => flannel = Some(f),
-            Document::KubeNetwork(n) => kube_network = Some(n),
-            Document::KubeProxy(p) => kube_proxy = Some(p),
-            Document::KubePrism(p) => kube_prism_doc = Some(p),
-            Document::KubeCluster(c) => kube_cluster = Some(c),
-            Document::Kubelet(k) => kubelet = Some(k),
-            Document::UnattendedInstall(u) => unattended = Some(u),
-            Document::KubeExternalManifest(e)
-                if e.name.as_deref() == Some(CUSTOM_CNI_MANIFEST_NAME) =>
-            {
-                custom_cni_url = Some(e.url.clone().unwrap_or_default());
-            }
-            Document::KubeInlineManifest(m) => inline_manifests.push(InlineManifestFact {
-                name: m.name.clone().unwrap_or_default(),
-                contents: m.manifest.clone().unwrap_or_default(),
-            }),
-            _ => {}
-        }
     }
-    if let Some(list) = cluster.and_then(|c| c.inline_manifests.as_ref()) {
-        let legacy = list.iter().map(|m| InlineManifestFact {
-            name: m.name.clone().unwrap_or_default(),
-            contents: m.contents.clone().unwrap_or_default(),
-        });
-        inline_manifests.splice(0..0, legacy);
-    }
+}
 
-    // CNI
-    let (cni, cni_urls) = if shape == ConfigShape::Legacy {
+/// The CNI Talos deploys, and its manifest URLs: the v1alpha1 document's
+/// `cluster.network.cni` (flannel when it names none), else the
+/// multi-document flannel or custom-CNI document; a control plane with
+/// neither deploys none, a worker does not say.
+fn cni_fact(
+    shape: ConfigShape,
+    network: Option<&ClusterNetwork>,
+    flannel: bool,
+    custom_cni_url: Option<String>,
+    control_plane: bool,
+) -> (Option<CniName>, Vec<String>) {
+    if shape == ConfigShape::Legacy {
         let c = network.and_then(|n| n.cni.as_ref());
         let name = c
             .and_then(|c| c.name.as_deref())
@@ -258,16 +271,45 @@ pub(super) fn compute(cfg: &MachineConfig) -> ConfigFacts {
             Some(name),
             c.and_then(|c| c.urls.clone()).unwrap_or_default(),
         )
-    } else if flannel.is_some() {
+    } else if flannel {
         (Some(CniName::Flannel), Vec::new())
     } else if let Some(url) = custom_cni_url {
         (Some(CniName::Custom), vec![url])
-    } else if cp {
+    } else if control_plane {
         (Some(CniName::None), Vec::new())
     } else {
         (None, Vec::new())
-    };
+    }
+}
 
+/// Whether kube-proxy runs: `cluster.proxy`, else the `KubeProxyConfig`
+/// document, else the shape's default (on in the legacy shape, off on a
+/// multi-document control plane; a worker does not say).
+fn kube_proxy_fact(
+    shape: ConfigShape,
+    cluster: Option<&ClusterSection>,
+    kube_proxy: Option<&KubeProxyConfig>,
+    control_plane: bool,
+) -> Option<bool> {
+    if let Some(p) = cluster.and_then(|c| c.proxy.as_ref()) {
+        Some(p.disabled != Some(true))
+    } else if let Some(p) = kube_proxy {
+        Some(p.is_enabled())
+    } else if shape == ConfigShape::Legacy {
+        Some(true)
+    } else if control_plane {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// Pod subnets, service subnets and DNS domain: the v1alpha1 document's,
+/// else the `KubeNetworkConfig` document's, else Talos's defaults.
+fn network_fact(
+    network: Option<&ClusterNetwork>,
+    kube_network: Option<&KubeNetworkConfig>,
+) -> (Vec<String>, Vec<String>, String) {
     let pod_subnets = network
         .and_then(|n| n.pod_subnets.clone())
         .or_else(|| kube_network.and_then(|n| n.pod_subnets.clone()))
@@ -280,20 +322,17 @@ pub(super) fn compute(cfg: &MachineConfig) -> ConfigFacts {
         .and_then(|n| n.dns_domain.clone())
         .or_else(|| kube_network.and_then(|n| n.dns_domain.clone()))
         .unwrap_or_else(|| DEFAULT_DNS_DOMAIN.to_string());
+    (pod_subnets, service_subnets, dns_domain)
+}
 
-    let kube_proxy_enabled = if let Some(p) = cluster.and_then(|c| c.proxy.as_ref()) {
-        Some(p.disabled != Some(true))
-    } else if let Some(p) = kube_proxy {
-        Some(p.is_enabled())
-    } else if shape == ConfigShape::Legacy {
-        Some(true)
-    } else if cp {
-        Some(false)
-    } else {
-        None
-    };
-
-    let kube_prism = if let Some(doc) = kube_prism_doc {
+/// KubePrism as the config sets it: the multi-document `KubePrismConfig`
+/// (port 0 or none: off), else `machine.features.kubePrism` (on with
+/// Talos's default port when it names none).
+fn kube_prism_fact(
+    doc: Option<&KubePrismConfig>,
+    machine: Option<&MachineSection>,
+) -> KubePrismFact {
+    if let Some(doc) = doc {
         match doc.port {
             Some(0) | None => KubePrismFact {
                 enabled: false,
@@ -321,8 +360,15 @@ pub(super) fn compute(cfg: &MachineConfig) -> ConfigFacts {
                 port: None,
             },
         }
-    };
+    }
+}
 
+/// The install disk and installer image: `machine.install`, else the
+/// multi-document `UnattendedInstallConfig`.
+fn install_target(
+    machine: Option<&MachineSection>,
+    unattended: Option<&UnattendedInstallConfig>,
+) -> (Option<String>, Option<String>) {
     let install = machine.and_then(|m| m.install.as_ref());
     let install_disk = install.and_then(|i| i.disk.clone()).or_else(|| {
         unattended
@@ -335,6 +381,50 @@ pub(super) fn compute(cfg: &MachineConfig) -> ConfigFacts {
             .and_then(|u| u.installer.as_ref())
             .and_then(|i| i.image.clone())
     });
+    (install_disk, install_image)
+}
+
+pub(super) fn compute(cfg: &MachineConfig) -> ConfigFacts {
+    let v1 = cfg.v1alpha1();
+    let machine = v1.and_then(|v| v.machine.as_ref());
+    let cluster = v1.and_then(|v| v.cluster.as_ref());
+    let network = cluster.and_then(|c| c.network.as_ref());
+    let shape = shape_of(cfg);
+    let machine_type = MachineType::parse(
+        machine
+            .and_then(|m| m.machine_type.as_deref())
+            .unwrap_or_default(),
+    );
+    let cp = machine_type.is_control_plane();
+
+    let KubeDocuments {
+        flannel,
+        kube_network,
+        kube_proxy,
+        kube_prism: kube_prism_doc,
+        custom_cni_url,
+        kube_cluster,
+        kubelet,
+        unattended,
+        mut inline_manifests,
+    } = KubeDocuments::scan(cfg);
+    if let Some(list) = cluster.and_then(|c| c.inline_manifests.as_ref()) {
+        let legacy = list.iter().map(|m| InlineManifestFact {
+            name: m.name.clone().unwrap_or_default(),
+            contents: m.contents.clone().unwrap_or_default(),
+        });
+        inline_manifests.splice(0..0, legacy);
+    }
+
+    let (cni, cni_urls) = cni_fact(shape, network, flannel.is_some(), custom_cni_url, cp);
+
+    let (pod_subnets, service_subnets, dns_domain) = network_fact(network, kube_network);
+
+    let kube_proxy_enabled = kube_proxy_fact(shape, cluster, kube_proxy, cp);
+
+    let kube_prism = kube_prism_fact(kube_prism_doc, machine);
+
+    let (install_disk, install_image) = install_target(machine, unattended);
 
     let kubernetes_version = machine
         .and_then(|m| m.kubelet.as_ref())

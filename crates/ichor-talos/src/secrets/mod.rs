@@ -15,7 +15,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::v1alpha1::Base64CertAndKey;
+use crate::config::v1alpha1::{Base64CertAndKey, ClusterSection, MachineSection};
 use crate::config::{ConfigError, Document, Extra, MachineConfig, MachineType};
 use crate::pem::b64;
 
@@ -187,6 +187,117 @@ fn non_empty(s: Option<&String>) -> Option<String> {
     s.filter(|s| !s.is_empty()).cloned()
 }
 
+/// The multi-document config's documents that carry secrets.
+#[derive(Default)]
+struct SecretDocuments<'a> {
+    identity: Option<&'a crate::config::DiscoveryIdentityConfig>,
+    api_ca: Option<&'a crate::config::PemCertAndKey>,
+    agg_ca: Option<&'a crate::config::PemCertAndKey>,
+    sa: Option<&'a crate::config::ServiceAccountIssuer>,
+    enc: Option<&'a crate::config::KubeEtcdEncryptionConfig>,
+}
+
+impl<'a> SecretDocuments<'a> {
+    fn scan(cfg: &'a MachineConfig) -> Self {
+        let mut found = SecretDocuments::default();
+        for d in &cfg.documents {
+            match d {
+                Document::DiscoveryIdentity(d) => found.identity = Some(d),
+                Document::KubeApiServerCa(d) => found.api_ca = d.issuing_ca.as_ref(),
+                Document::KubeAggregatorCa(d) => found.agg_ca = d.issuing_ca.as_ref(),
+                Document::KubeServiceAccount(d) => found.sa = d.issuer.as_ref(),
+                Document::KubeEtcdEncryption(d) => found.enc = Some(d),
+                _ => {}
+            }
+        }
+        found
+    }
+}
+
+/// A certificate and key pair with both halves, as the bundle keeps it.
+fn full(c: Option<&Base64CertAndKey>) -> Option<Base64CertAndKey> {
+    c.filter(|c| non_empty(c.crt.as_ref()).is_some() && non_empty(c.key.as_ref()).is_some())
+        .map(|c| Base64CertAndKey {
+            crt: c.crt.clone(),
+            key: c.key.clone(),
+            extra: Extra::new(),
+        })
+}
+
+/// A multi-document PEM pair with both halves, as the bundle keeps it (base64).
+fn from_pem(c: Option<&crate::config::PemCertAndKey>) -> Option<Base64CertAndKey> {
+    c.and_then(
+        |c| match (non_empty(c.cert.as_ref()), non_empty(c.key.as_ref())) {
+            (Some(cert), Some(key)) => Some(Base64CertAndKey {
+                crt: Some(b64(&cert)),
+                key: Some(b64(&key)),
+                extra: Extra::new(),
+            }),
+            _ => None,
+        },
+    )
+}
+
+/// The CAs and the service-account key, each from the v1alpha1 document or
+/// the multi-document config's own document.
+fn recovered_certs(
+    machine: Option<&MachineSection>,
+    cluster: Option<&ClusterSection>,
+    api_ca: Option<&crate::config::PemCertAndKey>,
+    agg_ca: Option<&crate::config::PemCertAndKey>,
+    sa: Option<&crate::config::ServiceAccountIssuer>,
+    missing: &dyn Fn(&'static str, &'static str) -> SecretsError,
+) -> Result<BundleCerts, SecretsError> {
+    let os = full(machine.and_then(|m| m.ca.as_ref()))
+        .ok_or_else(|| missing("OS CA certificate and key", "machine.ca"))?;
+    let etcd = full(
+        cluster
+            .and_then(|c| c.etcd.as_ref())
+            .and_then(|e| e.ca.as_ref()),
+    )
+    .ok_or_else(|| missing("etcd CA certificate and key", "cluster.etcd.ca"))?;
+    let k8s = full(cluster.and_then(|c| c.ca.as_ref()))
+        .or_else(|| from_pem(api_ca))
+        .ok_or_else(|| {
+            missing(
+                "Kubernetes CA certificate and key",
+                "cluster.ca, KubeAPIServerCAConfig.issuingCA",
+            )
+        })?;
+    let k8saggregator = full(cluster.and_then(|c| c.aggregator_ca.as_ref()))
+        .or_else(|| from_pem(agg_ca))
+        .ok_or_else(|| {
+            missing(
+                "aggregator CA certificate and key",
+                "cluster.aggregatorCA, KubeAggregatorCAConfig.issuingCA",
+            )
+        })?;
+    let sa_key = non_empty(
+        cluster
+            .and_then(|c| c.service_account.as_ref())
+            .and_then(|s| s.key.as_ref()),
+    )
+    .or_else(|| non_empty(sa.and_then(|s| s.private_key.as_ref())).map(|k| b64(&k)))
+    .ok_or_else(|| {
+        missing(
+            "service-account key",
+            "cluster.serviceAccount.key, KubeServiceAccountConfig.issuer.privateKey",
+        )
+    })?;
+    Ok(BundleCerts {
+        etcd,
+        k8s,
+        k8saggregator,
+        k8sserviceaccount: Base64CertAndKey {
+            crt: None,
+            key: Some(sa_key),
+            extra: Extra::new(),
+        },
+        os,
+        extra: Extra::new(),
+    })
+}
+
 impl SecretsBundle {
     /// Parses bundle YAML and validates it as Talos does ([`Self::validate`]);
     /// `origin` is named in errors.
@@ -258,21 +369,13 @@ impl SecretsBundle {
         let machine = v1.and_then(|v| v.machine.as_ref());
         let cluster = v1.and_then(|v| v.cluster.as_ref());
 
-        let mut identity = None;
-        let mut api_ca = None;
-        let mut agg_ca = None;
-        let mut sa = None;
-        let mut enc = None;
-        for d in &cfg.documents {
-            match d {
-                Document::DiscoveryIdentity(d) => identity = Some(d),
-                Document::KubeApiServerCa(d) => api_ca = d.issuing_ca.as_ref(),
-                Document::KubeAggregatorCa(d) => agg_ca = d.issuing_ca.as_ref(),
-                Document::KubeServiceAccount(d) => sa = d.issuer.as_ref(),
-                Document::KubeEtcdEncryption(d) => enc = Some(d),
-                _ => {}
-            }
-        }
+        let SecretDocuments {
+            identity,
+            api_ca,
+            agg_ca,
+            sa,
+            enc,
+        } = SecretDocuments::scan(cfg);
 
         let id = non_empty(cluster.and_then(|c| c.id.as_ref()))
             .or_else(|| non_empty(identity.and_then(|i| i.cluster_id.as_ref())))
@@ -305,63 +408,7 @@ impl SecretsBundle {
         let trustd = non_empty(machine.and_then(|m| m.token.as_ref()))
             .ok_or_else(|| missing("trustd token", "machine.token"))?;
 
-        let full = |c: Option<&Base64CertAndKey>| {
-            c.filter(|c| non_empty(c.crt.as_ref()).is_some() && non_empty(c.key.as_ref()).is_some())
-                .map(|c| Base64CertAndKey {
-                    crt: c.crt.clone(),
-                    key: c.key.clone(),
-                    extra: Extra::new(),
-                })
-        };
-        let from_pem = |c: Option<&crate::config::PemCertAndKey>| {
-            c.and_then(
-                |c| match (non_empty(c.cert.as_ref()), non_empty(c.key.as_ref())) {
-                    (Some(cert), Some(key)) => Some(Base64CertAndKey {
-                        crt: Some(b64(&cert)),
-                        key: Some(b64(&key)),
-                        extra: Extra::new(),
-                    }),
-                    _ => None,
-                },
-            )
-        };
-
-        let os = full(machine.and_then(|m| m.ca.as_ref()))
-            .ok_or_else(|| missing("OS CA certificate and key", "machine.ca"))?;
-        let etcd = full(
-            cluster
-                .and_then(|c| c.etcd.as_ref())
-                .and_then(|e| e.ca.as_ref()),
-        )
-        .ok_or_else(|| missing("etcd CA certificate and key", "cluster.etcd.ca"))?;
-        let k8s = full(cluster.and_then(|c| c.ca.as_ref()))
-            .or_else(|| from_pem(api_ca))
-            .ok_or_else(|| {
-                missing(
-                    "Kubernetes CA certificate and key",
-                    "cluster.ca, KubeAPIServerCAConfig.issuingCA",
-                )
-            })?;
-        let k8saggregator = full(cluster.and_then(|c| c.aggregator_ca.as_ref()))
-            .or_else(|| from_pem(agg_ca))
-            .ok_or_else(|| {
-                missing(
-                    "aggregator CA certificate and key",
-                    "cluster.aggregatorCA, KubeAggregatorCAConfig.issuingCA",
-                )
-            })?;
-        let sa_key = non_empty(
-            cluster
-                .and_then(|c| c.service_account.as_ref())
-                .and_then(|s| s.key.as_ref()),
-        )
-        .or_else(|| non_empty(sa.and_then(|s| s.private_key.as_ref())).map(|k| b64(&k)))
-        .ok_or_else(|| {
-            missing(
-                "service-account key",
-                "cluster.serviceAccount.key, KubeServiceAccountConfig.issuer.privateKey",
-            )
-        })?;
+        let certs = recovered_certs(machine, cluster, api_ca, agg_ca, sa, &missing)?;
 
         let bundle = Self {
             cluster: ClusterIdentity {
@@ -379,18 +426,7 @@ impl SecretsBundle {
                 token: trustd,
                 extra: Extra::new(),
             },
-            certs: BundleCerts {
-                etcd,
-                k8s,
-                k8saggregator,
-                k8sserviceaccount: Base64CertAndKey {
-                    crt: None,
-                    key: Some(sa_key),
-                    extra: Extra::new(),
-                },
-                os,
-                extra: Extra::new(),
-            },
+            certs,
             extra: Extra::new(),
         };
         bundle.validate(origin)?;
