@@ -20,6 +20,7 @@ pub mod simulator;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 
+use ichor_helm::objects::create_or_keep;
 use ichor_talemu::{Emulator, EmulatorOptions, NodeSpec, Pki};
 use ichor_talos::config::MachineConfig;
 use ichor_talos::patch::ConfigPatch;
@@ -239,6 +240,81 @@ fn fixture(shape: LabShape, name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The nodes' loopback addresses (a /24 of the lab's own, so labs and
+/// tests can run side by side) and hostnames (the first is the control plane).
+fn node_names(nodes: usize) -> (Vec<IpAddr>, Vec<String>) {
+    let net: u8 = rand::random_range(16..=250);
+    let sub: u8 = rand::random_range(1..=250);
+    let addresses: Vec<IpAddr> = (0..nodes)
+        .map(|i| IpAddr::V4(Ipv4Addr::new(127, net, sub, 10 + i as u8)))
+        .collect();
+    let hostnames: Vec<String> = (0..nodes)
+        .map(|i| {
+            if i == 0 {
+                "lab-cp-1".to_string()
+            } else {
+                format!("lab-worker-{i}")
+            }
+        })
+        .collect();
+    (addresses, hostnames)
+}
+
+/// The cluster's bundle, recovered from the control plane's config, and the
+/// emulator's PKI from its OS CA (so the nodes trust the cluster's own CA).
+fn cluster_pki(control_plane_config: &str) -> Result<(SecretsBundle, Pki), LabError> {
+    let bundle = SecretsBundle::from_machine_config(
+        &MachineConfig::parse(control_plane_config).map_err(|e| LabError::Config(e.to_string()))?,
+        "the lab's control-plane config",
+    )
+    .map_err(|e| LabError::Config(e.to_string()))?;
+    let (ca, key) = bundle
+        .os_ca_pem()
+        .ok_or_else(|| LabError::Config("the fixture's bundle has no OS CA".into()))?;
+    let key = ichor_talos::pem::relabel(&key, "PRIVATE KEY").unwrap_or(key);
+    let pki = Pki::from_pem(&ca, &key)?;
+    Ok((bundle, pki))
+}
+
+/// What an operator of the lab holds, written to `state_dir`: the
+/// kubeconfig, a talosconfig for every node, and the bundle.
+fn write_operator_files(
+    state_dir: &Path,
+    env: &TestEnv,
+    bundle: &SecretsBundle,
+    addresses: &[IpAddr],
+) -> Result<(PathBuf, PathBuf, PathBuf), LabError> {
+    let kubeconfig = state_dir.join("kubeconfig");
+    let text =
+        std::fs::read_to_string(env.kubeconfig_path()).map_err(|source| LabError::Write {
+            path: env.kubeconfig_path().into(),
+            source,
+        })?;
+    std::fs::write(&kubeconfig, text).map_err(|source| LabError::Write {
+        path: kubeconfig.clone(),
+        source,
+    })?;
+    let endpoints = vec![addresses[0].to_string()];
+    let nodes: Vec<String> = addresses.iter().map(ToString::to_string).collect();
+    let tc = Talosconfig::generate(
+        bundle,
+        "lab",
+        &endpoints,
+        &nodes,
+        Role::Admin,
+        std::time::Duration::from_secs(86400),
+    )
+    .map_err(|e| LabError::Config(e.to_string()))?;
+    let talosconfig = state_dir.join("talosconfig");
+    tc.write_file(&talosconfig)
+        .map_err(|e| LabError::Config(e.to_string()))?;
+    let bundle_path = state_dir.join("secrets.yaml");
+    bundle
+        .write_file(&bundle_path)
+        .map_err(|e| LabError::Config(e.to_string()))?;
+    Ok((kubeconfig, talosconfig, bundle_path))
+}
+
 impl Lab {
     /// Starts the control plane, the nodes and the simulator.
     pub async fn up(options: LabOptions) -> Result<Lab, LabError> {
@@ -246,33 +322,9 @@ impl Lab {
             path: options.state_dir.clone(),
             source,
         })?;
-        // A loopback /24 of its own, so labs (and tests) can run side by side.
-        let net: u8 = rand::random_range(16..=250);
-        let sub: u8 = rand::random_range(1..=250);
-        let addresses: Vec<IpAddr> = (0..options.nodes)
-            .map(|i| IpAddr::V4(Ipv4Addr::new(127, net, sub, 10 + i as u8)))
-            .collect();
-        let hostnames: Vec<String> = (0..options.nodes)
-            .map(|i| {
-                if i == 0 {
-                    "lab-cp-1".to_string()
-                } else {
-                    format!("lab-worker-{i}")
-                }
-            })
-            .collect();
-
+        let (addresses, hostnames) = node_names(options.nodes);
         let configs = node_configs(&options, &addresses)?;
-        let bundle = SecretsBundle::from_machine_config(
-            &MachineConfig::parse(&configs[0]).map_err(|e| LabError::Config(e.to_string()))?,
-            "the lab's control-plane config",
-        )
-        .map_err(|e| LabError::Config(e.to_string()))?;
-        let (ca, key) = bundle
-            .os_ca_pem()
-            .ok_or_else(|| LabError::Config("the fixture's bundle has no OS CA".into()))?;
-        let key = ichor_talos::pem::relabel(&key, "PRIVATE KEY").unwrap_or(key);
-        let pki = Pki::from_pem(&ca, &key)?;
+        let (bundle, pki) = cluster_pki(&configs[0])?;
 
         let specs = hostnames
             .iter()
@@ -301,39 +353,8 @@ impl Lab {
         })?;
         let env = TestEnv::start_with_cluster_egress(Some(network.socket()))?;
 
-        let write = |name: &str, text: &str| -> Result<PathBuf, LabError> {
-            let path = options.state_dir.join(name);
-            std::fs::write(&path, text).map_err(|source| LabError::Write {
-                path: path.clone(),
-                source,
-            })?;
-            Ok(path)
-        };
-        let kubeconfig = write(
-            "kubeconfig",
-            &std::fs::read_to_string(env.kubeconfig_path()).map_err(|source| LabError::Write {
-                path: env.kubeconfig_path().into(),
-                source,
-            })?,
-        )?;
-        let endpoints = vec![addresses[0].to_string()];
-        let nodes: Vec<String> = addresses.iter().map(ToString::to_string).collect();
-        let tc = Talosconfig::generate(
-            &bundle,
-            "lab",
-            &endpoints,
-            &nodes,
-            Role::Admin,
-            std::time::Duration::from_secs(86400),
-        )
-        .map_err(|e| LabError::Config(e.to_string()))?;
-        let talosconfig = options.state_dir.join("talosconfig");
-        tc.write_file(&talosconfig)
-            .map_err(|e| LabError::Config(e.to_string()))?;
-        let bundle_path = options.state_dir.join("secrets.yaml");
-        bundle
-            .write_file(&bundle_path)
-            .map_err(|e| LabError::Config(e.to_string()))?;
+        let (kubeconfig, talosconfig, bundle_path) =
+            write_operator_files(&options.state_dir, &env, &bundle, &addresses)?;
 
         let client = env.client().await;
         register_nodes(&client, &hostnames, &addresses, &options).await?;
@@ -512,11 +533,7 @@ async fn register_nodes(
             "spec": spec,
         }))
         .expect("node");
-        match api.create(&PostParams::default(), &node).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e),
-        }
+        create_or_keep(&api, &PostParams::default(), &node).await?;
         let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
         api.patch_status(
             name,
@@ -534,6 +551,44 @@ async fn register_nodes(
         )
         .await?;
     }
+    Ok(())
+}
+
+/// A Cilium applied by hand: its operator, which registers Cilium's CRDs
+/// (the simulator plays that part), and its config the way the Talos guide
+/// says, so that its agents run (cilium_on_talos).
+async fn seed_hand_applied_cilium(
+    client: &kube::Client,
+    options: &LabOptions,
+) -> Result<(), kube::Error> {
+    let operator: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "cilium-operator", "namespace": "kube-system"},
+        // The labels Cilium's chart gives it (a takeover keeps the selector).
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"io.cilium/app": "operator", "name": "cilium-operator"}},
+            "template": {"metadata": {"labels": {"io.cilium/app": "operator", "name": "cilium-operator"}},
+                "spec": {"hostNetwork": true, "containers": [{"name": "operator", "image": "quay.io/cilium/operator-generic:v1.18.5"}]}}}
+    }))
+    .expect("deployment");
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), "kube-system");
+    create_or_keep(&api, &PostParams::default(), &operator).await?;
+    // A Cilium applied by hand the way the Talos guide says, so that its
+    // agents run (cilium_on_talos).
+    let config: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cilium-config", "namespace": "kube-system"},
+        "data": {"ipam": "kubernetes", "cgroup-root": cilium_on_talos::TALOS_CGROUP_ROOT,
+            "tunnel-protocol": "vxlan",
+            "kube-proxy-replacement": if options.kube_proxy { "false" } else { "true" }},
+    }))
+    .expect("configmap");
+    create_or_keep(
+        &Api::namespaced(client.clone(), "kube-system"),
+        &PostParams::default(),
+        &config,
+    )
+    .await?;
     Ok(())
 }
 
@@ -566,43 +621,7 @@ async fn seed_cni(client: &kube::Client, options: &LabOptions) -> Result<(), kub
         )),
     }
     if options.cni == LabCni::Cilium {
-        // Its operator registers Cilium's CRDs (the simulator plays that part).
-        let operator: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "cilium-operator", "namespace": "kube-system"},
-            // The labels Cilium's chart gives it (a takeover keeps the selector).
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"io.cilium/app": "operator", "name": "cilium-operator"}},
-                "template": {"metadata": {"labels": {"io.cilium/app": "operator", "name": "cilium-operator"}},
-                    "spec": {"hostNetwork": true, "containers": [{"name": "operator", "image": "quay.io/cilium/operator-generic:v1.18.5"}]}}}
-        }))
-        .expect("deployment");
-        let api: Api<k8s_openapi::api::apps::v1::Deployment> =
-            Api::namespaced(client.clone(), "kube-system");
-        match api.create(&PostParams::default(), &operator).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e),
-        }
-    }
-    if options.cni == LabCni::Cilium {
-        // A Cilium applied by hand the way the Talos guide says, so that its
-        // agents run (cilium_on_talos).
-        let config: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "cilium-config", "namespace": "kube-system"},
-            "data": {"ipam": "kubernetes", "cgroup-root": cilium_on_talos::TALOS_CGROUP_ROOT,
-                "tunnel-protocol": "vxlan",
-                "kube-proxy-replacement": if options.kube_proxy { "false" } else { "true" }},
-        }))
-        .expect("configmap");
-        match Api::namespaced(client.clone(), "kube-system")
-            .create(&PostParams::default(), &config)
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e),
-        }
+        seed_hand_applied_cilium(client, options).await?;
     }
     for (ns, name, image) in daemonsets {
         ensure_namespace(client, ns).await?;
@@ -625,11 +644,7 @@ async fn seed_cni(client: &kube::Client, options: &LabOptions) -> Result<(), kub
         }))
         .expect("daemonset");
         let api: Api<k8s_openapi::api::apps::v1::DaemonSet> = Api::namespaced(client.clone(), ns);
-        match api.create(&PostParams::default(), &ds).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e),
-        }
+        create_or_keep(&api, &PostParams::default(), &ds).await?;
     }
     Ok(())
 }
@@ -673,14 +688,9 @@ async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), kube:
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
     )
     .expect("ns");
-    match Api::all(client.clone())
-        .create(&PostParams::default(), &ns)
+    create_or_keep(&Api::all(client.clone()), &PostParams::default(), &ns)
         .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e),
-    }
+        .map(drop)
 }
 
 #[cfg(test)]
