@@ -104,23 +104,28 @@ fn oci(what: &'static str) -> impl FnOnce(oci_spec::OciSpecError) -> Error {
 
 /// The image's layers, compressed: the blobs, the digests of their
 /// uncompressed tars (the config's diff ids) and one history entry each.
-fn layers(
-    spec: &ImageSpec,
-    created: &str,
-) -> Result<(Vec<Blob>, Vec<String>, Vec<History>), Error> {
-    let mut layers = Vec::new();
-    let mut diff_ids = Vec::new();
-    let mut history = Vec::new();
+struct Layers {
+    blobs: Vec<Blob>,
+    diff_ids: Vec<String>,
+    history: Vec<History>,
+}
+
+fn layers(spec: &ImageSpec, created: &str) -> Result<Layers, Error> {
+    let mut out = Layers {
+        blobs: Vec::new(),
+        diff_ids: Vec::new(),
+        history: Vec::new(),
+    };
     for (created_by, tree) in &spec.layers {
         let tar = tree.tar(spec.created)?;
-        diff_ids.push(sha256(&tar));
+        out.diff_ids.push(sha256(&tar));
         let gz = gzip(&tar)?;
-        layers.push(Blob {
+        out.blobs.push(Blob {
             digest: sha256(&gz),
             media_type: MediaType::ImageLayerGzip,
             bytes: gz,
         });
-        history.push(
+        out.history.push(
             HistoryBuilder::default()
                 .created(created.to_string())
                 .created_by(created_by.clone())
@@ -128,7 +133,7 @@ fn layers(
                 .map_err(oci("layer history"))?,
         );
     }
-    Ok((layers, diff_ids, history))
+    Ok(out)
 }
 
 /// The descriptor of a blob, as a manifest names it.
@@ -147,7 +152,11 @@ fn descriptor(b: &Blob) -> Result<Descriptor, Error> {
 /// Builds the image in memory.
 pub fn build(spec: &ImageSpec) -> Result<BuiltImage, Error> {
     let created = rfc3339(spec.created);
-    let (layers, diff_ids, history) = layers(spec, &created)?;
+    let Layers {
+        blobs: layers,
+        diff_ids,
+        history,
+    } = layers(spec, &created)?;
     let labels: HashMap<String, String> = spec.labels.clone().into_iter().collect();
     let run = ConfigBuilder::default()
         .user(spec.user.clone())
