@@ -2,12 +2,12 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test testbin fmt-check clippy cargo-test lab fuzz
+.PHONY: test testbin fmt-check clippy cargo-test lab fuzz bench
 
 ## test: build the upstream tools if missing, then fmt, clippy and every test
 test: testbin fmt-check clippy cargo-test
 
-## testbin: build kube-apiserver, etcd, helm v3/v4 and talosctl, and fetch the real Cilium chart, into the cache (once per machine)
+## testbin: build kube-apiserver, etcd, helm v3/v4, talosctl and the machinery peer, and fetch the real Cilium chart, into the cache (once per machine)
 testbin:
 	@bash tools/testbin.sh
 
@@ -32,6 +32,19 @@ FUZZ_TARGETS = -p ichor-talos -p ichor-helm -p ichor-controller --test fuzz_pars
 FUZZ_PROFILE ?= --release
 fuzz:
 	PROPTEST_CASES=$(FUZZ_CASES) PROPTEST_MAX_SHRINK_ITERS=100000 $(CARGO) test --locked $(FUZZ_PROFILE) $(FUZZ_TARGETS) -- --test-threads=2
+
+## bench: the benchmarks (release profile, criterion), then one table of figure, goal, measured, peer, ratio and verdict (not part of make test)
+# Each bench leaves its rows in target/bench-figures/<bench>.json; the table
+# gathers them (docs/benchmarks.md). Figures are printed, never asserted.
+BENCHES = -p ichor-talos --bench config -p ichor-render --bench render -p ichor-cilium --bench values -p ichor-helm --bench records
+bench: testbin
+	rm -rf target/bench-figures
+	$(CARGO) bench --locked --no-run $(BENCHES)
+	$(CARGO) bench --locked -p ichor-talos --bench config
+	$(CARGO) bench --locked -p ichor-render --bench render
+	$(CARGO) bench --locked -p ichor-cilium --bench values
+	$(CARGO) bench --locked -p ichor-helm --bench records
+	@echo; python3 tools/bench-table.py target/bench-figures
 
 ## lab: the local lab — `ichor adopt` end to end against emulated Talos nodes
 lab: testbin
@@ -88,7 +101,7 @@ release:
 
 .PHONY: fuzz-patch
 
-## fuzz-patch: the patch differential test against the real talosctl, 5000 cases (set ICHOR_DIFF_CASES, ICHOR_DIFF_SEED to change)
+## fuzz-patch: the patch differential tests against the real talosctl and Talos's v1.14 machinery, 5000 cases each (set ICHOR_DIFF_CASES, ICHOR_DIFF_MACHINERY_CASES, ICHOR_DIFF_SEED to change)
 fuzz-patch: testbin
-	ICHOR_DIFF_CASES=$${ICHOR_DIFF_CASES:-5000} ICHOR_DIFF_SEED=$${ICHOR_DIFF_SEED:-17} \
-	  $(CARGO) test --locked -p ichor-talos --test talosctl_patch_diff -- --test-threads=2 --nocapture generated_patches_agree_with_talosctl
+	ICHOR_DIFF_CASES=$${ICHOR_DIFF_CASES:-5000} ICHOR_DIFF_MACHINERY_CASES=$${ICHOR_DIFF_MACHINERY_CASES:-5000} ICHOR_DIFF_SEED=$${ICHOR_DIFF_SEED:-17} \
+	  $(CARGO) test --locked -p ichor-talos --test talosctl_patch_diff -- --test-threads=2 --nocapture generated_patches_agree_with_
