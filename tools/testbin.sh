@@ -174,7 +174,7 @@ build crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane gi
 # (Talos's pkg/machinery at the tag pkg/machinery/$TALOS_MACHINERY_VERSION);
 # without either the peer is not built and the tests that need it say why.
 peer_dir="$cache/machinery-peer-$TALOS_MACHINERY_VERSION"
-peer_stamp=$(cat "$here/machinery-peer/main.go" "$here/versions.env" | sha256sum | cut -c1-16)
+peer_stamp=$({ cat "$here/machinery-peer/main.go"; echo "$TALOS_MACHINERY_VERSION $TALOS_MACHINERY_OVERRIDES"; } | sha256sum | cut -c1-16)
 peer_module=github.com/siderolabs/talos/pkg/machinery
 if [ -x "$peer_dir/machinery-peer" ] && [ "$(cat "$peer_dir/source.sha256" 2>/dev/null)" = "$peer_stamp" ]; then
   log "testbin: machinery-peer $TALOS_MACHINERY_VERSION cached at $peer_dir"
