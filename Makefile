@@ -35,15 +35,12 @@ fuzz:
 
 ## bench: the benchmarks (release profile, criterion), then one table of figure, goal, measured, peer, ratio and verdict (not part of make test)
 # Each bench leaves its rows in target/bench-figures/<bench>.json; the table
-# gathers them (docs/benchmarks.md). Figures are printed, never asserted.
+# gathers them (docs/benchmarks.md). Figures are printed, never asserted. One
+# cargo command for all: the release build is shared (one feature set).
 BENCHES = -p ichor-talos --bench config -p ichor-render --bench render -p ichor-cilium --bench values -p ichor-helm --bench records
 bench: testbin
 	rm -rf target/bench-figures
-	$(CARGO) bench --locked --no-run $(BENCHES)
-	$(CARGO) bench --locked -p ichor-talos --bench config
-	$(CARGO) bench --locked -p ichor-render --bench render
-	$(CARGO) bench --locked -p ichor-cilium --bench values
-	$(CARGO) bench --locked -p ichor-helm --bench records
+	$(CARGO) bench --locked $(BENCHES)
 	@echo; python3 tools/bench-table.py target/bench-figures
 
 ## lab: the local lab — `ichor adopt` end to end against emulated Talos nodes
