@@ -28,14 +28,14 @@ import (
 
 // mode is a validation.RuntimeMode: what Talos knows of where it runs.
 type mode struct {
-	name       string
-	install    bool
-	inContaner bool
+	name        string
+	install     bool
+	inContainer bool
 }
 
 func (m mode) String() string        { return m.name }
 func (m mode) RequiresInstall() bool { return m.install }
-func (m mode) InContainer() bool     { return m.inContaner }
+func (m mode) InContainer() bool     { return m.inContainer }
 
 func parseMode(s string) (mode, error) {
 	switch s {
@@ -44,7 +44,7 @@ func parseMode(s string) (mode, error) {
 	case "cloud":
 		return mode{name: s}, nil
 	case "container":
-		return mode{name: s, inContaner: true}, nil
+		return mode{name: s, inContainer: true}, nil
 	}
 
 	return mode{}, fmt.Errorf("unknown mode %q: want metal, cloud or container", s)
