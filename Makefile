@@ -2,12 +2,12 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test testbin fmt-check clippy cargo-test lab fuzz
+.PHONY: test testbin fmt-check clippy cargo-test lab fuzz bench
 
 ## test: build the upstream tools if missing, then fmt, clippy and every test
 test: testbin fmt-check clippy cargo-test
 
-## testbin: build kube-apiserver, etcd, helm v3/v4 and talosctl, and fetch the real Cilium chart, into the cache (once per machine)
+## testbin: build kube-apiserver, etcd, helm v3/v4, talosctl and the machinery peer, and fetch the real Cilium chart, into the cache (once per machine)
 testbin:
 	@bash tools/testbin.sh
 
@@ -32,6 +32,16 @@ FUZZ_TARGETS = -p ichor-talos -p ichor-helm -p ichor-controller --test fuzz_pars
 FUZZ_PROFILE ?= --release
 fuzz:
 	PROPTEST_CASES=$(FUZZ_CASES) PROPTEST_MAX_SHRINK_ITERS=100000 $(CARGO) test --locked $(FUZZ_PROFILE) $(FUZZ_TARGETS) -- --test-threads=2
+
+## bench: the benchmarks (release profile, criterion), then one table of figure, goal, measured, peer, ratio and verdict (not part of make test)
+# Each bench leaves its rows in target/bench-figures/<bench>.json; the table
+# gathers them (docs/benchmarks.md). Figures are printed, never asserted. One
+# cargo command for all: the release build is shared (one feature set).
+BENCHES = -p ichor-talos --bench config -p ichor-render --bench render -p ichor-cilium --bench values -p ichor-helm --bench records
+bench: testbin
+	rm -rf target/bench-figures
+	$(CARGO) bench --locked $(BENCHES)
+	@echo; python3 tools/bench-table.py target/bench-figures
 
 ## lab: the local lab — `ichor adopt` end to end against emulated Talos nodes
 lab: testbin
@@ -91,4 +101,11 @@ release:
 ## fuzz-patch: the patch differential test against the real talosctl, 5000 cases (set ICHOR_DIFF_CASES, ICHOR_DIFF_SEED to change)
 fuzz-patch: testbin
 	ICHOR_DIFF_CASES=$${ICHOR_DIFF_CASES:-5000} ICHOR_DIFF_SEED=$${ICHOR_DIFF_SEED:-17} \
-	  $(CARGO) test --locked -p ichor-talos --test talosctl_patch_diff -- --test-threads=2 --nocapture generated_patches_agree_with_talosctl
+	  $(CARGO) test --locked -p ichor-talos --test talosctl_patch_diff -- --test-threads=2 --nocapture generated_patches_agree_with_
+
+.PHONY: check-machinery
+
+## check-machinery: the checks against Talos's own v1.14 config machinery (every v1.14 render validated, patches compared; ICHOR_DIFF_MACHINERY_CASES, default 300). Not in `make test`: the module proxy does not serve that machinery, so the peer is built only where ICHOR_TALOS_MACHINERY_SRC names its source (tools/testbin.sh)
+check-machinery: testbin
+	$(CARGO) test --locked --features machinery-peer -p ichor-talos --test talosctl_patch_diff machinery_peer -- --test-threads=2 --nocapture
+	$(CARGO) test --locked --features machinery-peer -p ichor-render --test talosctl_validate machinery_peer -- --test-threads=2 --nocapture

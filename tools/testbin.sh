@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the upstream tools that Ichor's tests talk to (kube-apiserver, etcd,
-# helm v3 and v4, talosctl) from their published Go modules, and copies the
+# helm v3 and v4, talosctl, Talos's config machinery behind a small main) from their published Go modules, and copies the
 # real Cilium chart out of Cilium's published Go module, into a cache outside
 # the clone keyed by tool and version, so every clone on a machine reuses them. Prints the directory of each tool on the last lines as
 # ICHOR_<TOOL>=path. Warm runs finish in well under a second.
@@ -39,6 +39,12 @@ export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 upstream_replaces() {
   local module=$1 version=$2 localmap=$3 overrides=${4:-} gomod
   gomod=$(go mod download -json "$module@$version" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+  gomod_replaces "$gomod" "$localmap" "$overrides"
+}
+
+# gomod_replaces GOMOD LOCALMAP [OVERRIDES]: upstream_replaces for a go.mod file.
+gomod_replaces() {
+  local gomod=$1 localmap=$2 overrides=${3:-}
   go mod edit -json "$gomod" | OVERRIDES="$overrides" python3 -c '
 import json, os, sys
 d = json.load(sys.stdin)
@@ -158,6 +164,69 @@ else build talosctl "$TALOS_VERSION" - - - -; fi
 
 build crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane github.com/google/go-containerregistry "" ""
 
+# machinery-peer: Talos's own config machinery (the Go module
+# github.com/siderolabs/talos/pkg/machinery) behind our small main
+# (tools/machinery-peer/main.go): validate, patch and codec-bench with the
+# v1.14 document kinds that the talosctl above does not read. The source of
+# the main is part of the cache key (a stamp beside the binary), so editing it
+# rebuilds the peer. When the module proxy refuses the pinned version,
+# $ICHOR_TALOS_MACHINERY_SRC may name a folder holding that module's source
+# (Talos's pkg/machinery at the tag pkg/machinery/$TALOS_MACHINERY_VERSION);
+# without either the peer is not built: make test does not need it (the
+# checks against it are behind the machinery-peer feature, make check-machinery).
+peer_dir="$cache/machinery-peer-$TALOS_MACHINERY_VERSION"
+peer_stamp=$({ cat "$here/machinery-peer/main.go"; echo "$TALOS_MACHINERY_VERSION $TALOS_MACHINERY_OVERRIDES"; } | sha256sum | cut -c1-16)
+peer_module=github.com/siderolabs/talos/pkg/machinery
+if [ -x "$peer_dir/machinery-peer" ] && [ "$(cat "$peer_dir/source.sha256" 2>/dev/null)" = "$peer_stamp" ]; then
+  log "testbin: machinery-peer $TALOS_MACHINERY_VERSION cached at $peer_dir"
+else
+  start=$(date +%s)
+  peer_gomod=""
+  peer_src=""
+  if peer_gomod=$(go mod download -json "$peer_module@$TALOS_MACHINERY_VERSION" 2>/dev/null |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])' 2>/dev/null); then
+    log "testbin: building machinery-peer from $peer_module $TALOS_MACHINERY_VERSION (first time on this machine; this takes minutes)"
+  elif [ -n "${ICHOR_TALOS_MACHINERY_SRC:-}" ] && [ "$(go mod edit -json "$ICHOR_TALOS_MACHINERY_SRC/go.mod" 2>/dev/null |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["Module"]["Path"])' 2>/dev/null)" = "$peer_module" ]; then
+    peer_src=$(cd "$ICHOR_TALOS_MACHINERY_SRC" && pwd)
+    peer_gomod="$peer_src/go.mod"
+    log "testbin: the module proxy refuses $peer_module@$TALOS_MACHINERY_VERSION; building machinery-peer from its source in $peer_src (ICHOR_TALOS_MACHINERY_SRC)"
+  else
+    peer_gomod=""
+    log "testbin: machinery-peer NOT built: the Go module proxy refuses $peer_module@$TALOS_MACHINERY_VERSION and ICHOR_TALOS_MACHINERY_SRC does not name a folder holding that module (Talos's pkg/machinery at the tag pkg/machinery/$TALOS_MACHINERY_VERSION); make test does not need it; make check-machinery and the Go side of make bench do"
+  fi
+  if [ -n "$peer_gomod" ]; then
+    work=$(mktemp -d "$cache/.build-machinery-peer.XXXXXX")
+    replaces=$(gomod_replaces "$peer_gomod" "'$TALOS_MACHINERY_VERSION'" "$TALOS_MACHINERY_OVERRIDES")
+    if [ -n "$peer_src" ]; then
+      replaces="$replaces
+replace $peer_module => $peer_src"
+    fi
+    cp "$here/machinery-peer/main.go" "$work/main.go"
+    cat > "$work/go.mod" <<MOD
+module ichor.local/testbin/machinery-peer
+
+go 1.26.0
+
+require $peer_module $TALOS_MACHINERY_VERSION
+
+$replaces
+MOD
+    (
+      cd "$work"
+      log "testbin:   resolving modules for machinery-peer"
+      go mod tidy >/dev/null 2>"$work/tidy.log" || { tail -n 30 "$work/tidy.log" >&2; exit 1; }
+      log "testbin:   compiling machinery-peer"
+      go build -trimpath -ldflags "-s -w" -o "$work/out/machinery-peer" .
+    ) || { log "testbin: building machinery-peer failed (work dir kept: $work)"; exit 1; }
+    mkdir -p "$peer_dir"
+    mv "$work/out/machinery-peer" "$peer_dir/machinery-peer.tmp" && mv "$peer_dir/machinery-peer.tmp" "$peer_dir/machinery-peer"
+    echo "$peer_stamp" > "$peer_dir/source.sha256"
+    rm -rf "$work"
+    log "testbin: built machinery-peer $TALOS_MACHINERY_VERSION in $(( $(date +%s) - start ))s -> $peer_dir/machinery-peer"
+  fi
+fi
+
 # The real Cilium chart: Cilium publishes no chart module of its own, but its
 # Go module carries the chart's source folder (install/kubernetes/cilium).
 # cilium-cli is not built: the Go module proxy answers 403 "not available" for
@@ -188,4 +257,5 @@ emit ICHOR_HELM3 "$cache/helm-$HELM3_VERSION/helm"
 emit ICHOR_HELM4 "$cache/helm-$HELM4_VERSION/helm"
 emit ICHOR_TALOSCTL "$cache/talosctl-$TALOS_VERSION/talosctl"
 emit ICHOR_CRANE "$cache/crane-$CRANE_VERSION/crane"
+emit ICHOR_MACHINERY_PEER "$peer_dir/machinery-peer"
 emit ICHOR_CILIUM_CHART "$chart_dir"

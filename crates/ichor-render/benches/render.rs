@@ -1,14 +1,18 @@
-//! Render + drift per machine, both config shapes (a bench binary; no timing
+//! Render + drift per machine, both config shapes, on criterion (no timing
 //! assertions anywhere). Run: `cargo bench -p ichor-render --bench render`.
-//! Prints, per fixture, the mean time of one render, one drift comparison,
-//! and both (what the controller does per machine and reconcile).
+//! Measures, per fixture, one render, one drift comparison, and both (what
+//! the controller does per machine and reconcile), and leaves the row of
+//! `make bench`'s table: machines per second on one core, goal 50,000.
 
 // A bench's figures are its output: it prints them (docs/STYLE.md's lint
 // forbids printing elsewhere).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use criterion::Criterion;
+use ichor_testenv::bench::{Figure, criterion_dir, duration, mean_ns, record};
 
 use ichor_api::{
     ClusterNetwork, ClusterRef, CniPreset, CniSpec, KubeProxyMode, MachinePatch, MachineRole,
@@ -17,20 +21,17 @@ use ichor_api::{
 use ichor_render::{RenderInput, compare, render};
 use ichor_talos::config::MachineConfig;
 
-fn time<F: FnMut()>(mut f: F) -> Duration {
-    for _ in 0..10 {
-        f();
-    }
-    let start = Instant::now();
-    let mut n = 0u32;
-    while start.elapsed() < Duration::from_millis(300) {
-        f();
-        n += 1;
-    }
-    start.elapsed() / n
-}
+/// Issue 18: render + drift of this many machines per second on one core.
+const GOAL_PER_SECOND: f64 = 50_000.0;
 
 fn main() {
+    let mut c = Criterion::default()
+        .output_directory(&criterion_dir())
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(1))
+        .configure_from_args();
+    let mut ids = Vec::new();
     let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/talos");
     let own = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let files = [
@@ -56,10 +57,6 @@ fn main() {
             key: None,
         },
     };
-    println!(
-        "{:<42} {:>12} {:>12} {:>12} {:>8}",
-        "fixture", "render", "drift", "both", "entries"
-    );
     for f in files {
         let text = std::fs::read_to_string(&f).expect("read fixture");
         let live = MachineConfig::parse(&text).expect("parse");
@@ -94,16 +91,6 @@ fn main() {
             .expect("drift")
             .entries
             .len();
-        let r = time(|| {
-            std::hint::black_box(render(std::hint::black_box(&input)).expect("render"));
-        });
-        let d = time(|| {
-            std::hint::black_box(compare(&live, &desired.config).expect("drift"));
-        });
-        let both = time(|| {
-            let out = render(&input).expect("render");
-            std::hint::black_box(compare(&live, &out.config).expect("drift"));
-        });
         let name = f
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -113,9 +100,64 @@ fn main() {
         } else {
             "v1.12"
         };
+        let stem = name.trim_end_matches(".yaml");
+        let id = if stem.starts_with(shape) {
+            stem.to_string()
+        } else {
+            format!("{shape}-{stem}")
+        };
+        let mut group = c.benchmark_group("render-drift");
+        group.bench_function(format!("render/{id}"), |b| {
+            b.iter(|| render(std::hint::black_box(&input)).expect("render"))
+        });
+        group.bench_function(format!("drift/{id}"), |b| {
+            b.iter(|| compare(&live, std::hint::black_box(&desired.config)).expect("drift"))
+        });
+        group.bench_function(format!("both/{id}"), |b| {
+            b.iter(|| {
+                let out = render(std::hint::black_box(&input)).expect("render");
+                compare(&live, &out.config).expect("drift")
+            })
+        });
+        group.finish();
+        ids.push((id, entries));
+    }
+    c.final_summary();
+
+    println!(
+        "\n{:<36} {:>10} {:>10} {:>10} {:>12} {:>8}",
+        "fixture", "render", "drift", "both", "machines/s", "entries"
+    );
+    let mut slowest: Option<(String, f64)> = None;
+    for (id, entries) in &ids {
+        let (Some(r), Some(d), Some(both)) = (
+            mean_ns("render-drift", &format!("render_{id}")),
+            mean_ns("render-drift", &format!("drift_{id}")),
+            mean_ns("render-drift", &format!("both_{id}")),
+        ) else {
+            continue;
+        };
         println!(
-            "{:<42} {r:>12?} {d:>12?} {both:>12?} {entries:>8}",
-            format!("{shape} {name}")
+            "{id:<36} {:>10} {:>10} {:>10} {:>12.0} {entries:>8}",
+            duration(r),
+            duration(d),
+            duration(both),
+            1e9 / both
+        );
+        if slowest.as_ref().is_none_or(|(_, s)| both > *s) {
+            slowest = Some((id.clone(), both));
+        }
+    }
+    if let Some((id, both)) = slowest {
+        let per_second = 1e9 / both;
+        record(
+            "render",
+            &[Figure::alone(
+                format!("render + drift per machine, one core (slowest fixture: {id})"),
+                "≥ 50,000 machines/s",
+                format!("{per_second:.0} machines/s ({} each)", duration(both)),
+                Some(per_second >= GOAL_PER_SECOND),
+            )],
         );
     }
 }

@@ -139,8 +139,12 @@ fn diff_mapping(
     match (live, desired) {
         (Some(l), Some(d)) => {
             for (k, dv) in d {
-                let key = key_text(k);
-                diff(&path.key(&key), l.get(k), Some(dv), out, redactor);
+                let lv = l.get(k);
+                // most of a config is equal: skip it before building its path
+                if lv == Some(dv) {
+                    continue;
+                }
+                diff(&path.key(&key_text(k)), lv, Some(dv), out, redactor);
             }
             for (k, lv) in l {
                 if !d.contains_key(k) {

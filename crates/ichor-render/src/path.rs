@@ -45,26 +45,79 @@ impl ConfigPath {
     /// display syntax; `*` matches any one key and `[*]` any one item. The
     /// empty pattern matches every path.
     pub fn is_under(&self, pattern: &str) -> bool {
-        let pat = parse_pattern(pattern);
-        pat.len() <= self.0.len()
-            && pat.iter().zip(&self.0).all(|(p, s)| match (p, s) {
-                (Segment::Key(p), Segment::Key(s)) | (Segment::Item(p), Segment::Item(s)) => {
-                    p == "*" || p == s
-                }
-                _ => false,
-            })
+        let mut segments = self.0.iter();
+        PatternSegments::new(pattern).all(|p| segments.next().is_some_and(|s| p.matches(s)))
     }
 
     /// Whether `pattern` lies under this path (this path is an ancestor of it, or equal).
     pub fn is_ancestor_of(&self, pattern: &str) -> bool {
-        let pat = parse_pattern(pattern);
-        self.0.len() <= pat.len()
-            && self.0.iter().zip(&pat).all(|(s, p)| match (p, s) {
-                (Segment::Key(p), Segment::Key(s)) | (Segment::Item(p), Segment::Item(s)) => {
-                    p == "*" || p == s
+        let mut pattern = PatternSegments::new(pattern);
+        self.0
+            .iter()
+            .all(|s| pattern.next().is_some_and(|p| p.matches(s)))
+    }
+}
+
+/// One step of a pattern, borrowed from its text: `*` matches any one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PatternSegment<'a> {
+    Key(&'a str),
+    Item(&'a str),
+}
+
+impl PatternSegment<'_> {
+    fn matches(self, s: &Segment) -> bool {
+        match (self, s) {
+            (PatternSegment::Key(p), Segment::Key(s))
+            | (PatternSegment::Item(p), Segment::Item(s)) => p == "*" || p == s,
+            _ => false,
+        }
+    }
+}
+
+/// The steps of a pattern in display syntax (no quoted keys needed in
+/// patterns), without allocating: the drift classes and the redaction
+/// match every changed path against tables of patterns.
+struct PatternSegments<'a> {
+    /// Tokens between dots still to read.
+    tokens: std::str::Split<'a, char>,
+    /// The rest of the current token: `[item]...`.
+    items: &'a str,
+}
+
+impl<'a> PatternSegments<'a> {
+    fn new(pattern: &'a str) -> Self {
+        PatternSegments {
+            tokens: pattern.split('.'),
+            items: "",
+        }
+    }
+}
+
+impl<'a> Iterator for PatternSegments<'a> {
+    type Item = PatternSegment<'a>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(stripped) = self.items.strip_prefix('[') {
+                let close = stripped.find(']').unwrap_or(stripped.len());
+                self.items = stripped.get(close + 1..).unwrap_or("");
+                return Some(PatternSegment::Item(&stripped[..close]));
+            }
+            let token = self.tokens.next()?;
+            if token.is_empty() {
+                continue;
+            }
+            match token.find('[') {
+                Some(open) => {
+                    self.items = &token[open..];
+                    if open > 0 {
+                        return Some(PatternSegment::Key(&token[..open]));
+                    }
                 }
-                _ => false,
-            })
+                None => return Some(PatternSegment::Key(token)),
+            }
+        }
     }
 }
 
@@ -88,28 +141,6 @@ impl fmt::Display for ConfigPath {
 
 fn needs_quotes(k: &str) -> bool {
     k.is_empty() || k.contains(['.', '[', ']', '"', ' '])
-}
-
-/// Parses a pattern in display syntax (no quoted keys needed in patterns).
-fn parse_pattern(pattern: &str) -> Vec<Segment> {
-    let mut out = Vec::new();
-    for token in pattern.split('.').filter(|t| !t.is_empty()) {
-        let mut rest = token;
-        if let Some(open) = rest.find('[') {
-            if open > 0 {
-                out.push(Segment::Key(rest[..open].to_owned()));
-            }
-            rest = &rest[open..];
-            while let Some(stripped) = rest.strip_prefix('[') {
-                let close = stripped.find(']').unwrap_or(stripped.len());
-                out.push(Segment::Item(stripped[..close].to_owned()));
-                rest = stripped.get(close + 1..).unwrap_or("");
-            }
-        } else {
-            out.push(Segment::Key(rest.to_owned()));
-        }
-    }
-    out
 }
 
 /// Whether a mapping is the legacy `v1alpha1` document, by the parser's own

@@ -3,6 +3,13 @@
 //! each preset, kube-proxy mode, hand-over state and role, with and without
 //! the inline CNI manifest.
 //!
+//! The v1.12 shape is judged by talosctl (v1.13.9, which does not read the
+//! v1.14 `Kube*` kinds); the v1.14 shape by Talos's own v1.14 config
+//! machinery, the tools cache's `machinery-peer validate --mode metal
+//! --strict` (the same loader and validation talosctl runs) — those checks
+//! only with the `machinery-peer` feature (`make check-machinery`): the
+//! module proxy does not serve that machinery, so CI cannot build the peer.
+//!
 //! The live configs are the shared stability fixtures and this crate's
 //! `cni: none` fixtures, given the install disk every metal node's config
 //! names (`machine.install.disk`; the upstream base fixtures name none, and
@@ -26,21 +33,40 @@ use ichor_api::{CniPreset, KubeProxyMode, MachineRole};
 use ichor_talos::config::MachineConfig;
 use ichor_testenv::Tool;
 
-/// What `talosctl validate --mode metal` says of a config file: `Ok` or its message.
-fn talos_validate(path: &Path) -> Result<(), String> {
-    let out = Command::new(Tool::Talosctl.path())
-        .args(["validate", "--mode", "metal", "--strict", "--config"])
-        .arg(path)
-        .output()
-        .expect("talosctl runs");
+/// Who judges a config: a real Talos validator from the tools cache.
+#[derive(Debug, Clone, Copy)]
+enum Judge {
+    /// `talosctl validate` (v1.13.9).
+    Talosctl,
+    /// `machinery-peer validate`: Talos's v1.14 config machinery (only with
+    /// the `machinery-peer` feature).
+    #[cfg_attr(not(feature = "machinery-peer"), allow(dead_code))]
+    Machinery,
+}
+
+/// What `validate --mode metal --strict` says of a config file: `Ok` or its message.
+fn talos_validate(judge: Judge, path: &Path) -> Result<(), String> {
+    let out = match judge {
+        Judge::Talosctl => Command::new(Tool::Talosctl.path())
+            .args(["validate", "--mode", "metal", "--strict", "--config"])
+            .arg(path)
+            .output(),
+        Judge::Machinery => Command::new(Tool::MachineryPeer.path())
+            .args(["validate", "--mode", "metal", "--strict"])
+            .arg(path)
+            .output(),
+    }
+    .expect("the validator runs");
     if out.status.success() {
         Ok(())
     } else {
+        // the file's own name is not part of the verdict
         Err(format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
-        ))
+        )
+        .replace(&path.display().to_string(), "FILE"))
     }
 }
 
@@ -79,7 +105,7 @@ fn live_configs(shape: &str) -> Vec<(String, String)> {
 
 /// Renders every combination for the live configs of one shape and
 /// validates each distinct result; returns how many were validated.
-fn render_and_validate_all(shape: &str) -> usize {
+fn render_and_validate_all(shape: &str, judge: Judge) -> usize {
     let dir = tempfile::tempdir().unwrap();
     let mut seen = std::collections::HashSet::new();
     let mut failures = Vec::new();
@@ -89,7 +115,7 @@ fn render_and_validate_all(shape: &str) -> usize {
         let role = role_of(&name);
         let live_path = dir.path().join("live.yaml");
         std::fs::write(&live_path, live.to_yaml().unwrap()).unwrap();
-        let live_verdict = talos_validate(&live_path);
+        let live_verdict = talos_validate(judge, &live_path);
         valid_lives += usize::from(live_verdict.is_ok());
         for preset in [CniPreset::Cilium, CniPreset::Unmanaged] {
             for mode in [KubeProxyMode::Enabled, KubeProxyMode::Replaced] {
@@ -104,7 +130,7 @@ fn render_and_validate_all(shape: &str) -> usize {
                         }
                         let path = dir.path().join(format!("render-{}.yaml", seen.len()));
                         std::fs::write(&path, &yaml).unwrap();
-                        let verdict = talos_validate(&path);
+                        let verdict = talos_validate(judge, &path);
                         if verdict != live_verdict {
                             failures.push(format!(
                                 "{name} preset {preset:?} kube-proxy {mode:?} handover {handover} inline {}: the live config gives {live_verdict:?}, the render {verdict:?}\n{yaml}",
@@ -118,7 +144,7 @@ fn render_and_validate_all(shape: &str) -> usize {
     }
     assert!(
         failures.is_empty(),
-        "{} rendered configs are judged otherwise than their live config by `talosctl validate --mode metal`:\n{}",
+        "{} rendered configs are judged otherwise than their live config by {judge:?} validate --mode metal:\n{}",
         failures.len(),
         failures.join("\n\n")
     );
@@ -138,9 +164,47 @@ const CILIUM_LIKE_MANIFEST: &str = "\napiVersion: v1\nkind: ServiceAccount\nmeta
 /// exactly their errors).
 #[test]
 fn every_v1_12_render_passes_talos_metal_validation() {
-    let n = render_and_validate_all("v1.12");
+    let n = render_and_validate_all("v1.12", Judge::Talosctl);
     eprintln!("{n} distinct v1.12-shape renders judged by talosctl validate --mode metal");
     assert!(n >= 12, "only {n} distinct renders");
+}
+
+/// The checks against Talos's own v1.14 machinery: built only with the
+/// `machinery-peer` feature (`make check-machinery`), because the module
+/// proxy does not serve Talos's v1.14 machinery, so a fresh machine cannot
+/// build the peer (ADR 0001).
+#[cfg(feature = "machinery-peer")]
+mod machinery_peer {
+    use super::*;
+
+    /// Covers: issue 17 item 3 — every v1.14-shape render is judged by Talos's
+    /// own v1.14 machinery like its live config, with every `Kube*` document.
+    #[test]
+    fn every_v1_14_render_is_judged_by_talos_v1_14_machinery_like_its_live_config() {
+        let n = render_and_validate_all("v1.14", Judge::Machinery);
+        eprintln!("{n} distinct v1.14-shape renders judged by machinery-peer validate --mode metal");
+        assert!(n >= 12, "only {n} distinct renders");
+    }
+
+    /// The machinery peer can refuse: a v1.14 config whose `KubeNetworkConfig`
+    /// names a pod subnet that is not a CIDR fails its validation, so the test
+    /// above could fail.
+    #[test]
+    fn the_machinery_peer_refuses_an_invalid_v1_14_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = shared_fixture("stability-v1.14/base-controlplane.yaml");
+        let path = dir.path().join("good.yaml");
+        std::fs::write(&path, &text).unwrap();
+        talos_validate(Judge::Machinery, &path).unwrap();
+        let broken = text.replace("10.244.0.0/16", "not-a-cidr");
+        assert_ne!(
+            broken, text,
+            "the fixture names the pod subnet 10.244.0.0/16"
+        );
+        std::fs::write(&path, &broken).unwrap();
+        let err = talos_validate(Judge::Machinery, &path).unwrap_err();
+        assert!(err.contains("not-a-cidr") || err.contains("CIDR"), "{err}");
+    }
 }
 
 /// A render with a machine patch (the kind users write) passes too.
@@ -159,6 +223,6 @@ fn a_patched_render_passes_talos_metal_validation() {
     let out = render(&spec, &m, &live, true, None);
     let path = dir.path().join("patched.yaml");
     std::fs::write(&path, out.yaml().unwrap()).unwrap();
-    talos_validate(&path).unwrap();
+    talos_validate(Judge::Talosctl, &path).unwrap();
     assert!(!out.yaml().unwrap().contains("PodSecurity"));
 }

@@ -15,11 +15,15 @@
 //! at a time.
 //!
 //! talosctl here is v1.13.9 (the newest the Go module proxy serves), which
-//! refuses the v1.14 Kubernetes document kinds (`KubePrismConfig`, ...): the
-//! v1.14 fixtures take part with the documents it knows (the v1alpha1
-//! document of the v1.14 shape, `HostnameConfig`, `VolumeConfig`,
-//! `RegistryMirrorConfig`; its `ResolverConfig` has a v1.14 field) plus the `LinkConfig` and
-//! `ExtensionServiceConfig` documents each case adds.
+//! refuses the v1.14 Kubernetes document kinds (`KubePrismConfig`, ...): with
+//! talosctl the v1.14 fixtures take part with the documents it knows (the
+//! v1alpha1 document of the v1.14 shape, `HostnameConfig`, `VolumeConfig`,
+//! `RegistryMirrorConfig`; its `ResolverConfig` has a v1.14 field) plus the
+//! `LinkConfig` and `ExtensionServiceConfig` documents each case adds. The
+//! second peer, Talos's own v1.14 config machinery (`machinery-peer patch`,
+//! the same `configpatcher` talosctl runs), takes the v1.14 fixtures with
+//! every document kind, and patches of the `Kube*` documents besides
+//! (`ICHOR_DIFF_MACHINERY_CASES`, default 300).
 //!
 //! Covers: issue 17 items 1, 2 and 5.
 
@@ -44,6 +48,50 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/talos")
 }
 
+/// The real Talos a case is compared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Peer {
+    /// `talosctl machineconfig patch` (v1.13.9): both shapes, the documents it reads.
+    Talosctl,
+    /// `machinery-peer patch`: Talos's v1.14 machinery, the v1.14 shape whole
+    /// (only with the `machinery-peer` feature).
+    #[cfg_attr(not(feature = "machinery-peer"), allow(dead_code))]
+    Machinery,
+}
+
+impl Peer {
+    /// The fixture folders this peer is given.
+    fn shapes(self) -> &'static [&'static str] {
+        match self {
+            Peer::Talosctl => &["stability-v1.12", "stability-v1.14"],
+            Peer::Machinery => &["stability-v1.14"],
+        }
+    }
+
+    fn reads(self, kind: &str) -> bool {
+        match self {
+            Peer::Talosctl => KINDS_TALOSCTL_READS.contains(&kind),
+            Peer::Machinery => true,
+        }
+    }
+
+    /// The command that patches, before its file arguments.
+    fn patch_command(self) -> Command {
+        match self {
+            Peer::Talosctl => {
+                let mut c = Command::new(Tool::Talosctl.path());
+                c.args(["machineconfig", "patch"]);
+                c
+            }
+            Peer::Machinery => {
+                let mut c = Command::new(Tool::MachineryPeer.path());
+                c.arg("patch");
+                c
+            }
+        }
+    }
+}
+
 /// Document kinds talosctl v1.13.9 reads; the v1.14 fixtures keep only these.
 const KINDS_TALOSCTL_READS: &[&str] = &[
     "HostnameConfig",
@@ -53,10 +101,16 @@ const KINDS_TALOSCTL_READS: &[&str] = &[
     "ExtensionServiceConfig",
 ];
 
-/// The fixture configs, by name, as text: both shapes.
+/// The fixture configs, by name, as text: both shapes for talosctl.
 fn fixture_configs() -> Vec<(String, String)> {
+    fixture_configs_for(Peer::Talosctl)
+}
+
+/// The fixture configs a peer is given, by name, as text, with the
+/// documents it reads.
+fn fixture_configs_for(peer: Peer) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    for shape in ["stability-v1.12", "stability-v1.14"] {
+    for shape in peer.shapes() {
         for name in [
             "base-controlplane.yaml",
             "base-worker.yaml",
@@ -68,7 +122,7 @@ fn fixture_configs() -> Vec<(String, String)> {
                 .into_iter()
                 .filter(|d| match d.get("kind").and_then(Value::as_str) {
                     None => true,
-                    Some(kind) => KINDS_TALOSCTL_READS.contains(&kind),
+                    Some(kind) => peer.reads(kind),
                 })
                 .collect();
             out.push((format!("{shape}/{name}"), write_docs(&docs)));
@@ -253,6 +307,74 @@ fn hostname_doc() -> impl Strategy<Value = String> {
     ]
 }
 
+/// A patch document for one of the v1.14 `Kube*` kinds (machinery peer only).
+fn kube_doc() -> impl Strategy<Value = String> {
+    let head = |kind: &str| format!("apiVersion: v1alpha1\nkind: {kind}\n");
+    prop_oneof![
+        (0u8..250).prop_map(move |a| format!("{}podSubnets:\n  - 10.{a}.0.0/16\n", head("KubeNetworkConfig"))),
+        name().prop_map(move |n| format!("{}dnsDomain: {n}.local\n", head("KubeNetworkConfig"))),
+        (7000u16..8000).prop_map(move |p| format!("{}port: {p}\n", head("KubePrismConfig"))),
+        Just(format!("{}$patch: delete\n", head("KubePrismConfig"))),
+        (0u8..40).prop_map(move |v| format!("{}image: registry.k8s.io/kube-proxy:v1.35.{v}\n", head("KubeProxyConfig"))),
+        Just(format!("{}$patch: delete\n", head("KubeProxyConfig"))),
+        prop::collection::vec(name(), 1..3).prop_map(move |v| format!(
+            "{}certExtraSANs: [{}]\n",
+            head("KubeAPIServerConfig"),
+            v.join(", ")
+        )),
+        (name(), 0usize..3).prop_map(move |(n, blank)| format!(
+            "{}name: {n}\nmanifest: \"{}apiVersion: v1\\nkind: Namespace\\nmetadata:\\n  name: {n}\\n\"\n",
+            head("KubeInlineManifestConfig"),
+            "\\n".repeat(blank)
+        )),
+        Just(format!("{}$patch: delete\n", head("KubeFlannelCNIConfig"))),
+        name().prop_map(move |n| format!(
+            "{}name: PodSecurity\nconfiguration:\n  defaults:\n    enforce: {n}\n",
+            head("KubeAdmissionControlConfig")
+        )),
+        Just(format!("{}name: rbac\n$patch: delete\n", head("KubeAuthorizerConfig"))),
+        prop::collection::vec(0u8..250, 1..3).prop_map(move |v| format!(
+            "{}clusterDNS: [{}]\n",
+            head("KubeletConfig"),
+            v.iter().map(|a| format!("10.96.0.{a}")).collect::<Vec<_>>().join(", ")
+        )),
+        name().prop_map(move |n| format!("{}clusterName: {n}\n", head("KubeClusterConfig"))),
+        (name(), name()).prop_map(move |(k, v)| format!(
+            "{}labels:\n  example.com/{k}: {v}\n",
+            head("KubeNodeConfig")
+        )),
+        Just(format!(
+            "{}configuration:\n  apiVersion: audit.k8s.io/v1\n  kind: Policy\n  rules:\n    - level: None\n",
+            head("KubeAuditPolicyConfig")
+        )),
+    ]
+}
+
+/// A strategic merge patch for the machinery peer: the talosctl one plus up
+/// to two `Kube*` documents (of different kinds or names: Talos refuses two
+/// patches of one document).
+fn machinery_strategic_patch() -> impl Strategy<Value = String> {
+    (
+        prop::option::of(strategic_patch()),
+        prop::collection::vec(kube_doc(), 0..3),
+    )
+        .prop_filter_map("an empty patch", |(base, kube)| {
+            let mut seen = std::collections::HashSet::new();
+            let mut docs: Vec<String> = base.into_iter().collect();
+            for doc in kube {
+                let m = y(&doc);
+                let id = (
+                    m.get("kind").and_then(Value::as_str).map(str::to_string),
+                    m.get("name").and_then(Value::as_str).map(str::to_string),
+                );
+                if seen.insert(id) {
+                    docs.push(doc);
+                }
+            }
+            (!docs.is_empty()).then(|| docs.join("---\n"))
+        })
+}
+
 /// A strategic merge patch: an optional v1alpha1 document built from
 /// pieces (merged per section) and optional multi-document patches.
 fn strategic_patch() -> impl Strategy<Value = String> {
@@ -359,6 +481,10 @@ enum Outcome {
 }
 
 fn talosctl_patch(dir: &Path, base: &str, patch: &str) -> Result<String, String> {
+    peer_patch(Peer::Talosctl, dir, base, patch)
+}
+
+fn peer_patch(peer: Peer, dir: &Path, base: &str, patch: &str) -> Result<String, String> {
     let (b, p, o) = (
         dir.join("base.yaml"),
         dir.join("patch.yaml"),
@@ -367,15 +493,15 @@ fn talosctl_patch(dir: &Path, base: &str, patch: &str) -> Result<String, String>
     std::fs::write(&b, base).unwrap();
     std::fs::write(&p, patch).unwrap();
     let _ = std::fs::remove_file(&o);
-    let out = Command::new(Tool::Talosctl.path())
-        .args(["machineconfig", "patch"])
+    let out = peer
+        .patch_command()
         .arg(&b)
         .arg("--patch")
         .arg(format!("@{}", p.display()))
         .arg("-o")
         .arg(&o)
         .output()
-        .expect("talosctl runs");
+        .expect("the peer runs");
     if out.status.success() {
         Ok(std::fs::read_to_string(&o).unwrap())
     } else {
@@ -391,8 +517,22 @@ fn ichor_patch(base: &str, patch: &str) -> Result<String, String> {
 }
 
 fn compare(dir: &Path, case: &Case) -> Outcome {
-    let theirs = talosctl_patch(dir, &case.base, &case.patch);
+    compare_with(Peer::Talosctl, dir, case)
+}
+
+fn compare_with(peer: Peer, dir: &Path, case: &Case) -> Outcome {
+    let theirs = peer_patch(peer, dir, &case.base, &case.patch);
     let ours = ichor_patch(&case.base, &case.patch);
+    judge(peer, case, theirs, ours)
+}
+
+/// The comparison rules, on the two results of one case.
+fn judge(
+    peer: Peer,
+    case: &Case,
+    theirs: Result<String, String>,
+    ours: Result<String, String>,
+) -> Outcome {
     let report = |what: &str, detail: String| {
         Outcome::Disagree(format!(
             "{what} on {}\n--- patch:\n{}\n--- {detail}",
@@ -401,12 +541,18 @@ fn compare(dir: &Path, case: &Case) -> Outcome {
     };
     match (theirs, ours) {
         (Err(_), Err(_)) => Outcome::BothRefuse,
-        (Err(t), Ok(_)) => report("talosctl refused, Ichor applied", format!("talosctl: {t}")),
-        (Ok(_), Err(o)) => report("talosctl applied, Ichor refused", format!("Ichor: {o}")),
+        (Err(t), Ok(_)) => report(
+            &format!("{peer:?} refused, Ichor applied"),
+            format!("{peer:?}: {t}"),
+        ),
+        (Ok(_), Err(o)) => report(
+            &format!("{peer:?} applied, Ichor refused"),
+            format!("Ichor: {o}"),
+        ),
         (Ok(t), Ok(o)) => {
             let (tt, ttyped) = match as_talos_reads(&t) {
                 Ok(x) => x,
-                Err(e) => return report("Ichor cannot read talosctl's output", e),
+                Err(e) => return report(&format!("Ichor cannot read {peer:?}'s output"), e),
             };
             let (ot, otyped) = match as_talos_reads(&o) {
                 Ok(x) => x,
@@ -416,7 +562,7 @@ fn compare(dir: &Path, case: &Case) -> Outcome {
                 return report(
                     "different YAML trees",
                     format!(
-                        "talosctl:\n{}\n--- Ichor:\n{}",
+                        "{peer:?}:\n{}\n--- Ichor:\n{}",
                         serde_yaml_ng::to_string(&tt).unwrap(),
                         serde_yaml_ng::to_string(&ot).unwrap()
                     ),
@@ -430,9 +576,9 @@ fn compare(dir: &Path, case: &Case) -> Outcome {
     }
 }
 
-/// Runs the cases, two talosctl processes at a time; returns the
+/// Runs the cases, two peer processes at a time; returns the
 /// disagreements and how many cases both tools refused.
-fn run_cases(cases: &[Case]) -> (Vec<String>, usize) {
+fn run_cases(peer: Peer, cases: &[Case]) -> (Vec<String>, usize) {
     let next = AtomicUsize::new(0);
     let refused = AtomicUsize::new(0);
     let found = Mutex::new(Vec::new());
@@ -443,7 +589,7 @@ fn run_cases(cases: &[Case]) -> (Vec<String>, usize) {
                 loop {
                     let i = next.fetch_add(1, Ordering::SeqCst);
                     let Some(case) = cases.get(i) else { break };
-                    match compare(dir.path(), case) {
+                    match compare_with(peer, dir.path(), case) {
                         Outcome::Disagree(d) => {
                             found.lock().unwrap().push(format!("case {i}: {d}"))
                         }
@@ -469,15 +615,18 @@ fn env_number(var: &str, default: u64) -> u64 {
 /// The generated corpus: strategic merge patches on every fixture (both
 /// shapes, with the base extras), and JSON 6902 patches on the v1alpha1
 /// document alone (Talos applies JSON patches to single-document configs).
-fn corpus(count: usize, seed: u64) -> Vec<Case> {
+fn corpus(peer: Peer, count: usize, seed: u64) -> Vec<Case> {
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let mut runner = TestRunner::new_with_rng(
         Config::default(),
         TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
     );
-    let fixtures = fixture_configs();
-    let strategic = strategic_patch();
+    let fixtures = fixture_configs_for(peer);
+    let strategic = match peer {
+        Peer::Talosctl => strategic_patch().boxed(),
+        Peer::Machinery => machinery_strategic_patch().boxed(),
+    };
     let json = json6902_patch();
     (0..count)
         .map(|i| {
@@ -509,8 +658,8 @@ fn corpus(count: usize, seed: u64) -> Vec<Case> {
 fn generated_patches_agree_with_talosctl() {
     let count = env_number("ICHOR_DIFF_CASES", 300) as usize;
     let seed = env_number("ICHOR_DIFF_SEED", 17);
-    let cases = corpus(count, seed);
-    let (found, refused) = run_cases(&cases);
+    let cases = corpus(Peer::Talosctl, count, seed);
+    let (found, refused) = run_cases(Peer::Talosctl, &cases);
     eprintln!(
         "{} differential cases (seed {seed}): {} applied by both, {refused} refused by both, {} disagreements",
         cases.len(),
@@ -530,6 +679,128 @@ fn generated_patches_agree_with_talosctl() {
         cases.len(),
         found.join("\n\n")
     );
+}
+
+/// The comparison can fail: talosctl's real result against an Ichor
+/// result with one pod subnet changed, and against a refusal, are both
+/// disagreements; the real results of both agree.
+#[test]
+fn the_comparison_sees_a_wrong_result() {
+    let base = with_base_extras(&fixture_configs().into_iter().find(|(n, _)| n == "stability-v1.12/base-controlplane.yaml").unwrap().1);
+    let case = Case {
+        fixture: "stability-v1.12/base-controlplane.yaml".into(),
+        base,
+        patch: "cluster:\n  network:\n    podSubnets:\n      - 10.7.0.0/16\n".into(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let theirs = peer_patch(Peer::Talosctl, dir.path(), &case.base, &case.patch);
+    let ours = ichor_patch(&case.base, &case.patch);
+    assert!(theirs.as_ref().unwrap().contains("10.7.0.0/16"));
+    assert!(matches!(
+        judge(Peer::Talosctl, &case, theirs.clone(), ours.clone()),
+        Outcome::Agree
+    ));
+    let wrong = ours.clone().unwrap().replace("10.7.0.0/16", "10.8.0.0/16");
+    let Outcome::Disagree(d) = judge(Peer::Talosctl, &case, theirs.clone(), Ok(wrong)) else {
+        panic!("a changed pod subnet went unseen");
+    };
+    assert!(d.contains("different YAML trees"), "{d}");
+    assert!(matches!(
+        judge(Peer::Talosctl, &case, theirs, Err("refused".into())),
+        Outcome::Disagree(_)
+    ));
+}
+
+/// The checks against Talos's own v1.14 machinery (`machinery-peer`): built
+/// only with the `machinery-peer` feature (`make check-machinery`), because
+/// the module proxy does not serve Talos's v1.14 machinery, so a fresh
+/// machine cannot build the peer (ADR 0001).
+#[cfg(feature = "machinery-peer")]
+mod machinery_peer {
+    use super::*;
+
+    /// Covers: issue 17 item 1 (v1.14 shape whole) — the fixed-seed corpus on
+    /// the v1.14 fixtures with all their document kinds, and patches of the
+    /// `Kube*` documents, agrees with Talos's v1.14 machinery on every case
+    /// (300 unless `ICHOR_DIFF_MACHINERY_CASES` says otherwise).
+    #[test]
+    fn generated_patches_agree_with_talos_v1_14_machinery() {
+        let count = env_number("ICHOR_DIFF_MACHINERY_CASES", 300) as usize;
+        let seed = env_number("ICHOR_DIFF_SEED", 17);
+        let cases = corpus(Peer::Machinery, count, seed);
+        let kube = cases
+            .iter()
+            .filter(|c| c.patch.contains("kind: Kube"))
+            .count();
+        let (found, refused) = run_cases(Peer::Machinery, &cases);
+        eprintln!(
+            "{} differential cases against the v1.14 machinery (seed {seed}, {kube} with Kube* documents): {} applied by both, {refused} refused by both, {} disagreements",
+            cases.len(),
+            cases.len() - refused - found.len(),
+            found.len()
+        );
+        assert!(
+            kube * 3 > cases.len(),
+            "only {kube} of {} cases patch a Kube* document",
+            cases.len()
+        );
+        assert!(
+            refused * 3 < cases.len(),
+            "{refused} of {} cases were refused by both tools; the generator no longer exercises merges",
+            cases.len()
+        );
+        assert!(
+            found.is_empty(),
+            "{} of {} cases disagree with Talos's v1.14 machinery:\n\n{}",
+            found.len(),
+            cases.len(),
+            found.join("\n\n")
+        );
+    }
+
+    fn assert_agrees_with_machinery(fixture: &str, patch: &str) {
+        let text = fixture_configs_for(Peer::Machinery)
+            .into_iter()
+            .find(|(n, _)| n == fixture)
+            .unwrap()
+            .1;
+        let case = Case {
+            fixture: fixture.to_string(),
+            base: with_base_extras(&text),
+            patch: patch.to_string(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        if let Outcome::Disagree(d) = compare_with(Peer::Machinery, dir.path(), &case) {
+            panic!("{d}");
+        }
+    }
+
+    /// `KubeNetworkConfig` subnets are replaced, not appended, by both.
+    #[test]
+    fn kube_network_subnets_replace() {
+        assert_agrees_with_machinery(
+            "stability-v1.14/overrides-controlplane.yaml",
+            "apiVersion: v1alpha1\nkind: KubeNetworkConfig\npodSubnets: [10.9.0.0/16]\nserviceSubnets: [10.10.0.0/12]\n",
+        );
+    }
+
+    /// A `KubeInlineManifestConfig` added with leading blank lines keeps them.
+    #[test]
+    fn kube_inline_manifest_keeps_its_leading_lines() {
+        assert_agrees_with_machinery(
+            "stability-v1.14/base-controlplane.yaml",
+            "apiVersion: v1alpha1\nkind: KubeInlineManifestConfig\nname: cilium\nmanifest: \"\\n\\nkind: List\\n\"\n",
+        );
+    }
+
+    /// Deleting the flannel document and a named authorizer, as the Cilium preset does.
+    #[test]
+    fn kube_documents_deleted_by_kind_and_name() {
+        assert_agrees_with_machinery(
+            "stability-v1.14/base-controlplane.yaml",
+            "apiVersion: v1alpha1\nkind: KubeFlannelCNIConfig\n$patch: delete\n---\napiVersion: v1alpha1\nkind: KubeAuthorizerConfig\nname: rbac\n$patch: delete\n",
+        );
+    }
 }
 
 // ------------------------------------------------- named regressions

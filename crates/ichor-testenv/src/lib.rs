@@ -21,6 +21,7 @@
 //! deletion, no garbage collection, no Deployment → ReplicaSet → Pod) and no pod
 //! network. Tests patch Node and workload status themselves.
 
+pub mod bench;
 mod certs;
 pub mod tools;
 

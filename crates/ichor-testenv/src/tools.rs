@@ -15,6 +15,10 @@ pub enum Tool {
     Helm4,
     Talosctl,
     Crane,
+    /// Talos's own config machinery (Go module
+    /// `github.com/siderolabs/talos/pkg/machinery`) behind the small main in
+    /// `tools/machinery-peer`: `validate`, `patch` and `codec-bench`.
+    MachineryPeer,
 }
 
 impl Tool {
@@ -26,6 +30,7 @@ impl Tool {
             Tool::Helm4 => "ICHOR_HELM4",
             Tool::Talosctl => "ICHOR_TALOSCTL",
             Tool::Crane => "ICHOR_CRANE",
+            Tool::MachineryPeer => "ICHOR_MACHINERY_PEER",
         }
     }
 
@@ -37,6 +42,7 @@ impl Tool {
             Tool::Helm4 => "HELM4_VERSION",
             Tool::Talosctl => "TALOS_VERSION",
             Tool::Crane => "CRANE_VERSION",
+            Tool::MachineryPeer => "TALOS_MACHINERY_VERSION",
         }
     }
 
@@ -47,6 +53,7 @@ impl Tool {
             Tool::Helm3 | Tool::Helm4 => "helm",
             Tool::Talosctl => "talosctl",
             Tool::Crane => "crane",
+            Tool::MachineryPeer => "machinery-peer",
         }
     }
 
@@ -57,6 +64,16 @@ impl Tool {
 
     /// The path of this tool's binary. Panics with the command to run when it
     /// has not been built: a test that needs a real peer must not pass without it.
+    /// Whether the tool is in the cache (or named by its variable) — for the
+    /// machinery peer, which a fresh machine cannot always build.
+    pub fn is_built(self) -> bool {
+        std::env::var_os(self.env_var()).is_some()
+            || cache_dir()
+                .join(format!("{}-{}", self.binary(), self.version()))
+                .join(self.binary())
+                .is_file()
+    }
+
     pub fn path(self) -> PathBuf {
         if let Some(p) = std::env::var_os(self.env_var()) {
             return PathBuf::from(p);
@@ -66,9 +83,14 @@ impl Tool {
             .join(self.binary());
         assert!(
             path.is_file(),
-            "{} is not built at {}: run tools/testbin.sh (or make test), which builds it from its Go module",
+            "{} is not built at {}: run tools/testbin.sh (or make test), which builds it from its Go module{}",
             self.binary(),
-            path.display()
+            path.display(),
+            if self == Tool::MachineryPeer {
+                " (when the module proxy refuses the pinned version, set ICHOR_TALOS_MACHINERY_SRC to that module's source; tools/testbin.sh says how)"
+            } else {
+                ""
+            }
         );
         path
     }
@@ -202,11 +224,15 @@ mod tests {
             Tool::Helm4,
             Tool::Talosctl,
             Tool::Crane,
+            Tool::MachineryPeer,
         ] {
             let v = tool.version();
             assert!(v.starts_with('v'), "{tool:?} version {v} lacks its v");
-            assert!(semver_like(&v[1..]), "{tool:?} version {v} is not x.y.z");
+            // a pre-release (v1.14.0-rc.1) is pinned by its full name
+            let release = v[1..].split_once('-').map_or(&v[1..], |(r, _)| r);
+            assert!(semver_like(release), "{tool:?} version {v} is not x.y.z");
         }
+        assert!(Tool::MachineryPeer.version().starts_with("v1.14."));
         assert!(Tool::Helm3.version().starts_with("v3."));
         assert!(Tool::Helm4.version().starts_with("v4."));
         let cilium = cilium_version();
