@@ -182,7 +182,9 @@ mod machinery_peer {
     #[test]
     fn every_v1_14_render_is_judged_by_talos_v1_14_machinery_like_its_live_config() {
         let n = render_and_validate_all("v1.14", Judge::Machinery);
-        eprintln!("{n} distinct v1.14-shape renders judged by machinery-peer validate --mode metal");
+        eprintln!(
+            "{n} distinct v1.14-shape renders judged by machinery-peer validate --mode metal"
+        );
         assert!(n >= 12, "only {n} distinct renders");
     }
 

@@ -686,7 +686,13 @@ fn generated_patches_agree_with_talosctl() {
 /// disagreements; the real results of both agree.
 #[test]
 fn the_comparison_sees_a_wrong_result() {
-    let base = with_base_extras(&fixture_configs().into_iter().find(|(n, _)| n == "stability-v1.12/base-controlplane.yaml").unwrap().1);
+    let base = with_base_extras(
+        &fixture_configs()
+            .into_iter()
+            .find(|(n, _)| n == "stability-v1.12/base-controlplane.yaml")
+            .unwrap()
+            .1,
+    );
     let case = Case {
         fixture: "stability-v1.12/base-controlplane.yaml".into(),
         base,
