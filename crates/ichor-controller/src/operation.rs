@@ -880,26 +880,34 @@ impl Run<'_> {
             }
             let ns = pod.namespace().unwrap_or_default();
             let name = pod.name_any();
+            // A budget that allows no disruption now is not asked: the API
+            // server would answer 429 with a Retry-After the client waits out.
+            if let Some(pdb) = self.blocking_pdb(pod).await? {
+                blocked.push(format!(
+                    "PodDisruptionBudget {ns}/{pdb} does not allow evicting pod {ns}/{name}"
+                ));
+                continue;
+            }
             let api = Api::<Pod>::namespaced(self.ctx.client.clone(), &ns);
-            match api.evict(&name, &EvictParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => left -= 1,
-                Err(kube::Error::Api(e)) if e.code == 429 => {
-                    let pdb = self.blocking_pdb(pod).await?;
-                    blocked.push(match pdb {
-                        Some(pdb) => format!(
-                            "PodDisruptionBudget {ns}/{pdb} does not allow evicting pod {ns}/{name}"
-                        ),
-                        None => {
-                            format!("the eviction of pod {ns}/{name} is refused: {}", e.message)
-                        }
-                    });
+            let params = EvictParams::default();
+            match tokio::time::timeout(EVICTION_CALL, api.evict(&name, &params)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(kube::Error::Api(e))) if e.code == 404 => left -= 1,
+                Ok(Err(kube::Error::Api(e))) if e.code == 429 => {
+                    let cause = e
+                        .details
+                        .as_ref()
+                        .and_then(|d| d.causes.iter().find(|c| c.reason == "DisruptionBudget"))
+                        .map(|c| c.message.clone())
+                        .unwrap_or_else(|| e.message.clone());
+                    blocked.push(format!("the eviction of pod {ns}/{name} is refused: {cause}"));
                 }
-                Err(e) => {
-                    return Err(Error::kube(format!(
-                        "evicting pod {ns}/{name} from Node {node}"
-                    ))(e));
+                Ok(Err(e)) => {
+                    return Err(Error::kube(format!("evicting pod {ns}/{name} from Node {node}"))(e));
                 }
+                Err(_) => blocked.push(format!(
+                    "the eviction of pod {ns}/{name} got no answer within {EVICTION_CALL:?} (the API server asks to retry later)"
+                )),
             }
         }
         Ok(if !blocked.is_empty() {
@@ -913,6 +921,8 @@ impl Run<'_> {
         })
     }
 
+    /// The PodDisruptionBudget that selects the pod and allows no
+    /// disruption now (or has not been processed since its last change).
     async fn blocking_pdb(&self, pod: &Pod) -> Result<Option<String>> {
         let ns = pod.namespace().unwrap_or_default();
         let pdbs = Api::<PodDisruptionBudget>::namespaced(self.ctx.client.clone(), &ns)
@@ -925,15 +935,29 @@ impl Run<'_> {
         Ok(pdbs
             .items
             .iter()
-            .find(|pdb| {
+            .filter(|pdb| {
                 pdb.spec
                     .as_ref()
                     .and_then(|s| s.selector.as_ref())
                     .is_some_and(|sel| selects(sel, labels))
             })
+            .find(|pdb| {
+                let processed = pdb.status.as_ref().is_some_and(|s| {
+                    s.observed_generation.unwrap_or(0) >= pdb.metadata.generation.unwrap_or(0)
+                });
+                let allowed = pdb
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.disruptions_allowed)
+                    .unwrap_or(0);
+                !processed || allowed < 1
+            })
             .map(|pdb| pdb.name_any()))
     }
 }
+
+/// Bound on one eviction call (the client retries a 429 after its Retry-After).
+const EVICTION_CALL: Duration = Duration::from_secs(5);
 
 enum DrainState {
     Done,
@@ -1004,15 +1028,14 @@ fn parse_minor(v: &str) -> Option<(u64, u64)> {
 /// or the `UnattendedInstallConfig` document's `installer.image`.
 fn install_image(config: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(config).ok()?;
-    for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        let Ok(value) = <serde_yaml_ng::Value as serde::Deserialize>::deserialize(doc) else {
+    let parsed = ichor_talos::config::MachineConfig::parse_live(text, "the live config").ok()?;
+    for mapping in parsed.to_mappings().ok()? {
+        let Ok(value) = serde_json::to_value(&mapping) else {
             continue;
         };
         let found = value
-            .get("machine")
-            .and_then(|m| m.get("install"))
-            .and_then(|i| i.get("image"))
-            .or_else(|| value.get("installer").and_then(|i| i.get("image")))
+            .pointer("/machine/install/image")
+            .or_else(|| value.pointer("/installer/image"))
             .and_then(|v| v.as_str());
         if let Some(image) = found.filter(|s| !s.is_empty()) {
             return Some(image.to_string());
@@ -1073,7 +1096,9 @@ mod tests {
     #[test]
     fn install_images_from_both_shapes() {
         assert_eq!(
-            install_image(b"machine:\n  install:\n    image: ghcr.io/x/installer:v1.13.9\n"),
+            install_image(
+                b"version: v1alpha1\nmachine:\n  type: worker\n  install:\n    image: ghcr.io/x/installer:v1.13.9\n"
+            ),
             Some("ghcr.io/x/installer:v1.13.9".into())
         );
         assert_eq!(
@@ -1082,6 +1107,9 @@ mod tests {
             ),
             Some("f/i:v1.14.0".into())
         );
-        assert_eq!(install_image(b"machine: {}\n"), None);
+        assert_eq!(
+            install_image(b"version: v1alpha1\nmachine:\n  type: worker\n"),
+            None
+        );
     }
 }
