@@ -562,3 +562,126 @@ async fn cancel_stops_before_the_next_machine() {
     s.running.stop().await.unwrap();
     assert_eq!(s.lab.upgrade_writes(), vec!["w-1: reboot"]);
 }
+
+/// A controller stopped while the second worker is rebooting, and a new one
+/// started: it resumes from the status, waits for that worker's return, and
+/// never repeats the first worker (one reboot each in the write log).
+/// Covers: issue 14 item 6 (resume after a restart without repeating a finished machine)
+#[tokio::test]
+async fn a_restarted_controller_resumes_without_repeating() {
+    let machines = &[("w-1", "worker"), ("w-2", "worker")];
+    let s = setup("op-resume", machines, &[], None, quick()).await;
+    let gate = s.lab.emu.hold_reboots(1);
+    s.ops
+        .create(
+            &PostParams::default(),
+            &operation(&s.ns, "rb", "reboot", &[]),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, gate.reached())
+        .await
+        .expect("w-2 reboots");
+    wait_for("w-2 waiting for its return in status", || async {
+        s.ops.get("rb").await.is_ok_and(|op| {
+            op.status.is_some_and(|st| {
+                st.machines[0].step == MachineStep::Succeeded
+                    && st.machines[1].step == MachineStep::WaitingForReturn
+            })
+        })
+    })
+    .await;
+    s.running.stop().await.unwrap();
+    gate.open();
+    let mut config = config(&s.ns, &s.ns);
+    config.operation_bounds = quick();
+    let again = start(s.client.clone(), config);
+    let op = finished(&s.ops, "rb").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", reasons::SUCCEEDED),
+        "{message}"
+    );
+    again.stop().await.unwrap();
+    assert_eq!(s.lab.upgrade_writes(), vec!["w-1: reboot", "w-2: reboot"]);
+}
+
+/// Deleting a running operation cancels it (the finalizer keeps it until
+/// the controller has stopped it), and it is then gone.
+/// Covers: issue 14 item 6 (cancel by deletion)
+#[tokio::test]
+async fn deleting_a_running_operation_stops_it() {
+    let machines = &[("w-1", "worker"), ("w-2", "worker")];
+    let s = setup("op-delete", machines, &[], None, quick()).await;
+    let gate = s.lab.emu.hold_reboots(0);
+    s.ops
+        .create(
+            &PostParams::default(),
+            &operation(&s.ns, "rb", "reboot", &[]),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, gate.reached())
+        .await
+        .expect("w-1 reboots");
+    s.ops.delete("rb", &Default::default()).await.unwrap();
+    gate.open();
+    wait_for("the operation to be gone", || async {
+        s.ops.get_opt("rb").await.unwrap().is_none()
+    })
+    .await;
+    s.running.stop().await.unwrap();
+    assert_eq!(s.lab.upgrade_writes(), vec!["w-1: reboot"]);
+}
+
+/// A kubernetes-upgrade is refused at plan time while a control plane is
+/// held, with that reason, and nothing is written to any node.
+/// Covers: issue 14 item 3 (held control plane refuses kubernetes-upgrade)
+#[tokio::test]
+async fn a_held_control_plane_refuses_a_kubernetes_upgrade() {
+    let s = setup("op-k8s-held", LAB, &["cp-2"], None, quick()).await;
+    let mut op = operation(&s.ns, "k8s", "kubernetes-upgrade", &[]);
+    op.spec.version = Some("1.37.0".into());
+    s.ops.create(&PostParams::default(), &op).await.unwrap();
+    let op = finished(&s.ops, "k8s").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", reasons::CONTROL_PLANE_HELD)
+    );
+    assert!(message.contains("control plane cp-2 is held"), "{message}");
+    assert!(op.status.unwrap().plan.is_empty());
+    s.running.stop().await.unwrap();
+    assert!(s.lab.upgrade_writes().is_empty());
+}
+
+/// Kind ichor on a Helm install is refused with the `helm upgrade` command.
+/// Covers: R4.6a, issue 14 item 5
+#[tokio::test]
+async fn kind_ichor_on_a_helm_install_prints_the_helm_command() {
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("op-ichor-helm").await;
+    crds(&client, &ns).await;
+    let mut config = config(&ns, &ns);
+    config.deployed_by = ichor_controller::DeployedBy::Helm;
+    let running = start(client.clone(), config);
+    let ops = Api::<TalosOperation>::namespaced(client.clone(), &ns);
+    let mut op = operation(&ns, "self", "ichor", &[]);
+    op.spec.version = Some("v0.2.0".into());
+    ops.create(&PostParams::default(), &op).await.unwrap();
+    let op = finished(&ops, "self").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", reasons::REFUSED)
+    );
+    assert!(
+        message.contains(&format!(
+            "helm upgrade ichor <chart> --namespace {ns} --version 0.2.0"
+        )),
+        "{message}"
+    );
+    running.stop().await.unwrap();
+}
