@@ -127,9 +127,22 @@ async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action> {
     ctx.metrics.reconciled(CONTROLLER);
-    let op = pipeline::readable(&ctx, &obj).await?;
-    let namespace = op.namespace().unwrap_or_default();
-    let name = op.name_any();
+    let cached = pipeline::readable(&ctx, &obj).await?;
+    let namespace = cached.namespace().unwrap_or_default();
+    let name = cached.name_any();
+    // The status is where the operation is: read it from the API server,
+    // not from the watch cache, which may not hold the last step written yet
+    // (a stale step could repeat a reboot).
+    let Some(fresh) = Api::<TalosOperation>::namespaced(ctx.client.clone(), &namespace)
+        .get_opt(&name)
+        .await
+        .map_err(Error::kube(format!(
+            "reading TalosOperation {namespace}/{name}"
+        )))?
+    else {
+        return Ok(Action::await_change());
+    };
+    let op = &fresh;
     let mut status = op.status.clone().unwrap_or_default();
     if finished(&status) {
         set_finalizer(&ctx, op, false).await?;
@@ -363,6 +376,10 @@ impl Run<'_> {
         message: String,
     ) {
         let ok = phase == OperationPhase::Succeeded;
+        self.ctx.metrics.operation_finished(
+            self.op.spec.kind.as_str(),
+            if ok { "Succeeded" } else { "Failed" },
+        );
         status.phase = Some(phase);
         status.completion_time = Some(self.now());
         status.message = Some(message.clone());
@@ -604,6 +621,7 @@ impl Run<'_> {
         let p = &mut status.machines[index];
         match &outcome {
             StepOutcome::Advanced => {
+                self.ctx.metrics.operation_step(step_name(p.step));
                 let next = decide::step_after(spec.kind, role, p.step);
                 if p.step == MachineStep::Skipped {
                     // Skipped at its start (held since the plan).
@@ -774,6 +792,15 @@ impl Run<'_> {
                 }
             }
             MachineStep::Rebooting => {
+                // Resumed after a restart: a node that does not answer, or
+                // answers with another boot id, has rebooted already.
+                match talos.boot_id("").await {
+                    Err(_) => return Ok(StepOutcome::Advanced),
+                    Ok(b) if p.boot_id_before.as_deref() != Some(b.as_str()) => {
+                        return Ok(StepOutcome::Advanced);
+                    }
+                    Ok(_) => {}
+                }
                 if role == MachineRole::Controlplane {
                     let members = talos.etcd_members("").await.map(|m| m.len()).unwrap_or(0);
                     if members > 1
@@ -1016,6 +1043,23 @@ fn skipped_now(status: &TalosOperationStatus) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// A step's name in metrics (the status's spelling).
+fn step_name(step: MachineStep) -> &'static str {
+    match step {
+        MachineStep::Pending => "Pending",
+        MachineStep::CheckingEtcd => "CheckingEtcd",
+        MachineStep::Pulling => "Pulling",
+        MachineStep::Upgrading => "Upgrading",
+        MachineStep::Draining => "Draining",
+        MachineStep::Rebooting => "Rebooting",
+        MachineStep::WaitingForReturn => "WaitingForReturn",
+        MachineStep::Uncordoning => "Uncordoning",
+        MachineStep::Succeeded => "Succeeded",
+        MachineStep::Failed => "Failed",
+        MachineStep::Skipped => "Skipped",
+    }
 }
 
 fn parse_minor(v: &str) -> Option<(u64, u64)> {
