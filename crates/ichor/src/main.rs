@@ -17,7 +17,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use args::{Cli, ClusterCommand, CniCommand, CniHelmCommand, Command, SecretsCommand};
+use args::{
+    Cli, ClusterCommand, CniCommand, CniHelmCommand, Command, OperationCommand, SecretsCommand,
+    UpgradeCommand,
+};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -42,6 +45,11 @@ fn main() -> ExitCode {
             Command::Cni(CniCommand::Helm(CniHelmCommand::Apply(a))) => {
                 cmd::cni::helm_apply(a).await
             }
+            Command::Upgrade(UpgradeCommand::Talos(a)) => cmd::operation::upgrade_talos(a).await,
+            Command::Reboot(a) => cmd::operation::reboot(a).await,
+            Command::Operation(OperationCommand::List(a)) => cmd::operation::list(a).await,
+            Command::Operation(OperationCommand::Status(a)) => cmd::operation::status(a).await,
+            Command::Operation(OperationCommand::Cancel(a)) => cmd::operation::cancel(a).await,
         }
     });
     match result {
