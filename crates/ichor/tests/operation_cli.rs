@@ -95,7 +95,7 @@ async fn reboot_prints_the_plan_then_list_and_cancel() {
     }));
 
     let out = ichor(
-        &env,
+        env,
         &[
             "reboot",
             "--cluster",
@@ -127,20 +127,16 @@ async fn reboot_prints_the_plan_then_list_and_cancel() {
         text(&out)
     );
 
-    let out = ichor(&env, &["operation", "list", "-n", &ns]).await;
+    let out = ichor(env, &["operation", "list", "-n", &ns]).await;
     assert!(out.status.success(), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("{ns}/rb  reboot")));
 
-    let out = ichor(
-        &env,
-        &["operation", "status", "rb", "-n", &ns, "-o", "json"],
-    )
-    .await;
+    let out = ichor(env, &["operation", "status", "rb", "-n", &ns, "-o", "json"]).await;
     assert!(out.status.success(), "{}", text(&out));
     let parsed: TalosOperation = serde_json::from_slice(&out.stdout).expect("JSON output");
     assert_eq!(parsed.status.unwrap().plan.len(), 2);
 
-    let out = ichor(&env, &["operation", "cancel", "rb", "-n", &ns]).await;
+    let out = ichor(env, &["operation", "cancel", "rb", "-n", &ns]).await;
     assert!(out.status.success(), "{}", text(&out));
     let rb = ops.get("rb").await.unwrap();
     assert!(
