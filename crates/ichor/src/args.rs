@@ -87,6 +87,24 @@ pub enum UpgradeCommand {
     /// Upgrade Talos: control planes first, one at a time, then workers, the
     /// node running Ichor last. Prints the plan the controller wrote.
     Talos(UpgradeTalosArgs),
+    /// Upgrade Kubernetes. Refused while a control plane is held (version
+    /// skew). This Ichor writes the plan but does not run it yet.
+    Kubernetes(UpgradeVersionArgs),
+    /// Upgrade Ichor itself. Refused on a Helm install, with the helm
+    /// upgrade command to run instead.
+    Ichor(UpgradeVersionArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UpgradeVersionArgs {
+    #[command(flatten)]
+    pub common: OperationCommon,
+    /// The version to upgrade to.
+    #[arg(long, value_name = "VERSION")]
+    pub to: String,
+    /// Only these TalosMachines (default: every machine of the cluster).
+    #[arg(long = "machine", value_name = "NAME")]
+    pub machines: Vec<String>,
 }
 
 /// Where the operation goes and what is printed.

@@ -22,6 +22,8 @@ const COMMANDS: &[&[&str]] = &[
     &["cni", "helm", "apply"],
     &["upgrade"],
     &["upgrade", "talos"],
+    &["upgrade", "kubernetes"],
+    &["upgrade", "ichor"],
     &["reboot"],
     &["operation"],
     &["operation", "list"],

@@ -46,6 +46,13 @@ fn main() -> ExitCode {
                 cmd::cni::helm_apply(a).await
             }
             Command::Upgrade(UpgradeCommand::Talos(a)) => cmd::operation::upgrade_talos(a).await,
+            Command::Upgrade(UpgradeCommand::Kubernetes(a)) => {
+                cmd::operation::upgrade_version(a, ichor_api::OperationKind::KubernetesUpgrade)
+                    .await
+            }
+            Command::Upgrade(UpgradeCommand::Ichor(a)) => {
+                cmd::operation::upgrade_version(a, ichor_api::OperationKind::Ichor).await
+            }
             Command::Reboot(a) => cmd::operation::reboot(a).await,
             Command::Operation(OperationCommand::List(a)) => cmd::operation::list(a).await,
             Command::Operation(OperationCommand::Status(a)) => cmd::operation::status(a).await,

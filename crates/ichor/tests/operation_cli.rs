@@ -144,6 +144,36 @@ async fn reboot_prints_the_plan_then_list_and_cancel() {
             .contains_key(ichor_controller::operation::CANCEL_ANNOTATION)
     );
 
+    // A kubernetes-upgrade is planned, then stopped: this Ichor does not run it yet.
+    let out = ichor(
+        env,
+        &[
+            "upgrade",
+            "kubernetes",
+            "--to",
+            "1.37.0",
+            "--cluster",
+            "base",
+            "-n",
+            &ns,
+            "--name",
+            "k8s",
+        ],
+    )
+    .await;
+    assert!(!out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("Complete=False (KindNotSupported)"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        stdout.contains("    1  cp-1  controlplane  upgrade"),
+        "{}",
+        text(&out)
+    );
+
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(30), controller).await;
 }

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::args::{
     OperationCommon, OperationListArgs, OperationNameArgs, OutputFormat, RebootArgs,
-    UpgradeTalosArgs,
+    UpgradeTalosArgs, UpgradeVersionArgs,
 };
 use crate::{connect, printer};
 
@@ -28,6 +28,18 @@ pub async fn upgrade_talos(args: UpgradeTalosArgs) -> anyhow::Result<()> {
         version: Some(args.to),
         concurrency: args.common.concurrency,
         installer_image: args.installer_image,
+    };
+    create(&args.common, spec).await
+}
+
+/// `ichor upgrade kubernetes` and `ichor upgrade ichor`.
+pub async fn upgrade_version(args: UpgradeVersionArgs, kind: OperationKind) -> anyhow::Result<()> {
+    let spec = TalosOperationSpec {
+        kind,
+        target: target(&args.common, args.machines),
+        version: Some(args.to),
+        concurrency: args.common.concurrency,
+        installer_image: None,
     };
     create(&args.common, spec).await
 }
@@ -88,7 +100,20 @@ async fn create(common: &OperationCommon, spec: TalosOperationSpec) -> anyhow::R
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     match planned {
-        Some(op) => print_one(&op, common.output),
+        Some(op) => {
+            print_one(&op, common.output)?;
+            if op
+                .status
+                .as_ref()
+                .is_some_and(|s| s.phase == Some(ichor_api::OperationPhase::Failed))
+            {
+                anyhow::bail!(
+                    "TalosOperation {}/{name} was refused or failed: see its Complete condition above",
+                    common.namespace
+                );
+            }
+            Ok(())
+        }
         None => anyhow::bail!(
             "the controller has not planned TalosOperation {}/{name} within {PLAN_WAIT:?}; is the Ichor controller running? Check later with: ichor operation status {name} -n {}",
             common.namespace,
