@@ -20,6 +20,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "proto/google/rpc/status.proto".into(),
                 "proto/common/common.proto".into(),
                 "proto/machine/machine.proto".into(),
+                "proto/machine/lifecycle.proto".into(),
+                "proto/machine/image.proto".into(),
                 "proto/cosi/resource.proto".into(),
                 "proto/cosi/state.proto".into(),
                 "proto/cosi/meta.proto".into(),

@@ -19,6 +19,10 @@ pub mod types {
     pub const HELD: &str = "Held";
     /// TalosOperation: the operation has finished (successfully or not).
     pub const COMPLETE: &str = "Complete";
+    /// TalosOperation: machines the plan skips (True names them).
+    pub const SKIPPED: &str = "Skipped";
+    /// TalosOperation: the operation is waiting (etcd, a drain, a node's return).
+    pub const WAITING: &str = "Waiting";
 }
 
 /// Condition reasons (CamelCase, as Kubernetes requires).
@@ -90,6 +94,38 @@ pub mod reasons {
     pub const FAILED: &str = "Failed";
     /// The operation kind is refused on this install (for example kind ichor on a Helm-managed Ichor).
     pub const REFUSED: &str = "Refused";
+    /// kubernetes-upgrade refused at plan time: a control plane is held (version skew).
+    pub const CONTROL_PLANE_HELD: &str = "ControlPlaneHeld";
+    /// The operation was cancelled (deleted, or annotated ichor.maesh.dev/cancel).
+    pub const CANCELLED: &str = "Cancelled";
+    /// etcd was not healthy enough to take a control plane down within the bound.
+    pub const ETCD_UNHEALTHY: &str = "EtcdUnhealthy";
+    /// A drain did not finish within its bound (a PodDisruptionBudget blocked it).
+    pub const DRAIN_TIMEOUT: &str = "DrainTimeout";
+    /// A node came back from its upgrade on its old version (the fallback boot slot).
+    pub const BOOTED_OLD_VERSION: &str = "BootedOldVersion";
+    /// A node did not come back (new boot id, target version, Node Ready) within the bound.
+    pub const RETURN_TIMEOUT: &str = "ReturnTimeout";
+    /// A Talos API call of a step failed.
+    pub const STEP_FAILED: &str = "StepFailed";
+    /// This Ichor does not run this kind yet (the plan is written, nothing is touched).
+    pub const KIND_NOT_SUPPORTED: &str = "KindNotSupported";
+
+    // Skipped (TalosOperation)
+    /// Some machines are skipped; the message names them and why.
+    pub const MACHINES_SKIPPED: &str = "MachinesSkipped";
+    /// No machine is skipped.
+    pub const NONE_SKIPPED: &str = "NoneSkipped";
+
+    // Waiting (TalosOperation)
+    /// An etcd member is not started, is a learner, or quorum would be lost.
+    pub const WAITING_FOR_ETCD: &str = "WaitingForEtcd";
+    /// Evictions are refused (PodDisruptionBudget); retrying until the bound.
+    pub const WAITING_FOR_DRAIN: &str = "WaitingForDrain";
+    /// Waiting for a rebooted node to return.
+    pub const WAITING_FOR_RETURN: &str = "WaitingForReturn";
+    /// Not waiting.
+    pub const NOT_WAITING: &str = "NotWaiting";
 }
 
 /// The status of a condition.

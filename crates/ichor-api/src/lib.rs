@@ -57,8 +57,8 @@ pub use machine::{
     TalosMachineStatus,
 };
 pub use operation::{
-    OperationKind, OperationPhase, OperationTarget, TalosOperation, TalosOperationSpec,
-    TalosOperationStatus,
+    MachineProgress, MachineStep, OperationKind, OperationPhase, OperationTarget, PlanEntry,
+    PlannedAction, TalosOperation, TalosOperationSpec, TalosOperationStatus,
 };
 
 /// The API group of every Ichor resource.

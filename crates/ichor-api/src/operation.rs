@@ -47,6 +47,29 @@ pub struct TalosOperationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub version: Option<String>,
+    /// How many workers may reboot at once (control planes always go one at
+    /// a time). Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub concurrency: Option<u32>,
+    /// talos-upgrade: the installer image to install, tag included. Default:
+    /// the machine's own installer repository (so its schematic is kept) with
+    /// the tag `spec.version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub installer_image: Option<String>,
+}
+
+impl OperationKind {
+    /// The name used in the spec (`talos-upgrade`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperationKind::Ichor => "ichor",
+            OperationKind::TalosUpgrade => "talos-upgrade",
+            OperationKind::KubernetesUpgrade => "kubernetes-upgrade",
+            OperationKind::Reboot => "reboot",
+        }
+    }
 }
 
 /// What a TalosOperation does: ichor, talos-upgrade, kubernetes-upgrade or reboot.
@@ -104,4 +127,110 @@ pub struct TalosOperationStatus {
     /// The metadata.generation this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The plan, written before anything is touched: every targeted machine
+    /// in the order it is acted on, and what is skipped and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub plan: Vec<PlanEntry>,
+    /// Per machine, in plan order: where it is, and what was seen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub machines: Vec<MachineProgress>,
+}
+
+/// One machine in the plan.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanEntry {
+    /// The TalosMachine.
+    pub machine: String,
+    /// controlplane or worker.
+    pub role: crate::machine::MachineRole,
+    /// Batches run in order; the machines of one batch together (only
+    /// workers share a batch, up to spec.concurrency).
+    pub batch: u32,
+    /// upgrade, reboot or skip.
+    pub action: PlannedAction,
+    /// Why it is skipped or placed where it is ("held", "runs Ichor's controller").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// What the plan does to a machine.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlannedAction {
+    Upgrade,
+    Reboot,
+    Skip,
+}
+
+/// Where a machine is in the operation. A step is recorded before it runs,
+/// so after a restart the controller knows what may have happened.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum MachineStep {
+    #[default]
+    Pending,
+    /// Control plane: waiting for etcd to be healthy without this member.
+    CheckingEtcd,
+    /// Pulling the installer image into the node's system containerd.
+    Pulling,
+    /// Writing the installer to the other boot slot.
+    Upgrading,
+    /// Cordoning the Node and evicting its pods.
+    Draining,
+    /// Forfeiting etcd leadership (control plane) and rebooting.
+    Rebooting,
+    /// Waiting for a new boot id, the target version and a Ready Node.
+    WaitingForReturn,
+    Uncordoning,
+    Succeeded,
+    Failed,
+    Skipped,
+}
+
+impl MachineStep {
+    /// Succeeded, Failed or Skipped.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            MachineStep::Succeeded | MachineStep::Failed | MachineStep::Skipped
+        )
+    }
+}
+
+/// Progress of one machine.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineProgress {
+    /// The TalosMachine.
+    pub machine: String,
+    /// The step it is in.
+    pub step: MachineStep,
+    /// Its Kubernetes Node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// When work on it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When the current step started (its bound counts from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_start_time: Option<Time>,
+    /// When it succeeded, failed or was skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id_before: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id_after: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_before: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_after: Option<String>,
+    /// The installer image written (talos-upgrade).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The last thing said about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }

@@ -269,6 +269,8 @@ async fn machine_and_operation_rules() {
             machines: vec![],
         },
         version: None,
+        concurrency: None,
+        installer_image: None,
     };
     let msg = refusal(
         ops.create(

@@ -9,6 +9,10 @@
 //! - [`cluster`]: the TalosCluster reconciler — aggregates Ready from the
 //!   machines, sets `status.cni.detected` (spec 2.2) and the CNI hand-over
 //!   (spec 1.5 step 5, `CNIHandover`).
+//! - [`operation`]: the TalosOperation reconciler — plans first (pure, in
+//!   [`operation_decide`]), then upgrades or reboots machine by machine:
+//!   control planes one at a time with etcd checked, drains through the
+//!   Eviction API, holds respected, resumable from status.
 //! - [`installation`]: the IchorInstallation singleton, created once when
 //!   deployed by Helm (R5.2), tolerated absent otherwise (R4.3f).
 //! - [`leader`]: leader election with a `coordination.k8s.io` Lease.
@@ -31,6 +35,8 @@ pub mod installation;
 pub mod leader;
 pub mod machine;
 pub mod metrics;
+pub mod operation;
+pub mod operation_decide;
 pub mod pipeline;
 pub mod webhook;
 
@@ -176,6 +182,11 @@ pub struct Config {
     pub webhook: Option<WebhookServer>,
     /// Leader election (`None`: act as the only replica).
     pub leader_election: Option<LeaderElection>,
+    /// The Node this controller runs on (`NODE_NAME` from the downward API):
+    /// a TalosOperation acts on it last.
+    pub node_name: Option<String>,
+    /// The bounds of a TalosOperation's waits.
+    pub operation_bounds: operation::OperationBounds,
 }
 
 impl Default for Config {
@@ -196,6 +207,8 @@ impl Default for Config {
             http_addr: None,
             webhook: None,
             leader_election: Some(LeaderElection::default()),
+            node_name: std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()),
+            operation_bounds: operation::OperationBounds::default(),
         }
     }
 }
@@ -278,8 +291,9 @@ pub async fn run_with(
     let ctx = Arc::new(Context::new(client, config, Arc::clone(&metrics)));
     let machines = machine::run(Arc::clone(&ctx), shutdown.clone());
     let clusters = cluster::run(Arc::clone(&ctx), shutdown.clone());
+    let operations = operation::run(Arc::clone(&ctx), shutdown.clone());
     let controllers = async {
-        futures::join!(machines, clusters);
+        futures::join!(machines, clusters, operations);
     };
     let result = match leadership {
         Some(mut held) => {

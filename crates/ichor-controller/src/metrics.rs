@@ -12,6 +12,8 @@ pub struct Metrics {
     reconciles: Mutex<BTreeMap<&'static str, u64>>,
     errors: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     applies: Mutex<BTreeMap<&'static str, u64>>,
+    operations: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+    steps: Mutex<BTreeMap<&'static str, u64>>,
     leader: AtomicU64,
     ready: AtomicU64,
 }
@@ -30,6 +32,16 @@ impl Metrics {
     /// One apply to a node, by outcome (`applied`, `failed`, `read_back_mismatch`).
     pub fn applied(&self, outcome: &'static str) {
         *lock(&self.applies).entry(outcome).or_default() += 1;
+    }
+
+    /// One TalosOperation finished, by kind (`talos-upgrade`, …) and phase (`Succeeded`, `Failed`).
+    pub fn operation_finished(&self, kind: &'static str, phase: &'static str) {
+        *lock(&self.operations).entry((kind, phase)).or_default() += 1;
+    }
+
+    /// One machine step of a TalosOperation done (`Draining`, `Rebooting`, …).
+    pub fn operation_step(&self, step: &'static str) {
+        *lock(&self.steps).entry(step).or_default() += 1;
     }
 
     /// Whether this replica holds the leader Lease.
@@ -73,6 +85,17 @@ impl Metrics {
         for (o, n) in lock(&self.applies).iter() {
             let _ = writeln!(out, "ichor_node_applies_total{{outcome=\"{o}\"}} {n}");
         }
+        out.push_str("# HELP ichor_operations_total TalosOperations finished, by kind and phase.\n# TYPE ichor_operations_total counter\n");
+        for ((k, p), n) in lock(&self.operations).iter() {
+            let _ = writeln!(
+                out,
+                "ichor_operations_total{{kind=\"{k}\",phase=\"{p}\"}} {n}"
+            );
+        }
+        out.push_str("# HELP ichor_operation_steps_total Machine steps of TalosOperations done, by step.\n# TYPE ichor_operation_steps_total counter\n");
+        for (st, n) in lock(&self.steps).iter() {
+            let _ = writeln!(out, "ichor_operation_steps_total{{step=\"{st}\"}} {n}");
+        }
         let _ = writeln!(
             out,
             "# HELP ichor_leader Whether this replica holds the leader Lease.\n# TYPE ichor_leader gauge\nichor_leader {}",
@@ -98,7 +121,13 @@ mod tests {
         m.failed("talosmachine", "talos");
         m.applied("applied");
         m.set_leader(true);
+        m.operation_finished("talos-upgrade", "Succeeded");
+        m.operation_step("Draining");
         let text = m.render();
+        assert!(
+            text.contains("ichor_operations_total{kind=\"talos-upgrade\",phase=\"Succeeded\"} 1")
+        );
+        assert!(text.contains("ichor_operation_steps_total{step=\"Draining\"} 1"));
         assert!(text.contains("ichor_reconciles_total{controller=\"talosmachine\"} 2"));
         assert!(text.contains(
             "ichor_reconcile_errors_total{controller=\"talosmachine\",error=\"talos\"} 1"

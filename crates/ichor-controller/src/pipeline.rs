@@ -65,6 +65,7 @@ fn static_kind(kind: &str) -> &'static str {
     match kind {
         "TalosCluster" => "TalosCluster",
         "TalosMachine" => "TalosMachine",
+        "TalosOperation" => "TalosOperation",
         _ => "object",
     }
 }

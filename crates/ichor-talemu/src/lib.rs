@@ -1,6 +1,8 @@
 //! `ichor-talemu`: a Talos node emulator for tests and the lab. It speaks the
 //! Talos gRPC API (MachineService Version / Hostname / ApplyConfiguration /
-//! Reboot and the COSI State service's Get / List / Watch) over mutual TLS, so
+//! Reboot / Read / Upgrade / EtcdMemberList / EtcdForfeitLeadership,
+//! ImageService Pull, LifecycleService Upgrade and the COSI State service's
+//! Get / List / Watch) over mutual TLS, so
 //! that both Ichor's client and the real `talosctl` can talk to it.
 //!
 //! **Never use it from production code**: it exists to tell the truth about
@@ -270,6 +272,30 @@ impl Emulator {
     /// Injects a fault into node `i`.
     pub fn set_fault(&self, i: usize, fault: Fault) {
         self.cluster.nodes[i].lock().fault = fault;
+    }
+
+    /// Fault: node `i`'s next boot after an upgrade falls back to the old
+    /// boot slot, so it comes back on its old version (`false` clears it).
+    pub fn set_upgrade_fallback(&self, i: usize, on: bool) {
+        self.cluster.nodes[i].lock().upgrade_fallback = on;
+    }
+
+    /// Fault: node `i`'s etcd member has not started (`false` clears it).
+    pub fn set_etcd_unhealthy(&self, i: usize, on: bool) {
+        self.cluster.nodes[i].lock().etcd_unhealthy = on;
+    }
+
+    /// Node `i`'s reboots stay down after their outage until the returned
+    /// gate is opened: a test decides when the node comes back.
+    pub fn hold_reboots(&self, i: usize) -> ReadGate {
+        let gate = ReadGate::new();
+        self.cluster.nodes[i].lock().reboot_gate = Some(gate.clone());
+        gate
+    }
+
+    /// The Talos version node `i` runs now (changes when it boots an upgrade).
+    pub fn talos_version(&self, i: usize) -> String {
+        self.cluster.nodes[i].talos_version()
     }
 
     /// Pauses node `i`'s COSI reads (the machine config among them) until

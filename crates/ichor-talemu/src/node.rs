@@ -98,8 +98,16 @@ pub enum WriteAction {
     },
     /// A try-mode config was reverted after its timeout.
     TryRollback,
-    /// A reboot (from Reboot or an apply in REBOOT mode).
+    /// A reboot (from Reboot, an apply in REBOOT mode or a legacy Upgrade).
     Reboot { actor_id: String },
+    /// An image pulled into one of the node's containerd stores (ImageService.Pull).
+    ImagePull { image: String },
+    /// An installer written to the other boot slot: through
+    /// `LifecycleService.Upgrade` (`legacy: false`, no reboot) or the
+    /// deprecated `MachineService.Upgrade` (`legacy: true`, reboots by itself).
+    Upgrade { image: String, legacy: bool },
+    /// The node's etcd member handed its leadership on (EtcdForfeitLeadership).
+    EtcdForfeitLeadership,
 }
 
 /// One write a node took, with the time it happened.
@@ -165,11 +173,23 @@ pub(crate) struct NodeState {
     pub fault: Fault,
     /// A pause on COSI reads, set by a test through [`crate::Emulator::pause_reads`].
     pub read_gate: Option<ReadGate>,
+    /// Images pulled, by containerd store (driver, namespace) and reference.
+    pub pulled: std::collections::BTreeSet<(i32, i32, String)>,
+    /// The version an upgrade wrote to the other boot slot; the next boot runs it.
+    pub installed: Option<String>,
+    /// Fault: the next boot after an upgrade falls back to the old slot.
+    pub upgrade_fallback: bool,
+    /// Fault: the node's etcd member has not started (empty name in the member list).
+    pub etcd_unhealthy: bool,
+    /// A pause between a reboot's outage and the node coming back, set by a
+    /// test through [`crate::Emulator::hold_reboots`].
+    pub reboot_gate: Option<ReadGate>,
 }
 
 /// A pause in a node's COSI reads (get, list, watch; the machine config is
-/// read through them): a read waits until the test opens the gate. Lets a
-/// test change the world while a client is between two calls, without timing.
+/// read through them) or in a reboot's return: it waits until the test opens
+/// the gate. Lets a test change the world while a client is between two
+/// calls, without timing.
 #[derive(Debug, Clone)]
 pub struct ReadGate {
     inner: Arc<GateInner>,
@@ -213,8 +233,9 @@ impl ReadGate {
 /// An emulated node.
 pub(crate) struct Node {
     pub spec: NodeSpec,
-    /// (major, minor) of the Talos version.
-    pub version: (u64, u64),
+    /// The Talos version it runs (changes when it boots an upgraded slot) and
+    /// its (major, minor). Its own lock, so rules can read it under the state's.
+    running: Mutex<(String, (u64, u64))>,
     pub state: Mutex<NodeState>,
     pub events: broadcast::Sender<cosi::Event>,
     pub writes: Arc<Mutex<Vec<WriteRecord>>>,
@@ -227,6 +248,24 @@ pub(crate) fn parse_version(v: &str) -> Option<(u64, u64)> {
     let major = parts.next()?.parse().ok()?;
     let minor = parts.next()?.parse().ok()?;
     Some((major, minor))
+}
+
+/// Where Linux keeps the boot id.
+pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+
+/// The Talos version an installer image installs: its tag (`…/installer:v1.14.0`,
+/// a digest after the tag allowed). The emulator has no registry to ask, so an
+/// image without a version tag is refused.
+pub(crate) fn installer_version(image: &str) -> Result<String, Status> {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
+    let tag = last.rsplit_once(':').map(|(_, t)| t);
+    match tag {
+        Some(t) if parse_version(t).is_some() => Ok(t.to_string()),
+        _ => Err(Status::invalid_argument(format!(
+            "installer image {image:?} has no version tag (vMAJOR.MINOR.PATCH) the emulator can install"
+        ))),
+    }
 }
 
 pub(crate) fn new_uuid() -> String {
@@ -287,7 +326,7 @@ impl Node {
         }
         let (events, _) = broadcast::channel(1024);
         let node = Arc::new(Self {
-            version,
+            running: Mutex::new((spec.talos_version.clone(), version)),
             state: Mutex::new(NodeState {
                 active: spec.config.clone(),
                 persistent: spec.config.clone(),
@@ -299,6 +338,11 @@ impl Node {
                 store: BTreeMap::new(),
                 fault: Fault::None,
                 read_gate: None,
+                pulled: Default::default(),
+                installed: None,
+                upgrade_fallback: false,
+                etcd_unhealthy: false,
+                reboot_gate: None,
             }),
             spec,
             events,
@@ -313,8 +357,22 @@ impl Node {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// (major, minor) of the Talos version the node runs now.
+    pub fn version(&self) -> (u64, u64) {
+        self.running.lock().unwrap_or_else(|e| e.into_inner()).1
+    }
+
+    /// The Talos version tag the node runs now, e.g. `v1.13.9`.
+    pub fn talos_version(&self) -> String {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .clone()
+    }
+
     pub fn multidoc_kubernetes(&self) -> bool {
-        self.version >= (1, 14)
+        self.version() >= (1, 14)
     }
 
     /// Whether the node runs a control-plane config (only those forward calls).
@@ -336,7 +394,7 @@ impl Node {
         st.fault == Fault::Down || st.down_until.is_some_and(|t| Instant::now() < t)
     }
 
-    fn record(&self, action: WriteAction) {
+    pub(crate) fn record(&self, action: WriteAction) {
         self.writes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -354,10 +412,11 @@ impl Node {
             .active
             .as_deref()
             .and_then(|c| derive::facts(c, self.multidoc_kubernetes()).ok());
+        let talos_version = self.talos_version();
         let view = NodeView {
             hostname: &self.spec.hostname,
-            talos_version: &self.spec.talos_version,
-            v1_13_or_later: self.version >= (1, 13),
+            talos_version: &talos_version,
+            v1_13_or_later: self.version() >= (1, 13),
             active_config: st.active.as_deref(),
             persistent_config: st.persistent.as_deref(),
             facts: facts.as_ref(),
@@ -427,7 +486,7 @@ impl Node {
         machine::Version {
             metadata: None,
             version: Some(machine::VersionInfo {
-                tag: self.spec.talos_version.clone(),
+                tag: self.talos_version(),
                 sha: "ichor-talemu".to_string(),
                 built: String::new(),
                 go_version: "emulated".to_string(),
@@ -622,6 +681,103 @@ impl Node {
         })
     }
 
+    /// `ImageService.Pull`: the image lands in the given containerd store.
+    pub fn pull_image(&self, driver: i32, namespace: i32, image: &str) -> Result<String, Status> {
+        if image.trim().is_empty() {
+            return Err(Status::invalid_argument("image reference is required"));
+        }
+        self.lock()
+            .pulled
+            .insert((driver, namespace, image.to_string()));
+        self.record(WriteAction::ImagePull {
+            image: image.to_string(),
+        });
+        Ok(image.to_string())
+    }
+
+    /// `LifecycleService.Upgrade`: writes the installer's version to the other
+    /// boot slot, nothing else (no etcd check, no drain, no reboot). The
+    /// installer must already be in that containerd store.
+    pub fn lifecycle_upgrade(
+        &self,
+        driver: i32,
+        namespace: i32,
+        image: &str,
+    ) -> Result<Vec<String>, Status> {
+        if self.version() < (1, 13) {
+            return Err(Status::unimplemented(
+                "unknown service machine.LifecycleService",
+            ));
+        }
+        if image.trim().is_empty() {
+            return Err(Status::invalid_argument("installer image is required"));
+        }
+        let target = installer_version(image)?;
+        let mut st = self.lock();
+        if st.active.is_none() {
+            return Err(Status::failed_precondition("Talos is not installed"));
+        }
+        if !st.pulled.contains(&(driver, namespace, image.to_string())) {
+            return Err(Status::failed_precondition(format!(
+                "installer image {image:?} not found in containerd store"
+            )));
+        }
+        st.installed = Some(target.clone());
+        drop(st);
+        self.record(WriteAction::Upgrade {
+            image: image.to_string(),
+            legacy: false,
+        });
+        Ok(vec![
+            format!("running installer {image}"),
+            format!("installed Talos {target} to the inactive boot slot"),
+        ])
+    }
+
+    /// The deprecated `MachineService.Upgrade`: Talos pulls the installer,
+    /// checks etcd on a control plane (unless `force` or `preserve`), writes
+    /// the other slot and reboots. `etcd_check` is the cluster's refusal, if any.
+    pub fn legacy_upgrade(
+        self: &Arc<Self>,
+        req: &machine::UpgradeRequest,
+        etcd_check: Option<String>,
+    ) -> Result<machine::Upgrade, Status> {
+        if req.image.trim().is_empty() {
+            return Err(Status::invalid_argument("installer image is required"));
+        }
+        let target = installer_version(&req.image)?;
+        if !req.force
+            && !req.preserve
+            && let Some(reason) = etcd_check
+        {
+            return Err(Status::failed_precondition(reason));
+        }
+        self.lock().installed = Some(target);
+        self.record(WriteAction::Upgrade {
+            image: req.image.clone(),
+            legacy: true,
+        });
+        let actor_id = new_uuid();
+        self.start_reboot(actor_id.clone());
+        Ok(machine::Upgrade {
+            metadata: None,
+            ack: "Upgrade request received".to_string(),
+            actor_id,
+        })
+    }
+
+    /// `MachineService.Read` of the one file the emulator serves: the boot id,
+    /// which is how talosctl tells that a reboot happened.
+    pub fn read_file(&self, path: &str) -> Result<Vec<u8>, Status> {
+        if path == BOOT_ID_PATH {
+            Ok(format!("{}\n", self.lock().boot_id).into_bytes())
+        } else {
+            Err(Status::not_found(format!(
+                "open {path}: no such file or directory"
+            )))
+        }
+    }
+
     /// Reboot: returns the actor id; the node is down for the outage, then
     /// comes back with a new boot id and its persistent config active.
     pub fn reboot(self: &Arc<Self>) -> machine::Reboot {
@@ -633,7 +789,7 @@ impl Node {
         }
     }
 
-    fn start_reboot(self: &Arc<Self>, actor_id: String) {
+    pub(crate) fn start_reboot(self: &Arc<Self>, actor_id: String) {
         self.record(WriteAction::Reboot {
             actor_id: actor_id.clone(),
         });
@@ -647,9 +803,28 @@ impl Node {
         let node = Arc::clone(self);
         tokio::spawn(async move {
             tokio::time::sleep(outage).await;
+            let gate = {
+                let mut st = node.lock();
+                if st.reboot_gate.is_some() {
+                    // Held by the test: still down until the gate opens.
+                    st.down_until = Some(Instant::now() + Duration::from_secs(86_400));
+                }
+                st.reboot_gate.clone()
+            };
+            if let Some(gate) = gate {
+                gate.pass().await;
+            }
             let mut st = node.lock();
             if let Some(h) = st.rollback.take() {
                 h.abort();
+            }
+            // The boot loader's default is the slot the upgrade wrote, unless
+            // that boot fails and Talos falls back to the old one.
+            if let Some(installed) = st.installed.take()
+                && !st.upgrade_fallback
+                && let Some(parsed) = parse_version(&installed)
+            {
+                *node.running.lock().unwrap_or_else(|e| e.into_inner()) = (installed, parsed);
             }
             if st.persistent.is_some() {
                 st.active = st.persistent.clone();
@@ -680,6 +855,20 @@ mod tests {
         assert_eq!(parse_version("v1.13.9"), Some((1, 13)));
         assert_eq!(parse_version("v1.14.0-rc.1"), Some((1, 14)));
         assert_eq!(parse_version("latest"), None);
+    }
+
+    #[test]
+    fn installer_versions_come_from_the_tag() {
+        assert_eq!(
+            installer_version("ghcr.io/siderolabs/installer:v1.14.0").unwrap(),
+            "v1.14.0"
+        );
+        assert_eq!(
+            installer_version("localhost:5000/installer:v1.14.1@sha256:abcd").unwrap(),
+            "v1.14.1"
+        );
+        assert!(installer_version("localhost:5000/installer").is_err());
+        assert!(installer_version("ghcr.io/siderolabs/installer:latest").is_err());
     }
 
     #[test]

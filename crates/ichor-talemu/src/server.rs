@@ -14,6 +14,8 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use ichor_talos_client::proto::cosi::resource::state_server::StateServer;
+use ichor_talos_client::proto::machine::image_service_server::ImageServiceServer;
+use ichor_talos_client::proto::machine::lifecycle_service_server::LifecycleServiceServer;
 use ichor_talos_client::proto::machine::machine_service_server::MachineServiceServer;
 use ichor_talos_client::tls as ctls;
 
@@ -200,6 +202,8 @@ pub(crate) async fn serve(
             MachineServiceServer::new(api.clone())
                 .max_decoding_message_size(ichor_talos_client::client::MAX_MESSAGE_SIZE),
         )
+        .add_service(ImageServiceServer::new(api.clone()))
+        .add_service(LifecycleServiceServer::new(api.clone()))
         .add_service(StateServer::new(api))
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = shutdown.changed().await;

@@ -15,9 +15,11 @@ use ichor_talos_client::proto::cosi::resource as cosi;
 use ichor_talos_client::proto::cosi::resource::state_server::State;
 use ichor_talos_client::proto::google::rpc;
 use ichor_talos_client::proto::machine;
+use ichor_talos_client::proto::machine::image_service_server::ImageService;
+use ichor_talos_client::proto::machine::lifecycle_service_server::LifecycleService;
 use ichor_talos_client::proto::machine::machine_service_server::MachineService;
 
-use crate::node::{Fault, Node};
+use crate::node::{Fault, Node, WriteAction};
 use crate::resources;
 
 const ADMIN: &str = "os:admin";
@@ -267,6 +269,73 @@ impl NodeApi {
     }
 }
 
+impl NodeApi {
+    /// The one node a streaming call goes to (one-to-many is not served for streams).
+    async fn stream_target(&self, md: &MetadataMap) -> Result<usize, Status> {
+        match self.route(md, false)? {
+            Route::One(i) => {
+                self.guard(i).await?;
+                Ok(i)
+            }
+            // talosctl still sends one node as `nodes` for some streams (read).
+            Route::Many(targets) if targets.len() == 1 => {
+                let i = self.resolve(&targets[0])?;
+                self.guard(i).await?;
+                Ok(i)
+            }
+            Route::Many(_) => Err(Status::invalid_argument(
+                "one-2-many proxying is not supported for streaming methods",
+            )),
+        }
+    }
+
+    /// The etcd members: one per configured control plane. A member whose
+    /// node has the `etcd_unhealthy` fault has not started, which Talos shows
+    /// as an empty name.
+    fn etcd_members(&self) -> Vec<machine::EtcdMember> {
+        self.cluster
+            .nodes
+            .iter()
+            .filter(|n| !n.in_maintenance() && n.is_control_plane())
+            .map(|n| {
+                let started = !n.lock().etcd_unhealthy;
+                let address = n.spec.address;
+                machine::EtcdMember {
+                    id: member_id(&n.spec.hostname),
+                    hostname: if started { n.hostname() } else { String::new() },
+                    peer_urls: vec![format!("https://{address}:2380")],
+                    client_urls: vec![format!("https://{address}:2379")],
+                    is_learner: false,
+                }
+            })
+            .collect()
+    }
+
+    /// What the legacy Upgrade's etcd pre-check (`ValidateForUpgrade`) refuses, if anything.
+    fn etcd_upgrade_refusal(&self) -> Option<String> {
+        let members = self.etcd_members();
+        if members.len() == 2 {
+            return Some(
+                "etcd member count(2) is insufficient to maintain quorum if upgrade commences"
+                    .to_string(),
+            );
+        }
+        members.iter().find(|m| m.hostname.is_empty()).map(|m| {
+            format!(
+                "etcd member {:x} is not started, all members must be running to perform an upgrade",
+                m.id
+            )
+        })
+    }
+}
+
+/// A stable etcd member id for a hostname (FNV-1a).
+fn member_id(hostname: &str) -> u64 {
+    hostname.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 /// Messages of the `messages` pattern carry a `common.Metadata` in field 1.
 pub(crate) trait HasMetadata {
     fn set_metadata(&mut self, md: common::Metadata);
@@ -285,7 +354,10 @@ has_metadata!(
     machine::Version,
     machine::Hostname,
     machine::ApplyConfiguration,
-    machine::Reboot
+    machine::Reboot,
+    machine::Upgrade,
+    machine::EtcdMembers,
+    machine::EtcdForfeitLeadership
 );
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -343,6 +415,162 @@ impl MachineService for NodeApi {
             .unary(request.metadata(), |node| Ok(node.version_message()))
             .await?;
         Ok(Response::new(machine::VersionResponse { messages }))
+    }
+
+    type ReadStream = BoxStream<common::Data>;
+
+    async fn read(
+        &self,
+        request: Request<machine::ReadRequest>,
+    ) -> Result<Response<Self::ReadStream>, Status> {
+        Self::authorize(&caller(&request), &[ADMIN])?;
+        let i = self.stream_target(request.metadata()).await?;
+        let bytes = self.node(i).read_file(&request.get_ref().path)?;
+        let data = common::Data {
+            metadata: None,
+            bytes,
+        };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(data)]))))
+    }
+
+    async fn upgrade(
+        &self,
+        request: Request<machine::UpgradeRequest>,
+    ) -> Result<Response<machine::UpgradeResponse>, Status> {
+        Self::authorize(&caller(&request), &[ADMIN])?;
+        let md = request.metadata().clone();
+        let req = request.into_inner();
+        let messages = self
+            .unary(&md, |node| {
+                let refusal = if node.is_control_plane() {
+                    self.etcd_upgrade_refusal()
+                } else {
+                    None
+                };
+                node.legacy_upgrade(&req, refusal)
+            })
+            .await?;
+        Ok(Response::new(machine::UpgradeResponse { messages }))
+    }
+
+    async fn etcd_member_list(
+        &self,
+        request: Request<machine::EtcdMemberListRequest>,
+    ) -> Result<Response<machine::EtcdMemberListResponse>, Status> {
+        Self::authorize(&caller(&request), &[ADMIN, OPERATOR, READER])?;
+        let messages = self
+            .unary(request.metadata(), |node| {
+                if node.in_maintenance() {
+                    return Err(Status::failed_precondition("etcd is not running"));
+                }
+                let members = self.etcd_members();
+                let started = members.iter().filter(|m| !m.hostname.is_empty()).count();
+                // The call requires a leader: a majority of members must run.
+                if started * 2 <= members.len() {
+                    return Err(Status::unavailable("etcdserver: no leader"));
+                }
+                Ok(machine::EtcdMembers {
+                    metadata: None,
+                    legacy_members: Vec::new(),
+                    members,
+                })
+            })
+            .await?;
+        Ok(Response::new(machine::EtcdMemberListResponse { messages }))
+    }
+
+    async fn etcd_forfeit_leadership(
+        &self,
+        request: Request<machine::EtcdForfeitLeadershipRequest>,
+    ) -> Result<Response<machine::EtcdForfeitLeadershipResponse>, Status> {
+        Self::authorize(&caller(&request), &[ADMIN])?;
+        let messages = self
+            .unary(request.metadata(), |node| {
+                if node.in_maintenance() || !node.is_control_plane() {
+                    return Err(Status::failed_precondition(
+                        "etcd is not running on this node",
+                    ));
+                }
+                node.record(WriteAction::EtcdForfeitLeadership);
+                Ok(machine::EtcdForfeitLeadership {
+                    metadata: None,
+                    member: node.hostname(),
+                })
+            })
+            .await?;
+        Ok(Response::new(machine::EtcdForfeitLeadershipResponse {
+            messages,
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl ImageService for NodeApi {
+    type PullStream = BoxStream<machine::ImageServicePullResponse>;
+
+    async fn pull(
+        &self,
+        request: Request<machine::ImageServicePullRequest>,
+    ) -> Result<Response<Self::PullStream>, Status> {
+        Self::authorize(&caller(&request), &[ADMIN, OPERATOR])?;
+        let i = self.stream_target(request.metadata()).await?;
+        let req = request.into_inner();
+        let store = req.containerd.unwrap_or_default();
+        let name = self
+            .node(i)
+            .pull_image(store.driver, store.namespace, &req.image_ref)?;
+        use machine::image_service_pull_response::Response as Pull;
+        let progress = machine::ImageServicePullResponse {
+            response: Some(Pull::PullProgress(machine::ImageServicePullProgress {
+                layer_id: "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+                    .to_string(),
+                progress: Some(machine::ImageServicePullLayerProgress {
+                    status: machine::image_service_pull_layer_progress::Status::ExtractComplete
+                        as i32,
+                    elapsed: None,
+                    offset: 0,
+                    total: 0,
+                }),
+            })),
+        };
+        let done = machine::ImageServicePullResponse {
+            response: Some(Pull::Name(name)),
+        };
+        Ok(Response::new(Box::pin(futures::stream::iter([
+            Ok(progress),
+            Ok(done),
+        ]))))
+    }
+}
+
+#[tonic::async_trait]
+impl LifecycleService for NodeApi {
+    type UpgradeStream = BoxStream<machine::LifecycleServiceUpgradeResponse>;
+
+    async fn upgrade(
+        &self,
+        request: Request<machine::LifecycleServiceUpgradeRequest>,
+    ) -> Result<Response<Self::UpgradeStream>, Status> {
+        Self::authorize(&caller(&request), &[ADMIN])?;
+        let i = self.stream_target(request.metadata()).await?;
+        let req = request.into_inner();
+        let store = req.containerd.unwrap_or_default();
+        let image = req.source.map(|s| s.image_name).unwrap_or_default();
+        let lines = self
+            .node(i)
+            .lifecycle_upgrade(store.driver, store.namespace, &image)?;
+        use machine::lifecycle_service_install_progress::Response as Progress;
+        let progress = |p| {
+            Ok(machine::LifecycleServiceUpgradeResponse {
+                progress: Some(machine::LifecycleServiceInstallProgress { response: Some(p) }),
+            })
+        };
+        let mut out: Vec<Result<_, Status>> = lines
+            .into_iter()
+            .map(|l| progress(Progress::Message(l)))
+            .collect();
+        out.push(progress(Progress::ExitCode(0)));
+        Ok(Response::new(Box::pin(futures::stream::iter(out))))
     }
 }
 

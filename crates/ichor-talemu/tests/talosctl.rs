@@ -488,3 +488,235 @@ async fn talosctl_apply_staged_and_auto() {
     );
     assert_eq!(emu.writes().len(), 1, "only the staged apply wrote");
 }
+
+const INSTALLER_V114: &str = "ghcr.io/siderolabs/installer:v1.14.0";
+
+/// Waits (bounded by a count, not a clock) until node `i`'s boot id differs from `boot`.
+async fn until_rebooted(emu: &Emulator, i: usize, boot: &str) {
+    for _ in 0..100 {
+        if emu.boot_id(i) != boot {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("node {i} did not come back from its reboot");
+}
+
+fn upgrade_actions(emu: &Emulator) -> Vec<(String, WriteAction)> {
+    emu.writes()
+        .into_iter()
+        .map(|w| (w.node, w.action))
+        .collect()
+}
+
+/// The real `talosctl upgrade` (v1.13.9, the LifecycleService path, run with
+/// `--drain=false --wait=false` (the legacy path too) because the emulator has no Kubernetes node to
+/// drain and no event stream to follow) pulls the installer, writes it with
+/// `LifecycleService.Upgrade` and reboots; the node comes back, when the test
+/// lets it, with a new boot id and the target version.
+/// Covers: issue 14 item 7 (the emulator speaks the upgrade API)
+#[tokio::test(flavor = "multi_thread")]
+async fn talosctl_upgrade_through_the_lifecycle_service() {
+    let (emu, _dir, admin) = setup().await;
+    let held = emu.hold_reboots(0);
+    let boot = emu.boot_id(0);
+    let run = talosctl(
+        &emu,
+        &admin,
+        &[
+            "upgrade",
+            "--image",
+            INSTALLER_V114,
+            "--drain=false",
+            "--wait=false",
+        ],
+    )
+    .await;
+    assert!(run.ok, "{run}");
+    let node = emu.nodes()[0].hostname.clone();
+    assert_eq!(
+        upgrade_actions(&emu)
+            .into_iter()
+            .map(|(n, a)| {
+                assert_eq!(n, node);
+                match a {
+                    WriteAction::Reboot { .. } => "reboot".to_string(),
+                    other => format!("{other:?}"),
+                }
+            })
+            .collect::<Vec<_>>(),
+        vec![
+            format!("ImagePull {{ image: {INSTALLER_V114:?} }}"),
+            format!("Upgrade {{ image: {INSTALLER_V114:?}, legacy: false }}"),
+            "reboot".to_string(),
+        ]
+    );
+    // Held by the test: still down, still the old boot.
+    held.reached().await;
+    assert_eq!(emu.boot_id(0), boot);
+    assert!(!talosctl(&emu, &admin, &["version"]).await.ok);
+    held.open();
+    until_rebooted(&emu, 0, &boot).await;
+    let run = talosctl(&emu, &admin, &["version"]).await;
+    assert!(run.ok, "{run}");
+    assert!(run.stdout.contains("Tag:         v1.14.0"), "{run}");
+    // talosctl reads the boot id as it does when it waits for a reboot.
+    let run = talosctl(&emu, &admin, &["read", "/proc/sys/kernel/random/boot_id"]).await;
+    assert!(run.ok, "{run}");
+    assert_eq!(run.stdout.trim(), emu.boot_id(0));
+    assert_ne!(run.stdout.trim(), boot);
+}
+
+/// The fallback boot slot fault: the node reboots (new boot id) but comes
+/// back on its old version.
+/// Covers: issue 14 item 7 (fallback boot slot)
+#[tokio::test(flavor = "multi_thread")]
+async fn talosctl_upgrade_falls_back_to_the_old_slot() {
+    let (emu, _dir, admin) = setup().await;
+    emu.set_upgrade_fallback(0, true);
+    let boot = emu.boot_id(0);
+    let run = talosctl(
+        &emu,
+        &admin,
+        &[
+            "upgrade",
+            "-i",
+            INSTALLER_V114,
+            "--drain=false",
+            "--wait=false",
+        ],
+    )
+    .await;
+    assert!(run.ok, "{run}");
+    until_rebooted(&emu, 0, &boot).await;
+    let run = talosctl(&emu, &admin, &["version"]).await;
+    assert!(run.ok, "{run}");
+    assert!(run.stdout.contains("Tag:         v1.13.9"), "{run}");
+    assert_eq!(emu.talos_version(0), "v1.13.9");
+}
+
+/// Without the installer pulled first, `LifecycleService.Upgrade` fails as
+/// Talos's does; an operator certificate may pull but not upgrade.
+#[tokio::test(flavor = "multi_thread")]
+async fn talosctl_upgrade_needs_admin_and_the_image() {
+    let (emu, dir, _admin) = setup().await;
+    let operator = talosconfig(
+        &emu,
+        dir.path(),
+        &ClientCertSpec::with_roles(["os:operator"]),
+    );
+    let run = talosctl(
+        &emu,
+        &operator,
+        &[
+            "upgrade",
+            "-i",
+            INSTALLER_V114,
+            "--drain=false",
+            "--wait=false",
+        ],
+    )
+    .await;
+    assert!(!run.ok, "{run}");
+    assert!(run.stderr.contains("PermissionDenied"), "{run}");
+    // The pull went through (operator may pull); the upgrade did not.
+    let actions = upgrade_actions(&emu);
+    assert!(
+        actions
+            .iter()
+            .all(|(_, a)| matches!(a, WriteAction::ImagePull { .. })),
+        "{actions:?}"
+    );
+    assert_eq!(emu.talos_version(0), "v1.13.9");
+}
+
+fn three_control_planes() -> Vec<NodeSpec> {
+    (1..=3u8)
+        .map(|i| {
+            NodeSpec::new(format!("cp-{i}"), common::cp_v112())
+                .with_address(IpAddr::from([127, 0, 0, i]))
+        })
+        .collect()
+}
+
+/// `talosctl etcd members` lists one member per control plane; the
+/// unhealthy-member fault shows as a member without a name (not started), and
+/// the legacy `MachineService.Upgrade` (`talosctl upgrade --legacy`) refuses
+/// then, as Talos's etcd pre-check does, naming the member. Healthy, it
+/// writes the slot and reboots by itself. `talosctl etcd forfeit-leadership`
+/// is a write in the log.
+/// Covers: issue 14 item 7 (EtcdMemberList, unhealthy member, legacy Upgrade, EtcdForfeitLeadership)
+#[tokio::test(flavor = "multi_thread")]
+async fn talosctl_etcd_members_forfeit_and_legacy_upgrade() {
+    let emu = Emulator::start(three_control_planes()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let admin = talosconfig(&emu, dir.path(), &ClientCertSpec::admin());
+
+    let run = talosctl(&emu, &admin, &["etcd", "members"]).await;
+    assert!(run.ok, "{run}");
+    for host in ["cp-1", "cp-2", "cp-3"] {
+        assert!(run.stdout.contains(host), "{run}");
+    }
+
+    emu.set_etcd_unhealthy(2, true);
+    let run = talosctl(&emu, &admin, &["etcd", "members"]).await;
+    assert!(run.ok, "{run}");
+    assert!(!run.stdout.contains("cp-3"), "{run}");
+    let run = talosctl_n(
+        &emu,
+        &admin,
+        "127.0.0.2",
+        &[
+            "upgrade",
+            "--legacy",
+            "-i",
+            INSTALLER_V114,
+            "--drain=false",
+            "--wait=false",
+        ],
+    )
+    .await;
+    assert!(!run.ok, "{run}");
+    assert!(run.stderr.contains("is not started"), "{run}");
+    assert!(emu.writes().is_empty(), "{:?}", emu.writes());
+
+    emu.set_etcd_unhealthy(2, false);
+    let run = talosctl_n(&emu, &admin, "127.0.0.2", &["etcd", "forfeit-leadership"]).await;
+    assert!(run.ok, "{run}");
+    let boot = emu.boot_id(1);
+    let run = talosctl_n(
+        &emu,
+        &admin,
+        "127.0.0.2",
+        &[
+            "upgrade",
+            "--legacy",
+            "-i",
+            INSTALLER_V114,
+            "--drain=false",
+            "--wait=false",
+        ],
+    )
+    .await;
+    assert!(run.ok, "{run}");
+    let actions = upgrade_actions(&emu);
+    assert_eq!(actions.len(), 3, "{actions:?}");
+    assert_eq!(
+        actions[0],
+        ("cp-2".to_string(), WriteAction::EtcdForfeitLeadership)
+    );
+    assert_eq!(
+        actions[1],
+        (
+            "cp-2".to_string(),
+            WriteAction::Upgrade {
+                image: INSTALLER_V114.to_string(),
+                legacy: true
+            }
+        )
+    );
+    assert!(matches!(actions[2], (ref n, WriteAction::Reboot { .. }) if n == "cp-2"));
+    until_rebooted(&emu, 1, &boot).await;
+    assert_eq!(emu.talos_version(1), "v1.14.0");
+    assert_eq!(emu.talos_version(0), "v1.13.9");
+}

@@ -15,11 +15,29 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{Error, status_message, transport_hint};
+use crate::proto::common;
 use crate::proto::cosi::resource as cosi;
 use crate::proto::cosi::resource::state_client::StateClient;
 use crate::proto::ichor::specs;
 use crate::proto::machine;
+use crate::proto::machine::image_service_client::ImageServiceClient;
+use crate::proto::machine::lifecycle_service_client::LifecycleServiceClient;
 use crate::proto::machine::machine_service_client::MachineServiceClient;
+
+/// talosctl's `--namespace system` store: `{CRI, NS_SYSTEM}`.
+const SYSTEM_CONTAINERD: common::ContainerdInstance = common::ContainerdInstance {
+    driver: common::ContainerDriver::Cri as i32,
+    namespace: common::ContainerdNamespace::NsSystem as i32,
+};
+
+/// One etcd member as `EtcdMemberList` reports it. `name` is empty for a
+/// member that has not started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdMember {
+    pub id: u64,
+    pub name: String,
+    pub is_learner: bool,
+}
 use crate::resources::{self, Kind};
 use crate::tls::{self, ClientIdentity};
 
@@ -680,6 +698,167 @@ impl TalosClient {
             .await?;
         let m = self.first(node, call, response.messages, |m| m.metadata.as_ref())?;
         Ok(m.actor_id)
+    }
+
+    fn images(&self) -> ImageServiceClient<Channel> {
+        ImageServiceClient::new(self.channel.clone()).max_decoding_message_size(MAX_MESSAGE_SIZE)
+    }
+
+    fn lifecycle(&self) -> LifecycleServiceClient<Channel> {
+        LifecycleServiceClient::new(self.channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_SIZE)
+    }
+
+    /// `ImageService/Pull` of an installer into the system containerd (the
+    /// store `LifecycleService.Upgrade` reads it from, as talosctl's default
+    /// `--namespace system`); returns the pulled image's name.
+    pub async fn pull_installer(&self, node: &str, image: &str) -> Result<String, Error> {
+        let call = format!("ImageService Pull {image}");
+        let request = self.request(
+            node,
+            machine::ImageServicePullRequest {
+                containerd: Some(SYSTEM_CONTAINERD),
+                image_ref: image.to_string(),
+            },
+        )?;
+        let mut images = self.images();
+        let gather = async {
+            let mut stream = images.pull(request).await?.into_inner();
+            let mut name = None;
+            while let Some(m) = stream.message().await? {
+                if let Some(machine::image_service_pull_response::Response::Name(n)) = m.response {
+                    name = Some(n);
+                }
+            }
+            Ok::<_, tonic::Status>(tonic::Response::new(name))
+        };
+        self.call(node, &call, gather)
+            .await?
+            .ok_or_else(|| Error::EmptyResponse {
+                node: self.node_label(node),
+                call,
+            })
+    }
+
+    /// `LifecycleService/Upgrade` (Talos >= 1.13): writes the installer to the
+    /// other boot slot, no reboot. A non-zero exit code is an error (the
+    /// server does not fail the call for it). Returns the progress messages.
+    pub async fn lifecycle_upgrade(&self, node: &str, image: &str) -> Result<Vec<String>, Error> {
+        let call = format!("LifecycleService Upgrade {image}");
+        let request = self.request(
+            node,
+            machine::LifecycleServiceUpgradeRequest {
+                containerd: Some(SYSTEM_CONTAINERD),
+                source: Some(machine::InstallArtifactsSource {
+                    image_name: image.to_string(),
+                }),
+            },
+        )?;
+        let mut lifecycle = self.lifecycle();
+        let gather = async {
+            let mut stream = lifecycle.upgrade(request).await?.into_inner();
+            let mut lines = Vec::new();
+            let mut exit = None;
+            while let Some(m) = stream.message().await? {
+                use machine::lifecycle_service_install_progress::Response as P;
+                match m.progress.and_then(|p| p.response) {
+                    Some(P::Message(line)) => lines.push(line),
+                    Some(P::ExitCode(code)) => exit = Some(code),
+                    None => {}
+                }
+            }
+            Ok::<_, tonic::Status>(tonic::Response::new((lines, exit)))
+        };
+        let (lines, exit) = self.call(node, &call, gather).await?;
+        match exit {
+            Some(0) => Ok(lines),
+            Some(code) => Err(Error::NodeReported {
+                node: self.node_label(node),
+                call,
+                message: format!(
+                    "the installer exited with code {code}: {}",
+                    lines.last().map(String::as_str).unwrap_or("no message")
+                ),
+            }),
+            None => Err(Error::EmptyResponse {
+                node: self.node_label(node),
+                call,
+            }),
+        }
+    }
+
+    /// The deprecated `MachineService/Upgrade` (Talos < 1.13): Talos pulls,
+    /// checks etcd, writes the slot and reboots by itself. Returns the actor id.
+    pub async fn legacy_upgrade(&self, node: &str, image: &str) -> Result<String, Error> {
+        let call = format!("Upgrade {image}");
+        let request = self.request(
+            node,
+            machine::UpgradeRequest {
+                image: image.to_string(),
+                // Talos has kept data on upgrade since 1.8; preserve also skips
+                // the server's etcd check, which the caller has done itself.
+                preserve: true,
+                ..Default::default()
+            },
+        )?;
+        #[allow(deprecated)]
+        let response = self
+            .call(node, &call, self.machine().upgrade(request))
+            .await?;
+        let m = self.first(node, &call, response.messages, |m| m.metadata.as_ref())?;
+        Ok(m.actor_id)
+    }
+
+    /// The node's boot id (`Read` of `/proc/sys/kernel/random/boot_id`, as
+    /// talosctl reads it to tell that a reboot happened).
+    pub async fn boot_id(&self, node: &str) -> Result<String, Error> {
+        let call = "Read boot_id";
+        let request = self.request(
+            node,
+            machine::ReadRequest {
+                path: "/proc/sys/kernel/random/boot_id".to_string(),
+            },
+        )?;
+        let mut client = self.machine();
+        let gather = async {
+            let mut stream = client.read(request).await?.into_inner();
+            let mut bytes = Vec::new();
+            while let Some(m) = stream.message().await? {
+                bytes.extend_from_slice(&m.bytes);
+            }
+            Ok::<_, tonic::Status>(tonic::Response::new(bytes))
+        };
+        let bytes = self.call(node, call, gather).await?;
+        Ok(String::from_utf8_lossy(&bytes).trim().to_string())
+    }
+
+    /// `MachineService/EtcdMemberList` (fails when etcd has no leader).
+    pub async fn etcd_members(&self, node: &str) -> Result<Vec<EtcdMember>, Error> {
+        let call = "EtcdMemberList";
+        let request = self.request(node, machine::EtcdMemberListRequest { query_local: false })?;
+        let response = self
+            .call(node, call, self.machine().etcd_member_list(request))
+            .await?;
+        let m = self.first(node, call, response.messages, |m| m.metadata.as_ref())?;
+        Ok(m.members
+            .into_iter()
+            .map(|m| EtcdMember {
+                id: m.id,
+                name: m.hostname,
+                is_learner: m.is_learner,
+            })
+            .collect())
+    }
+
+    /// `MachineService/EtcdForfeitLeadership` on a control plane; returns the member named.
+    pub async fn etcd_forfeit_leadership(&self, node: &str) -> Result<String, Error> {
+        let call = "EtcdForfeitLeadership";
+        let request = self.request(node, machine::EtcdForfeitLeadershipRequest {})?;
+        let response = self
+            .call(node, call, self.machine().etcd_forfeit_leadership(request))
+            .await?;
+        let m = self.first(node, call, response.messages, |m| m.metadata.as_ref())?;
+        Ok(m.member)
     }
 
     /// `cosi.resource.State/Get`.

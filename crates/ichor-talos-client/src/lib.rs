@@ -19,8 +19,8 @@ pub mod resources;
 pub mod tls;
 
 pub use client::{
-    APID_PORT, ApplyMode, ApplyRequest, ApplyResult, ClientOptions, CosiResource, MachineType,
-    NodeVersion, TalosClient, WatchEvent, WatchEventType,
+    APID_PORT, ApplyMode, ApplyRequest, ApplyResult, ClientOptions, CosiResource, EtcdMember,
+    MachineType, NodeVersion, TalosClient, WatchEvent, WatchEventType,
 };
 pub use error::{Error, TlsError};
 pub use tls::ClientIdentity;

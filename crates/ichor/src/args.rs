@@ -55,8 +55,8 @@ pub enum Command {
     /// interruption, run the same command again and it finishes the job.
     #[command(after_long_help = ADOPT_EXAMPLES)]
     Adopt(AdoptArgs),
-    /// Run Ichor's controller: it reconciles TalosClusters and TalosMachines,
-    /// the CNI hand-over and the IchorInstallation. In a cluster this is the
+    /// Run Ichor's controller: it reconciles TalosClusters, TalosMachines and
+    /// TalosOperations, the CNI hand-over and the IchorInstallation. In a cluster this is the
     /// controller Deployment's command; outside one it runs against --kubeconfig.
     Controller(ControllerArgs),
     /// Show what Ichor manages: each TalosCluster, its CNI, hand-over and
@@ -69,6 +69,125 @@ pub enum Command {
     /// Ichor's Cilium: install it on a cluster that has no pod network yet.
     #[command(subcommand)]
     Cni(CniCommand),
+    /// Upgrade a cluster's machines through a TalosOperation (the controller
+    /// does the work; this command never touches a node).
+    #[command(subcommand)]
+    Upgrade(UpgradeCommand),
+    /// Reboot machines through a TalosOperation: control planes one at a time
+    /// with etcd checked, each drained first and uncordoned after; held
+    /// machines are skipped. This command never touches a node.
+    Reboot(RebootArgs),
+    /// TalosOperations: list them, show one's plan and progress, cancel one.
+    #[command(subcommand)]
+    Operation(OperationCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UpgradeCommand {
+    /// Upgrade Talos: control planes first, one at a time, then workers, the
+    /// node running Ichor last. Prints the plan the controller wrote.
+    Talos(UpgradeTalosArgs),
+    /// Upgrade Kubernetes. Refused while a control plane is held (version
+    /// skew). This Ichor writes the plan but does not run it yet.
+    Kubernetes(UpgradeVersionArgs),
+    /// Upgrade Ichor itself. Refused on a Helm install, with the helm
+    /// upgrade command to run instead.
+    Ichor(UpgradeVersionArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UpgradeVersionArgs {
+    #[command(flatten)]
+    pub common: OperationCommon,
+    /// The version to upgrade to.
+    #[arg(long, value_name = "VERSION")]
+    pub to: String,
+    /// Only these TalosMachines (default: every machine of the cluster).
+    #[arg(long = "machine", value_name = "NAME")]
+    pub machines: Vec<String>,
+}
+
+/// Where the operation goes and what is printed.
+#[derive(Debug, Args)]
+pub struct OperationCommon {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// The namespace of the TalosCluster (and of the TalosOperation).
+    #[arg(long, short = 'n', default_value = "ichor-system")]
+    pub namespace: String,
+    /// The TalosCluster.
+    #[arg(long)]
+    pub cluster: String,
+    /// The TalosOperation's name (default: generated from the kind).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// How many workers at once (control planes always go one at a time).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub concurrency: Option<u32>,
+    /// Print the operation as data.
+    #[arg(short, long, value_enum)]
+    pub output: Option<OutputFormat>,
+}
+
+#[derive(Debug, Args)]
+pub struct UpgradeTalosArgs {
+    #[command(flatten)]
+    pub common: OperationCommon,
+    /// The Talos version to upgrade to (vX.Y.Z).
+    #[arg(long, value_name = "VERSION")]
+    pub to: String,
+    /// Only these TalosMachines (default: every machine of the cluster).
+    #[arg(long = "machine", value_name = "NAME")]
+    pub machines: Vec<String>,
+    /// The installer image (default: each machine's own installer at the new tag).
+    #[arg(long, value_name = "IMAGE")]
+    pub installer_image: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RebootArgs {
+    #[command(flatten)]
+    pub common: OperationCommon,
+    /// The TalosMachines to reboot.
+    #[arg(required = true, value_name = "MACHINE")]
+    pub machines: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OperationCommand {
+    /// Every TalosOperation with its kind, phase and message.
+    List(OperationListArgs),
+    /// One TalosOperation: its plan and each machine's progress.
+    Status(OperationNameArgs),
+    /// Stop a TalosOperation before its next step (annotation
+    /// ichor.maesh.dev/cancel); a machine past its reboot finishes coming back.
+    Cancel(OperationNameArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct OperationListArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// Only this namespace (default: every namespace).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Print the operations as data.
+    #[arg(short, long, value_enum)]
+    pub output: Option<OutputFormat>,
+}
+
+#[derive(Debug, Args)]
+pub struct OperationNameArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// The namespace of the TalosOperation.
+    #[arg(long, short = 'n', default_value = "ichor-system")]
+    pub namespace: String,
+    /// The TalosOperation.
+    pub name: String,
+    /// Print the operation as data.
+    #[arg(short, long, value_enum)]
+    pub output: Option<OutputFormat>,
 }
 
 #[derive(Debug, Args)]

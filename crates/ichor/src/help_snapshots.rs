@@ -20,6 +20,15 @@ const COMMANDS: &[&[&str]] = &[
     &["cni", "bootstrap"],
     &["cni", "helm"],
     &["cni", "helm", "apply"],
+    &["upgrade"],
+    &["upgrade", "talos"],
+    &["upgrade", "kubernetes"],
+    &["upgrade", "ichor"],
+    &["reboot"],
+    &["operation"],
+    &["operation", "list"],
+    &["operation", "status"],
+    &["operation", "cancel"],
 ];
 
 /// The long help of the command at `path`, 100 columns wide, without the

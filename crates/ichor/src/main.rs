@@ -14,7 +14,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use args::{Cli, ClusterCommand, CniCommand, CniHelmCommand, Command, SecretsCommand};
+use args::{
+    Cli, ClusterCommand, CniCommand, CniHelmCommand, Command, OperationCommand, SecretsCommand,
+    UpgradeCommand,
+};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -39,6 +42,18 @@ fn main() -> ExitCode {
             Command::Cni(CniCommand::Helm(CniHelmCommand::Apply(a))) => {
                 cmd::cni::helm_apply(a).await
             }
+            Command::Upgrade(UpgradeCommand::Talos(a)) => cmd::operation::upgrade_talos(a).await,
+            Command::Upgrade(UpgradeCommand::Kubernetes(a)) => {
+                cmd::operation::upgrade_version(a, ichor_api::OperationKind::KubernetesUpgrade)
+                    .await
+            }
+            Command::Upgrade(UpgradeCommand::Ichor(a)) => {
+                cmd::operation::upgrade_version(a, ichor_api::OperationKind::Ichor).await
+            }
+            Command::Reboot(a) => cmd::operation::reboot(a).await,
+            Command::Operation(OperationCommand::List(a)) => cmd::operation::list(a).await,
+            Command::Operation(OperationCommand::Status(a)) => cmd::operation::status(a).await,
+            Command::Operation(OperationCommand::Cancel(a)) => cmd::operation::cancel(a).await,
         }
     });
     match result {

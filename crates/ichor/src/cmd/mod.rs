@@ -1,5 +1,6 @@
 pub mod adopt;
 pub mod cni;
 pub mod controller;
+pub mod operation;
 pub mod secrets;
 pub mod status;

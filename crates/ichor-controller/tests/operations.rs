@@ -1,0 +1,687 @@
+//! The TalosOperation controller end to end: a real kube-apiserver + etcd
+//! with Ichor's CRDs, `ichor-talemu` nodes that learned upgrades (pull,
+//! LifecycleService upgrade, reboot into the written slot, faults), and the
+//! controller started in process. The test plays the kubelets: it registers
+//! the Nodes Ready and places pods on them (grace period 0, so an accepted
+//! eviction removes the pod at once, as a kubelet would after its grace).
+//! Order is read from the emulator's write log.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use ichor_api::conditions::{self, reasons, types};
+use ichor_api::operation::{MachineStep, OperationPhase, TalosOperation};
+use ichor_api::{TalosCluster, TalosMachine};
+use ichor_controller::operation::{CANCEL_ANNOTATION, OperationBounds};
+use ichor_talemu::{Emulator, NodeSpec, WriteAction};
+use ichor_testenv::TestEnv;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+const TARGET: &str = "v1.14.0";
+const INSTALLER: &str = "ghcr.io/siderolabs/installer:v1.14.0";
+
+fn cluster(ns: &str) -> TalosCluster {
+    serde_json::from_value(json!({
+        "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
+        "metadata": {"name": "base", "namespace": ns},
+        "spec": {"endpoint": "https://base:6443", "talosVersion": "v1.13.0", "kubernetesVersion": "v1.36.0",
+            "network": {"podSubnets": ["10.244.0.0/16"], "serviceSubnets": ["10.96.0.0/12"]},
+            "cni": {"preset": "cilium", "kubeProxy": "enabled"},
+            "secretsRef": {"name": "bundle"}}
+    }))
+    .unwrap()
+}
+
+/// One emulated machine of a test: its TalosMachine name, role and node hostname.
+struct Lab {
+    emu: Emulator,
+    /// (machine name, role, hostname = Node name)
+    machines: Vec<(String, &'static str, String)>,
+}
+
+impl Lab {
+    fn index(&self, machine: &str) -> usize {
+        self.machines
+            .iter()
+            .position(|(m, _, _)| m == machine)
+            .expect("machine of the lab")
+    }
+
+    fn host(&self, machine: &str) -> String {
+        self.machines[self.index(machine)].2.clone()
+    }
+
+    /// The upgrade writes (pull, upgrade, forfeit, reboot) as `machine: action`, in order.
+    fn upgrade_writes(&self) -> Vec<String> {
+        self.emu
+            .writes()
+            .iter()
+            .filter_map(|w| {
+                let machine = self
+                    .machines
+                    .iter()
+                    .find(|(_, _, h)| *h == w.node)
+                    .map(|(m, _, _)| m.clone())?;
+                let action = match &w.action {
+                    WriteAction::ImagePull { .. } => "pull",
+                    WriteAction::Upgrade { legacy: false, .. } => "upgrade",
+                    WriteAction::Upgrade { legacy: true, .. } => "legacy-upgrade",
+                    WriteAction::EtcdForfeitLeadership => "forfeit",
+                    WriteAction::Reboot { .. } => "reboot",
+                    _ => return None,
+                };
+                Some(format!("{machine}: {action}"))
+            })
+            .collect()
+    }
+}
+
+/// Starts emulated nodes for `machines` (name, role), registers each as a
+/// Ready Node named after its hostname (unique per test: the namespace's
+/// suffix), and creates the TalosMachines (released unless listed in `held`).
+async fn lab(
+    client: &kube::Client,
+    ns: &str,
+    machines: &[(&str, &'static str)],
+    held: &[&str],
+) -> Lab {
+    let suffix = ns.rsplit('-').next().unwrap_or(ns).to_string();
+    let cp = cni_none_fixture("v1.12-cni-none-controlplane.yaml");
+    let worker = cni_none_fixture("v1.12-cni-none-worker.yaml");
+    let mut specs = Vec::new();
+    let mut named = Vec::new();
+    for (i, (name, role)) in machines.iter().enumerate() {
+        let host = format!("{name}-{suffix}");
+        let config = if *role == "controlplane" {
+            &cp
+        } else {
+            &worker
+        };
+        specs.push(
+            NodeSpec::new(host.clone(), config.clone())
+                .with_version("v1.13.9")
+                .with_address(std::net::IpAddr::from([127, 0, 1, i as u8 + 1])),
+        );
+        named.push((name.to_string(), *role, host));
+    }
+    let emu = emulator(specs).await;
+    let nodes = Api::<Node>::all(client.clone());
+    let api = Api::<TalosMachine>::namespaced(client.clone(), ns);
+    for (i, (name, role, host)) in named.iter().enumerate() {
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": host}
+        }))
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+        nodes
+            .patch_status(
+                host,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"conditions": [{
+                    "type": "Ready", "status": "True", "reason": "KubeletReady",
+                    "message": "played by the test",
+                    "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+            )
+            .await
+            .unwrap();
+        let m: TalosMachine = serde_json::from_value(json!({
+            "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosMachine",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"clusterRef": {"name": "base"}, "role": role, "address": emu.endpoint(i),
+                "hold": held.contains(&name.as_str())}
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &m).await.unwrap();
+    }
+    Lab {
+        emu,
+        machines: named,
+    }
+}
+
+/// A pod on `node` (grace 0), optionally labelled.
+async fn pod_on(client: &kube::Client, ns: &str, name: &str, node: &str, app: &str) {
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+fn operation(ns: &str, name: &str, kind: &str, machines: &[&str]) -> TalosOperation {
+    let mut spec =
+        json!({"kind": kind, "target": {"clusterRef": {"name": "base"}, "machines": machines}});
+    if kind == "talos-upgrade" {
+        spec["version"] = json!(TARGET);
+        spec["installerImage"] = json!(INSTALLER);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosOperation",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec
+    }))
+    .unwrap()
+}
+
+async fn finished(api: &Api<TalosOperation>, name: &str) -> TalosOperation {
+    wait_for(&format!("TalosOperation {name} to finish"), || async {
+        api.get(name).await.unwrap().status.is_some_and(|s| {
+            matches!(
+                s.phase,
+                Some(OperationPhase::Succeeded | OperationPhase::Failed)
+            )
+        })
+    })
+    .await;
+    api.get(name).await.unwrap()
+}
+
+fn complete(op: &TalosOperation) -> (String, String, String) {
+    let c = conditions::find(&op.status.as_ref().unwrap().conditions, types::COMPLETE)
+        .expect("Complete condition");
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+struct Setup {
+    client: kube::Client,
+    ns: String,
+    running: Running,
+    lab: Lab,
+    ops: Api<TalosOperation>,
+}
+
+async fn setup(
+    prefix: &str,
+    machines: &[(&str, &'static str)],
+    held: &[&str],
+    controller_on: Option<&str>,
+    bounds: OperationBounds,
+) -> Setup {
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace(prefix).await;
+    crds(&client, &ns).await;
+    bundle_secret(&client, &ns).await;
+    Api::<TalosCluster>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &cluster(&ns))
+        .await
+        .unwrap();
+    let lab = lab(&client, &ns, machines, held).await;
+    let mut config = config(&ns, &ns);
+    config.operation_bounds = bounds;
+    config.node_name = controller_on.map(|m| lab.host(m));
+    let running = start(client.clone(), config);
+    let ops = Api::<TalosOperation>::namespaced(client.clone(), &ns);
+    Setup {
+        client,
+        ns,
+        running,
+        lab,
+        ops,
+    }
+}
+
+fn quick() -> OperationBounds {
+    OperationBounds {
+        etcd: Duration::from_secs(60),
+        drain: Duration::from_secs(60),
+        node_return: Duration::from_secs(60),
+        poll: Duration::from_millis(100),
+    }
+}
+
+const LAB: &[(&str, &str)] = &[
+    ("cp-1", "controlplane"),
+    ("cp-2", "controlplane"),
+    ("cp-3", "controlplane"),
+    ("w-1", "worker"),
+    ("w-2", "worker"),
+];
+
+/// A Talos upgrade of 3 control planes + 2 workers, one worker held and the
+/// controller on the other: the plan is in status; the write log shows the
+/// control planes one at a time (pull, upgrade, forfeit etcd leadership,
+/// reboot), then the worker that runs Ichor last, and nothing written to the
+/// held one; boot ids and versions before/after are recorded; the pod on a
+/// control plane was evicted; the operation Succeeded with the skipped
+/// machine named.
+/// Covers: issue 14 items 1, 2, 3 (order, Ichor's node last, holds, boot ids and versions)
+#[tokio::test]
+async fn talos_upgrade_in_order_skipping_the_held_worker() {
+    let s = setup("op-order", LAB, &["w-2"], Some("w-1"), quick()).await;
+    pod_on(&s.client, &s.ns, "web", &s.lab.host("cp-2"), "web").await;
+    s.ops
+        .create(
+            &PostParams::default(),
+            &operation(&s.ns, "up", "talos-upgrade", &[]),
+        )
+        .await
+        .unwrap();
+    let op = finished(&s.ops, "up").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", reasons::SUCCEEDED),
+        "{message}"
+    );
+    let st = op.status.as_ref().unwrap();
+    let plan: Vec<(String, u32, String)> = st
+        .plan
+        .iter()
+        .map(|e| {
+            (
+                e.machine.clone(),
+                e.batch,
+                format!("{:?} {}", e.action, e.reason.clone().unwrap_or_default()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        plan,
+        vec![
+            ("cp-1".into(), 0, "Upgrade ".into()),
+            ("cp-2".into(), 1, "Upgrade ".into()),
+            ("cp-3".into(), 2, "Upgrade ".into()),
+            ("w-2".into(), 2, "Skip held".into()),
+            ("w-1".into(), 3, "Upgrade runs Ichor's controller".into()),
+        ]
+    );
+    let mut expected = Vec::new();
+    for cp in ["cp-1", "cp-2", "cp-3"] {
+        for a in ["pull", "upgrade", "forfeit", "reboot"] {
+            expected.push(format!("{cp}: {a}"));
+        }
+    }
+    for a in ["pull", "upgrade", "reboot"] {
+        expected.push(format!("w-1: {a}"));
+    }
+    assert_eq!(s.lab.upgrade_writes(), expected);
+    let w2 = s.lab.host("w-2");
+    assert!(
+        s.lab.emu.writes().iter().all(|w| w.node != w2),
+        "the held worker was written: {:?}",
+        s.lab.emu.writes()
+    );
+    for p in &st.machines {
+        if p.machine == "w-2" {
+            assert_eq!(p.step, MachineStep::Skipped);
+            assert_eq!(p.message.as_deref(), Some("skipped (held)"));
+            continue;
+        }
+        assert_eq!(p.step, MachineStep::Succeeded, "{p:?}");
+        assert_eq!(p.version_before.as_deref(), Some("v1.13.9"));
+        assert_eq!(p.version_after.as_deref(), Some(TARGET));
+        assert!(p.boot_id_before.is_some() && p.boot_id_after.is_some());
+        assert_ne!(p.boot_id_before, p.boot_id_after);
+        assert_eq!(p.image.as_deref(), Some(INSTALLER));
+        assert_eq!(s.lab.emu.talos_version(s.lab.index(&p.machine)), TARGET);
+    }
+    let skipped = conditions::find(&st.conditions, types::SKIPPED).unwrap();
+    assert_eq!(skipped.reason, reasons::MACHINES_SKIPPED);
+    assert_eq!(skipped.message, "w-2 skipped (held)");
+    // The pod on cp-2 was evicted, and every Node is schedulable again.
+    assert!(
+        Api::<Pod>::namespaced(s.client.clone(), &s.ns)
+            .get_opt("web")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let nodes = Api::<Node>::all(s.client.clone());
+    for (_, _, host) in &s.lab.machines {
+        let n = nodes.get(host).await.unwrap();
+        assert_ne!(n.spec.and_then(|s| s.unschedulable), Some(true), "{host}");
+    }
+    // The finalizer is gone once the operation is done.
+    assert!(op.metadata.finalizers.unwrap_or_default().is_empty());
+    s.running.stop().await.unwrap();
+}
+
+/// A node that comes back from its upgrade on its old version (the
+/// fallback boot slot) stops the operation as Failed with that reason; the
+/// upgrade is written to it once and never again, and the next machine is
+/// not touched.
+/// Covers: issue 14 item 2 (fallback boot slot, never re-issued)
+#[tokio::test]
+async fn a_node_back_on_its_old_version_fails_the_operation() {
+    let machines = &[("w-1", "worker"), ("w-2", "worker")];
+    let s = setup("op-fallback", machines, &[], None, quick()).await;
+    s.lab.emu.set_upgrade_fallback(0, true);
+    s.ops
+        .create(
+            &PostParams::default(),
+            &operation(&s.ns, "up", "talos-upgrade", &[]),
+        )
+        .await
+        .unwrap();
+    let op = finished(&s.ops, "up").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", reasons::BOOTED_OLD_VERSION)
+    );
+    assert!(
+        message.contains("w-1 came back on v1.13.9 instead of v1.14.0"),
+        "{message}"
+    );
+    let w1 = &op.status.as_ref().unwrap().machines[0];
+    assert_eq!(w1.step, MachineStep::Failed);
+    assert_eq!(w1.version_after.as_deref(), Some("v1.13.9"));
+    // Stop the controller, then look: one upgrade, one reboot, nothing on w-2.
+    s.running.stop().await.unwrap();
+    assert_eq!(
+        s.lab.upgrade_writes(),
+        vec!["w-1: pull", "w-1: upgrade", "w-1: reboot"]
+    );
+    assert_eq!(op.status.unwrap().machines[1].step, MachineStep::Pending);
+}
+
+/// An etcd member that has not started: the control plane waits (the
+/// Waiting condition names the member), then fails at its bound, naming the
+/// member, and nothing is written to it.
+/// Covers: issue 14 item 2 (etcd healthy through the Talos API, bounded wait)
+#[tokio::test]
+async fn unhealthy_etcd_fails_bounded_naming_the_member() {
+    let machines = &[
+        ("cp-1", "controlplane"),
+        ("cp-2", "controlplane"),
+        ("cp-3", "controlplane"),
+    ];
+    let bounds = OperationBounds {
+        etcd: Duration::from_secs(2),
+        ..quick()
+    };
+    let s = setup("op-etcd", machines, &[], None, bounds).await;
+    s.lab.emu.set_etcd_unhealthy(2, true);
+    let members = s
+        .lab
+        .emu
+        .admin_client(0)
+        .unwrap()
+        .etcd_members("")
+        .await
+        .unwrap();
+    let sick = members.iter().find(|m| m.name.is_empty()).unwrap().id;
+    s.ops
+        .create(
+            &PostParams::default(),
+            &operation(&s.ns, "rb", "reboot", &["cp-1"]),
+        )
+        .await
+        .unwrap();
+    wait_for("the Waiting condition naming the member", || async {
+        s.ops.get("rb").await.is_ok_and(|op| {
+            op.status.as_ref().is_some_and(|st| {
+                conditions::find(&st.conditions, types::WAITING).is_some_and(|c| {
+                    c.reason == reasons::WAITING_FOR_ETCD
+                        && c.message
+                            .contains(&format!("etcd member {sick:x} has not started"))
+                })
+            })
+        })
+    })
+    .await;
+    let op = finished(&s.ops, "rb").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", reasons::ETCD_UNHEALTHY)
+    );
+    assert!(
+        message.contains(&format!("etcd member {sick:x} has not started")),
+        "{message}"
+    );
+    s.running.stop().await.unwrap();
+    assert!(
+        s.lab.upgrade_writes().is_empty(),
+        "{:?}",
+        s.lab.upgrade_writes()
+    );
+}
+
+/// A PodDisruptionBudget that allows no eviction blocks the drain: the step
+/// fails at its bound naming the PDB, the pod is still there (no forced
+/// deletion), the node was not rebooted and is schedulable again.
+/// Covers: issue 14 item 2 (drain through the Eviction API, bounded, PDB named)
+#[tokio::test]
+async fn a_pdb_blocks_the_drain_until_the_bound() {
+    let machines = &[("w-1", "worker")];
+    let bounds = OperationBounds {
+        drain: Duration::from_secs(2),
+        ..quick()
+    };
+    let s = setup("op-pdb", machines, &[], None, bounds).await;
+    pod_on(&s.client, &s.ns, "db-0", &s.lab.host("w-1"), "db").await;
+    // Playing the kubelet: the pod runs and is Ready (a Pending pod may be
+    // evicted whatever its budget says).
+    Api::<Pod>::namespaced(s.client.clone(), &s.ns)
+        .patch_status(
+            "db-0",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+        )
+        .await
+        .unwrap();
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "db", "namespace": s.ns},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}
+    }))
+    .unwrap();
+    Api::<PodDisruptionBudget>::namespaced(s.client.clone(), &s.ns)
+        .create(&PostParams::default(), &pdb)
+        .await
+        .unwrap();
+    s.ops
+        .create(
+            &PostParams::default(),
+            &operation(&s.ns, "rb", "reboot", &[]),
+        )
+        .await
+        .unwrap();
+    let op = finished(&s.ops, "rb").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", reasons::DRAIN_TIMEOUT)
+    );
+    assert!(
+        message.contains(&format!("PodDisruptionBudget {}/db", s.ns)),
+        "{message}"
+    );
+    s.running.stop().await.unwrap();
+    assert!(
+        s.lab.upgrade_writes().is_empty(),
+        "{:?}",
+        s.lab.upgrade_writes()
+    );
+    assert!(
+        Api::<Pod>::namespaced(s.client.clone(), &s.ns)
+            .get_opt("db-0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let node = Api::<Node>::all(s.client.clone())
+        .get(&s.lab.host("w-1"))
+        .await
+        .unwrap();
+    assert_ne!(node.spec.and_then(|s| s.unschedulable), Some(true));
+}
+
+/// The cancel annotation while the first worker is rebooting: that worker
+/// finishes coming back (and is uncordoned), the operation stops as
+/// Cancelled, and the second worker is never written.
+/// Covers: issue 14 item 6 (cancel that stops)
+#[tokio::test]
+async fn cancel_stops_before_the_next_machine() {
+    let machines = &[("w-1", "worker"), ("w-2", "worker")];
+    let s = setup("op-cancel", machines, &[], None, quick()).await;
+    let gate = s.lab.emu.hold_reboots(0);
+    s.ops
+        .create(
+            &PostParams::default(),
+            &operation(&s.ns, "rb", "reboot", &[]),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, gate.reached())
+        .await
+        .expect("w-1 reboots");
+    s.ops
+        .patch(
+            "rb",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {CANCEL_ANNOTATION: "yes"}}})),
+        )
+        .await
+        .unwrap();
+    gate.open();
+    let op = finished(&s.ops, "rb").await;
+    let (status, reason, _) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", reasons::CANCELLED)
+    );
+    let st = op.status.unwrap();
+    assert_eq!(st.machines[0].step, MachineStep::Succeeded);
+    assert_eq!(st.machines[1].step, MachineStep::Pending);
+    s.running.stop().await.unwrap();
+    assert_eq!(s.lab.upgrade_writes(), vec!["w-1: reboot"]);
+}
+
+/// A controller stopped while the second worker is rebooting, and a new one
+/// started: it resumes from the status, waits for that worker's return, and
+/// never repeats the first worker (one reboot each in the write log).
+/// Covers: issue 14 item 6 (resume after a restart without repeating a finished machine)
+#[tokio::test]
+async fn a_restarted_controller_resumes_without_repeating() {
+    let machines = &[("w-1", "worker"), ("w-2", "worker")];
+    let s = setup("op-resume", machines, &[], None, quick()).await;
+    let gate = s.lab.emu.hold_reboots(1);
+    s.ops
+        .create(
+            &PostParams::default(),
+            &operation(&s.ns, "rb", "reboot", &[]),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, gate.reached())
+        .await
+        .expect("w-2 reboots");
+    wait_for("w-2 waiting for its return in status", || async {
+        s.ops.get("rb").await.is_ok_and(|op| {
+            op.status.is_some_and(|st| {
+                st.machines[0].step == MachineStep::Succeeded
+                    && st.machines[1].step == MachineStep::WaitingForReturn
+            })
+        })
+    })
+    .await;
+    s.running.stop().await.unwrap();
+    gate.open();
+    let mut config = config(&s.ns, &s.ns);
+    config.operation_bounds = quick();
+    let again = start(s.client.clone(), config);
+    let op = finished(&s.ops, "rb").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", reasons::SUCCEEDED),
+        "{message}"
+    );
+    again.stop().await.unwrap();
+    assert_eq!(s.lab.upgrade_writes(), vec!["w-1: reboot", "w-2: reboot"]);
+}
+
+/// Deleting a running operation cancels it (the finalizer keeps it until
+/// the controller has stopped it), and it is then gone.
+/// Covers: issue 14 item 6 (cancel by deletion)
+#[tokio::test]
+async fn deleting_a_running_operation_stops_it() {
+    let machines = &[("w-1", "worker"), ("w-2", "worker")];
+    let s = setup("op-delete", machines, &[], None, quick()).await;
+    let gate = s.lab.emu.hold_reboots(0);
+    s.ops
+        .create(
+            &PostParams::default(),
+            &operation(&s.ns, "rb", "reboot", &[]),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, gate.reached())
+        .await
+        .expect("w-1 reboots");
+    s.ops.delete("rb", &Default::default()).await.unwrap();
+    gate.open();
+    wait_for("the operation to be gone", || async {
+        s.ops.get_opt("rb").await.unwrap().is_none()
+    })
+    .await;
+    s.running.stop().await.unwrap();
+    assert_eq!(s.lab.upgrade_writes(), vec!["w-1: reboot"]);
+}
+
+/// A kubernetes-upgrade is refused at plan time while a control plane is
+/// held, with that reason, and nothing is written to any node.
+/// Covers: issue 14 item 3 (held control plane refuses kubernetes-upgrade)
+#[tokio::test]
+async fn a_held_control_plane_refuses_a_kubernetes_upgrade() {
+    let s = setup("op-k8s-held", LAB, &["cp-2"], None, quick()).await;
+    let mut op = operation(&s.ns, "k8s", "kubernetes-upgrade", &[]);
+    op.spec.version = Some("1.37.0".into());
+    s.ops.create(&PostParams::default(), &op).await.unwrap();
+    let op = finished(&s.ops, "k8s").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", reasons::CONTROL_PLANE_HELD)
+    );
+    assert!(message.contains("control plane cp-2 is held"), "{message}");
+    assert!(op.status.unwrap().plan.is_empty());
+    s.running.stop().await.unwrap();
+    assert!(s.lab.upgrade_writes().is_empty());
+}
+
+/// Kind ichor on a Helm install is refused with the `helm upgrade` command.
+/// Covers: R4.6a, issue 14 item 5
+#[tokio::test]
+async fn kind_ichor_on_a_helm_install_prints_the_helm_command() {
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("op-ichor-helm").await;
+    crds(&client, &ns).await;
+    let mut config = config(&ns, &ns);
+    config.deployed_by = ichor_controller::DeployedBy::Helm;
+    let running = start(client.clone(), config);
+    let ops = Api::<TalosOperation>::namespaced(client.clone(), &ns);
+    let mut op = operation(&ns, "self", "ichor", &[]);
+    op.spec.version = Some("v0.2.0".into());
+    ops.create(&PostParams::default(), &op).await.unwrap();
+    let op = finished(&ops, "self").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", reasons::REFUSED)
+    );
+    assert!(
+        message.contains(&format!(
+            "helm upgrade ichor <chart> --namespace {ns} --version 0.2.0"
+        )),
+        "{message}"
+    );
+    running.stop().await.unwrap();
+}

@@ -1,0 +1,305 @@
+//! `ichor upgrade talos`, `ichor reboot`, `ichor operation list|status|cancel`:
+//! TalosOperations are created, read and cancelled here; the controller does
+//! the work. Nothing here talks to a node.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use ichor_api::operation::{
+    OperationKind, OperationTarget, PlannedAction, TalosOperation, TalosOperationSpec,
+};
+use ichor_api::{ClusterRef, conditions};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::args::{
+    OperationCommon, OperationListArgs, OperationNameArgs, OutputFormat, RebootArgs,
+    UpgradeTalosArgs, UpgradeVersionArgs,
+};
+use crate::{connect, printer};
+
+/// How long a new operation's plan is waited for before the command returns.
+const PLAN_WAIT: Duration = Duration::from_secs(60);
+
+pub async fn upgrade_talos(args: UpgradeTalosArgs) -> anyhow::Result<()> {
+    let spec = TalosOperationSpec {
+        kind: OperationKind::TalosUpgrade,
+        target: target(&args.common, args.machines),
+        version: Some(args.to),
+        concurrency: args.common.concurrency,
+        installer_image: args.installer_image,
+    };
+    create(&args.common, spec).await
+}
+
+/// `ichor upgrade kubernetes` and `ichor upgrade ichor`.
+pub async fn upgrade_version(args: UpgradeVersionArgs, kind: OperationKind) -> anyhow::Result<()> {
+    let spec = TalosOperationSpec {
+        kind,
+        target: target(&args.common, args.machines),
+        version: Some(args.to),
+        concurrency: args.common.concurrency,
+        installer_image: None,
+    };
+    create(&args.common, spec).await
+}
+
+pub async fn reboot(args: RebootArgs) -> anyhow::Result<()> {
+    let spec = TalosOperationSpec {
+        kind: OperationKind::Reboot,
+        target: target(&args.common, args.machines),
+        version: None,
+        concurrency: args.common.concurrency,
+        installer_image: None,
+    };
+    create(&args.common, spec).await
+}
+
+fn target(common: &OperationCommon, machines: Vec<String>) -> OperationTarget {
+    OperationTarget {
+        cluster_ref: ClusterRef {
+            name: common.cluster.clone(),
+        },
+        machines,
+    }
+}
+
+/// Creates the operation, waits (bounded) for the controller's plan, prints it.
+async fn create(common: &OperationCommon, spec: TalosOperationSpec) -> anyhow::Result<()> {
+    let client = connect::kube_client(common.kube.kubeconfig.as_deref()).await?;
+    let api = Api::<TalosOperation>::namespaced(client, &common.namespace);
+    let mut op = TalosOperation::new(common.name.as_deref().unwrap_or_default(), spec);
+    if common.name.is_none() {
+        op.metadata.name = None;
+        op.metadata.generate_name = Some(format!("{}-", op.spec.kind.as_str()));
+    }
+    let created = api
+        .create(&PostParams::default(), &op)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot create the TalosOperation in namespace {}; is Ichor installed there, and may this kubeconfig create TalosOperations?",
+                common.namespace
+            )
+        })?;
+    let name = created.metadata.name.clone().unwrap_or_default();
+    printer::step(&format!(
+        "TalosOperation {}/{name} created; waiting for the controller's plan",
+        common.namespace
+    ));
+    let deadline = tokio::time::Instant::now() + PLAN_WAIT;
+    let planned = loop {
+        let now = api.get(&name).await?;
+        let st = now.status.as_ref();
+        if st.is_some_and(|s| !s.plan.is_empty() || s.phase.is_some()) {
+            break Some(now);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    match planned {
+        Some(op) => {
+            print_one(&op, common.output)?;
+            if op
+                .status
+                .as_ref()
+                .is_some_and(|s| s.phase == Some(ichor_api::OperationPhase::Failed))
+            {
+                anyhow::bail!(
+                    "TalosOperation {}/{name} was refused or failed: see its Complete condition above",
+                    common.namespace
+                );
+            }
+            Ok(())
+        }
+        None => anyhow::bail!(
+            "the controller has not planned TalosOperation {}/{name} within {PLAN_WAIT:?}; is the Ichor controller running? Check later with: ichor operation status {name} -n {}",
+            common.namespace,
+            common.namespace
+        ),
+    }
+}
+
+pub async fn list(args: OperationListArgs) -> anyhow::Result<()> {
+    let client = connect::kube_client(args.kube.kubeconfig.as_deref()).await?;
+    let api = match &args.namespace {
+        Some(ns) => Api::<TalosOperation>::namespaced(client, ns),
+        None => Api::<TalosOperation>::all(client),
+    };
+    let ops = api
+        .list(&ListParams::default())
+        .await
+        .context("cannot list TalosOperations; is Ichor installed (its CRDs), and may this kubeconfig read them?")?;
+    match args.output {
+        Some(OutputFormat::Json) => printer::data(&serde_json::to_string_pretty(&ops.items)?),
+        Some(OutputFormat::Yaml) => printer::data(&serde_yaml_ng::to_string(&ops.items)?),
+        None => {
+            if ops.items.is_empty() {
+                printer::data("no TalosOperation");
+            }
+            for op in &ops.items {
+                printer::data(&list_line(op));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn status(args: OperationNameArgs) -> anyhow::Result<()> {
+    let client = connect::kube_client(args.kube.kubeconfig.as_deref()).await?;
+    let op = Api::<TalosOperation>::namespaced(client, &args.namespace)
+        .get(&args.name)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot read TalosOperation {}/{}",
+                args.namespace, args.name
+            )
+        })?;
+    print_one(&op, args.output)
+}
+
+pub async fn cancel(args: OperationNameArgs) -> anyhow::Result<()> {
+    let client = connect::kube_client(args.kube.kubeconfig.as_deref()).await?;
+    let patch = json!({"metadata": {"annotations": {ichor_controller::operation::CANCEL_ANNOTATION: "true"}}});
+    Api::<TalosOperation>::namespaced(client, &args.namespace)
+        .patch(&args.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .with_context(|| {
+            format!(
+                "cannot cancel TalosOperation {}/{}",
+                args.namespace, args.name
+            )
+        })?;
+    printer::step(&format!(
+        "TalosOperation {}/{} will stop before its next step",
+        args.namespace, args.name
+    ));
+    Ok(())
+}
+
+fn print_one(op: &TalosOperation, output: Option<OutputFormat>) -> anyhow::Result<()> {
+    match output {
+        Some(OutputFormat::Json) => printer::data(&serde_json::to_string_pretty(op)?),
+        Some(OutputFormat::Yaml) => printer::data(&serde_yaml_ng::to_string(op)?),
+        None => {
+            for line in plan_lines(op) {
+                printer::data(&line);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `ns/name  kind  phase  message`.
+fn list_line(op: &TalosOperation) -> String {
+    let st = op.status.clone().unwrap_or_default();
+    format!(
+        "{}/{}  {}  {}  {}",
+        op.metadata.namespace.as_deref().unwrap_or_default(),
+        op.metadata.name.as_deref().unwrap_or_default(),
+        op.spec.kind.as_str(),
+        st.phase
+            .map(|p| format!("{p:?}"))
+            .unwrap_or_else(|| "Pending".into()),
+        st.message.unwrap_or_default()
+    )
+}
+
+/// The plan and progress as text: a header, then one line per machine in
+/// plan order (batch, machine, role, what is done to it, where it is).
+fn plan_lines(op: &TalosOperation) -> Vec<String> {
+    let st = op.status.clone().unwrap_or_default();
+    let mut lines = vec![list_line(op)];
+    for e in &st.plan {
+        let progress = st.machines.iter().find(|p| p.machine == e.machine);
+        let action = match e.action {
+            PlannedAction::Skip => format!(
+                "skipped ({})",
+                e.reason.as_deref().unwrap_or("no reason given")
+            ),
+            PlannedAction::Upgrade | PlannedAction::Reboot => {
+                let verb = if e.action == PlannedAction::Upgrade {
+                    "upgrade"
+                } else {
+                    "reboot"
+                };
+                match &e.reason {
+                    Some(r) => format!("{verb} ({r})"),
+                    None => verb.to_string(),
+                }
+            }
+        };
+        let role = match e.role {
+            ichor_api::MachineRole::Controlplane => "controlplane",
+            ichor_api::MachineRole::Worker => "worker",
+        };
+        let mut line = format!("  {:>3}  {}  {role}  {action}", e.batch + 1, e.machine);
+        if let Some(p) = progress
+            && e.action != PlannedAction::Skip
+        {
+            line.push_str(&format!("  [{:?}", p.step));
+            if let (Some(a), Some(b)) = (&p.version_before, &p.version_after) {
+                line.push_str(&format!(" {a} → {b}"));
+            }
+            if let Some(m) = &p.message {
+                line.push_str(&format!(": {m}"));
+            }
+            line.push(']');
+        }
+        lines.push(line);
+    }
+    for c in &st.conditions {
+        if c.type_ == conditions::types::COMPLETE || c.type_ == conditions::types::SKIPPED {
+            if c.message.is_empty() {
+                continue;
+            }
+            lines.push(format!(
+                "  {}={} ({}): {}",
+                c.type_, c.status, c.reason, c.message
+            ));
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plan as the status says it, one machine a line, skipped ones with why.
+    /// Covers: issue 14 item 8 (the CLI prints the plan from status)
+    #[test]
+    fn plan_lines_from_status() {
+        let op: TalosOperation = serde_json::from_value(json!({
+            "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosOperation",
+            "metadata": {"name": "up", "namespace": "ichor-system"},
+            "spec": {"kind": "talos-upgrade", "target": {"clusterRef": {"name": "lab"}}, "version": "v1.14.0"},
+            "status": {
+                "phase": "Running", "message": "planned: cp-1 → w-1",
+                "plan": [
+                    {"machine": "cp-1", "role": "controlplane", "batch": 0, "action": "upgrade"},
+                    {"machine": "w-2", "role": "worker", "batch": 0, "action": "skip", "reason": "held"},
+                    {"machine": "w-1", "role": "worker", "batch": 1, "action": "upgrade", "reason": "runs Ichor's controller"}
+                ],
+                "machines": [
+                    {"machine": "cp-1", "step": "Succeeded", "versionBefore": "v1.13.9", "versionAfter": "v1.14.0", "message": "done"},
+                    {"machine": "w-2", "step": "Skipped", "message": "skipped (held)"},
+                    {"machine": "w-1", "step": "Draining", "message": "started"}
+                ]
+            }
+        }))
+        .unwrap();
+        assert_eq!(
+            plan_lines(&op),
+            vec![
+                "ichor-system/up  talos-upgrade  Running  planned: cp-1 → w-1",
+                "    1  cp-1  controlplane  upgrade  [Succeeded v1.13.9 → v1.14.0: done]",
+                "    1  w-2  worker  skipped (held)",
+                "    2  w-1  worker  upgrade (runs Ichor's controller)  [Draining: started]",
+            ]
+        );
+    }
+}
