@@ -22,6 +22,8 @@
 //! network. Tests patch Node and workload status themselves.
 
 mod certs;
+pub mod leak;
+pub mod rbac;
 pub mod tools;
 
 use std::io::Write as _;
