@@ -50,10 +50,10 @@ fn cni() -> String {
     format!("system:serviceaccount:{NS}:ichor-cni")
 }
 
-/// Grants no request of the run used, kept on purpose: (identity's short
-/// name, API group, resource, verb) and why. Kept small; every entry is a
-/// path the run cannot reach or a right Kubernetes asks for in a form the
-/// audit log does not show.
+/// Grants kept on purpose though no request of the run needed them (unused,
+/// or wider than the requests): (identity's short name, API group,
+/// resource, verb) and why. Kept small; every entry is a path the run does
+/// not take, or a right Kubernetes asks for in a form the requests do not show.
 const JUSTIFIED_UNUSED: &[(&str, &str, &str, &str, &str)] = &[
     (
         "ichor-cni",
