@@ -47,6 +47,32 @@ pub fn controller_image(version: &str) -> String {
     format!("{CONTROLLER_IMAGE}:{version}")
 }
 
+/// The controller's rights across the cluster, each one used (measured from
+/// the API server's audit log by `crates/ichor/tests/least_privilege_e2e.rs`).
+/// Secrets: `get` only, since the secrets bundle lives beside its TalosCluster
+/// in any namespace and is named by the cluster's spec.
+pub fn controller_cluster_rules() -> Value {
+    json!([
+        {"apiGroups": [ichor_api::GROUP], "resources": ["talosclusters", "talosmachines"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [ichor_api::GROUP], "resources": ["talosclusters/status", "talosmachines/status", "ichorinstallations/status"], "verbs": ["patch"]},
+        {"apiGroups": [ichor_api::GROUP], "resources": ["ichorinstallations"], "verbs": ["get", "create"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "create", "delete"]}
+    ])
+}
+
+/// The controller's rights in its own namespace: watching Secrets (its
+/// Cilium release's records) and its leader Lease.
+pub fn controller_namespace_rules() -> Value {
+    json!([
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
+    ])
+}
+
 /// Every object of the installer path for Ichor `version` (with its v), in
 /// apply order, running `image`. The IchorInstallation is separate: it needs
 /// the CRDs first.
@@ -74,16 +100,18 @@ pub fn install_objects(version: &str, image: &str) -> Vec<Value> {
     objects.push(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": CONTROLLER, "labels": labels},
-        "rules": [
-            {"apiGroups": [ichor_api::GROUP], "resources": ["*"], "verbs": ["get", "list", "watch", "create", "update", "patch"]},
-            {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
-            {"apiGroups": ["apps"], "resources": ["daemonsets", "deployments"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "delete"]},
-            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
-        ]
+        "rules": controller_cluster_rules()
+    }));
+    objects.push(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": CONTROLLER, "namespace": ns, "labels": labels},
+        "rules": controller_namespace_rules()
+    }));
+    objects.push(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": CONTROLLER, "namespace": ns, "labels": labels},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CONTROLLER},
+        "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": ns}]
     }));
     objects.push(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",

@@ -48,7 +48,11 @@ pub struct TalosMachineSpec {
     /// controlplane or worker. Immutable: Talos cannot change a node's role in place.
     #[x_kube(validation = Rule::new("self == oldSelf").message("spec.role is immutable: Talos cannot change a node's role in place; reinstall the node instead"))]
     pub role: MachineRole,
-    /// The address Ichor dials the node's Talos API on (IP or host name, no port).
+    /// The address Ichor dials the node's Talos API on: an IP address or DNS
+    /// host name, optionally with :port when the Talos API is not on its
+    /// default port 50000 (behind NAT or a forwarded port); an IPv6 address
+    /// with a port in brackets, for example 10.5.0.2, node-1.lab:50001 or
+    /// [fd00::2]:50000.
     #[schemars(length(min = 1))]
     pub address: String,
     /// While true, Ichor computes drift for this machine and writes nothing to

@@ -385,6 +385,57 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Covers: issue 12 (spec.address: the CRD's doc, the webhook and the
+    /// controller agree that a port is optional and 50000 is the default)
+    #[test]
+    fn spec_address_doc_webhook_and_controller_agree_on_the_port() {
+        let crd = serde_json::to_value(ichor_api::crds::all()).unwrap();
+        let doc = crd
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["spec"]["names"]["kind"] == "TalosMachine")
+            .map(|c| {
+                c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+                    ["properties"]["address"]["description"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .unwrap();
+        assert!(
+            doc.contains("optionally with :port") && doc.contains("50000"),
+            "{doc}"
+        );
+        let port = ichor_talos_client::APID_PORT;
+        assert_eq!(port, 50000);
+        for (address, dialled) in [
+            ("10.5.0.2", "10.5.0.2:50000"),
+            ("10.5.0.2:50001", "10.5.0.2:50001"),
+            ("node-1.lab", "node-1.lab:50000"),
+            ("node-1.lab:50001", "node-1.lab:50001"),
+            ("fd00::2", "[fd00::2]:50000"),
+            ("[fd00::2]", "[fd00::2]:50000"),
+            ("[fd00::2]:50001", "[fd00::2]:50001"),
+        ] {
+            assert_eq!(address_problem(address), None, "{address}");
+            assert_eq!(crate::machine::endpoint(address, port), dialled);
+        }
+        // The doc's own examples pass the webhook.
+        for example in ["10.5.0.2", "node-1.lab:50001", "[fd00::2]:50000"] {
+            assert!(doc.contains(example), "{doc}");
+            assert_eq!(address_problem(example), None, "{example}");
+        }
+        for bad in [
+            "10.5.0.2:0",
+            "10.5.0.2:65536",
+            "10.5.0.2:http",
+            "fd00::2:50000:1]",
+        ] {
+            assert!(address_problem(bad).is_some(), "{bad}");
+        }
+    }
+
     #[test]
     fn a_machine_patch_that_does_not_parse_is_refused() {
         let m = |inline: &str| json!({"metadata": {"name": "w-1"}, "spec": {"patches": [{"name": "p1", "inline": inline}]}});

@@ -159,13 +159,13 @@ pub fn chart_crds() -> Result<Vec<GeneratedFile>, Error> {
 /// The installer path's controller ClusterRole rules: the chart grants the
 /// same (one source of truth for RBAC).
 pub fn controller_rules() -> Value {
-    ichor_adopt::install::install_objects("v0.0.0", "unused")
-        .into_iter()
-        .find(|o| {
-            o["kind"] == "ClusterRole" && o["metadata"]["name"] == ichor_adopt::install::CONTROLLER
-        })
-        .map(|o| o["rules"].clone())
-        .expect("install_objects has the controller's ClusterRole")
+    ichor_adopt::install::controller_cluster_rules()
+}
+
+/// The rules of the controller's Role in its own namespace, the same on both
+/// paths.
+pub fn controller_namespace_rules() -> Value {
+    ichor_adopt::install::controller_namespace_rules()
 }
 
 /// Ichor's Cilium policies for the chart: those of the installer path, with
@@ -215,6 +215,11 @@ pub fn chart_webhooks() -> Result<String, Error> {
 pub fn chart_generated_tpl() -> Result<GeneratedFile, Error> {
     let rules = yaml("the controller's RBAC rules", &controller_rules())?;
     no_template_actions("the controller's RBAC rules", &rules)?;
+    let namespace_rules = yaml(
+        "the controller's namespace RBAC rules",
+        &controller_namespace_rules(),
+    )?;
+    no_template_actions("the controller's namespace RBAC rules", &namespace_rules)?;
     let mut policies = String::new();
     for p in chart_cilium_policies() {
         let text = yaml("Ichor's Cilium policies", &p)?;
@@ -230,6 +235,11 @@ pub fn chart_generated_tpl() -> Result<GeneratedFile, Error> {
          {}\n\
          {{{{- end }}}}\n\
          \n\
+         {{{{- /* The rules of the controller's Role in its own namespace, the same as the installer path's. */}}}}\n\
+         {{{{- define \"ichor.controller.namespaceRules\" }}}}\n\
+         {}\n\
+         {{{{- end }}}}\n\
+         \n\
          {{{{- /* Ichor's CiliumNetworkPolicies (rendered when networkPolicy.cilium.enabled is true). */}}}}\n\
          {{{{- define \"ichor.cilium.policies\" }}}}\n\
          {}\n\
@@ -240,6 +250,7 @@ pub fn chart_generated_tpl() -> Result<GeneratedFile, Error> {
          {}\n\
          {{{{- end }}}}\n",
         rules.trim_end(),
+        namespace_rules.trim_end(),
         policies.trim_end(),
         chart_webhooks()?.trim_end()
     );

@@ -118,6 +118,8 @@ fn helm_template_renders_ichor_and_nothing_else() {
             "ServiceAccount/ichor-controller",
             "ClusterRole/ichor-controller",
             "ClusterRoleBinding/ichor-controller",
+            "Role/ichor-controller",
+            "RoleBinding/ichor-controller",
             "Secret/ichor-webhook-tls",
             "Service/ichor-webhook",
             "ValidatingWebhookConfiguration/ichor-validating-webhooks",

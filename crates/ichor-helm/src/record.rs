@@ -44,6 +44,11 @@ const GZIP_MAGIC: [u8; 3] = [0x1f, 0x8b, 0x08];
 /// The API server refuses a Secret whose data exceeds 1 MiB; a record's
 /// `data.release` (the base64 text) must stay under it.
 pub const MAX_RECORD_BYTES: usize = 1 << 20;
+/// The most a record's release JSON may expand to when it is gunzipped.
+/// A record fits in a Secret (1 MiB), and a release compresses a few times,
+/// not a thousand: 64 MiB leaves room for any real chart while a gzip bomb
+/// (about 1 GiB from 1 MiB) stops here instead of exhausting memory.
+pub const MAX_DECOMPRESSED_BYTES: u64 = 64 << 20;
 
 /// A release's status, as Helm spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -244,6 +249,10 @@ pub enum CodecError {
         source: std::io::Error,
     },
     #[error(
+        "record {secret}: data.release expands past {limit} bytes when gunzipped, more than any real release; the record is corrupt or hostile, delete it"
+    )]
+    TooLargeDecompressed { secret: String, limit: u64 },
+    #[error(
         "record {secret}: the release JSON does not parse ({source}); the record is corrupt, delete it or restore it"
     )]
     DecodeJson {
@@ -281,12 +290,20 @@ pub fn decode_release(data: &[u8], secret: &str) -> Result<Release, CodecError> 
         })?;
     let json = if raw.starts_with(&GZIP_MAGIC) {
         let mut out = Vec::with_capacity(raw.len() * 4);
+        // One byte past the bound tells "at the bound" from "over it".
         GzDecoder::new(raw.as_slice())
+            .take(MAX_DECOMPRESSED_BYTES + 1)
             .read_to_end(&mut out)
             .map_err(|source| CodecError::Gunzip {
                 secret: secret.to_string(),
                 source,
             })?;
+        if out.len() as u64 > MAX_DECOMPRESSED_BYTES {
+            return Err(CodecError::TooLargeDecompressed {
+                secret: secret.to_string(),
+                limit: MAX_DECOMPRESSED_BYTES,
+            });
+        }
         out
     } else {
         raw
@@ -542,6 +559,41 @@ mod tests {
         };
         assert!(matches!(e, CodecError::TooLarge { .. }), "{e}");
         assert!(e.to_string().contains("cilium revision 3"), "{e}");
+    }
+
+    /// A gzip bomb: a record that fits in a Secret but expands past
+    /// [`MAX_DECOMPRESSED_BYTES`] is one error naming the record, and decoding
+    /// stops at the bound instead of expanding it all.
+    #[test]
+    fn a_gzip_bomb_record_is_refused_naming_the_record() {
+        let mut gz = GzEncoder::new(Vec::new(), Compression::best());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..(MAX_DECOMPRESSED_BYTES >> 20) + 1 {
+            gz.write_all(&zeros).unwrap();
+        }
+        let bomb = gz.finish().unwrap();
+        let data = base64::engine::general_purpose::STANDARD.encode(&bomb);
+        assert!(
+            data.len() < MAX_RECORD_BYTES,
+            "the bomb fits in a Secret: {} bytes",
+            data.len()
+        );
+        let e = decode_release(data.as_bytes(), "kube-system/sh.helm.release.v1.cilium.v7")
+            .unwrap_err();
+        assert!(matches!(e, CodecError::TooLargeDecompressed { .. }), "{e}");
+        let said = e.to_string();
+        assert!(
+            said.contains("kube-system/sh.helm.release.v1.cilium.v7") && said.contains("delete it"),
+            "{said}"
+        );
+        // Exactly at the bound is not over it: the JSON error comes next.
+        let mut gz = GzEncoder::new(Vec::new(), Compression::best());
+        for _ in 0..(MAX_DECOMPRESSED_BYTES >> 20) {
+            gz.write_all(&zeros).unwrap();
+        }
+        let at_bound = base64::engine::general_purpose::STANDARD.encode(gz.finish().unwrap());
+        let e = decode_release(at_bound.as_bytes(), "s").unwrap_err();
+        assert!(matches!(e, CodecError::DecodeJson { .. }), "{e}");
     }
 
     #[test]

@@ -122,6 +122,9 @@ pub struct LabOptions {
     /// tools cache when `tools/testbin.sh` fetched it, else the stand-in
     /// `dist/cilium-standin` (see [`CiliumChart`]).
     pub cilium_chart: CiliumChart,
+    /// `ICHOR_LOG` for Ichor's pods and Jobs (a tracing filter such as
+    /// `debug`), so a test can capture all they log; `None`: their default.
+    pub ichor_log: Option<String>,
 }
 
 /// Which Cilium chart the lab gives Ichor.
@@ -190,6 +193,7 @@ impl LabOptions {
             state_dir: state_dir.into(),
             ichor_bin: None,
             cilium_chart: CiliumChart::detect(),
+            ichor_log: None,
         }
     }
 }
@@ -367,6 +371,7 @@ impl Lab {
             ca_pem: env.ca().cert_pem(),
             state_dir: options.state_dir.clone(),
             network,
+            ichor_log: options.ichor_log.clone(),
         });
         if !options.cilium_chart.is_real() {
             tracing::warn!("lab: Ichor installs {}", options.cilium_chart.describe());

@@ -174,6 +174,8 @@ pub struct ProcessRunner {
     pub state_dir: PathBuf,
     /// The pod network the API server reaches the pods through.
     pub network: PodNetwork,
+    /// `ICHOR_LOG` for every process (see `LabOptions::ichor_log`).
+    pub ichor_log: Option<String>,
 }
 
 /// Whether the lab runs this container as the local `ichor` binary.
@@ -762,6 +764,7 @@ async fn start_process(
             .env("ICHOR_HELM", &runner.helm)
             .env("ICHOR_CILIUM_CHART", &runner.cilium_chart)
             .env("NO_COLOR", "1")
+            .envs(runner.ichor_log.iter().map(|f| ("ICHOR_LOG", f)))
             .stdin(std::process::Stdio::null())
             .stdout(log)
             .stderr(log2);

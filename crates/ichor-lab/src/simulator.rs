@@ -139,6 +139,7 @@ async fn run_jobs(
                         .env("KUBECONFIG", &kubeconfig)
                         .env("ICHOR_HELM", &runner.helm)
                         .env("ICHOR_CILIUM_CHART", &runner.cilium_chart)
+                        .envs(runner.ichor_log.iter().map(|f| ("ICHOR_LOG", f)))
                         .output()
                         .await
                 }

@@ -23,6 +23,8 @@
 
 pub mod bench;
 mod certs;
+pub mod leak;
+pub mod rbac;
 pub mod tools;
 
 use std::io::Write as _;

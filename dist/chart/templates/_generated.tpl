@@ -5,39 +5,39 @@
 - apiGroups:
   - ichor.maesh.dev
   resources:
-  - '*'
+  - talosclusters
+  - talosmachines
   verbs:
   - get
   - list
   - watch
-  - create
-  - update
+- apiGroups:
+  - ichor.maesh.dev
+  resources:
+  - talosclusters/status
+  - talosmachines/status
+  - ichorinstallations/status
+  verbs:
   - patch
+- apiGroups:
+  - ichor.maesh.dev
+  resources:
+  - ichorinstallations
+  verbs:
+  - get
+  - create
 - apiGroups:
   - ''
   resources:
   - secrets
-  - configmaps
   verbs:
   - get
-  - list
-  - watch
 - apiGroups:
   - ''
   resources:
   - nodes
-  - pods
   verbs:
-  - get
   - list
-  - watch
-- apiGroups:
-  - ''
-  resources:
-  - events
-  verbs:
-  - create
-  - patch
 - apiGroups:
   - events.k8s.io
   resources:
@@ -49,7 +49,6 @@
   - apps
   resources:
   - daemonsets
-  - deployments
   verbs:
   - get
   - list
@@ -60,10 +59,19 @@
   - jobs
   verbs:
   - get
-  - list
-  - watch
   - create
   - delete
+{{- end }}
+
+{{- /* The rules of the controller's Role in its own namespace, the same as the installer path's. */}}
+{{- define "ichor.controller.namespaceRules" }}
+- apiGroups:
+  - ''
+  resources:
+  - secrets
+  verbs:
+  - list
+  - watch
 - apiGroups:
   - coordination.k8s.io
   resources:

@@ -44,7 +44,8 @@ pub enum SecretsError {
     },
     /// The bundle is not valid YAML or misses a section.
     #[error(
-        "{origin} is not a Talos secrets bundle: {source}; expected the YAML `talosctl gen secrets` writes (cluster, secrets, trustdinfo, certs)"
+        "{origin} is not a Talos secrets bundle: {}; expected the YAML `talosctl gen secrets` writes (cluster, secrets, trustdinfo, certs)",
+        crate::redact::quoted_values(&source.to_string())
     )]
     Parse {
         /// Where the text came from.
@@ -83,6 +84,18 @@ pub enum SecretsError {
     WorkerConfig {
         /// Where the config came from.
         origin: String,
+    },
+    /// A machine config was given where a secrets bundle belongs.
+    #[error(
+        "{origin} is a Talos machine config ({role}), not a secrets bundle; pass the file `talosctl gen secrets` wrote, or recover one from a control-plane config with `talosctl gen secrets --from-controlplane-config FILE`{worker_note}"
+    )]
+    MachineConfigNotBundle {
+        /// Where the text came from.
+        origin: String,
+        /// `worker`, `controlplane`, or `unknown role`.
+        role: String,
+        /// Why a worker's config cannot be used even for recovery.
+        worker_note: &'static str,
     },
     /// A control-plane config misses a secret.
     #[error(
@@ -181,6 +194,23 @@ pub struct SecretsBundle {
     /// Keys Ichor does not model.
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// The role of `text` when it reads as a Talos machine config (a first
+/// document with `version` and `machine`) rather than a bundle.
+fn machine_config_role(text: &str) -> Option<String> {
+    let first = serde_yaml_ng::Deserializer::from_str(text).next()?;
+    let doc = serde_yaml_ng::Value::deserialize(first).ok()?;
+    let machine = doc.get("machine")?;
+    doc.get("version")?;
+    Some(
+        machine
+            .get("type")
+            .and_then(serde_yaml_ng::Value::as_str)
+            .filter(|t| matches!(*t, "worker" | "controlplane" | "init"))
+            .unwrap_or("unknown role")
+            .to_string(),
+    )
 }
 
 fn non_empty(s: Option<&String>) -> Option<String> {
@@ -302,6 +332,18 @@ impl SecretsBundle {
     /// Parses bundle YAML and validates it as Talos does ([`Self::validate`]);
     /// `origin` is named in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self, SecretsError> {
+        if let Some(role) = machine_config_role(text) {
+            let worker_note = if role == "worker" {
+                " (not from this file: workers hold no CA keys)"
+            } else {
+                ""
+            };
+            return Err(SecretsError::MachineConfigNotBundle {
+                origin: origin.to_string(),
+                role,
+                worker_note,
+            });
+        }
         let bundle: Self = serde_yaml_ng::from_str(text).map_err(|source| SecretsError::Parse {
             origin: origin.to_string(),
             source,

@@ -55,7 +55,8 @@ pub enum TalosconfigError {
     },
     /// Not a talosconfig.
     #[error(
-        "{origin} is not a valid talosconfig: {source}; expected `context:` and `contexts:` as talosctl writes them"
+        "{origin} is not a valid talosconfig: {}; expected `context:` and `contexts:` as talosctl writes them",
+        crate::redact::quoted_values(&source.to_string())
     )]
     Parse {
         /// Where the text came from.
@@ -98,7 +99,7 @@ pub enum TalosconfigError {
     },
     /// A `ca`/`crt`/`key` value is not base64 of PEM text.
     #[error(
-        "context {name:?} in {origin}: `{field}` is not base64-encoded PEM; regenerate the talosconfig (talosctl config new, or from the secrets bundle)"
+        "context {name:?} in {origin}: `{field}` is not base64-encoded PEM (is the file cut short?); regenerate the talosconfig (talosctl config new, or from the secrets bundle)"
     )]
     BadBase64 {
         /// Where the talosconfig came from.
@@ -367,6 +368,7 @@ impl TalosContext {
         let dec = |v: &Option<String>, field| match v.as_deref().filter(|s| !s.is_empty()) {
             None => Ok(None),
             Some(s) => unb64(s)
+                .filter(|pem| complete_pem(pem))
                 .map(Some)
                 .ok_or_else(|| TalosconfigError::BadBase64 {
                     origin: origin.to_string(),
@@ -395,6 +397,13 @@ impl TalosContext {
         }
         Ok(&self.endpoints)
     }
+}
+
+/// Whether `pem` holds at least one whole PEM block and nothing cut: every
+/// `-----BEGIN` has its `-----END`, and the text ends after one.
+fn complete_pem(pem: &str) -> bool {
+    let begins = pem.matches("-----BEGIN ").count();
+    begins > 0 && begins == pem.matches("-----END ").count() && pem.trim_end().ends_with("-----")
 }
 
 /// A client certificate and its key, PEM.

@@ -7,7 +7,7 @@ fn bundle() -> SecretsBundle {
     SecretsBundle::parse(&fixture("stability-secrets.yaml"), "stability-secrets.yaml").unwrap()
 }
 
-const SAMPLE: &str = "context: prod\ncontexts:\n  prod:\n    endpoints:\n      - 10.0.0.1\n      - 10.0.0.2:50000\n    nodes:\n      - 10.0.0.5\n    ca: Y2E=\n    crt: Y3J0\n    key: a2V5\n    cluster: prod-cluster\n  old:\n    target: 192.168.1.1\n    auth:\n      siderov1:\n        identity: someone\n";
+const SAMPLE: &str = "context: prod\ncontexts:\n  prod:\n    endpoints:\n      - 10.0.0.1\n      - 10.0.0.2:50000\n    nodes:\n      - 10.0.0.5\n    ca: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tClkyRT0KLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo=\n    crt: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tClkyRT0KLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo=\n    key: LS0tLS1CRUdJTiBFRDI1NTE5IFBSSVZBVEUgS0VZLS0tLS0KWTJFPQotLS0tLUVORCBFRDI1NTE5IFBSSVZBVEUgS0VZLS0tLS0K\n    cluster: prod-cluster\n  old:\n    target: 192.168.1.1\n    auth:\n      siderov1:\n        identity: someone\n";
 
 #[test]
 fn reads_contexts_endpoints_nodes_and_keeps_unknown_keys() {
@@ -18,7 +18,10 @@ fn reads_contexts_endpoints_nodes_and_keeps_unknown_keys() {
     assert_eq!(ctx.nodes.as_deref(), Some(&["10.0.0.5".to_string()][..]));
     assert!(ctx.extra.contains_key("cluster"));
     let creds = ctx.credentials(name, "talosconfig").unwrap();
-    assert_eq!(creds.ca_pem.as_deref(), Some("ca"));
+    assert_eq!(
+        creds.ca_pem.as_deref(),
+        Some("-----BEGIN CERTIFICATE-----\nY2E=\n-----END CERTIFICATE-----\n")
+    );
     let (_, old) = cfg.context(Some("old"), "talosconfig").unwrap();
     assert_eq!(
         old.endpoints,
