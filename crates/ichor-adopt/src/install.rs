@@ -57,10 +57,17 @@ pub fn controller_cluster_rules() -> Value {
         {"apiGroups": [ichor_api::GROUP], "resources": ["talosclusters/status", "talosmachines/status", "ichorinstallations/status"], "verbs": ["patch"]},
         {"apiGroups": [ichor_api::GROUP], "resources": ["ichorinstallations"], "verbs": ["get", "create"]},
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "create", "delete"]}
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "create", "delete"]},
+        // TalosOperations: the finalizer, the status, and the drain before a
+        // reboot (cordon, evictions that honour PodDisruptionBudgets).
+        {"apiGroups": [ichor_api::GROUP], "resources": ["talosoperations"], "verbs": ["get", "list", "watch", "patch"]},
+        {"apiGroups": [ichor_api::GROUP], "resources": ["talosoperations/status"], "verbs": ["patch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list"]}
     ])
 }
 
@@ -148,6 +155,8 @@ pub fn install_objects(version: &str, image: &str) -> Vec<Value> {
                             "--http-addr", format!("0.0.0.0:{HTTP_PORT}"),
                             "--webhook-addr", format!("0.0.0.0:{WEBHOOK_PORT}"),
                             "--webhook-cert-secret", WEBHOOK_CERT_SECRET],
+                        // Operations reboot the controller's own node last.
+                        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
                         "ports": [{"name": "webhook", "containerPort": WEBHOOK_PORT}, {"name": "metrics", "containerPort": HTTP_PORT}],
                         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}},
                         "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,

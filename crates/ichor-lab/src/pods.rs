@@ -288,6 +288,8 @@ fn container_port(container: &Container, port: &Value) -> Option<u16> {
 /// One pod and its process.
 struct PodProcess {
     name: String,
+    /// The Node it was placed on (`spec.nodeName`, and the downward API's).
+    node: String,
     /// The pod's address in the cluster (from its node's pod CIDR).
     pod_ip: Ipv4Addr,
     /// The loopback address its process listens on.
@@ -474,6 +476,7 @@ impl IchorPods {
                 }
                 pods.push(PodProcess {
                     name: format!("{name}-g{generation}-{i}"),
+                    node: node_name.to_string(),
                     pod_ip,
                     ip,
                     ports,
@@ -758,6 +761,11 @@ async fn start_process(
         for e in container.env.iter().flatten() {
             if let Some(v) = &e.value {
                 c.env(&e.name, v);
+            }
+            // The downward API's node name, as the kubelet fills it in.
+            let field = e.value_from.as_ref().and_then(|f| f.field_ref.as_ref());
+            if field.is_some_and(|f| f.field_path == "spec.nodeName") {
+                c.env(&e.name, &p.node);
             }
         }
         c.env("KUBECONFIG", &kubeconfig)

@@ -20,7 +20,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ichor_api::TalosMachine;
+use ichor_api::{OperationPhase, TalosMachine, TalosOperation};
 use ichor_lab::{LabCni, LabOptions};
 use ichor_testenv::Tool;
 use ichor_testenv::leak::{markers_in, v1alpha1_node_secrets};
@@ -75,6 +75,20 @@ const JUSTIFIED_UNUSED: &[(&str, &str, &str, &str, &str)] = &[
         "ichorinstallations",
         "create",
         "under --deployed-by helm the controller creates the IchorInstallation; this run is the installer path, where adopt creates it",
+    ),
+    (
+        "ichor-controller",
+        "",
+        "pods/eviction",
+        "create",
+        "the drain before a reboot evicts a Node's pods; the rebooted lab Node holds only DaemonSet pods, which a drain leaves (evictions and budgets: ichor-controller's tests/operations.rs)",
+    ),
+    (
+        "ichor-controller",
+        "policy",
+        "poddisruptionbudgets",
+        "list",
+        "read to name the budget that blocks an eviction; this run's drain has nothing to evict",
     ),
     (
         "ichor-controller",
@@ -312,6 +326,51 @@ async fn the_installed_ichor_uses_every_grant_it_has_and_leaks_no_secret() {
     let status = serde_json::to_string_pretty(&machine.status).unwrap();
     assert!(status.contains("sha256:"), "drift shows digests: {status}");
     common::assert_the_webhook_refuses_through_its_service(&h).await;
+
+    // Day 2: `ichor reboot` creates a TalosOperation (the CLI touches no
+    // node); the installed controller, as itself, plans it, cordons and
+    // drains the Node through the Eviction API, reboots the node through the
+    // Talos API, waits for the new boot and uncordons. The lab plays the
+    // node (the emulator's reboot) and the kubelet (Node Ready); the
+    // second machine, whose Node does not run the controller's pod.
+    let second = names[1].clone();
+    let reboots_before = h.lab.emulator.writes().len();
+    let mut reboot = h.ichor();
+    reboot
+        .args([
+            "reboot",
+            &second,
+            "--cluster",
+            "lab",
+            "-n",
+            NS,
+            "--name",
+            "lp-reboot",
+            "--kubeconfig",
+        ])
+        .arg(&h.lab.kubeconfig);
+    let out = run(reboot);
+    assert!(out.status.success(), "ichor reboot: {}", text(&out));
+    let operations: Api<TalosOperation> = Api::namespaced(client.clone(), NS);
+    wait_for("the reboot operation to finish", &h, async || {
+        operations.get("lp-reboot").await.is_ok_and(|o| {
+            o.status
+                .and_then(|s| s.phase)
+                .is_some_and(|p| matches!(p, OperationPhase::Succeeded | OperationPhase::Failed))
+        })
+    })
+    .await;
+    let op = operations.get("lp-reboot").await.unwrap();
+    let op_status = op.status.clone().unwrap_or_default();
+    assert!(
+        matches!(op_status.phase, Some(OperationPhase::Succeeded)),
+        "the reboot operation: {}",
+        serde_json::to_string_pretty(&op.status).unwrap()
+    );
+    assert!(
+        h.lab.emulator.writes().len() > reboots_before,
+        "the node was rebooted through the Talos API"
+    );
 
     // The markers are where the user put them (the search can find them).
     assert!(

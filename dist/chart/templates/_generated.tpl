@@ -33,12 +33,6 @@
   verbs:
   - get
 - apiGroups:
-  - ''
-  resources:
-  - nodes
-  verbs:
-  - list
-- apiGroups:
   - events.k8s.io
   resources:
   - events
@@ -61,6 +55,47 @@
   - get
   - create
   - delete
+- apiGroups:
+  - ichor.maesh.dev
+  resources:
+  - talosoperations
+  verbs:
+  - get
+  - list
+  - watch
+  - patch
+- apiGroups:
+  - ichor.maesh.dev
+  resources:
+  - talosoperations/status
+  verbs:
+  - patch
+- apiGroups:
+  - ''
+  resources:
+  - nodes
+  verbs:
+  - get
+  - list
+  - patch
+- apiGroups:
+  - ''
+  resources:
+  - pods
+  verbs:
+  - list
+- apiGroups:
+  - ''
+  resources:
+  - pods/eviction
+  verbs:
+  - create
+- apiGroups:
+  - policy
+  resources:
+  - poddisruptionbudgets
+  verbs:
+  - list
 {{- end }}
 
 {{- /* The rules of the controller's Role in its own namespace, the same as the installer path's. */}}
