@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test testbin fmt-check clippy cargo-test lab fuzz
+.PHONY: test testbin fmt-check clippy cargo-test lab fuzz bench-scale
 
 ## test: build the upstream tools if missing, then fmt, clippy and every test
 test: testbin fmt-check clippy cargo-test
@@ -32,6 +32,15 @@ FUZZ_TARGETS = -p ichor-talos -p ichor-helm -p ichor-controller --test fuzz_pars
 FUZZ_PROFILE ?= --release
 fuzz:
 	PROPTEST_CASES=$(FUZZ_CASES) PROPTEST_MAX_SHRINK_ITERS=100000 $(CARGO) test --locked $(FUZZ_PROFILE) $(FUZZ_TARGETS) -- --test-threads=2
+
+## bench-scale: BENCH_SIZES=1000/10,5000/50 — the controller at scale, each part in its own process (release; prints a table)
+# The controller (`ichor controller`) and the emulated nodes (`ichor-talemu
+# serve`) run as release binaries; the bench drives them against the test
+# control plane. Not part of `make test`: minutes, and it measures time.
+BENCH_SIZES ?= 1000/10,5000/50
+bench-scale: testbin
+	$(CARGO) build --locked --release -p ichor --bin ichor -p ichor-talemu --bin ichor-talemu
+	ICHOR_BENCH_SIZES=$(BENCH_SIZES) $(CARGO) bench --locked -p ichor-controller --bench convergence
 
 ## lab: the local lab — `ichor adopt` end to end against emulated Talos nodes
 lab: testbin
