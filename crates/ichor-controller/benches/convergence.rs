@@ -7,8 +7,9 @@
 //! clusters (default 1,000/10 and 5,000/50):
 //!
 //! - the time from the controller's start until every machine's status
-//!   shows its drift (Ready, observedGeneration current);
-//! - 60 s of steady state with nothing changing: the controller's CPU
+//!   shows its drift (Ready, observedGeneration current), and until every
+//!   cluster shows all its machines Ready;
+//! - then 60 s of steady state with nothing changing: the controller's CPU
 //!   seconds (`/proc/<pid>/stat`) and API requests (audit log);
 //! - one cluster-wide change (the Kubernetes version of a TalosCluster with
 //!   N/C machines) until each of its machines shows the new drift;
@@ -261,6 +262,7 @@ struct Row {
     clusters: usize,
     converge: Duration,
     converge_load: String,
+    clusters_ready: Duration,
     converge_cpu: f64,
     converge_requests: usize,
     steady_secs: u64,
@@ -352,6 +354,32 @@ async fn measure(env: &TestEnv, machines_n: usize, clusters_n: usize, steady: Du
 
     let converge = wait_for(&store, machines_n, started, "converged", converged).await;
     let converge_load = load_average();
+    // The clusters aggregate their machines' Ready a moment later; the
+    // steady state starts once every cluster shows all its machines Ready.
+    loop {
+        let ready = clusters
+            .list(&kube::api::ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|c| {
+                c.status.as_ref().is_some_and(|s| {
+                    s.observed_generation == c.metadata.generation
+                        && conditions::is_true(&s.conditions, types::READY)
+                })
+            })
+            .count();
+        if ready == clusters_n {
+            break;
+        }
+        assert!(
+            started.elapsed() < BOUND,
+            "clusters Ready: {ready} of {clusters_n}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let clusters_ready = started.elapsed();
     let converge_cpu = cpu_seconds(pid, ticks);
     let after_converge = controller_requests(env);
     let converge_requests = total(&after_converge) - total(&requests_before);
@@ -402,6 +430,7 @@ async fn measure(env: &TestEnv, machines_n: usize, clusters_n: usize, steady: Du
         clusters: clusters_n,
         converge,
         converge_load,
+        clusters_ready,
         converge_cpu,
         converge_requests,
         steady_secs: steady.as_secs(),
@@ -451,9 +480,10 @@ async fn main() {
     for (m, c) in sizes {
         let row = measure(env, m, c, steady).await;
         println!(
-            "{m}/{c}: converged in {:.1} s (load {}); steady {} s: {:.2} CPU s, requests: {} (load {}); change on {} machines: {:.1} s",
+            "{m}/{c}: converged in {:.1} s (load {}), clusters Ready at {:.1} s; steady {} s: {:.2} CPU s, requests: {} (load {}); change on {} machines: {:.1} s",
             row.converge.as_secs_f64(),
             row.converge_load,
+            row.clusters_ready.as_secs_f64(),
             row.steady_secs,
             row.steady_cpu,
             row.steady_requests,
@@ -465,17 +495,18 @@ async fn main() {
     }
     println!();
     println!(
-        "| machines / clusters | converge | machines/s | controller CPU to converge | requests to converge | steady CPU | steady requests | change (machines) | change requests | controller peak RSS | emulator peak RSS |"
+        "| machines / clusters | converge | machines/s | clusters Ready | controller CPU to converge | requests to converge | steady CPU | steady requests | change (machines) | change requests | controller peak RSS | emulator peak RSS |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} / {} | {:.1} s (load {}) | {:.0} | {:.1} s | {} | {:.2} s in {} s (load {}) | {} | {:.1} s ({}) (load {}) | {} | {} MiB | {} MiB |",
+            "| {} / {} | {:.1} s (load {}) | {:.0} | {:.1} s | {:.1} s | {} | {:.2} s in {} s (load {}) | {} | {:.1} s ({}) (load {}) | {} | {} MiB | {} MiB |",
             r.machines,
             r.clusters,
             r.converge.as_secs_f64(),
             r.converge_load,
             r.machines as f64 / r.converge.as_secs_f64(),
+            r.clusters_ready.as_secs_f64(),
             r.converge_cpu,
             r.converge_requests,
             r.steady_cpu,

@@ -58,10 +58,15 @@ pub(crate) async fn run(
     let cluster_api: Api<DeserializeGuard<TalosCluster>> = api(&ctx.client, ns);
     // Our own status writes come back as events too; the reconcile that
     // follows finds its inputs unchanged and returns before any read.
-    let controller = Controller::new(machines, watcher::Config::default()).with_config(
+    let (store, writer) = kube::runtime::reflector::store();
+    let machine_events = watcher(machines, watcher::Config::default())
+        .default_backoff()
+        .modify(pipeline::forget_managed_fields::<DeserializeGuard<TalosMachine>>)
+        .reflect(writer)
+        .applied_objects();
+    let controller = Controller::for_stream(machine_events, store.clone()).with_config(
         kube::runtime::controller::Config::default().concurrency(ctx.config.machine_concurrency),
     );
-    let store = controller.store();
     let cluster_store = ctx.clusters.store.clone();
     let cluster_trigger =
         clusters.fill(watcher(cluster_api, watcher::Config::default()).default_backoff());

@@ -245,6 +245,13 @@ where
     }
 }
 
+/// Drops an object's `metadata.managedFields` before it is stored: no
+/// reconcile reads them, and with status written by server-side apply they
+/// are a large part of each object a watch store holds.
+pub(crate) fn forget_managed_fields<K: kube::Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
 /// The writing side of a [`Shared`] store.
 pub(crate) struct Filler<K: kube::runtime::reflector::Lookup + Clone + 'static>
 where
@@ -281,6 +288,7 @@ where
         use kube::runtime::WatchStreamExt as _;
         let ready = self.ready;
         events
+            .modify(forget_managed_fields::<K>)
             .reflect(self.writer)
             .inspect(move |e| {
                 if matches!(e, Ok(kube::runtime::watcher::Event::InitDone)) {
