@@ -143,11 +143,16 @@ async fn one_machine_status_change_does_not_reconcile_the_others() {
     wait_for(
         "the three machines and their cluster to be Ready",
         || async {
-            futures::future::join_all((0..3).map(|i| machines.get_opt(&format!("m-{i}"))))
-                .await
-                .into_iter()
-                .all(|m| m.ok().flatten().is_some_and(|m| ready(&m)))
-                && all_ready().await
+            let mut all = true;
+            for i in 0..3 {
+                all &= machines
+                    .get_opt(&format!("m-{i}"))
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|m| ready(&m));
+            }
+            all && all_ready().await
         },
     )
     .await;
