@@ -270,6 +270,9 @@ struct Row {
     steady_requests: String,
     steady_request_count: usize,
     steady_load: String,
+    quiet_secs: u64,
+    quiet_cpu: f64,
+    quiet_requests: usize,
     change_machines: usize,
     change: Duration,
     change_requests: usize,
@@ -387,9 +390,18 @@ async fn measure(env: &TestEnv, machines_n: usize, clusters_n: usize, steady: Du
     // Steady state: nothing changes.
     let cpu0 = cpu_seconds(pid, ticks);
     let before = controller_requests(env);
-    tokio::time::sleep(steady).await;
+    // The first seconds may still hold the last clusters' settling writes:
+    // the rest of the window is counted on its own too.
+    let settle = Duration::from_secs(10).min(steady / 2);
+    tokio::time::sleep(settle).await;
+    let settled = controller_requests(env);
+    let settled_cpu = cpu_seconds(pid, ticks);
+    tokio::time::sleep(steady - settle).await;
     let steady_cpu = cpu_seconds(pid, ticks) - cpu0;
+    let quiet_cpu = cpu_seconds(pid, ticks) - settled_cpu;
     let after = controller_requests(env);
+    let quiet_requests = total(&after) - total(&settled);
+    let quiet_secs = (steady - settle).as_secs();
     let steady_load = load_average();
 
     // One cluster-wide change: c-0's Kubernetes version.
@@ -438,6 +450,9 @@ async fn measure(env: &TestEnv, machines_n: usize, clusters_n: usize, steady: Du
         steady_request_count: total(&after) - total(&before),
         steady_requests: difference(&after, &before),
         steady_load,
+        quiet_secs,
+        quiet_cpu,
+        quiet_requests,
         change_machines: members.len(),
         change,
         change_requests: total(&after_change) - total(&after),
@@ -495,12 +510,12 @@ async fn main() {
     }
     println!();
     println!(
-        "| machines / clusters | converge | machines/s | clusters Ready | controller CPU to converge | requests to converge | steady CPU | steady requests | change (machines) | change requests | controller peak RSS | emulator peak RSS |"
+        "| machines / clusters | converge | machines/s | clusters Ready | controller CPU to converge | requests to converge | steady CPU | steady requests | of which after the first 10 s | change (machines) | change requests | controller peak RSS | emulator peak RSS |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} / {} | {:.1} s (load {}) | {:.0} | {:.1} s | {:.1} s | {} | {:.2} s in {} s (load {}) | {} | {:.1} s ({}) (load {}) | {} | {} MiB | {} MiB |",
+            "| {} / {} | {:.1} s (load {}) | {:.0} | {:.1} s | {:.1} s | {} | {:.2} s in {} s (load {}) | {} | {} requests, {:.2} CPU s in {} s | {:.1} s ({}) (load {}) | {} | {} MiB | {} MiB |",
             r.machines,
             r.clusters,
             r.converge.as_secs_f64(),
@@ -513,6 +528,9 @@ async fn main() {
             r.steady_secs,
             r.steady_load,
             r.steady_request_count,
+            r.quiet_requests,
+            r.quiet_cpu,
+            r.quiet_secs,
             r.change.as_secs_f64(),
             r.change_machines,
             r.change_load,

@@ -45,6 +45,8 @@ struct Entry {
 #[derive(Default)]
 pub struct Cache {
     entries: Mutex<HashMap<(String, String), Entry>>,
+    /// Held while a Secret is read, so concurrent misses read it once.
+    reading: tokio::sync::Mutex<()>,
     serial: std::sync::atomic::AtomicU64,
 }
 
@@ -94,13 +96,21 @@ impl Cache {
             reason,
         };
         let cache_key = (namespace.clone(), secret_name.clone());
-        {
+        let fresh = || {
             let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(e) = entries.get(&cache_key)
-                && fresh_enough(e.checked.elapsed(), e.minted.elapsed())
-            {
-                return Ok((e.identity.clone(), e.serial));
-            }
+            entries
+                .get(&cache_key)
+                .filter(|e| fresh_enough(e.checked.elapsed(), e.minted.elapsed()))
+                .map(|e| (e.identity.clone(), e.serial))
+        };
+        if let Some(found) = fresh() {
+            return Ok(found);
+        }
+        // The machines of a cluster reconcile together: one of them reads
+        // the Secret, the others wait for it and find the identity cached.
+        let _reading = self.reading.lock().await;
+        if let Some(found) = fresh() {
+            return Ok(found);
         }
         let secret = Api::<Secret>::namespaced(client.clone(), &namespace)
             .get_opt(&secret_name)

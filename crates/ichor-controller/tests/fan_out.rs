@@ -85,6 +85,8 @@ fn ready(m: &TalosMachine) -> bool {
 /// machines: each reconcile reads the other kind from a watch store, and a
 /// cluster status change that alters nothing a machine renders from
 /// reconciles no machine.
+/// The three machines' first reconciles, which run at once, read the bundle
+/// Secret once between them.
 /// Covers: issue 18 item 3 (no fan-out of status writes)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_machine_status_change_does_not_reconcile_the_others() {
@@ -157,6 +159,12 @@ async fn one_machine_status_change_does_not_reconcile_the_others() {
     )
     .await;
     let mark = env.audit_events().len();
+    // The three first reconciles ran at once: one of them read the bundle.
+    let bundle_reads = requests(&env.audit_events()[..mark], &ns)
+        .into_iter()
+        .filter(|r| r == "get secrets bundle")
+        .count();
+    assert_eq!(bundle_reads, 1, "the bundle Secret is read once");
 
     let set_address = |address: String| {
         let machines = machines.clone();
