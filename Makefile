@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test testbin fmt-check clippy cargo-test lab fuzz bench
+.PHONY: test testbin fmt-check clippy cargo-test lab fuzz bench bench-scale
 
 ## test: build the upstream tools if missing, then fmt, clippy and every test
 test: testbin fmt-check clippy cargo-test
@@ -42,6 +42,15 @@ bench: testbin
 	rm -rf target/bench-figures
 	$(CARGO) bench --locked $(BENCHES)
 	@echo; python3 tools/bench-table.py target/bench-figures
+
+## bench-scale: BENCH_SIZES=1000/10,5000/50 — the controller at scale, each part in its own process (release; prints a table)
+# The controller (`ichor controller`) and the emulated nodes (`ichor-talemu
+# serve`) run as release binaries; the bench drives them against the test
+# control plane. Not part of `make test`: minutes, and it measures time.
+BENCH_SIZES ?= 1000/10,5000/50
+bench-scale: testbin
+	$(CARGO) build --locked --release -p ichor --bin ichor -p ichor-talemu --bin ichor-talemu
+	ICHOR_BENCH_SIZES=$(BENCH_SIZES) $(CARGO) bench --locked -p ichor-controller --bench convergence
 
 ## lab: the local lab — `ichor adopt` end to end against emulated Talos nodes
 lab: testbin

@@ -27,9 +27,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
 use kube::core::DeserializeGuard;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt as _, watcher};
 
 use crate::cni_job::JobState;
 use crate::pipeline;
@@ -38,13 +39,20 @@ use crate::{Context, Error, Result};
 /// The controller's name in metrics.
 pub const CONTROLLER: &str = "taloscluster";
 
-/// How often a cluster whose hand-over is pending is looked at again (the
-/// DaemonSet and record watches usually come first).
+/// How often a cluster whose ichor-cni Job runs is looked at again (Jobs
+/// are not watched; the DaemonSet and record watches usually come first).
 const HANDOVER_POLL: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Runs the TalosCluster controller until `shutdown`.
+/// The least time between two reconciles of one TalosCluster: while its
+/// machines converge, each one becoming Ready would otherwise reconcile it.
+const CLUSTER_SPACING: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Runs the TalosCluster controller until `shutdown`. Its watch of the
+/// TalosMachines fills `machines` (the store [`Context::machines`] reads).
 pub(crate) async fn run(
     ctx: Arc<Context>,
+    machines: pipeline::Filler<DeserializeGuard<TalosMachine>>,
+    nodes: pipeline::Filler<PartialObjectMeta<Node>>,
     shutdown: impl Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let stop = shutdown.clone();
@@ -53,10 +61,16 @@ pub(crate) async fn run(
         Some(n) => Api::namespaced(ctx.client.clone(), n),
         None => Api::all(ctx.client.clone()),
     };
-    let machines: Api<DeserializeGuard<TalosMachine>> = match &ns {
+    let machine_api: Api<DeserializeGuard<TalosMachine>> = match &ns {
         Some(n) => Api::namespaced(ctx.client.clone(), n),
         None => Api::all(ctx.client.clone()),
     };
+    let machine_trigger =
+        machines.fill(watcher(machine_api, watcher::Config::default()).default_backoff());
+    let machine_store = ctx.machines.store.clone();
+    // A machine's status is written on every change of its drift; the
+    // cluster reads only its membership and its Ready.
+    let seen = pipeline::ChangeFilter::<MachineInputs>::default();
     let daemonsets =
         Api::<DaemonSet>::namespaced(ctx.client.clone(), &ctx.config.cilium_release_namespace);
     let records =
@@ -71,20 +85,52 @@ pub(crate) async fn run(
             .collect::<Vec<_>>()
     };
     let every_cluster_again = every_cluster.clone();
-    let drive = controller
-        .watches(
-            machines,
+    let every_cluster_for_nodes = every_cluster.clone();
+    // The node count is part of the effective values: a Node that comes or
+    // goes reconciles every cluster; a Node's status updates do not.
+    let node_trigger = nodes.fill(
+        watcher(
+            Api::<PartialObjectMeta<Node>>::all(ctx.client.clone()),
             watcher::Config::default(),
-            |m: DeserializeGuard<TalosMachine>| {
-                m.0.ok().map(|m| {
-                    let r = ObjectRef::new(&m.spec.cluster_ref.name);
-                    match m.namespace() {
-                        Some(ns) => r.within(&ns),
-                        None => r,
-                    }
-                })
-            },
         )
+        .default_backoff(),
+    );
+    let node_store = ctx.nodes.store.clone();
+    let nodes_seen = pipeline::ChangeFilter::<()>::default();
+    let drive = controller
+        .watches_stream(machine_trigger, move |m: DeserializeGuard<TalosMachine>| {
+            let Ok(m) = m.0 else {
+                return Vec::new();
+            };
+            let ns = m.namespace().unwrap_or_default();
+            let r = ObjectRef::<DeserializeGuard<TalosMachine>>::new(&m.name_any()).within(&ns);
+            let now = machine_store
+                .get(&r)
+                .is_some()
+                .then(|| MachineInputs::of(&m));
+            let Some(before) = seen.changed(r.to_string(), now) else {
+                return Vec::new();
+            };
+            // The cluster it names now, and the one it named before.
+            let mut names = vec![m.spec.cluster_ref.name.clone()];
+            if let Some(b) = before
+                && b.cluster != m.spec.cluster_ref.name
+            {
+                names.push(b.cluster);
+            }
+            names
+                .iter()
+                .map(|n| ObjectRef::new(n).within(&ns))
+                .collect()
+        })
+        .watches_stream(node_trigger, move |n: PartialObjectMeta<Node>| {
+            let name = n.name_any();
+            let present = node_store.get(&ObjectRef::new(&name)).is_some();
+            match nodes_seen.changed(name, present.then_some(())) {
+                Some(_) => every_cluster_for_nodes(),
+                None => Vec::new(),
+            }
+        })
         .watches(
             daemonsets,
             watcher::Config::default()
@@ -116,8 +162,35 @@ fn error_policy(
     pipeline::error_policy(CONTROLLER, obj, error, ctx)
 }
 
+/// What of a TalosMachine its cluster's reconcile reads: which cluster it
+/// names, and its Ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MachineInputs {
+    cluster: String,
+    ready: Option<(String, String)>,
+}
+
+impl MachineInputs {
+    pub(crate) fn of(m: &TalosMachine) -> Self {
+        let ready = m
+            .status
+            .as_ref()
+            .and_then(|s| conditions::find(&s.conditions, types::READY))
+            .map(|c| (c.status.clone(), c.reason.clone()));
+        MachineInputs {
+            cluster: m.spec.cluster_ref.name.clone(),
+            ready,
+        }
+    }
+}
+
 /// Read → decide → write.
 async fn reconcile(obj: Arc<DeserializeGuard<TalosCluster>>, ctx: Arc<Context>) -> Result<Action> {
+    let id = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
+    let wait = ctx.cluster_spacing.wait(&id, CLUSTER_SPACING);
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
     ctx.metrics.reconciled(CONTROLLER);
     let cluster = pipeline::readable(&ctx, &obj).await?;
     let observed = read(&ctx, cluster).await?;
@@ -185,18 +258,7 @@ pub struct Decision {
 async fn read(ctx: &Context, cluster: &TalosCluster) -> Result<Observed> {
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
-    let machines: Vec<TalosMachine> =
-        Api::<DeserializeGuard<TalosMachine>>::namespaced(ctx.client.clone(), &namespace)
-            .list(&ListParams::default())
-            .await
-            .map_err(Error::kube(format!(
-                "listing the TalosMachines of {namespace}"
-            )))?
-            .items
-            .into_iter()
-            .filter_map(|m| m.0.ok())
-            .filter(|m| m.spec.cluster_ref.name == name)
-            .collect();
+    let machines = machines_of(ctx, &namespace, &name).await?;
     let mut observed = Observed {
         machines,
         ..Observed::default()
@@ -212,6 +274,25 @@ async fn read(ctx: &Context, cluster: &TalosCluster) -> Result<Observed> {
     }
     observed.cni_workloads = read_cni_workloads(ctx).await?;
     Ok(observed)
+}
+
+/// The readable TalosMachines of `namespace/name`, from the store the
+/// machine watch fills (a list per reconcile would read every machine of
+/// the namespace for every machine that changed).
+async fn machines_of(ctx: &Context, namespace: &str, name: &str) -> Result<Vec<TalosMachine>> {
+    if !ctx.machines.ready().await {
+        // The watch is gone: the controller is stopping.
+        return Ok(Vec::new());
+    }
+    Ok(ctx
+        .machines
+        .store
+        .state()
+        .iter()
+        .filter_map(|m| m.0.as_ref().ok())
+        .filter(|m| m.namespace().as_deref() == Some(namespace) && m.spec.cluster_ref.name == name)
+        .cloned()
+        .collect())
 }
 
 /// The hand-over check for the cluster's effective values, or why they
@@ -329,7 +410,12 @@ fn decide_handover(
             now,
         ),
     };
-    if c.status != "True" && decision.requeue != settings.error_requeue {
+    // What the condition waits for is watched (the record, the DaemonSet,
+    // the Nodes, the machines), except a running Job: only that is polled.
+    if c.status != "True"
+        && decision.requeue != settings.error_requeue
+        && matches!(job, Some(JobState::Running { .. }))
+    {
         decision.requeue = HANDOVER_POLL;
     }
     conditions::set(&mut decision.status.conditions, c);
@@ -421,13 +507,19 @@ async fn write(ctx: &Context, cluster: &TalosCluster, decision: &Decision) -> Re
     .await
 }
 
-/// The node count the effective values depend on ([`ichor_cilium::node_count_rule`]).
+/// The node count the effective values depend on ([`ichor_cilium::node_count_rule`]),
+/// from the store the Node watch fills.
 async fn node_count(ctx: &Context, machines: usize) -> Result<u32> {
-    let nodes = Api::<Node>::all(ctx.client.clone())
-        .list_metadata(&ListParams::default())
-        .await
-        .map_err(Error::kube("listing the Nodes"))?;
-    Ok(ichor_cilium::node_count_rule(nodes.items.len(), machines))
+    let nodes = match ctx.nodes.ready().await {
+        true => ctx.nodes.store.len(),
+        false => Api::<Node>::all(ctx.client.clone())
+            .list_metadata(&ListParams::default())
+            .await
+            .map_err(Error::kube("listing the Nodes"))?
+            .items
+            .len(),
+    };
+    Ok(ichor_cilium::node_count_rule(nodes, machines))
 }
 
 /// The DaemonSets of every namespace that the one detector recognises as
@@ -665,6 +757,31 @@ mod decide_tests {
         assert_eq!(
             condition(&d, types::CNI_HANDOVER).reason,
             reasons::HANDED_OVER
+        );
+        assert_eq!(d.requeue, Duration::from_secs(300));
+    }
+
+    /// Waiting for the release or the DaemonSet, with no Job running, is
+    /// not polled: both are watched, and a steady state makes no requests.
+    /// Covers: issue 18 item 3 (no polling in steady state)
+    #[test]
+    fn a_pending_hand_over_without_a_job_waits_for_the_watches() {
+        let c = cluster(include_str!("fixtures/cluster-cilium.yaml"));
+        let o = observed(Some(Ok(check(None, Ok(())))));
+        let d = decide(&c, &o, &settings(false), &at(100));
+        assert_eq!(
+            condition(&d, types::CNI_HANDOVER).reason,
+            reasons::WAITING_FOR_RELEASE
+        );
+        assert_eq!(d.requeue, Duration::from_secs(300));
+        let o = observed(Some(Ok(check(
+            Some((2, "0123456789abcdef")),
+            Err("0 of 3 ready".into()),
+        ))));
+        let d = decide(&c, &o, &settings(true), &at(100));
+        assert_eq!(
+            condition(&d, types::CNI_HANDOVER).reason,
+            reasons::WAITING_FOR_DAEMON_SET
         );
         assert_eq!(d.requeue, Duration::from_secs(300));
     }

@@ -2,6 +2,11 @@
 //! certificate minted in memory from the bundle's OS CA. Nothing here is
 //! logged or written anywhere; the cache holds the identity only in memory
 //! and mints a new one when the Secret changes or the certificate ages.
+//!
+//! Talos clients are not kept between reconciles: a machine is read again
+//! at its resync, minutes later, and thousands of idle mutual-TLS
+//! connections (each with its TLS and HTTP/2 buffers) would cost far more
+//! memory than one handshake per reconcile costs time.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -21,21 +26,27 @@ use crate::{Error, Result};
 pub const CERT_VALIDITY: Duration = Duration::from_secs(24 * 3600);
 /// A cached identity is minted again after this long.
 const REMINT_AFTER: Duration = Duration::from_secs(12 * 3600);
+/// For this long after the Secret was read, its cached identity is used
+/// without reading the Secret again (the machines of one cluster reconcile
+/// together: one read serves them all).
+const RECHECK_AFTER: Duration = Duration::from_secs(10);
 
 struct Entry {
     resource_version: String,
     minted: Instant,
+    /// When the Secret was last read and found at `resource_version`.
+    checked: Instant,
     identity: ClientIdentity,
     /// Changes with every mint, so clients made with an older identity are replaced.
     serial: u64,
 }
 
-/// Minted identities by (namespace, Secret name), and Talos clients by
-/// endpoint (a client keeps its connection between reconciles).
+/// Minted identities by (namespace, Secret name).
 #[derive(Default)]
 pub struct Cache {
     entries: Mutex<HashMap<(String, String), Entry>>,
-    clients: Mutex<HashMap<String, (u64, TalosClient)>>,
+    /// Held while a Secret is read, so concurrent misses read it once.
+    reading: tokio::sync::Mutex<()>,
     serial: std::sync::atomic::AtomicU64,
 }
 
@@ -46,8 +57,8 @@ impl std::fmt::Debug for Cache {
 }
 
 impl Cache {
-    /// A Talos client for `endpoint` with the admin identity of `cluster`,
-    /// reused while the identity is the same (it keeps its connection).
+    /// A Talos client for `endpoint` with the admin identity of `cluster`
+    /// (it connects on its first call; dropped, it closes its connection).
     pub async fn talos_client(
         &self,
         client: &kube::Client,
@@ -55,16 +66,8 @@ impl Cache {
         endpoint: &str,
         options: ClientOptions,
     ) -> Result<Result<TalosClient, ichor_talos_client::Error>> {
-        let (identity, serial) = self.identity_and_serial(client, cluster).await?;
-        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((s, c)) = clients.get(endpoint)
-            && *s == serial
-        {
-            return Ok(Ok(c.clone()));
-        }
-        Ok(TalosClient::new(endpoint, &identity, options).inspect(|c| {
-            clients.insert(endpoint.to_owned(), (serial, c.clone()));
-        }))
+        let (identity, _) = self.identity_and_serial(client, cluster).await?;
+        Ok(TalosClient::new(endpoint, &identity, options))
     }
 
     /// The admin identity for `cluster`'s nodes.
@@ -92,6 +95,23 @@ impl Cache {
             key: key.clone(),
             reason,
         };
+        let cache_key = (namespace.clone(), secret_name.clone());
+        let fresh = || {
+            let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            entries
+                .get(&cache_key)
+                .filter(|e| fresh_enough(e.checked.elapsed(), e.minted.elapsed()))
+                .map(|e| (e.identity.clone(), e.serial))
+        };
+        if let Some(found) = fresh() {
+            return Ok(found);
+        }
+        // The machines of a cluster reconcile together: one of them reads
+        // the Secret, the others wait for it and find the identity cached.
+        let _reading = self.reading.lock().await;
+        if let Some(found) = fresh() {
+            return Ok(found);
+        }
         let secret = Api::<Secret>::namespaced(client.clone(), &namespace)
             .get_opt(&secret_name)
             .await
@@ -100,13 +120,13 @@ impl Cache {
             )))?
             .ok_or_else(|| bundle_error("the Secret does not exist".into()))?;
         let rv = secret.resource_version().unwrap_or_default();
-        let cache_key = (namespace.clone(), secret_name.clone());
         {
-            let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(e) = entries.get(&cache_key)
+            let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(e) = entries.get_mut(&cache_key)
                 && e.resource_version == rv
                 && e.minted.elapsed() < REMINT_AFTER
             {
+                e.checked = Instant::now();
                 return Ok((e.identity.clone(), e.serial));
             }
         }
@@ -132,12 +152,19 @@ impl Cache {
                 Entry {
                     resource_version: rv,
                     minted: Instant::now(),
+                    checked: Instant::now(),
                     identity: identity.clone(),
                     serial,
                 },
             );
         Ok((identity, serial))
     }
+}
+
+/// Whether a cached identity is used without reading its Secret: read
+/// less than [`RECHECK_AFTER`] ago and minted less than [`REMINT_AFTER`] ago.
+fn fresh_enough(since_checked: Duration, since_minted: Duration) -> bool {
+    since_checked < RECHECK_AFTER && since_minted < REMINT_AFTER
 }
 
 /// Parses a bundle and mints an `os:admin` client identity from its OS CA.
@@ -157,6 +184,14 @@ pub fn identity_from_bundle_text(text: &str, origin: &str) -> Result<ClientIdent
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Covers: issue 18 item 3 (one Secret read serves a cluster's machines)
+    #[test]
+    fn a_recently_read_secret_is_not_read_again_until_it_ages() {
+        assert!(fresh_enough(Duration::from_secs(1), Duration::from_secs(1)));
+        assert!(!fresh_enough(RECHECK_AFTER, Duration::from_secs(1)));
+        assert!(!fresh_enough(Duration::from_secs(1), REMINT_AFTER));
+    }
 
     #[test]
     fn a_bundle_gives_an_admin_identity_and_errors_name_no_secret() {

@@ -46,6 +46,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt as _;
+use k8s_openapi::api::core::v1::Node;
+use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::events::{Recorder, Reporter};
 
 pub use error::{Error, Result};
@@ -223,10 +225,27 @@ pub struct Context {
     pub(crate) recent_successes: machine::RecentSuccesses,
     /// Where `now` comes from (the system clock; a test may set another).
     pub clock: pipeline::Clock,
+    /// Every watched TalosMachine, as the TalosCluster controller's watch
+    /// saw it (the cluster reconcile reads its machines here, not with a list).
+    pub(crate) machines: pipeline::Shared<DeserializeGuard<ichor_api::TalosMachine>>,
+    /// Every watched TalosCluster, as the TalosMachine controller's watch
+    /// saw it (the machine reconcile reads its cluster here).
+    pub(crate) clusters: pipeline::Shared<DeserializeGuard<ichor_api::TalosCluster>>,
+    /// Every Node's metadata (the node count of the effective values).
+    pub(crate) nodes: pipeline::Shared<PartialObjectMeta<Node>>,
+    /// Keeps a cluster's reconciles apart while its machines converge.
+    pub(crate) cluster_spacing: pipeline::Spacing,
 }
 
 impl Context {
-    fn new(client: kube::Client, config: Config, metrics: Arc<Metrics>) -> Self {
+    fn new(
+        client: kube::Client,
+        config: Config,
+        metrics: Arc<Metrics>,
+        machines: pipeline::Shared<DeserializeGuard<ichor_api::TalosMachine>>,
+        clusters: pipeline::Shared<DeserializeGuard<ichor_api::TalosCluster>>,
+        nodes: pipeline::Shared<PartialObjectMeta<Node>>,
+    ) -> Self {
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -242,6 +261,10 @@ impl Context {
             credentials: credentials::Cache::default(),
             recent_successes: machine::RecentSuccesses::default(),
             clock: pipeline::system_clock,
+            machines,
+            clusters,
+            nodes,
+            cluster_spacing: pipeline::Spacing::default(),
         }
     }
 }
@@ -288,9 +311,26 @@ pub async fn run_with(
         tracing::error!(error = %e, "IchorInstallation");
     }
 
-    let ctx = Arc::new(Context::new(client, config, Arc::clone(&metrics)));
-    let machines = machine::run(Arc::clone(&ctx), shutdown.clone());
-    let clusters = cluster::run(Arc::clone(&ctx), shutdown.clone());
+    // Each controller's watch of the other kind fills a store the other
+    // reconcile reads: the store is written before the event triggers.
+    let (machine_store, machine_writer) = pipeline::Shared::new();
+    let (cluster_store, cluster_writer) = pipeline::Shared::new();
+    let (node_store, node_writer) = pipeline::Shared::new();
+    let ctx = Arc::new(Context::new(
+        client,
+        config,
+        Arc::clone(&metrics),
+        machine_store,
+        cluster_store,
+        node_store,
+    ));
+    let machines = machine::run(Arc::clone(&ctx), cluster_writer, shutdown.clone());
+    let clusters = cluster::run(
+        Arc::clone(&ctx),
+        machine_writer,
+        node_writer,
+        shutdown.clone(),
+    );
     let operations = operation::run(Arc::clone(&ctx), shutdown.clone());
     let controllers = async {
         futures::join!(machines, clusters, operations);

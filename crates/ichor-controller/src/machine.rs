@@ -27,7 +27,7 @@ use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt as _, watcher};
 
 use crate::pipeline;
 use crate::{Context, Error, Result};
@@ -45,40 +45,61 @@ where
     }
 }
 
-/// Runs the TalosMachine controller until `shutdown`.
+/// Runs the TalosMachine controller until `shutdown`. Its watch of the
+/// TalosClusters fills `clusters` (the store [`Context::clusters`] reads).
 pub(crate) async fn run(
     ctx: Arc<Context>,
+    clusters: pipeline::Filler<DeserializeGuard<TalosCluster>>,
     shutdown: impl Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let stop = shutdown.clone();
     let ns = ctx.config.namespace.as_deref();
     let machines: Api<DeserializeGuard<TalosMachine>> = api(&ctx.client, ns);
-    let clusters: Api<TalosCluster> = api(&ctx.client, ns);
+    let cluster_api: Api<DeserializeGuard<TalosCluster>> = api(&ctx.client, ns);
     // Our own status writes come back as events too; the reconcile that
-    // follows finds nothing to change and writes nothing (SSA of an equal
-    // status is a no-op), so this settles.
-    let controller = Controller::new(machines, watcher::Config::default()).with_config(
+    // follows finds its inputs unchanged and returns before any read.
+    let (store, writer) = kube::runtime::reflector::store();
+    let machine_events = watcher(machines, watcher::Config::default())
+        .default_backoff()
+        .modify(pipeline::forget_managed_fields::<DeserializeGuard<TalosMachine>>)
+        .reflect(writer)
+        .applied_objects();
+    let controller = Controller::for_stream(machine_events, store.clone()).with_config(
         kube::runtime::controller::Config::default().concurrency(ctx.config.machine_concurrency),
     );
-    let store = controller.store();
+    let cluster_store = ctx.clusters.store.clone();
+    let cluster_trigger =
+        clusters.fill(watcher(cluster_api, watcher::Config::default()).default_backoff());
+    // A cluster's status changes with every machine that becomes Ready;
+    // its machines are reconciled again only when what their render
+    // depends on changed, or the cluster is gone.
+    let seen = pipeline::ChangeFilter::<ClusterInputs>::default();
     let drive = controller
-        .watches(
-            clusters,
-            watcher::Config::default(),
-            move |c: TalosCluster| {
-                let ns = c.namespace();
-                let name = c.name_any();
-                store
-                    .state()
-                    .into_iter()
-                    .filter(|m| {
-                        m.0.as_ref()
-                            .is_ok_and(|m| m.namespace() == ns && m.spec.cluster_ref.name == name)
-                    })
-                    .map(|m| ObjectRef::from_obj(&*m))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .watches_stream(cluster_trigger, move |c: DeserializeGuard<TalosCluster>| {
+            let Ok(c) = c.0 else {
+                return Vec::new();
+            };
+            let ns = c.namespace();
+            let name = c.name_any();
+            let r = ObjectRef::<DeserializeGuard<TalosCluster>>::new(&name)
+                .within(ns.as_deref().unwrap_or_default());
+            let now = cluster_store
+                .get(&r)
+                .is_some()
+                .then(|| ClusterInputs::of(&c));
+            if seen.changed(r.to_string(), now).is_none() {
+                return Vec::new();
+            }
+            store
+                .state()
+                .into_iter()
+                .filter(|m| {
+                    m.0.as_ref()
+                        .is_ok_and(|m| m.namespace() == ns && m.spec.cluster_ref.name == name)
+                })
+                .map(|m| ObjectRef::from_obj(&*m))
+                .collect::<Vec<_>>()
+        })
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {
@@ -232,10 +253,20 @@ pub fn ready_reason(e: &Error) -> &'static str {
     }
 }
 
-/// The machine's TalosCluster.
+/// The machine's TalosCluster: from the store the cluster watch fills, or,
+/// when the store does not have it (yet) or cannot read it, from the API.
 async fn read_cluster(machine: &TalosMachine, ctx: &Context) -> Result<TalosCluster> {
     let namespace = machine.namespace().unwrap_or_default();
     let cluster_name = &machine.spec.cluster_ref.name;
+    if ctx.clusters.ready().await
+        && let Some(guarded) = ctx
+            .clusters
+            .store
+            .get(&ObjectRef::new(cluster_name).within(&namespace))
+        && let Ok(cluster) = &guarded.0
+    {
+        return Ok(cluster.clone());
+    }
     Api::<TalosCluster>::namespaced(ctx.client.clone(), &namespace)
         .get_opt(cluster_name)
         .await
@@ -255,14 +286,31 @@ fn handover(c: &TalosCluster) -> bool {
         .is_some_and(|s| conditions::is_true(&s.conditions, types::CNI_HANDOVER))
 }
 
+/// What of a TalosCluster its machines' reconciles depend on (its status
+/// is Ready aggregated from them, which they do not read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClusterInputs {
+    uid: String,
+    generation: Option<i64>,
+    handover: bool,
+}
+
+impl ClusterInputs {
+    pub(crate) fn of(cluster: &TalosCluster) -> Self {
+        ClusterInputs {
+            uid: cluster.uid().unwrap_or_default(),
+            generation: cluster.metadata.generation,
+            handover: handover(cluster),
+        }
+    }
+}
+
 /// What a machine's reconcile depends on, apart from the node itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ReconcileInputs {
     uid: String,
     generation: Option<i64>,
-    cluster_uid: String,
-    cluster_generation: Option<i64>,
-    handover: bool,
+    cluster: ClusterInputs,
 }
 
 impl ReconcileInputs {
@@ -270,9 +318,7 @@ impl ReconcileInputs {
         ReconcileInputs {
             uid: machine.uid().unwrap_or_default(),
             generation: machine.metadata.generation,
-            cluster_uid: cluster.uid().unwrap_or_default(),
-            cluster_generation: cluster.metadata.generation,
-            handover: handover(cluster),
+            cluster: ClusterInputs::of(cluster),
         }
     }
 }
