@@ -64,7 +64,7 @@ pub fn controller_cluster_rules() -> Value {
         // reboot (cordon, evictions that honour PodDisruptionBudgets).
         {"apiGroups": [ichor_api::GROUP], "resources": ["talosoperations"], "verbs": ["get", "list", "watch", "patch"]},
         {"apiGroups": [ichor_api::GROUP], "resources": ["talosoperations/status"], "verbs": ["patch"]},
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
         {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list"]}

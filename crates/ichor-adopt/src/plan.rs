@@ -456,6 +456,19 @@ mod tests {
         assert!(check_cilium_values(&replicas, 1).is_err());
     }
 
+    /// The plan as the user reads it before consent, and as `-o json`
+    /// prints it: a change to either shows in review as a snapshot diff.
+    /// Covers: R1.4a, R1.5a
+    #[test]
+    fn the_plan_text_and_json_snapshots() {
+        let p = plan(true, Some(Tunnel::Geneve));
+        insta::assert_snapshot!("plan-no-cni-text", p.text());
+        insta::assert_snapshot!(
+            "plan-no-cni-json",
+            serde_json::to_string_pretty(&p).unwrap()
+        );
+    }
+
     /// Covers: R1.5a, R1.4a, R1.4b
     #[test]
     fn the_no_cni_plan_says_what_the_spec_says() {

@@ -77,6 +77,7 @@
   verbs:
   - get
   - list
+  - watch
   - patch
 - apiGroups:
   - ''
