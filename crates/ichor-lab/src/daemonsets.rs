@@ -228,15 +228,15 @@ pub async fn tick(client: &kube::Client, nodes: &[Node]) -> Result<bool, kube::E
     let mut live_uids = HashSet::new();
     let stamp = now();
 
+    let pass = DaemonSetPass {
+        client,
+        nodes,
+        existing: &existing,
+        kube_proxy,
+        stamp: &stamp,
+    };
     for ds in &daemonsets {
         live_uids.insert(ds.metadata.uid.clone().unwrap_or_default());
-        let pass = DaemonSetPass {
-            client,
-            nodes,
-            existing: &existing,
-            kube_proxy,
-            stamp: &stamp,
-        };
         sync_daemonset(&pass, ds, &mut network_ready_nodes).await?;
     }
     delete_orphaned_pods(client, &existing, &live_uids).await;
