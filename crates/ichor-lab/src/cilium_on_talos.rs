@@ -59,47 +59,9 @@ pub fn judge_agent(
             message: "MountVolume.SetUp failed for volume \"cilium-config-path\": configmap \"cilium-config\" not found".into(),
         });
     };
-    let containers =
-        |list: &str| -> Vec<Value> { pod[list].as_array().cloned().unwrap_or_default() };
-    let name = |c: &Value| c["name"].as_str().unwrap_or_default().to_string();
-
-    // Capabilities: a container asking for SYS_MODULE is refused.
-    for (list, init) in [("initContainers", true), ("containers", false)] {
-        for c in containers(list) {
-            let privileged = c["securityContext"]["privileged"] == Value::Bool(true);
-            let asks = c["securityContext"]["capabilities"]["add"]
-                .as_array()
-                .is_some_and(|a| a.iter().any(|x| x == FORBIDDEN_CAPABILITY));
-            if asks && !privileged {
-                return Err(AgentNotReady {
-                    container: name(&c),
-                    init,
-                    reason: "CreateContainerError",
-                    message: format!(
-                        "container {} asks for capability {FORBIDDEN_CAPABILITY}, which Talos does not grant to workloads (kernel modules are part of the Talos image): remove it from securityContext.capabilities.ciliumAgent and .cleanCiliumState",
-                        name(&c)
-                    ),
-                });
-            }
-        }
-    }
-
-    // cgroup: Talos mounts cgroup2 itself; the chart's mount-cgroup init
-    // container (cgroup.autoMount.enabled) fails there.
-    if let Some(c) = containers("initContainers")
-        .into_iter()
-        .find(|c| c["name"] == "mount-cgroup")
-    {
-        return Err(AgentNotReady {
-            container: name(&c),
-            init: true,
-            reason: "CrashLoopBackOff",
-            message: format!(
-                "init container mount-cgroup cannot mount cgroup2 on Talos, which mounts it at {TALOS_CGROUP_ROOT} already: set cgroup.autoMount.enabled=false and cgroup.hostRoot={TALOS_CGROUP_ROOT}"
-            ),
-        });
-    }
-    let agent = containers("containers")
+    judge_capabilities(pod)?;
+    judge_cgroup_mount(pod)?;
+    let agent = containers(pod, "containers")
         .into_iter()
         .find(|c| c["name"] == AGENT_CONTAINER)
         .ok_or_else(|| AgentNotReady {
@@ -108,15 +70,78 @@ pub fn judge_agent(
             reason: "CreateContainerError",
             message: format!("the DaemonSet has no container {AGENT_CONTAINER}"),
         })?;
-    let crash = |message: String| AgentNotReady {
+    judge_config(config, node)?;
+    judge_api_server_access(&agent, node)
+}
+
+/// The containers of one list (`initContainers`, `containers`) of a pod spec.
+fn containers(pod: &Value, list: &str) -> Vec<Value> {
+    pod[list].as_array().cloned().unwrap_or_default()
+}
+
+fn container_name(c: &Value) -> String {
+    c["name"].as_str().unwrap_or_default().to_string()
+}
+
+/// The agent container crashing with `message`.
+fn agent_crash(message: String) -> AgentNotReady {
+    AgentNotReady {
         container: AGENT_CONTAINER.into(),
         init: false,
         reason: "CrashLoopBackOff",
         message,
-    };
+    }
+}
+
+/// Capabilities: a container asking for SYS_MODULE is refused.
+fn judge_capabilities(pod: &Value) -> Result<(), AgentNotReady> {
+    for (list, init) in [("initContainers", true), ("containers", false)] {
+        for c in containers(pod, list) {
+            let privileged = c["securityContext"]["privileged"] == Value::Bool(true);
+            let asks = c["securityContext"]["capabilities"]["add"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x == FORBIDDEN_CAPABILITY));
+            if asks && !privileged {
+                return Err(AgentNotReady {
+                    container: container_name(&c),
+                    init,
+                    reason: "CreateContainerError",
+                    message: format!(
+                        "container {} asks for capability {FORBIDDEN_CAPABILITY}, which Talos does not grant to workloads (kernel modules are part of the Talos image): remove it from securityContext.capabilities.ciliumAgent and .cleanCiliumState",
+                        container_name(&c)
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// cgroup: Talos mounts cgroup2 itself; the chart's mount-cgroup init
+/// container (cgroup.autoMount.enabled) fails there.
+fn judge_cgroup_mount(pod: &Value) -> Result<(), AgentNotReady> {
+    if let Some(c) = containers(pod, "initContainers")
+        .into_iter()
+        .find(|c| c["name"] == "mount-cgroup")
+    {
+        return Err(AgentNotReady {
+            container: container_name(&c),
+            init: true,
+            reason: "CrashLoopBackOff",
+            message: format!(
+                "init container mount-cgroup cannot mount cgroup2 on Talos, which mounts it at {TALOS_CGROUP_ROOT} already: set cgroup.autoMount.enabled=false and cgroup.hostRoot={TALOS_CGROUP_ROOT}"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The values of `cilium-config` Talos needs: its cgroup root, Kubernetes
+/// IPAM, and something that serves Services.
+fn judge_config(config: &BTreeMap<String, String>, node: &TalosNode) -> Result<(), AgentNotReady> {
     let cgroup_root = config.get("cgroup-root").map(String::as_str);
     if cgroup_root != Some(TALOS_CGROUP_ROOT) {
-        return Err(crash(format!(
+        return Err(agent_crash(format!(
             "cilium-config cgroup-root is {}, but Talos mounts cgroup2 at {TALOS_CGROUP_ROOT}: set cgroup.hostRoot={TALOS_CGROUP_ROOT}",
             shown(cgroup_root)
         )));
@@ -125,7 +150,7 @@ pub fn judge_agent(
     // IPAM: Talos gives each node its pod CIDR through Kubernetes.
     let ipam = config.get("ipam").map(String::as_str);
     if ipam != Some("kubernetes") {
-        return Err(crash(format!(
+        return Err(agent_crash(format!(
             "cilium-config ipam is {}, but on Talos the nodes' pod CIDRs come from Kubernetes (cluster.network.podSubnets): set ipam.mode=kubernetes",
             shown(ipam)
         )));
@@ -137,14 +162,17 @@ pub fn judge_agent(
     // that mismatch itself, R4.4c.)
     let kpr = config.get("kube-proxy-replacement").map(String::as_str);
     if kpr != Some("true") && !node.kube_proxy {
-        return Err(crash(format!(
+        return Err(agent_crash(format!(
             "cilium-config kube-proxy-replacement is {}, but kube-proxy is disabled on this Talos cluster (cluster.proxy.disabled: true), so nothing would serve Services: set kubeProxyReplacement=true",
             shown(kpr)
         )));
     }
+    Ok(())
+}
 
-    // The API server: without kube-proxy the agent cannot use the
-    // `kubernetes` Service and must reach KubePrism on the node itself.
+/// The API server: without kube-proxy the agent cannot use the
+/// `kubernetes` Service and must reach KubePrism on the node itself.
+fn judge_api_server_access(agent: &Value, node: &TalosNode) -> Result<(), AgentNotReady> {
     let env = |k: &str| {
         agent["env"].as_array().and_then(|a| {
             a.iter()
@@ -155,23 +183,23 @@ pub fn judge_agent(
     let host = env("KUBERNETES_SERVICE_HOST");
     let port = env("KUBERNETES_SERVICE_PORT");
     if host.is_none() && !node.kube_proxy {
-        return Err(crash(
+        return Err(agent_crash(
             "the agent has no KUBERNETES_SERVICE_HOST, and without kube-proxy it cannot reach the API server through the kubernetes Service: set k8sServiceHost=localhost and k8sServicePort=7445 (KubePrism)".into(),
         ));
     }
     if let Some(host) = host {
         if host != "localhost" && host != "127.0.0.1" {
-            return Err(crash(format!(
+            return Err(agent_crash(format!(
                 "k8sServiceHost is {host:?}; on Talos the agent reaches the API server through KubePrism on the node: set k8sServiceHost=localhost"
             )));
         }
         let Some(prism) = node.kube_prism_port else {
-            return Err(crash(
+            return Err(agent_crash(
                 "k8sServiceHost is localhost, but KubePrism is disabled on this Talos node (machine.features.kubePrism.enabled: false), so nothing listens there: enable KubePrism".into(),
             ));
         };
         if port.as_deref() != Some(prism.to_string().as_str()) {
-            return Err(crash(format!(
+            return Err(agent_crash(format!(
                 "k8sServicePort is {}, but KubePrism listens on port {prism} on this Talos node: set k8sServicePort={prism}",
                 shown(port.as_deref())
             )));

@@ -228,155 +228,253 @@ pub async fn tick(client: &kube::Client, nodes: &[Node]) -> Result<bool, kube::E
     let mut live_uids = HashSet::new();
     let stamp = now();
 
+    let pass = DaemonSetPass {
+        client,
+        nodes,
+        existing: &existing,
+        kube_proxy,
+        stamp: &stamp,
+    };
     for ds in &daemonsets {
-        let ns = ds.metadata.namespace.clone().unwrap_or_default();
-        let name = ds.metadata.name.clone().unwrap_or_default();
-        let uid = ds.metadata.uid.clone().unwrap_or_default();
-        live_uids.insert(uid.clone());
-        let generation = ds.metadata.generation.unwrap_or(1);
-        let spec = &ds.spec;
-        let template = spec.template.spec.clone().unwrap_or_default();
-        let is_cilium = (ns.as_str(), name.as_str()) == CILIUM;
-        let is_network = NETWORK_DAEMONSETS.contains(&(ns.as_str(), name.as_str()));
-        let config = if is_cilium {
-            Api::<ConfigMap>::namespaced(client.clone(), &ns)
-                .get_opt("cilium-config")
-                .await?
-                .map(|c| c.data.unwrap_or_default())
-        } else {
-            None
-        };
-        let ds_json = serde_json::to_value(ds).unwrap_or_default();
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        let (mut desired, mut current, mut ready, mut updated) = (0i32, 0i32, 0i32, 0i32);
+        live_uids.insert(ds.metadata.uid.clone().unwrap_or_default());
+        sync_daemonset(&pass, ds, &mut network_ready_nodes).await?;
+    }
+    delete_orphaned_pods(client, &existing, &live_uids).await;
 
-        for node in nodes {
-            let node_name = node.metadata.name.clone().unwrap_or_default();
-            let pname = pod_name(&name, &node_name);
-            let mine = existing.iter().find(|p| {
-                p.metadata.namespace.as_deref() == Some(ns.as_str())
-                    && p.metadata.name.as_deref() == Some(pname.as_str())
-            });
-            if !eligible(&template, node) {
-                if mine.is_some() {
-                    let _ = pods
-                        .delete(&pname, &DeleteParams::default().grace_period(0))
-                        .await;
-                }
-                continue;
-            }
-            desired += 1;
-            // A pod being deleted, a pod of an older generation: a kubelet
-            // ends it at once (grace period 0), the controller makes a new one
-            // on the next pass.
-            let stale = mine.is_some_and(|p| {
-                p.metadata.deletion_timestamp.is_some()
-                    || p.metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(GENERATION_ANNOTATION))
-                        != Some(&generation.to_string())
-                    || p.metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get(DAEMONSET_UID_LABEL))
-                        != Some(&uid)
-            });
-            if stale {
+    for node in nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        set_node_ready(client, node, network_ready_nodes.contains(&name)).await?;
+    }
+    Ok(!network_ready_nodes.is_empty())
+}
+
+/// What every DaemonSet of one pass sees.
+struct DaemonSetPass<'a> {
+    client: &'a kube::Client,
+    nodes: &'a [Node],
+    /// Every simulated daemon pod, listed at the start of the pass.
+    existing: &'a [Pod],
+    /// Whether kube-proxy's DaemonSet exists (Cilium's agent depends on it).
+    kube_proxy: bool,
+    stamp: &'a str,
+}
+
+/// The pod counts a DaemonSet's status reports.
+#[derive(Default, Clone, Copy)]
+struct DaemonPodCounts {
+    desired: i32,
+    current: i32,
+    ready: i32,
+    updated: i32,
+}
+
+/// One DaemonSet: its pod on every eligible node (made, replaced, deleted,
+/// its status written) and then its own status. Nodes where a network
+/// DaemonSet's pod is Ready go into `network_ready_nodes`.
+async fn sync_daemonset(
+    pass: &DaemonSetPass<'_>,
+    ds: &DaemonSet,
+    network_ready_nodes: &mut HashSet<String>,
+) -> Result<(), kube::Error> {
+    let ns = ds.metadata.namespace.clone().unwrap_or_default();
+    let name = ds.metadata.name.clone().unwrap_or_default();
+    let uid = ds.metadata.uid.clone().unwrap_or_default();
+    let generation = ds.metadata.generation.unwrap_or(1);
+    let template = ds.spec.template.spec.clone().unwrap_or_default();
+    let is_cilium = (ns.as_str(), name.as_str()) == CILIUM;
+    let is_network = NETWORK_DAEMONSETS.contains(&(ns.as_str(), name.as_str()));
+    let config = if is_cilium {
+        Api::<ConfigMap>::namespaced(pass.client.clone(), &ns)
+            .get_opt("cilium-config")
+            .await?
+            .map(|c| c.data.unwrap_or_default())
+    } else {
+        None
+    };
+    let ds_json = serde_json::to_value(ds).unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(pass.client.clone(), &ns);
+    let mut counts = DaemonPodCounts::default();
+
+    for node in pass.nodes {
+        let node_name = node.metadata.name.clone().unwrap_or_default();
+        let pname = pod_name(&name, &node_name);
+        let mine = pass.existing.iter().find(|p| {
+            p.metadata.namespace.as_deref() == Some(ns.as_str())
+                && p.metadata.name.as_deref() == Some(pname.as_str())
+        });
+        if !eligible(&template, node) {
+            if mine.is_some() {
                 let _ = pods
                     .delete(&pname, &DeleteParams::default().grace_period(0))
                     .await;
-                continue;
             }
-            let status = if is_cilium {
-                let verdict = cilium_on_talos::judge_agent(
-                    &ds_json,
-                    config.as_ref(),
-                    &talos_node(node, kube_proxy),
-                );
-                cilium_on_talos::agent_pod_status(&verdict, &stamp)
-            } else {
-                plain_pod_status(&template, node, &stamp)
-            };
-            match mine {
-                None => {
-                    let mut labels = spec
-                        .template
-                        .metadata
-                        .as_ref()
-                        .and_then(|m| m.labels.clone())
-                        .unwrap_or_default();
-                    labels.insert(DAEMONSET_UID_LABEL.into(), uid.clone());
-                    let mut pod_spec = serde_json::to_value(&template).unwrap_or_default();
-                    pod_spec["nodeName"] = json!(node_name);
-                    pod_spec["tolerations"] =
-                        serde_json::to_value(daemon_tolerations(&template)).unwrap_or_default();
-                    let pod: Result<Pod, _> = serde_json::from_value(json!({
-                        "apiVersion": "v1", "kind": "Pod",
-                        "metadata": {"name": pname, "namespace": ns, "labels": labels,
-                            "annotations": {"ichor.maesh.dev/simulated": "true",
-                                GENERATION_ANNOTATION: generation.to_string()},
-                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
-                                "name": name, "uid": uid, "controller": true}]},
-                        "spec": pod_spec,
-                    }));
-                    if let Ok(pod) = pod
-                        && let Err(e) = pods.create(&PostParams::default(), &pod).await
-                    {
-                        tracing::debug!("node simulator: creating pod {ns}/{pname}: {e}");
-                    }
-                    // Its status is written on the next tick.
-                }
-                Some(p) => {
-                    current += 1;
-                    updated += 1;
-                    let live = p
-                        .status
-                        .as_ref()
-                        .map(|s| serde_json::to_value(s).unwrap_or_default())
-                        .unwrap_or_default();
-                    if status_key(&live) != status_key(&status) {
-                        pods.patch_status(
-                            &pname,
-                            &PatchParams::default(),
-                            &Patch::Merge(json!({"status": status})),
-                        )
-                        .await?;
-                    }
-                    if pod_is_ready(&status) {
-                        ready += 1;
-                        if is_network {
-                            network_ready_nodes.insert(node_name.clone());
-                        }
-                    }
-                }
-            }
+            continue;
         }
-
-        let want = json!({
-            "currentNumberScheduled": current, "desiredNumberScheduled": desired,
-            "numberReady": ready, "numberAvailable": ready,
-            "numberUnavailable": desired - ready, "updatedNumberScheduled": updated,
-            "numberMisscheduled": 0, "observedGeneration": generation});
-        let live = serde_json::to_value(ds.status.clone().unwrap_or_default()).unwrap_or_default();
-        let same = want
-            .as_object()
-            .into_iter()
-            .flatten()
-            .all(|(k, v)| live.get(k).unwrap_or(&json!(0)) == v);
-        if !same {
-            Api::<DaemonSet>::namespaced(client.clone(), &ns)
-                .patch_status(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "status": want })),
-                )
-                .await?;
+        counts.desired += 1;
+        // A pod being deleted, a pod of an older generation: a kubelet
+        // ends it at once (grace period 0), the controller makes a new one
+        // on the next pass.
+        if mine.is_some_and(|p| is_stale_daemon_pod(p, generation, &uid)) {
+            let _ = pods
+                .delete(&pname, &DeleteParams::default().grace_period(0))
+                .await;
+            continue;
+        }
+        let status = if is_cilium {
+            let verdict = cilium_on_talos::judge_agent(
+                &ds_json,
+                config.as_ref(),
+                &talos_node(node, pass.kube_proxy),
+            );
+            cilium_on_talos::agent_pod_status(&verdict, pass.stamp)
+        } else {
+            plain_pod_status(&template, node, pass.stamp)
+        };
+        match mine {
+            // Its status is written on the next tick.
+            None => create_daemon_pod(&pods, ds, &template, &node_name).await,
+            Some(p) => {
+                counts.current += 1;
+                counts.updated += 1;
+                write_pod_status_if_changed(&pods, p, &pname, &status).await?;
+                if pod_is_ready(&status) {
+                    counts.ready += 1;
+                    if is_network {
+                        network_ready_nodes.insert(node_name.clone());
+                    }
+                }
+            }
         }
     }
+    write_daemonset_status(pass.client, ds, &counts).await
+}
 
-    // Pods of DaemonSets that are gone.
-    for p in &existing {
+/// A daemon pod being deleted, or made from another generation or another
+/// DaemonSet of the same name.
+fn is_stale_daemon_pod(pod: &Pod, generation: i64, uid: &str) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+        || pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(GENERATION_ANNOTATION))
+            != Some(&generation.to_string())
+        || pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(DAEMONSET_UID_LABEL))
+            .map(String::as_str)
+            != Some(uid)
+}
+
+/// Creates `ds`'s pod on `node_name` (a failure is logged; the next pass
+/// tries again).
+async fn create_daemon_pod(pods: &Api<Pod>, ds: &DaemonSet, template: &PodSpec, node_name: &str) {
+    let ns = ds.metadata.namespace.clone().unwrap_or_default();
+    let name = ds.metadata.name.clone().unwrap_or_default();
+    let uid = ds.metadata.uid.clone().unwrap_or_default();
+    let generation = ds.metadata.generation.unwrap_or(1);
+    let pname = pod_name(&name, node_name);
+    let mut labels = ds
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    labels.insert(DAEMONSET_UID_LABEL.into(), uid.clone());
+    let mut pod_spec = serde_json::to_value(template).unwrap_or_default();
+    pod_spec["nodeName"] = json!(node_name);
+    pod_spec["tolerations"] =
+        serde_json::to_value(daemon_tolerations(template)).unwrap_or_default();
+    let pod: Result<Pod, _> = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pname, "namespace": ns, "labels": labels,
+            "annotations": {"ichor.maesh.dev/simulated": "true",
+                GENERATION_ANNOTATION: generation.to_string()},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                "name": name, "uid": uid, "controller": true}]},
+        "spec": pod_spec,
+    }));
+    if let Ok(pod) = pod
+        && let Err(e) = pods.create(&PostParams::default(), &pod).await
+    {
+        tracing::debug!("node simulator: creating pod {ns}/{pname}: {e}");
+    }
+}
+
+/// Writes `status` to the pod unless the parts the simulator compares are
+/// already so.
+async fn write_pod_status_if_changed(
+    pods: &Api<Pod>,
+    pod: &Pod,
+    pname: &str,
+    status: &Value,
+) -> Result<(), kube::Error> {
+    let live = pod
+        .status
+        .as_ref()
+        .map(|s| serde_json::to_value(s).unwrap_or_default())
+        .unwrap_or_default();
+    if status_key(&live) != status_key(status) {
+        pods.patch_status(
+            pname,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Writes the DaemonSet's status when the counts (or observed generation)
+/// differ from what it says.
+async fn write_daemonset_status(
+    client: &kube::Client,
+    ds: &DaemonSet,
+    counts: &DaemonPodCounts,
+) -> Result<(), kube::Error> {
+    let ns = ds.metadata.namespace.clone().unwrap_or_default();
+    let name = ds.metadata.name.clone().unwrap_or_default();
+    let generation = ds.metadata.generation.unwrap_or(1);
+    let DaemonPodCounts {
+        desired,
+        current,
+        ready,
+        updated,
+    } = *counts;
+    let want = json!({
+        "currentNumberScheduled": current, "desiredNumberScheduled": desired,
+        "numberReady": ready, "numberAvailable": ready,
+        "numberUnavailable": desired - ready, "updatedNumberScheduled": updated,
+        "numberMisscheduled": 0, "observedGeneration": generation});
+    let live = serde_json::to_value(ds.status.clone().unwrap_or_default()).unwrap_or_default();
+    let same = want
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| live.get(k).unwrap_or(&json!(0)) == v);
+    if !same {
+        Api::<DaemonSet>::namespaced(client.clone(), &ns)
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": want })),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// Deletes the pods of DaemonSets that are gone (no garbage collector runs
+/// in the lab).
+async fn delete_orphaned_pods(
+    client: &kube::Client,
+    existing: &[Pod],
+    live_uids: &HashSet<String>,
+) {
+    for p in existing {
         let owner = p
             .metadata
             .labels
@@ -392,12 +490,6 @@ pub async fn tick(client: &kube::Client, nodes: &[Node]) -> Result<bool, kube::E
                 .await;
         }
     }
-
-    for node in nodes {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        set_node_ready(client, node, network_ready_nodes.contains(&name)).await?;
-    }
-    Ok(!network_ready_nodes.is_empty())
 }
 
 /// Sets a node's Ready condition (and the `not-ready` taint, as the node

@@ -43,7 +43,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Container, Endpoints, Node, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    Container, Endpoints, Node, Pod, PodSpec, Service, ServiceAccount, ServiceSpec,
+};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -442,17 +444,7 @@ impl IchorPods {
         let container = pod_spec.containers[0].clone();
         let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);
 
-        // The template changed (an upgrade): new pods, as a rolling update
-        // would; the old ones serve until the new ones are Ready.
-        if self
-            .deployments
-            .get(key)
-            .is_some_and(|p| p.generation != generation)
-            && let Some(old) = self.deployments.remove(key)
-            && let Some((older, _)) = self.retiring.insert(key.clone(), (old, None))
-        {
-            delete_pods(client, ns, older).await;
-        }
+        self.retire_older_generation(client, key, generation).await;
         if !self.deployments.contains_key(key) {
             // The simulator's placeholder pod goes: the real ones replace it.
             let _ = pods_api
@@ -460,34 +452,8 @@ impl IchorPods {
                 .await;
             let mut pods = Vec::new();
             for i in 0..replicas {
-                let (ip, pod_ip) = self.pod_ip(pod_cidr);
-                let ports: BTreeMap<u16, u16> = container
-                    .ports
-                    .iter()
-                    .flatten()
-                    .filter_map(|p| u16::try_from(p.container_port).ok())
-                    .map(|p| (p, free_port(ip)))
-                    .collect();
-                for (declared, mapped) in &ports {
-                    self.runner.network.route(
-                        SocketAddr::from((pod_ip, *declared)),
-                        SocketAddr::from((ip, *mapped)),
-                    );
-                }
-                pods.push(PodProcess {
-                    name: format!("{name}-g{generation}-{i}"),
-                    node: node_name.to_string(),
-                    pod_ip,
-                    ip,
-                    ports,
-                    child: None,
-                    started_at: None,
-                    restarts: 0,
-                    next_start: Instant::now(),
-                    last_exit: None,
-                    ready: false,
-                    last_status: Value::Null,
-                });
+                let pod_name = format!("{name}-g{generation}-{i}");
+                pods.push(self.new_pod_process(pod_name, &container, node_name, pod_cidr));
             }
             self.deployments
                 .insert(key.clone(), DeploymentPods { generation, pods });
@@ -505,64 +471,14 @@ impl IchorPods {
             .unwrap_or_else(|| "default".into());
         for p in &mut state.pods {
             if pods_api.get_opt(&p.name).await?.is_none() {
-                let mut spec = serde_json::to_value(&pod_spec).expect("pod spec serialises");
-                spec["nodeName"] = json!(node_name);
-                let pod: Pod = serde_json::from_value(json!({
-                    "apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": p.name, "namespace": ns, "labels": labels,
-                        "annotations": {"ichor.maesh.dev/simulated": "a lab pod: its container is the local ichor binary under the pod's ServiceAccount token"}},
-                    "spec": spec,
-                }))
-                .expect("pod from template");
-                match pods_api.create(&PostParams::default(), &pod).await {
-                    Ok(_) | Err(kube::Error::Api(_)) => {}
-                    Err(e) => return Err(e),
-                }
-                p.last_status = Value::Null;
+                create_pod_object(&pods_api, ns, &pod_spec, &labels, node_name, p).await?;
             }
-            // An exited process: the kubelet's back-off, then a restart.
-            if let Some(child) = p.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                let ran = p.started_at.map(|t| t.elapsed()).unwrap_or_default();
-                if ran >= BACKOFF_RESET {
-                    p.restarts = 0;
-                }
-                p.child = None;
-                p.ready = false;
-                p.restarts += 1;
-                p.last_exit = Some(status.to_string());
-                let exp = u32::try_from(p.restarts - 1).unwrap_or(0).min(5);
-                p.next_start = Instant::now() + (BACKOFF_FIRST * 2u32.pow(exp)).min(BACKOFF_CAP);
-            }
+            p.back_off_if_exited();
             if p.child.is_none() && Instant::now() >= p.next_start {
-                match start_process(client, &runner, ns, &service_account, &container, p).await {
-                    Ok(child) => {
-                        p.child = Some(child);
-                        p.started_at = Some(Instant::now());
-                    }
-                    Err(e) => {
-                        tracing::warn!("lab kubelet: starting pod {ns}/{}: {e}", p.name);
-                        p.last_exit = Some(e);
-                        p.next_start = Instant::now() + BACKOFF_FIRST;
-                    }
-                }
+                start_pod_process(client, &runner, ns, &service_account, &container, p).await;
             }
             p.ready = p.child.is_some() && probe_ready(&container, p).await;
-            let status = pod_status(&container, p);
-            if status != p.last_status {
-                match pods_api
-                    .patch_status(
-                        &p.name,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"status": status})),
-                    )
-                    .await
-                {
-                    Ok(_) => p.last_status = status,
-                    Err(e) => tracing::debug!("lab kubelet: pod {ns}/{} status: {e}", p.name),
-                }
-            }
+            write_pod_status(&pods_api, ns, &container, p).await;
         }
         let ready = i32::try_from(state.pods.iter().filter(|p| p.ready).count()).unwrap_or(0);
         if usize::try_from(ready).unwrap_or(0) >= replicas
@@ -573,27 +489,65 @@ impl IchorPods {
             *until = Some(Instant::now() + DRAIN);
         }
         let replicas = i32::try_from(replicas).unwrap_or(0);
-        let current = d.status.clone().unwrap_or_default();
-        if current.ready_replicas.unwrap_or(0) != ready
-            || current.replicas != Some(replicas)
-            || current.observed_generation != Some(generation)
+        write_deployment_status(client, d, key, replicas, ready).await
+    }
+
+    /// The template changed (an upgrade): new pods, as a rolling update
+    /// would; the old ones serve until the new ones are Ready.
+    async fn retire_older_generation(
+        &mut self,
+        client: &kube::Client,
+        key: &(String, String),
+        generation: i64,
+    ) {
+        if self
+            .deployments
+            .get(key)
+            .is_some_and(|p| p.generation != generation)
+            && let Some(old) = self.deployments.remove(key)
+            && let Some((older, _)) = self.retiring.insert(key.clone(), (old, None))
         {
-            let available = if ready >= replicas { "True" } else { "False" };
-            let now = now();
-            Api::<Deployment>::namespaced(client.clone(), ns)
-                .patch_status(
-                    name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {
-                        "replicas": replicas, "readyReplicas": ready, "availableReplicas": ready,
-                        "updatedReplicas": replicas, "observedGeneration": generation,
-                        "unavailableReplicas": replicas - ready,
-                        "conditions": [{"type": "Available", "status": available, "reason": "MinimumReplicasAvailable",
-                            "lastUpdateTime": now, "lastTransitionTime": now}]}})),
-                )
-                .await?;
+            delete_pods(client, &key.0, older).await;
         }
-        Ok(())
+    }
+
+    /// A pod not yet started: an address from the node's pod CIDR, and a
+    /// free port on its loopback address for every declared container port.
+    fn new_pod_process(
+        &mut self,
+        name: String,
+        container: &Container,
+        node_name: &str,
+        pod_cidr: Option<&str>,
+    ) -> PodProcess {
+        let (ip, pod_ip) = self.pod_ip(pod_cidr);
+        let ports: BTreeMap<u16, u16> = container
+            .ports
+            .iter()
+            .flatten()
+            .filter_map(|p| u16::try_from(p.container_port).ok())
+            .map(|p| (p, free_port(ip)))
+            .collect();
+        for (declared, mapped) in &ports {
+            self.runner.network.route(
+                SocketAddr::from((pod_ip, *declared)),
+                SocketAddr::from((ip, *mapped)),
+            );
+        }
+        PodProcess {
+            name,
+            node: node_name.to_string(),
+            pod_ip,
+            ip,
+            ports,
+            child: None,
+            started_at: None,
+            restarts: 0,
+            next_start: Instant::now(),
+            last_exit: None,
+            ready: false,
+            last_status: Value::Null,
+        }
     }
 
     /// One EndpointSlice per Service that selects Ichor's running pods, with
@@ -615,54 +569,9 @@ impl IchorPods {
                     continue;
                 };
                 let svc_name = svc.metadata.name.clone().unwrap_or_default();
-                let mut endpoints = Vec::new();
-                let mut ports: Vec<Value> = Vec::new();
-                let serving = self.deployments.iter().chain(
-                    self.retiring
-                        .iter()
-                        .filter(|(_, (_, until))| until.is_none())
-                        .map(|(k, (pods, _))| (k, pods)),
-                );
-                for ((d_ns, _), state) in serving {
-                    if *d_ns != ns {
-                        continue;
-                    }
-                    for p in &state.pods {
-                        let Some(pod) = pods.get_opt(&p.name).await? else {
-                            continue;
-                        };
-                        let labels = pod.metadata.labels.clone().unwrap_or_default();
-                        if !selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
-                            continue;
-                        }
-                        let Some(container) = pod
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.containers.first())
-                            .cloned()
-                        else {
-                            continue;
-                        };
-                        endpoints.push(json!({"addresses": [p.pod_ip.to_string()],
-                            "conditions": {"ready": p.ready, "serving": p.ready, "terminating": false},
-                            "targetRef": {"kind": "Pod", "namespace": ns, "name": p.name}}));
-                        if ports.is_empty() {
-                            for sp in spec.ports.iter().flatten() {
-                                let target = sp
-                                    .target_port
-                                    .as_ref()
-                                    .map(|t| serde_json::to_value(t).expect("port serialises"))
-                                    .unwrap_or(json!(sp.port));
-                                if let Some(declared) = container_port(&container, &target)
-                                    .filter(|cp| p.ports.contains_key(cp))
-                                {
-                                    ports.push(json!({"name": sp.name.clone().unwrap_or_default(),
-                                        "port": declared, "protocol": "TCP"}));
-                                }
-                            }
-                        }
-                    }
-                }
+                let (endpoints, ports) = self
+                    .selected_endpoints(&pods, &ns, &spec, &selector)
+                    .await?;
                 let slice = json!({
                     "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                     "metadata": {"name": format!("{svc_name}-lab"), "namespace": ns,
@@ -676,52 +585,259 @@ impl IchorPods {
                 if self.published.get(&key) == Some(&slice) {
                     continue;
                 }
-                // The same as core/v1 Endpoints, for an API server that
-                // resolves Services through those.
-                let ready: Vec<Value> = slice["endpoints"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|e| e["conditions"]["ready"] == true)
-                    .map(|e| json!({"ip": e["addresses"][0], "targetRef": e["targetRef"]}))
-                    .collect();
-                let subsets = if ready.is_empty() {
-                    json!([])
-                } else {
-                    json!([{"addresses": ready, "ports": slice["ports"]}])
-                };
-                let legacy = json!({"apiVersion": "v1", "kind": "Endpoints",
-                    "metadata": {"name": svc_name, "namespace": ns}, "subsets": subsets});
-                if let Err(e) = Api::<Endpoints>::namespaced(client.clone(), &ns)
-                    .patch(
-                        &svc_name,
-                        &PatchParams::apply(MANAGER).force(),
-                        &Patch::Apply(&legacy),
-                    )
-                    .await
-                {
-                    tracing::warn!("lab kubelet: Endpoints of Service {ns}/{svc_name}: {e}");
-                }
-                let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
-                match api
-                    .patch(
-                        &format!("{svc_name}-lab"),
-                        &PatchParams::apply(MANAGER).force(),
-                        &Patch::Apply(&slice),
-                    )
-                    .await
-                {
-                    Ok(_) => {
-                        self.published.insert(key, slice);
-                    }
-                    Err(e) => {
-                        tracing::warn!("lab kubelet: EndpointSlice of Service {ns}/{svc_name}: {e}")
-                    }
+                if apply_endpoints(client, &ns, &svc_name, &slice).await {
+                    self.published.insert(key, slice);
                 }
             }
         }
         Ok(())
     }
+
+    /// The endpoints of the serving pods in `ns` that `selector` selects, and
+    /// the Service's ports those pods have (taken from the first such pod).
+    async fn selected_endpoints(
+        &self,
+        pods: &Api<Pod>,
+        ns: &str,
+        spec: &ServiceSpec,
+        selector: &BTreeMap<String, String>,
+    ) -> Result<(Vec<Value>, Vec<Value>), kube::Error> {
+        let mut endpoints = Vec::new();
+        let mut ports: Vec<Value> = Vec::new();
+        let serving = self.deployments.iter().chain(
+            self.retiring
+                .iter()
+                .filter(|(_, (_, until))| until.is_none())
+                .map(|(k, (pods, _))| (k, pods)),
+        );
+        for ((d_ns, _), state) in serving {
+            if *d_ns != ns {
+                continue;
+            }
+            for p in &state.pods {
+                let Some(pod) = pods.get_opt(&p.name).await? else {
+                    continue;
+                };
+                let labels = pod.metadata.labels.clone().unwrap_or_default();
+                if !selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+                    continue;
+                }
+                let Some(container) = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.containers.first())
+                    .cloned()
+                else {
+                    continue;
+                };
+                endpoints.push(json!({"addresses": [p.pod_ip.to_string()],
+                    "conditions": {"ready": p.ready, "serving": p.ready, "terminating": false},
+                    "targetRef": {"kind": "Pod", "namespace": ns, "name": p.name}}));
+                if ports.is_empty() {
+                    ports = service_ports(spec, &container, p);
+                }
+            }
+        }
+        Ok((endpoints, ports))
+    }
+}
+
+/// The Service's ports whose targetPort names a port the pod's container
+/// declares (and the lab mapped).
+fn service_ports(spec: &ServiceSpec, container: &Container, p: &PodProcess) -> Vec<Value> {
+    let mut ports = Vec::new();
+    for sp in spec.ports.iter().flatten() {
+        let target = sp
+            .target_port
+            .as_ref()
+            .map(|t| serde_json::to_value(t).expect("port serialises"))
+            .unwrap_or(json!(sp.port));
+        if let Some(declared) =
+            container_port(container, &target).filter(|cp| p.ports.contains_key(cp))
+        {
+            ports.push(json!({"name": sp.name.clone().unwrap_or_default(),
+                "port": declared, "protocol": "TCP"}));
+        }
+    }
+    ports
+}
+
+/// The core/v1 Endpoints with the ready endpoints of `slice`, for an API
+/// server that resolves Services through those.
+fn legacy_endpoints(slice: &Value, ns: &str, svc_name: &str) -> Value {
+    let ready: Vec<Value> = slice["endpoints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["conditions"]["ready"] == true)
+        .map(|e| json!({"ip": e["addresses"][0], "targetRef": e["targetRef"]}))
+        .collect();
+    let subsets = if ready.is_empty() {
+        json!([])
+    } else {
+        json!([{"addresses": ready, "ports": slice["ports"]}])
+    };
+    json!({"apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": svc_name, "namespace": ns}, "subsets": subsets})
+}
+
+/// Applies the Service's Endpoints and EndpointSlice (failures are logged);
+/// true when the EndpointSlice was applied.
+async fn apply_endpoints(client: &kube::Client, ns: &str, svc_name: &str, slice: &Value) -> bool {
+    let legacy = legacy_endpoints(slice, ns, svc_name);
+    if let Err(e) = Api::<Endpoints>::namespaced(client.clone(), ns)
+        .patch(
+            svc_name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&legacy),
+        )
+        .await
+    {
+        tracing::warn!("lab kubelet: Endpoints of Service {ns}/{svc_name}: {e}");
+    }
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    match api
+        .patch(
+            &format!("{svc_name}-lab"),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(slice),
+        )
+        .await
+    {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!("lab kubelet: EndpointSlice of Service {ns}/{svc_name}: {e}");
+            false
+        }
+    }
+}
+
+impl PodProcess {
+    /// An exited process: the kubelet's back-off, then a restart.
+    fn back_off_if_exited(&mut self) {
+        if let Some(child) = self.child.as_mut()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            let ran = self.started_at.map(|t| t.elapsed()).unwrap_or_default();
+            if ran >= BACKOFF_RESET {
+                self.restarts = 0;
+            }
+            self.child = None;
+            self.ready = false;
+            self.restarts += 1;
+            self.last_exit = Some(status.to_string());
+            let exp = u32::try_from(self.restarts - 1).unwrap_or(0).min(5);
+            self.next_start = Instant::now() + (BACKOFF_FIRST * 2u32.pow(exp)).min(BACKOFF_CAP);
+        }
+    }
+}
+
+/// Creates the Pod object of `p` from the Deployment's template (one that
+/// already exists is left alone).
+async fn create_pod_object(
+    pods_api: &Api<Pod>,
+    ns: &str,
+    pod_spec: &PodSpec,
+    labels: &BTreeMap<String, String>,
+    node_name: &str,
+    p: &mut PodProcess,
+) -> Result<(), kube::Error> {
+    let mut spec = serde_json::to_value(pod_spec).expect("pod spec serialises");
+    spec["nodeName"] = json!(node_name);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": p.name, "namespace": ns, "labels": labels,
+            "annotations": {"ichor.maesh.dev/simulated": "a lab pod: its container is the local ichor binary under the pod's ServiceAccount token"}},
+        "spec": spec,
+    }))
+    .expect("pod from template");
+    match pods_api.create(&PostParams::default(), &pod).await {
+        Ok(_) | Err(kube::Error::Api(_)) => {}
+        Err(e) => return Err(e),
+    }
+    p.last_status = Value::Null;
+    Ok(())
+}
+
+/// Starts the pod's process; a failure is logged and retried after the
+/// first back-off.
+async fn start_pod_process(
+    client: &kube::Client,
+    runner: &ProcessRunner,
+    ns: &str,
+    service_account: &str,
+    container: &Container,
+    p: &mut PodProcess,
+) {
+    match start_process(client, runner, ns, service_account, container, p).await {
+        Ok(child) => {
+            p.child = Some(child);
+            p.started_at = Some(Instant::now());
+        }
+        Err(e) => {
+            tracing::warn!("lab kubelet: starting pod {ns}/{}: {e}", p.name);
+            p.last_exit = Some(e);
+            p.next_start = Instant::now() + BACKOFF_FIRST;
+        }
+    }
+}
+
+/// Writes the pod's status when it changed since the last write (a failure
+/// is logged; the next tick writes it again).
+async fn write_pod_status(
+    pods_api: &Api<Pod>,
+    ns: &str,
+    container: &Container,
+    p: &mut PodProcess,
+) {
+    let status = pod_status(container, p);
+    if status != p.last_status {
+        match pods_api
+            .patch_status(
+                &p.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await
+        {
+            Ok(_) => p.last_status = status,
+            Err(e) => tracing::debug!("lab kubelet: pod {ns}/{} status: {e}", p.name),
+        }
+    }
+}
+
+/// Writes the Deployment's status when its replica counts or observed
+/// generation differ from `ready` of `replicas`.
+async fn write_deployment_status(
+    client: &kube::Client,
+    d: &Deployment,
+    key: &(String, String),
+    replicas: i32,
+    ready: i32,
+) -> Result<(), kube::Error> {
+    let (ns, name) = key;
+    let generation = d.metadata.generation.unwrap_or(1);
+    let current = d.status.clone().unwrap_or_default();
+    if current.ready_replicas.unwrap_or(0) != ready
+        || current.replicas != Some(replicas)
+        || current.observed_generation != Some(generation)
+    {
+        let available = if ready >= replicas { "True" } else { "False" };
+        let now = now();
+        Api::<Deployment>::namespaced(client.clone(), ns)
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {
+                    "replicas": replicas, "readyReplicas": ready, "availableReplicas": ready,
+                    "updatedReplicas": replicas, "observedGeneration": generation,
+                    "unavailableReplicas": replicas - ready,
+                    "conditions": [{"type": "Available", "status": available, "reason": "MinimumReplicasAvailable",
+                        "lastUpdateTime": now, "lastTransitionTime": now}]}})),
+            )
+            .await?;
+    }
+    Ok(())
 }
 
 async fn delete_pods(client: &kube::Client, ns: &str, old: DeploymentPods) {

@@ -27,10 +27,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// The message a kubelet writes on a node whose CNI is missing.
 pub const NO_CNI_MESSAGE: &str = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized";
@@ -79,7 +80,6 @@ async fn run_jobs(
     runner: &JobRunner,
     started: &mut std::collections::HashSet<String>,
 ) -> Result<(), kube::Error> {
-    use k8s_openapi::api::batch::v1::Job;
     for job in Api::<Job>::all(client.clone())
         .list(&ListParams::default())
         .await?
@@ -89,22 +89,9 @@ async fn run_jobs(
         if started.contains(&uid) || job.status.as_ref().is_some_and(|s| s.conditions.is_some()) {
             continue;
         }
-        let Some(container) = job
-            .spec
-            .as_ref()
-            .and_then(|s| s.template.spec.as_ref())
-            .and_then(|p| p.containers.first())
-            .cloned()
-        else {
+        let Some(container) = ichor_job_container(&job) else {
             continue;
         };
-        if !container
-            .image
-            .as_deref()
-            .is_some_and(|i| i.starts_with(ICHOR_IMAGE))
-        {
-            continue;
-        }
         started.insert(uid);
         let ns = job.metadata.namespace.clone().unwrap_or_default();
         let name = job.metadata.name.clone().unwrap_or_default();
@@ -126,49 +113,9 @@ async fn run_jobs(
             .and_then(|p| p.service_account_name.clone())
             .unwrap_or_else(|| "default".into());
         tokio::spawn(async move {
-            let log = runner.state_dir.join(format!("job-{name}.log"));
-            let kubeconfig = runner.state_dir.join(format!("job-{name}.kubeconfig"));
-            let token =
-                crate::pods::token_kubeconfig(&client, &runner, &ns, &service_account, &kubeconfig)
-                    .await;
-            let output = match token {
-                Err(e) => Err(std::io::Error::other(e)),
-                Ok(()) => {
-                    tokio::process::Command::new(&runner.ichor)
-                        .args(container.args.unwrap_or_default())
-                        .env("KUBECONFIG", &kubeconfig)
-                        .env("ICHOR_HELM", &runner.helm)
-                        .env("ICHOR_CILIUM_CHART", &runner.cilium_chart)
-                        .envs(runner.ichor_log.iter().map(|f| ("ICHOR_LOG", f)))
-                        .output()
-                        .await
-                }
-            };
-            let (ok, message) = match output {
-                Ok(o) => {
-                    let _ =
-                        std::fs::write(&log, [o.stdout.as_slice(), o.stderr.as_slice()].concat());
-                    (
-                        o.status.success(),
-                        String::from_utf8_lossy(&o.stderr)
-                            .lines()
-                            .last()
-                            .unwrap_or_default()
-                            .to_string(),
-                    )
-                }
-                Err(e) => (false, e.to_string()),
-            };
-            let end = now();
-            let status = if ok {
-                json!({"status": {"active": 0, "succeeded": 1, "completionTime": end, "conditions": [
-                    {"type": "SuccessCriteriaMet", "status": "True", "lastProbeTime": end, "lastTransitionTime": end},
-                    {"type": "Complete", "status": "True", "lastProbeTime": end, "lastTransitionTime": end}]}})
-            } else {
-                json!({"status": {"active": 0, "failed": 1, "conditions": [
-                    {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded", "message": message, "lastProbeTime": end, "lastTransitionTime": end},
-                    {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": message, "lastProbeTime": end, "lastTransitionTime": end}]}})
-            };
+            let (ok, message) =
+                run_job_process(&client, &runner, &ns, &name, &service_account, container).await;
+            let status = job_outcome_status(ok, &message, &now());
             if let Err(e) = jobs
                 .patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
                 .await
@@ -178,6 +125,80 @@ async fn run_jobs(
         });
     }
     Ok(())
+}
+
+/// The Job's first container when its image is Ichor's (the only one the
+/// lab can run).
+fn ichor_job_container(job: &Job) -> Option<Container> {
+    let container = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.containers.first())
+        .cloned()?;
+    container
+        .image
+        .as_deref()
+        .is_some_and(|i| i.starts_with(ICHOR_IMAGE))
+        .then_some(container)
+}
+
+/// Runs the Job's container as the local `ichor` binary under a token of
+/// its ServiceAccount (its output goes to a log file in the state
+/// directory). Returns whether it succeeded, and its last line on stderr
+/// (or why it could not run).
+async fn run_job_process(
+    client: &kube::Client,
+    runner: &JobRunner,
+    ns: &str,
+    name: &str,
+    service_account: &str,
+    container: Container,
+) -> (bool, String) {
+    let log = runner.state_dir.join(format!("job-{name}.log"));
+    let kubeconfig = runner.state_dir.join(format!("job-{name}.kubeconfig"));
+    let token =
+        crate::pods::token_kubeconfig(client, runner, ns, service_account, &kubeconfig).await;
+    let output = match token {
+        Err(e) => Err(std::io::Error::other(e)),
+        Ok(()) => {
+            tokio::process::Command::new(&runner.ichor)
+                .args(container.args.unwrap_or_default())
+                .env("KUBECONFIG", &kubeconfig)
+                .env("ICHOR_HELM", &runner.helm)
+                .env("ICHOR_CILIUM_CHART", &runner.cilium_chart)
+                .envs(runner.ichor_log.iter().map(|f| ("ICHOR_LOG", f)))
+                .output()
+                .await
+        }
+    };
+    match output {
+        Ok(o) => {
+            let _ = std::fs::write(&log, [o.stdout.as_slice(), o.stderr.as_slice()].concat());
+            (
+                o.status.success(),
+                String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        }
+        Err(e) => (false, e.to_string()),
+    }
+}
+
+/// The Job status patch the Job controller would write for the outcome.
+fn job_outcome_status(ok: bool, message: &str, end: &str) -> Value {
+    if ok {
+        json!({"status": {"active": 0, "succeeded": 1, "completionTime": end, "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True", "lastProbeTime": end, "lastTransitionTime": end},
+            {"type": "Complete", "status": "True", "lastProbeTime": end, "lastTransitionTime": end}]}})
+    } else {
+        json!({"status": {"active": 0, "failed": 1, "conditions": [
+            {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded", "message": message, "lastProbeTime": end, "lastTransitionTime": end},
+            {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": message, "lastProbeTime": end, "lastTransitionTime": end}]}})
+    }
 }
 
 /// One pass over the cluster; `run_ichor`: Ichor's Deployments are left to
@@ -243,34 +264,9 @@ async fn simulate_deployment(
     // The pod the scheduler and kubelet would show, for the waits' diagnostics.
     let pod_name = format!("{name}-simulated");
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let pod_status = if !schedulable {
-        json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-            "message": format!("0/{nodes} nodes are available: {nodes} node(s) had untolerated taint {{node.kubernetes.io/not-ready: }}. preemption: 0/{nodes} nodes are available: {nodes} Preemption is not helpful for scheduling.")}]})
-    } else if let Some(container) = &broken {
-        json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}],
-            "containerStatuses": [{"name": container, "image": "", "imageID": "", "ready": false, "restartCount": 0,
-                "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]})
-    } else {
-        json!({"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]})
-    };
+    let pod_status = simulated_pod_status(schedulable, broken.as_deref(), nodes);
     if pods.get_opt(&pod_name).await?.is_none() {
-        let labels: BTreeMap<String, String> = spec
-            .template
-            .metadata
-            .as_ref()
-            .and_then(|m| m.labels.clone())
-            .unwrap_or_default();
-        let pod: Pod = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": pod_name, "namespace": ns, "labels": labels,
-                "annotations": {"ichor.maesh.dev/simulated": "true"}},
-            "spec": pod_spec,
-        }))
-        .expect("pod from template");
-        match pods.create(&PostParams::default(), &pod).await {
-            Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(e) => return Err(e),
-        }
+        create_simulated_pod(&pods, d, &pod_name, pod_spec).await?;
     }
     let _ = pods
         .patch_status(
@@ -284,19 +280,76 @@ async fn simulate_deployment(
     let is_ready =
         status.ready_replicas == Some(replicas) && status.observed_generation == Some(generation);
     if ready && !is_ready {
-        Api::<Deployment>::namespaced(client.clone(), &ns)
-            .patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {
-                    "replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas,
-                    "updatedReplicas": replicas, "observedGeneration": generation,
-                    "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
-                        "lastUpdateTime": now(), "lastTransitionTime": now()}]}})),
-            )
-            .await?;
+        mark_deployment_ready(client, &ns, &name, replicas, generation).await?;
     }
     Ok(ready)
+}
+
+/// The status the scheduler and kubelet would give the Deployment's pod:
+/// unschedulable on `nodes` NotReady nodes, pulling a broken image for
+/// ever, or running.
+fn simulated_pod_status(schedulable: bool, broken: Option<&str>, nodes: i32) -> Value {
+    if !schedulable {
+        json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": format!("0/{nodes} nodes are available: {nodes} node(s) had untolerated taint {{node.kubernetes.io/not-ready: }}. preemption: 0/{nodes} nodes are available: {nodes} Preemption is not helpful for scheduling.")}]})
+    } else if let Some(container) = broken {
+        json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}],
+            "containerStatuses": [{"name": container, "image": "", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]})
+    } else {
+        json!({"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]})
+    }
+}
+
+/// Creates the Deployment's simulated pod from its template (one made
+/// meanwhile is left alone).
+async fn create_simulated_pod(
+    pods: &Api<Pod>,
+    d: &Deployment,
+    pod_name: &str,
+    pod_spec: PodSpec,
+) -> Result<(), kube::Error> {
+    let ns = d.metadata.namespace.clone().unwrap_or_default();
+    let labels: BTreeMap<String, String> = d
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod_name, "namespace": ns, "labels": labels,
+            "annotations": {"ichor.maesh.dev/simulated": "true"}},
+        "spec": pod_spec,
+    }))
+    .expect("pod from template");
+    match pods.create(&PostParams::default(), &pod).await {
+        Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes the status of a Deployment whose `replicas` pods are all Ready.
+async fn mark_deployment_ready(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    replicas: i32,
+    generation: i64,
+) -> Result<(), kube::Error> {
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas,
+                "updatedReplicas": replicas, "observedGeneration": generation,
+                "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+                    "lastUpdateTime": now(), "lastTransitionTime": now()}]}})),
+        )
+        .await?;
+    Ok(())
 }
 
 async fn register_cilium_crds(client: &kube::Client) -> Result<(), kube::Error> {

@@ -118,48 +118,21 @@ pub fn facts(bytes: &[u8], multidoc_kubernetes: bool) -> Result<ConfigFacts, Str
     let v1 = docs.iter().find(|d| is_v1alpha1(d)).unwrap_or(&null);
     let by_kind = |kind: &str| docs.iter().find(|d| kind_of(d) == Some(kind));
 
-    let machine_type = match str_at(v1, &["machine", "type"]).as_deref() {
-        Some("controlplane") => MachineType::ControlPlane,
-        Some("init") => MachineType::Init,
-        Some("worker") => MachineType::Worker,
-        _ => MachineType::Unknown,
-    };
+    let machine_type = machine_type_of(v1);
     let hostname = by_kind("HostnameConfig")
         .and_then(|d| str_at(d, &["hostname"]))
         .or_else(|| str_at(v1, &["machine", "network", "hostname"]));
 
-    let kubeprism_port = match by_kind("KubePrismConfig") {
-        Some(d) => Some(
-            path(d, &["port"])
-                .and_then(Value::as_u64)
-                .and_then(|p| u16::try_from(p).ok())
-                .unwrap_or(7445),
-        ),
-        None => {
-            if bool_at(v1, &["machine", "features", "kubePrism", "enabled"]) == Some(true) {
-                let port = path(v1, &["machine", "features", "kubePrism", "port"])
-                    .and_then(Value::as_u64)
-                    .and_then(|p| u16::try_from(p).ok())
-                    .filter(|p| *p != 0)
-                    .unwrap_or(7445);
-                Some(port)
-            } else {
-                None
-            }
-        }
-    };
+    let kubeprism_port = kubeprism_port_of(v1, by_kind("KubePrismConfig"));
 
     let network = path(v1, &["cluster", "network"]);
     let kube_network = by_kind("KubeNetworkConfig");
-    let cni_name = if by_kind("KubeFlannelCNIConfig").is_some() {
-        "flannel".to_string()
-    } else if let Some(name) = str_at(v1, &["cluster", "network", "cni", "name"]) {
-        name
-    } else if network.is_some() || !multidoc_kubernetes {
-        "flannel".to_string()
-    } else {
-        "none".to_string()
-    };
+    let cni_name = cni_name_of(
+        v1,
+        by_kind("KubeFlannelCNIConfig").is_some(),
+        network.is_some(),
+        multidoc_kubernetes,
+    );
     let proxy_enabled = match by_kind("KubeProxyConfig") {
         Some(d) => bool_at(d, &["enabled"]).unwrap_or(true),
         None => bool_at(v1, &["cluster", "proxy", "disabled"]) != Some(true),
@@ -216,6 +189,59 @@ pub fn facts(bytes: &[u8], multidoc_kubernetes: bool) -> Result<ConfigFacts, Str
         cluster_name,
         has_kubernetes_network,
     })
+}
+
+fn machine_type_of(v1: &Value) -> MachineType {
+    match str_at(v1, &["machine", "type"]).as_deref() {
+        Some("controlplane") => MachineType::ControlPlane,
+        Some("init") => MachineType::Init,
+        Some("worker") => MachineType::Worker,
+        _ => MachineType::Unknown,
+    }
+}
+
+/// KubePrism's port: from a `KubePrismConfig` document when there is one
+/// (enabled by its presence), else from v1alpha1 `machine.features.kubePrism`.
+fn kubeprism_port_of(v1: &Value, kubeprism_config: Option<&Value>) -> Option<u16> {
+    match kubeprism_config {
+        Some(d) => Some(
+            path(d, &["port"])
+                .and_then(Value::as_u64)
+                .and_then(|p| u16::try_from(p).ok())
+                .unwrap_or(7445),
+        ),
+        None => {
+            if bool_at(v1, &["machine", "features", "kubePrism", "enabled"]) == Some(true) {
+                let port = path(v1, &["machine", "features", "kubePrism", "port"])
+                    .and_then(Value::as_u64)
+                    .and_then(|p| u16::try_from(p).ok())
+                    .filter(|p| *p != 0)
+                    .unwrap_or(7445);
+                Some(port)
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// The CNI's name: flannel when configured (or implied, before v1.14's
+/// multi-document reading), `none` when a v1.14 config has no network.
+fn cni_name_of(
+    v1: &Value,
+    has_flannel_config: bool,
+    has_v1alpha1_network: bool,
+    multidoc_kubernetes: bool,
+) -> String {
+    if has_flannel_config {
+        "flannel".to_string()
+    } else if let Some(name) = str_at(v1, &["cluster", "network", "cni", "name"]) {
+        name
+    } else if has_v1alpha1_network || !multidoc_kubernetes {
+        "flannel".to_string()
+    } else {
+        "none".to_string()
+    }
 }
 
 /// The parts of a v1alpha1 document Talos v1.12/v1.13 can change without a

@@ -528,37 +528,9 @@ impl Node {
         if !in_maintenance && !is_admin {
             return Err(Status::permission_denied("not authorized"));
         }
-        let docs = derive::documents(&req.data).map_err(Status::invalid_argument)?;
-        if docs.is_empty() {
-            return Err(Status::invalid_argument("the configuration is empty"));
-        }
-        let has_v1alpha1 = docs.iter().any(derive::is_v1alpha1);
-        if !in_maintenance && !has_v1alpha1 {
-            return Err(Status::invalid_argument(
-                "the applied machine configuration doesn't contain v1alpha1 config, did you mean to patch the machine config instead?",
-            ));
-        }
-        for doc in &docs {
-            if !derive::is_v1alpha1(doc)
-                && (doc.get("apiVersion").is_none() || doc.get("kind").is_none())
-            {
-                return Err(Status::invalid_argument(
-                    "error decoding document: missing kind or apiVersion",
-                ));
-            }
-        }
+        validate_applied_documents(&req.data, in_maintenance)?;
         let v14 = self.multidoc_kubernetes();
-        let mut mode = Mode::try_from(req.mode)
-            .map_err(|_| Status::invalid_argument(format!("unknown mode {}", req.mode)))?;
-        if mode == Mode::Reboot {
-            if in_maintenance {
-                mode = Mode::NoReboot;
-            } else if v14 {
-                return Err(Status::unimplemented(
-                    "the REBOOT mode is not supported, please use AUTO or NO_REBOOT modes instead",
-                ));
-            }
-        }
+        let requested = requested_apply_mode(req.mode, in_maintenance, v14)?;
         let current = st.active.clone().unwrap_or_default();
         let immediate = || {
             if in_maintenance || v14 {
@@ -567,43 +539,10 @@ impl Node {
                 derive::can_apply_immediate(&current, &req.data)
             }
         };
-        let mut mode_err = String::new();
-        let mut details = match mode {
-            Mode::Try | Mode::NoReboot => {
-                immediate().map_err(Status::invalid_argument)?;
-                "Applied configuration without a reboot"
-            }
-            Mode::Staged => "Staged configuration to be applied after the next reboot",
-            Mode::Auto => match immediate() {
-                Ok(()) => {
-                    mode = Mode::NoReboot;
-                    "Applied configuration without a reboot"
-                }
-                Err(e) => {
-                    mode = Mode::Reboot;
-                    mode_err = format!(": {e}");
-                    "Applied configuration with a reboot"
-                }
-            },
-            Mode::Reboot => "Applied configuration with a reboot",
-        }
-        .to_string();
+        let (mode, mut details, mode_err) = settle_apply_mode(requested, immediate)?;
 
         if req.dry_run {
-            let old = String::from_utf8_lossy(&current).into_owned();
-            let new = String::from_utf8_lossy(&req.data).into_owned();
-            let mut diff = crate::diff::unified(&old, &new);
-            if diff.is_empty() {
-                diff = "No changes.".to_string();
-            }
-            return Ok(machine::ApplyConfiguration {
-                metadata: None,
-                warnings: Vec::new(),
-                mode: mode as i32,
-                mode_details: format!(
-                    "Dry run summary:\n{details} (skipped in dry-run).\nConfig diff:\n\n{diff}"
-                ),
-            });
+            return Ok(dry_run_summary(&current, &req.data, mode, &details));
         }
 
         if mode != Mode::Try
@@ -611,30 +550,46 @@ impl Node {
         {
             h.abort();
         }
-        let data = req.data.clone();
+        let try_timeout = req
+            .try_mode_timeout
+            .and_then(|d| Duration::try_from(d).ok())
+            .unwrap_or(Duration::from_secs(60));
+        self.store_applied_config(&mut st, mode, req.data.clone(), try_timeout, &mut details);
+        self.refresh(&mut st);
+        drop(st);
+        self.record(WriteAction::ApplyConfiguration {
+            mode: apply_mode_name(mode).to_string(),
+            config: req.data,
+        });
+        if mode == Mode::Reboot {
+            self.start_reboot(new_uuid());
+        }
+        Ok(machine::ApplyConfiguration {
+            metadata: None,
+            warnings: Vec::new(),
+            mode: mode as i32,
+            mode_details: details + &mode_err,
+        })
+    }
+
+    /// Stores an applied config where `mode` puts it (active, persistent or
+    /// both) and moves a node out of maintenance mode.
+    fn store_applied_config(
+        self: &Arc<Self>,
+        st: &mut NodeState,
+        mode: machine::apply_configuration_request::Mode,
+        data: Vec<u8>,
+        timeout: Duration,
+        details: &mut String,
+    ) {
+        use machine::apply_configuration_request::Mode;
         match mode {
             Mode::Try => {
-                let timeout = req
-                    .try_mode_timeout
-                    .and_then(|d| Duration::try_from(d).ok())
-                    .unwrap_or(Duration::from_secs(60));
                 details.push_str(&format!(
                     "\nThe config is applied in 'try' mode and will be automatically reverted back in {}",
                     go_duration(timeout)
                 ));
-                if let Some(h) = st.rollback.take() {
-                    h.abort();
-                }
-                let node = Arc::clone(self);
-                st.rollback = Some(tokio::spawn(async move {
-                    tokio::time::sleep(timeout).await;
-                    let mut st = node.lock();
-                    st.active = st.persistent.clone();
-                    st.rollback = None;
-                    node.refresh(&mut st);
-                    drop(st);
-                    node.record(WriteAction::TryRollback);
-                }));
+                self.schedule_try_rollback(st, timeout);
                 st.active = Some(data);
             }
             Mode::NoReboot => {
@@ -657,28 +612,24 @@ impl Node {
         if st.stage == 3 && st.active.is_some() {
             st.stage = 4;
         }
-        self.refresh(&mut st);
-        drop(st);
-        let mode_name = match mode {
-            Mode::Reboot => "reboot",
-            Mode::Auto => "auto",
-            Mode::NoReboot => "no_reboot",
-            Mode::Staged => "staged",
-            Mode::Try => "try",
-        };
-        self.record(WriteAction::ApplyConfiguration {
-            mode: mode_name.to_string(),
-            config: req.data,
-        });
-        if mode == Mode::Reboot {
-            self.start_reboot(new_uuid());
+    }
+
+    /// Replaces any pending rollback with one that restores the persistent
+    /// config once the 'try' `timeout` has passed.
+    fn schedule_try_rollback(self: &Arc<Self>, st: &mut NodeState, timeout: Duration) {
+        if let Some(h) = st.rollback.take() {
+            h.abort();
         }
-        Ok(machine::ApplyConfiguration {
-            metadata: None,
-            warnings: Vec::new(),
-            mode: mode as i32,
-            mode_details: details + &mode_err,
-        })
+        let node = Arc::clone(self);
+        st.rollback = Some(tokio::spawn(async move {
+            tokio::time::sleep(timeout).await;
+            let mut st = node.lock();
+            st.active = st.persistent.clone();
+            st.rollback = None;
+            node.refresh(&mut st);
+            drop(st);
+            node.record(WriteAction::TryRollback);
+        }));
     }
 
     /// `ImageService.Pull`: the image lands in the given containerd store.
@@ -835,6 +786,122 @@ impl Node {
             st.rebooting_after_apply = false;
             node.refresh(&mut st);
         });
+    }
+}
+
+/// The documents of an applied config, checked as Talos checks them: not
+/// empty, a v1alpha1 document outside maintenance mode, and every other
+/// document with its kind and apiVersion.
+fn validate_applied_documents(data: &[u8], in_maintenance: bool) -> Result<(), Status> {
+    let docs = derive::documents(data).map_err(Status::invalid_argument)?;
+    if docs.is_empty() {
+        return Err(Status::invalid_argument("the configuration is empty"));
+    }
+    let has_v1alpha1 = docs.iter().any(derive::is_v1alpha1);
+    if !in_maintenance && !has_v1alpha1 {
+        return Err(Status::invalid_argument(
+            "the applied machine configuration doesn't contain v1alpha1 config, did you mean to patch the machine config instead?",
+        ));
+    }
+    for doc in &docs {
+        if !derive::is_v1alpha1(doc)
+            && (doc.get("apiVersion").is_none() || doc.get("kind").is_none())
+        {
+            return Err(Status::invalid_argument(
+                "error decoding document: missing kind or apiVersion",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The requested apply mode: REBOOT becomes NO_REBOOT in maintenance mode
+/// and is refused from v1.14 on.
+fn requested_apply_mode(
+    mode: i32,
+    in_maintenance: bool,
+    v14: bool,
+) -> Result<machine::apply_configuration_request::Mode, Status> {
+    use machine::apply_configuration_request::Mode;
+    let mut requested = Mode::try_from(mode)
+        .map_err(|_| Status::invalid_argument(format!("unknown mode {mode}")))?;
+    if requested == Mode::Reboot {
+        if in_maintenance {
+            requested = Mode::NoReboot;
+        } else if v14 {
+            return Err(Status::unimplemented(
+                "the REBOOT mode is not supported, please use AUTO or NO_REBOOT modes instead",
+            ));
+        }
+    }
+    Ok(requested)
+}
+
+/// The mode an apply runs in (AUTO resolved by whether the change applies
+/// without a reboot), its details, and why a reboot is needed when AUTO
+/// chose one.
+fn settle_apply_mode(
+    requested: machine::apply_configuration_request::Mode,
+    immediate: impl Fn() -> Result<(), String>,
+) -> Result<(machine::apply_configuration_request::Mode, String, String), Status> {
+    use machine::apply_configuration_request::Mode;
+    let mut mode = requested;
+    let mut mode_err = String::new();
+    let details = match mode {
+        Mode::Try | Mode::NoReboot => {
+            immediate().map_err(Status::invalid_argument)?;
+            "Applied configuration without a reboot"
+        }
+        Mode::Staged => "Staged configuration to be applied after the next reboot",
+        Mode::Auto => match immediate() {
+            Ok(()) => {
+                mode = Mode::NoReboot;
+                "Applied configuration without a reboot"
+            }
+            Err(e) => {
+                mode = Mode::Reboot;
+                mode_err = format!(": {e}");
+                "Applied configuration with a reboot"
+            }
+        },
+        Mode::Reboot => "Applied configuration with a reboot",
+    }
+    .to_string();
+    Ok((mode, details, mode_err))
+}
+
+/// The answer to a dry run: what would happen and the config diff.
+fn dry_run_summary(
+    current: &[u8],
+    new: &[u8],
+    mode: machine::apply_configuration_request::Mode,
+    details: &str,
+) -> machine::ApplyConfiguration {
+    let old = String::from_utf8_lossy(current).into_owned();
+    let new = String::from_utf8_lossy(new).into_owned();
+    let mut diff = crate::diff::unified(&old, &new);
+    if diff.is_empty() {
+        diff = "No changes.".to_string();
+    }
+    machine::ApplyConfiguration {
+        metadata: None,
+        warnings: Vec::new(),
+        mode: mode as i32,
+        mode_details: format!(
+            "Dry run summary:\n{details} (skipped in dry-run).\nConfig diff:\n\n{diff}"
+        ),
+    }
+}
+
+/// The mode's name as the write record spells it.
+fn apply_mode_name(mode: machine::apply_configuration_request::Mode) -> &'static str {
+    use machine::apply_configuration_request::Mode;
+    match mode {
+        Mode::Reboot => "reboot",
+        Mode::Auto => "auto",
+        Mode::NoReboot => "no_reboot",
+        Mode::Staged => "staged",
+        Mode::Try => "try",
     }
 }
 

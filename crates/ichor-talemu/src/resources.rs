@@ -351,7 +351,38 @@ fn dns_service_ip(service_subnets: &[String]) -> String {
 /// Every resource of a node (meta resources included).
 pub fn node_items(view: &NodeView<'_>) -> Vec<Item> {
     let mut items = meta_items();
+    items.push(version_item(view));
+    let hostname = view
+        .facts
+        .and_then(|f| f.hostname.as_deref())
+        .unwrap_or(view.hostname);
+    items.push(hostname_status_item(hostname));
+    items.push(machine_status_item(view.stage));
 
+    // A node without an applied config serves only what maintenance mode has.
+    let (Some(active), Some(facts)) = (view.active_config, view.facts) else {
+        return items;
+    };
+    items.push(machine_config_item(kinds::MACHINE_CONFIG.id, active));
+    if let Some(persistent) = view.persistent_config {
+        items.push(machine_config_item(
+            kinds::MACHINE_CONFIG_PERSISTENT_ID,
+            persistent,
+        ));
+    }
+    items.push(machine_type_item(facts));
+    items.push(nodename_item(hostname));
+    items.push(cluster_info_item(facts));
+    if let Some(port) = facts.kubeprism_port {
+        items.extend(kubeprism_items(facts, port));
+    }
+    if facts.machine_type.is_control_plane() && facts.has_kubernetes_network {
+        items.push(bootstrap_manifests_config_item(facts, view.v1_13_or_later));
+    }
+    items
+}
+
+fn version_item(view: &NodeView<'_>) -> Item {
     let version = specs::VersionSpec {
         version: view.talos_version.to_string(),
         name: if view.v1_13_or_later {
@@ -364,19 +395,17 @@ pub fn node_items(view: &NodeView<'_>) -> Vec<Item> {
     if view.v1_13_or_later {
         version_yaml.insert(0, ("name", Value::from("Talos")));
     }
-    items.push(item(
+    item(
         kinds::VERSION.namespace,
         kinds::VERSION.r#type,
         kinds::VERSION.id,
         version.encode_to_vec(),
         map(version_yaml),
-    ));
+    )
+}
 
-    let hostname = view
-        .facts
-        .and_then(|f| f.hostname.as_deref())
-        .unwrap_or(view.hostname);
-    items.push(item(
+fn hostname_status_item(hostname: &str) -> Item {
+    item(
         kinds::HOSTNAME_STATUS.namespace,
         kinds::HOSTNAME_STATUS.r#type,
         kinds::HOSTNAME_STATUS.id,
@@ -389,21 +418,23 @@ pub fn node_items(view: &NodeView<'_>) -> Vec<Item> {
             ("hostname", Value::from(hostname)),
             ("domainname", Value::from("")),
         ]),
-    ));
+    )
+}
 
-    let stage_name = match view.stage {
+fn machine_status_item(stage: i32) -> Item {
+    let stage_name = match stage {
         3 => "maintenance",
         5 => "rebooting",
         _ => "running",
     };
-    items.push(item(
+    item(
         kinds::MACHINE_STATUS.namespace,
         kinds::MACHINE_STATUS.r#type,
         kinds::MACHINE_STATUS.id,
         specs::MachineStatusSpec {
-            stage: view.stage,
+            stage,
             status: Some(specs::MachineStatusStatus {
-                ready: view.stage == 4,
+                ready: stage == 4,
                 unmet_conditions: Vec::new(),
             }),
         }
@@ -413,25 +444,16 @@ pub fn node_items(view: &NodeView<'_>) -> Vec<Item> {
             (
                 "status",
                 map(vec![
-                    ("ready", Value::from(view.stage == 4)),
+                    ("ready", Value::from(stage == 4)),
                     ("unmetConditions", Value::Sequence(Vec::new())),
                 ]),
             ),
         ]),
-    ));
+    )
+}
 
-    let (Some(active), Some(facts)) = (view.active_config, view.facts) else {
-        return items;
-    };
-    items.push(machine_config_item(kinds::MACHINE_CONFIG.id, active));
-    if let Some(persistent) = view.persistent_config {
-        items.push(machine_config_item(
-            kinds::MACHINE_CONFIG_PERSISTENT_ID,
-            persistent,
-        ));
-    }
-
-    items.push(item(
+fn machine_type_item(facts: &ConfigFacts) -> Item {
+    item(
         kinds::MACHINE_TYPE.namespace,
         kinds::MACHINE_TYPE.r#type,
         kinds::MACHINE_TYPE.id,
@@ -440,9 +462,11 @@ pub fn node_items(view: &NodeView<'_>) -> Vec<Item> {
         }
         .encode_to_vec(),
         Value::from(facts.machine_type.as_str()),
-    ));
+    )
+}
 
-    items.push(item(
+fn nodename_item(hostname: &str) -> Item {
+    item(
         kinds::NODENAME.namespace,
         kinds::NODENAME.r#type,
         kinds::NODENAME.id,
@@ -457,9 +481,11 @@ pub fn node_items(view: &NodeView<'_>) -> Vec<Item> {
             ("hostnameVersion", Value::from("1")),
             ("skipNodeRegistration", Value::from(false)),
         ]),
-    ));
+    )
+}
 
-    items.push(item(
+fn cluster_info_item(facts: &ConfigFacts) -> Item {
+    item(
         kinds::CLUSTER_INFO.namespace,
         kinds::CLUSTER_INFO.r#type,
         kinds::CLUSTER_INFO.id,
@@ -472,35 +498,47 @@ pub fn node_items(view: &NodeView<'_>) -> Vec<Item> {
             ("clusterId", Value::from(facts.cluster_id.as_str())),
             ("clusterName", Value::from(facts.cluster_name.as_str())),
         ]),
-    ));
+    )
+}
 
-    if let Some(port) = facts.kubeprism_port {
-        let mut endpoints = Vec::new();
-        if let Some((host, p)) = facts.control_plane_endpoint.as_deref().and_then(host_port) {
-            endpoints.push((host, p));
-        }
-        if facts.machine_type.is_control_plane() {
-            endpoints.push(("localhost".to_string(), 6443));
-        }
-        let proto_endpoints: Vec<specs::KubePrismEndpoint> = endpoints
+/// KubePrism's endpoints: the control plane endpoint, then (on a control
+/// plane node) the local API server.
+fn kubeprism_endpoints(facts: &ConfigFacts) -> Vec<(String, u32)> {
+    let mut endpoints = Vec::new();
+    if let Some((host, p)) = facts.control_plane_endpoint.as_deref().and_then(host_port) {
+        endpoints.push((host, p));
+    }
+    if facts.machine_type.is_control_plane() {
+        endpoints.push(("localhost".to_string(), 6443));
+    }
+    endpoints
+}
+
+/// KubePrismEndpoints, KubePrismConfig and KubePrismStatus of a node with
+/// KubePrism on `port`.
+fn kubeprism_items(facts: &ConfigFacts, port: u16) -> Vec<Item> {
+    let endpoints = kubeprism_endpoints(facts);
+    let proto_endpoints: Vec<specs::KubePrismEndpoint> = endpoints
+        .iter()
+        .map(|(h, p)| specs::KubePrismEndpoint {
+            host: h.clone(),
+            port: *p,
+        })
+        .collect();
+    let yaml_endpoints = Value::Sequence(
+        endpoints
             .iter()
-            .map(|(h, p)| specs::KubePrismEndpoint {
-                host: h.clone(),
-                port: *p,
+            .map(|(h, p)| {
+                map(vec![
+                    ("host", Value::from(h.as_str())),
+                    ("port", Value::from(*p)),
+                ])
             })
-            .collect();
-        let yaml_endpoints = Value::Sequence(
-            endpoints
-                .iter()
-                .map(|(h, p)| {
-                    map(vec![
-                        ("host", Value::from(h.as_str())),
-                        ("port", Value::from(*p)),
-                    ])
-                })
-                .collect(),
-        );
-        items.push(item(
+            .collect(),
+    );
+    let host = format!("127.0.0.1:{port}");
+    vec![
+        item(
             kinds::KUBEPRISM_ENDPOINTS.namespace,
             kinds::KUBEPRISM_ENDPOINTS.r#type,
             kinds::KUBEPRISM_ENDPOINTS.id,
@@ -509,8 +547,8 @@ pub fn node_items(view: &NodeView<'_>) -> Vec<Item> {
             }
             .encode_to_vec(),
             map(vec![("endpoints", yaml_endpoints.clone())]),
-        ));
-        items.push(item(
+        ),
+        item(
             kinds::KUBEPRISM_CONFIG.namespace,
             kinds::KUBEPRISM_CONFIG.r#type,
             kinds::KUBEPRISM_CONFIG.id,
@@ -525,9 +563,8 @@ pub fn node_items(view: &NodeView<'_>) -> Vec<Item> {
                 ("port", Value::from(port)),
                 ("endpoints", yaml_endpoints),
             ]),
-        ));
-        let host = format!("127.0.0.1:{port}");
-        items.push(item(
+        ),
+        item(
             kinds::KUBEPRISM_STATUS.namespace,
             kinds::KUBEPRISM_STATUS.r#type,
             kinds::KUBEPRISM_STATUS.id,
@@ -540,63 +577,64 @@ pub fn node_items(view: &NodeView<'_>) -> Vec<Item> {
                 ("host", Value::from(host.as_str())),
                 ("healthy", Value::from(true)),
             ]),
-        ));
-    }
+        ),
+    ]
+}
 
-    if facts.machine_type.is_control_plane() && facts.has_kubernetes_network {
-        let server = match facts.kubeprism_port {
-            Some(p) => format!("https://127.0.0.1:{p}"),
-            None => "https://localhost:6443".to_string(),
-        };
-        let flannel = facts.cni_name == "flannel";
-        let dns_ip = dns_service_ip(&facts.service_subnets);
-        let spec = specs::BootstrapManifestsConfigSpec {
-            server: server.clone(),
-            cluster_domain: facts.dns_domain.clone(),
-            pod_cid_rs: facts.pod_subnets.clone(),
-            proxy_enabled: facts.proxy_enabled,
-            proxy_image: facts.proxy_image.clone(),
-            core_dns_enabled: facts.coredns_enabled,
-            dns_service_ip: dns_ip.clone(),
-            flannel_enabled: flannel,
-            cni_name: if view.v1_13_or_later {
-                facts.cni_name.clone()
-            } else {
-                String::new()
-            },
-            ..Default::default()
-        };
-        let mut yaml = vec![
-            ("string", Value::from(server.as_str())),
-            ("clusterDomain", Value::from(facts.dns_domain.as_str())),
-            ("podCIDRs", strings(&facts.pod_subnets)),
-            ("proxyEnabled", Value::from(facts.proxy_enabled)),
-            ("proxyImage", Value::from(facts.proxy_image.as_str())),
-            ("proxyArgs", Value::Sequence(Vec::new())),
-            ("coreDNSEnabled", Value::from(facts.coredns_enabled)),
-            ("coreDNSImage", Value::from("")),
-            ("dnsServiceIP", Value::from(dns_ip.as_str())),
-            ("dnsServiceIPv6", Value::from("")),
-            ("flannelEnabled", Value::from(flannel)),
-            ("flannelImage", Value::from("")),
-            ("flannelExtraArgs", Value::Sequence(Vec::new())),
-            ("flannelKubeServiceHost", Value::from("")),
-            ("flannelKubeServicePort", Value::from("")),
-            ("podSecurityPolicyEnabled", Value::from(false)),
-            ("talosAPIServiceEnabled", Value::from(false)),
-        ];
-        if view.v1_13_or_later {
-            yaml.push(("cniName", Value::from(facts.cni_name.as_str())));
-        }
-        items.push(item(
-            kinds::BOOTSTRAP_MANIFESTS_CONFIG.namespace,
-            kinds::BOOTSTRAP_MANIFESTS_CONFIG.r#type,
-            kinds::BOOTSTRAP_MANIFESTS_CONFIG.id,
-            spec.encode_to_vec(),
-            map(yaml),
-        ));
+/// The BootstrapManifestsConfig of a control plane node with a Kubernetes
+/// network (`cniName` only from v1.13).
+fn bootstrap_manifests_config_item(facts: &ConfigFacts, v1_13_or_later: bool) -> Item {
+    let server = match facts.kubeprism_port {
+        Some(p) => format!("https://127.0.0.1:{p}"),
+        None => "https://localhost:6443".to_string(),
+    };
+    let flannel = facts.cni_name == "flannel";
+    let dns_ip = dns_service_ip(&facts.service_subnets);
+    let spec = specs::BootstrapManifestsConfigSpec {
+        server: server.clone(),
+        cluster_domain: facts.dns_domain.clone(),
+        pod_cid_rs: facts.pod_subnets.clone(),
+        proxy_enabled: facts.proxy_enabled,
+        proxy_image: facts.proxy_image.clone(),
+        core_dns_enabled: facts.coredns_enabled,
+        dns_service_ip: dns_ip.clone(),
+        flannel_enabled: flannel,
+        cni_name: if v1_13_or_later {
+            facts.cni_name.clone()
+        } else {
+            String::new()
+        },
+        ..Default::default()
+    };
+    let mut yaml = vec![
+        ("string", Value::from(server.as_str())),
+        ("clusterDomain", Value::from(facts.dns_domain.as_str())),
+        ("podCIDRs", strings(&facts.pod_subnets)),
+        ("proxyEnabled", Value::from(facts.proxy_enabled)),
+        ("proxyImage", Value::from(facts.proxy_image.as_str())),
+        ("proxyArgs", Value::Sequence(Vec::new())),
+        ("coreDNSEnabled", Value::from(facts.coredns_enabled)),
+        ("coreDNSImage", Value::from("")),
+        ("dnsServiceIP", Value::from(dns_ip.as_str())),
+        ("dnsServiceIPv6", Value::from("")),
+        ("flannelEnabled", Value::from(flannel)),
+        ("flannelImage", Value::from("")),
+        ("flannelExtraArgs", Value::Sequence(Vec::new())),
+        ("flannelKubeServiceHost", Value::from("")),
+        ("flannelKubeServicePort", Value::from("")),
+        ("podSecurityPolicyEnabled", Value::from(false)),
+        ("talosAPIServiceEnabled", Value::from(false)),
+    ];
+    if v1_13_or_later {
+        yaml.push(("cniName", Value::from(facts.cni_name.as_str())));
     }
-    items
+    item(
+        kinds::BOOTSTRAP_MANIFESTS_CONFIG.namespace,
+        kinds::BOOTSTRAP_MANIFESTS_CONFIG.r#type,
+        kinds::BOOTSTRAP_MANIFESTS_CONFIG.id,
+        spec.encode_to_vec(),
+        map(yaml),
+    )
 }
 
 #[cfg(test)]

@@ -648,87 +648,111 @@ impl State for NodeApi {
         }
         let node = Arc::clone(self.node(i));
         // Subscribe before reading the current state, so no change is lost.
-        let mut events = node.events.subscribe();
-        let mut initial: Vec<cosi::WatchResponse> = vec![cosi::WatchResponse { event: Vec::new() }];
-        let event = |resource, event_type: cosi::EventType| cosi::WatchResponse {
-            event: vec![cosi::Event {
-                resource,
-                event_type: event_type as i32,
-                old: None,
-                error: None,
-                bookmark: None,
-            }],
-        };
-        {
-            let st = node.lock();
-            match &req.id {
-                Some(id) => {
-                    let key = (req.namespace.clone(), req.r#type.clone(), id.clone());
-                    match st.store.get(&key) {
-                        Some(s) => {
-                            initial.push(event(Some(s.to_proto()), cosi::EventType::Created))
-                        }
-                        None => {
-                            let tombstone = cosi::Resource {
-                                metadata: Some(cosi::Metadata {
-                                    namespace: req.namespace.clone(),
-                                    r#type: req.r#type.clone(),
-                                    id: id.clone(),
-                                    version: "undefined".to_string(),
-                                    phase: "running".to_string(),
-                                    ..Default::default()
-                                }),
-                                spec: None,
-                            };
-                            initial.push(event(Some(tombstone), cosi::EventType::Destroyed));
-                        }
-                    }
-                }
-                None if options.bootstrap_contents => {
-                    for ((ns, t, _), s) in &st.store {
-                        if *ns == req.namespace && *t == req.r#type {
-                            initial.push(event(Some(s.to_proto()), cosi::EventType::Created));
-                        }
-                    }
-                    if req.api_version >= 1 {
-                        initial.push(event(None, cosi::EventType::Bootstrapped));
-                    }
-                }
-                None => {}
-            }
-        }
-        let (ns, ty, id) = (req.namespace, req.r#type, req.id);
-        let live = async_stream_events(move |tx| async move {
-            loop {
-                match events.recv().await {
-                    Ok(ev) => {
-                        let Some(md) = ev.resource.as_ref().and_then(|r| r.metadata.as_ref())
-                        else {
-                            continue;
-                        };
-                        if md.namespace != ns || md.r#type != ty {
-                            continue;
-                        }
-                        if id.as_ref().is_some_and(|id| *id != md.id) {
-                            continue;
-                        }
-                        if tx
-                            .send(Ok(cosi::WatchResponse { event: vec![ev] }))
-                            .await
-                            .is_err()
-                        {
-                            return;
-                        }
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        });
+        let events = node.events.subscribe();
+        let initial = initial_watch_events(&node, &req, options.bootstrap_contents);
+        let live = live_watch_events(events, req.namespace, req.r#type, req.id);
         let stream =
             futures::StreamExt::chain(futures::stream::iter(initial.into_iter().map(Ok)), live);
         Ok(Response::new(Box::pin(stream)))
     }
+}
+
+/// One watch event for `resource` (none for a bootstrapped marker).
+fn watch_event(
+    resource: Option<cosi::Resource>,
+    event_type: cosi::EventType,
+) -> cosi::WatchResponse {
+    cosi::WatchResponse {
+        event: vec![cosi::Event {
+            resource,
+            event_type: event_type as i32,
+            old: None,
+            error: None,
+            bookmark: None,
+        }],
+    }
+}
+
+/// What a watch sends first: an empty response, then the watched resource
+/// (a tombstone when it does not exist), or with bootstrap contents every
+/// resource of the type and (API version 1 on) a bootstrapped marker.
+fn initial_watch_events(
+    node: &Node,
+    req: &cosi::WatchRequest,
+    bootstrap_contents: bool,
+) -> Vec<cosi::WatchResponse> {
+    let mut initial: Vec<cosi::WatchResponse> = vec![cosi::WatchResponse { event: Vec::new() }];
+    let st = node.lock();
+    match &req.id {
+        Some(id) => {
+            let key = (req.namespace.clone(), req.r#type.clone(), id.clone());
+            match st.store.get(&key) {
+                Some(s) => initial.push(watch_event(Some(s.to_proto()), cosi::EventType::Created)),
+                None => {
+                    let tombstone = cosi::Resource {
+                        metadata: Some(cosi::Metadata {
+                            namespace: req.namespace.clone(),
+                            r#type: req.r#type.clone(),
+                            id: id.clone(),
+                            version: "undefined".to_string(),
+                            phase: "running".to_string(),
+                            ..Default::default()
+                        }),
+                        spec: None,
+                    };
+                    initial.push(watch_event(Some(tombstone), cosi::EventType::Destroyed));
+                }
+            }
+        }
+        None if bootstrap_contents => {
+            for ((ns, t, _), s) in &st.store {
+                if *ns == req.namespace && *t == req.r#type {
+                    initial.push(watch_event(Some(s.to_proto()), cosi::EventType::Created));
+                }
+            }
+            if req.api_version >= 1 {
+                initial.push(watch_event(None, cosi::EventType::Bootstrapped));
+            }
+        }
+        None => {}
+    }
+    initial
+}
+
+/// The node's changes to resources of `ns`/`ty` (and `id`, when given), as
+/// they happen; a lagging watcher skips what it missed.
+fn live_watch_events(
+    mut events: tokio::sync::broadcast::Receiver<cosi::Event>,
+    ns: String,
+    ty: String,
+    id: Option<String>,
+) -> impl Stream<Item = Result<cosi::WatchResponse, Status>> + Send + 'static {
+    async_stream_events(move |tx| async move {
+        loop {
+            match events.recv().await {
+                Ok(ev) => {
+                    let Some(md) = ev.resource.as_ref().and_then(|r| r.metadata.as_ref()) else {
+                        continue;
+                    };
+                    if md.namespace != ns || md.r#type != ty {
+                        continue;
+                    }
+                    if id.as_ref().is_some_and(|id| *id != md.id) {
+                        continue;
+                    }
+                    if tx
+                        .send(Ok(cosi::WatchResponse { event: vec![ev] }))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    })
 }
 
 /// A stream fed by a task through a channel (the task ends when the stream is dropped).

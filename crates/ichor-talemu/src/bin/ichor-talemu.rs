@@ -67,39 +67,8 @@ async fn main() -> anyhow::Result<()> {
         .iter()
         .map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
         .collect::<Result<_, _>>()?;
-    let mut specs = Vec::new();
-    for i in 0..nodes {
-        let offset = u32::try_from(i)?;
-        let address = IpAddr::V4(Ipv4Addr::from(u32::from(first_address) + offset));
-        let hostname = format!("talemu-{}", i + 1);
-        let spec = match configs.is_empty() {
-            true => NodeSpec::maintenance(hostname),
-            false => NodeSpec::new(hostname, configs[i % configs.len()].clone()),
-        };
-        let port = if first_port == 0 {
-            0
-        } else {
-            first_port + u16::try_from(i)?
-        };
-        specs.push(
-            spec.with_version(talos_version.clone())
-                .with_address(address)
-                .with_port(port),
-        );
-    }
-    // Reuse the CA of an earlier run, so its talosconfig stays valid.
-    std::fs::create_dir_all(&state_dir)?;
-    let (ca_crt, ca_key) = (state_dir.join("ca.crt"), state_dir.join("ca.key"));
-    let pki = if ca_crt.is_file() && ca_key.is_file() {
-        Pki::from_pem(
-            &std::fs::read_to_string(&ca_crt)?,
-            &std::fs::read_to_string(&ca_key)?,
-        )?
-    } else {
-        let pki = Pki::generate()?;
-        write_private(&ca_key, pki.ca_key_pem())?;
-        pki
-    };
+    let specs = node_specs(nodes, &talos_version, &configs, first_address, first_port)?;
+    let pki = reuse_or_generate_ca(&state_dir)?;
     let emu = Emulator::start_with(
         specs,
         EmulatorOptions {
@@ -132,6 +101,56 @@ async fn main() -> anyhow::Result<()> {
     tokio::signal::ctrl_c().await?;
     emu.shutdown().await;
     Ok(())
+}
+
+/// The specs of `nodes` nodes on consecutive addresses (and ports, unless
+/// any free port will do), with the configs given in turn.
+fn node_specs(
+    nodes: usize,
+    talos_version: &str,
+    configs: &[Vec<u8>],
+    first_address: Ipv4Addr,
+    first_port: u16,
+) -> anyhow::Result<Vec<NodeSpec>> {
+    let mut specs = Vec::new();
+    for i in 0..nodes {
+        let offset = u32::try_from(i)?;
+        let address = IpAddr::V4(Ipv4Addr::from(u32::from(first_address) + offset));
+        let hostname = format!("talemu-{}", i + 1);
+        let spec = match configs.is_empty() {
+            true => NodeSpec::maintenance(hostname),
+            false => NodeSpec::new(hostname, configs[i % configs.len()].clone()),
+        };
+        let port = if first_port == 0 {
+            0
+        } else {
+            first_port + u16::try_from(i)?
+        };
+        specs.push(
+            spec.with_version(talos_version.to_string())
+                .with_address(address)
+                .with_port(port),
+        );
+    }
+    Ok(specs)
+}
+
+/// The CA of an earlier run in `state_dir` (so its talosconfig stays
+/// valid), or a new one whose key is written there.
+fn reuse_or_generate_ca(state_dir: &std::path::Path) -> anyhow::Result<Pki> {
+    std::fs::create_dir_all(state_dir)?;
+    let (ca_crt, ca_key) = (state_dir.join("ca.crt"), state_dir.join("ca.key"));
+    let pki = if ca_crt.is_file() && ca_key.is_file() {
+        Pki::from_pem(
+            &std::fs::read_to_string(&ca_crt)?,
+            &std::fs::read_to_string(&ca_key)?,
+        )?
+    } else {
+        let pki = Pki::generate()?;
+        write_private(&ca_key, pki.ca_key_pem())?;
+        pki
+    };
+    Ok(pki)
 }
 
 /// Writes a file only its owner can read (it holds a key).
