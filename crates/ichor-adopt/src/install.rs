@@ -85,12 +85,7 @@ pub fn controller_namespace_rules() -> Value {
 /// the CRDs first.
 pub fn install_objects(version: &str, image: &str) -> Vec<Value> {
     let ns = ichor_api::SYSTEM_NAMESPACE;
-    let labels = json!({
-        "app.kubernetes.io/name": INSTALLER_NAME_LABEL,
-        "app.kubernetes.io/part-of": "ichor",
-        "app.kubernetes.io/version": version,
-        "app.kubernetes.io/managed-by": "ichor-installer",
-    });
+    let labels = installer_labels(version);
     let mut objects = vec![json!({
         "apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": ns, "labels": {"app.kubernetes.io/part-of": "ichor"}}
@@ -100,45 +95,79 @@ pub fn install_objects(version: &str, image: &str) -> Vec<Value> {
             .into_iter()
             .map(|crd| serde_json::to_value(crd).expect("CRD serialises")),
     );
-    objects.push(json!({
-        "apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": {"name": CONTROLLER, "namespace": ns, "labels": labels}
-    }));
-    objects.push(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": CONTROLLER, "labels": labels},
-        "rules": controller_cluster_rules()
-    }));
-    objects.push(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": CONTROLLER, "namespace": ns, "labels": labels},
-        "rules": controller_namespace_rules()
-    }));
-    objects.push(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": CONTROLLER, "namespace": ns, "labels": labels},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CONTROLLER},
-        "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": ns}]
-    }));
-    objects.push(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": CONTROLLER, "labels": labels},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CONTROLLER},
-        "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": ns}]
-    }));
-    // The ichor-cni identity: the Job that applies Ichor's Cilium release
-    // needs cluster-admin-equivalent rights the controller itself never holds.
-    objects.push(json!({
-        "apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": {"name": CNI_IDENTITY, "namespace": ns, "labels": labels}
-    }));
-    objects.push(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": CNI_IDENTITY, "labels": labels},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"kind": "ServiceAccount", "name": CNI_IDENTITY, "namespace": ns}]
-    }));
-    objects.push(json!({
+    objects.extend(controller_identity(ns, &labels));
+    objects.extend(cni_identity(ns, &labels));
+    objects.push(controller_deployment(ns, &labels, image));
+    objects.push(webhook_service(ns, &labels));
+    objects.push(webhook_configuration(ns, &labels));
+    objects
+}
+
+/// The labels on every object of the installer path for Ichor `version`.
+fn installer_labels(version: &str) -> Value {
+    json!({
+        "app.kubernetes.io/name": INSTALLER_NAME_LABEL,
+        "app.kubernetes.io/part-of": "ichor",
+        "app.kubernetes.io/version": version,
+        "app.kubernetes.io/managed-by": "ichor-installer",
+    })
+}
+
+/// The controller's ServiceAccount in `ns` and the roles and bindings that
+/// give it its rights (cluster-wide and in its own namespace).
+fn controller_identity(ns: &str, labels: &Value) -> Vec<Value> {
+    vec![
+        json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": CONTROLLER, "namespace": ns, "labels": labels}
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": CONTROLLER, "labels": labels},
+            "rules": controller_cluster_rules()
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": CONTROLLER, "namespace": ns, "labels": labels},
+            "rules": controller_namespace_rules()
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": CONTROLLER, "namespace": ns, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CONTROLLER},
+            "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": ns}]
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": CONTROLLER, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CONTROLLER},
+            "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": ns}]
+        }),
+    ]
+}
+
+/// The ichor-cni identity in `ns`: the Job that applies Ichor's Cilium
+/// release needs cluster-admin-equivalent rights the controller itself never
+/// holds.
+fn cni_identity(ns: &str, labels: &Value) -> Vec<Value> {
+    vec![
+        json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": CNI_IDENTITY, "namespace": ns, "labels": labels}
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": CNI_IDENTITY, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": CNI_IDENTITY, "namespace": ns}]
+        }),
+    ]
+}
+
+/// The controller's Deployment in `ns`, running `image` (which is also the
+/// ichor-cni Job's image).
+fn controller_deployment(ns: &str, labels: &Value, image: &str) -> Value {
+    json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": CONTROLLER, "namespace": ns, "labels": labels},
         "spec": {
@@ -165,23 +194,31 @@ pub fn install_objects(version: &str, image: &str) -> Vec<Value> {
                 }
             }
         }
-    }));
-    objects.push(json!({
+    })
+}
+
+/// The webhooks' Service [`WEBHOOK_SERVICE`] in `ns`, in front of the
+/// controller's webhook port.
+fn webhook_service(ns: &str, labels: &Value) -> Value {
+    json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": WEBHOOK_SERVICE, "namespace": ns, "labels": labels},
         "spec": {
             "selector": {"app.kubernetes.io/name": INSTALLER_NAME_LABEL},
             "ports": [{"name": "webhook", "port": 443, "targetPort": "webhook"}]
         }
-    }));
-    // No caBundle here: adopt sets the CA of the certificate it made
-    // (`set_ca_bundle`); until then the API server cannot call the webhooks.
-    objects.push(json!({
+    })
+}
+
+/// The ValidatingWebhookConfiguration calling the Service in `ns`. No
+/// caBundle here: adopt sets the CA of the certificate it made
+/// (`set_ca_bundle`); until then the API server cannot call the webhooks.
+fn webhook_configuration(ns: &str, labels: &Value) -> Value {
+    json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": WEBHOOK_CONFIGURATION, "labels": labels},
         "webhooks": webhooks(ns, None, "Fail", 10)
-    }));
-    objects
+    })
 }
 
 /// Ichor's validating webhooks, called through the Service

@@ -29,7 +29,7 @@ use kube::api::{Api, ListParams};
 use kube::core::DeserializeGuard;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt as _, watcher};
 
 use crate::cni_job::JobState;
@@ -67,25 +67,13 @@ pub(crate) async fn run(
     };
     let machine_trigger =
         machines.fill(watcher(machine_api, watcher::Config::default()).default_backoff());
-    let machine_store = ctx.machines.store.clone();
-    // A machine's status is written on every change of its drift; the
-    // cluster reads only its membership and its Ready.
-    let seen = pipeline::ChangeFilter::<MachineInputs>::default();
     let daemonsets =
         Api::<DaemonSet>::namespaced(ctx.client.clone(), &ctx.config.cilium_release_namespace);
     let records =
         Api::<Secret>::namespaced(ctx.client.clone(), &ctx.config.cilium_storage_namespace);
     let controller = Controller::new(clusters, watcher::Config::default());
-    let store = controller.store();
-    let every_cluster = move || {
-        store
-            .state()
-            .into_iter()
-            .map(|c| ObjectRef::from_obj(&*c))
-            .collect::<Vec<_>>()
-    };
+    let every_cluster = every_cluster(controller.store());
     let every_cluster_again = every_cluster.clone();
-    let every_cluster_for_nodes = every_cluster.clone();
     // The node count is part of the effective values: a Node that comes or
     // goes reconciles every cluster; a Node's status updates do not.
     let node_trigger = nodes.fill(
@@ -95,42 +83,15 @@ pub(crate) async fn run(
         )
         .default_backoff(),
     );
-    let node_store = ctx.nodes.store.clone();
-    let nodes_seen = pipeline::ChangeFilter::<()>::default();
     let drive = controller
-        .watches_stream(machine_trigger, move |m: DeserializeGuard<TalosMachine>| {
-            let Ok(m) = m.0 else {
-                return Vec::new();
-            };
-            let ns = m.namespace().unwrap_or_default();
-            let r = ObjectRef::<DeserializeGuard<TalosMachine>>::new(&m.name_any()).within(&ns);
-            let now = machine_store
-                .get(&r)
-                .is_some()
-                .then(|| MachineInputs::of(&m));
-            let Some(before) = seen.changed(r.to_string(), now) else {
-                return Vec::new();
-            };
-            // The cluster it names now, and the one it named before.
-            let mut names = vec![m.spec.cluster_ref.name.clone()];
-            if let Some(b) = before
-                && b.cluster != m.spec.cluster_ref.name
-            {
-                names.push(b.cluster);
-            }
-            names
-                .iter()
-                .map(|n| ObjectRef::new(n).within(&ns))
-                .collect()
-        })
-        .watches_stream(node_trigger, move |n: PartialObjectMeta<Node>| {
-            let name = n.name_any();
-            let present = node_store.get(&ObjectRef::new(&name)).is_some();
-            match nodes_seen.changed(name, present.then_some(())) {
-                Some(_) => every_cluster_for_nodes(),
-                None => Vec::new(),
-            }
-        })
+        .watches_stream(
+            machine_trigger,
+            clusters_of_machine(ctx.machines.store.clone()),
+        )
+        .watches_stream(
+            node_trigger,
+            clusters_of_node(ctx.nodes.store.clone(), every_cluster.clone()),
+        )
         .watches(
             daemonsets,
             watcher::Config::default()
@@ -152,6 +113,75 @@ pub(crate) async fn run(
             }
         });
     crate::drive_until_stopped("TalosCluster", drive, stop).await;
+}
+
+/// A reference to a TalosCluster, as the controller queues it.
+type ClusterRef = ObjectRef<DeserializeGuard<TalosCluster>>;
+
+/// Every TalosCluster the controller's `store` holds.
+fn every_cluster(
+    store: Store<DeserializeGuard<TalosCluster>>,
+) -> impl Fn() -> Vec<ClusterRef> + Clone + Send + Sync + 'static {
+    move || {
+        store
+            .state()
+            .into_iter()
+            .map(|c| ObjectRef::from_obj(&*c))
+            .collect::<Vec<_>>()
+    }
+}
+
+/// The clusters an event of a TalosMachine reconciles: the one it names now
+/// and the one it named before, and none when neither its membership nor its
+/// Ready changed. `machine_store` is the store of the machines' watch.
+fn clusters_of_machine(
+    machine_store: Store<DeserializeGuard<TalosMachine>>,
+) -> impl Fn(DeserializeGuard<TalosMachine>) -> Vec<ClusterRef> + Send + Sync + 'static {
+    // A machine's status is written on every change of its drift; the
+    // cluster reads only its membership and its Ready.
+    let seen = pipeline::ChangeFilter::<MachineInputs>::default();
+    move |m: DeserializeGuard<TalosMachine>| {
+        let Ok(m) = m.0 else {
+            return Vec::new();
+        };
+        let ns = m.namespace().unwrap_or_default();
+        let r = ObjectRef::<DeserializeGuard<TalosMachine>>::new(&m.name_any()).within(&ns);
+        let now = machine_store
+            .get(&r)
+            .is_some()
+            .then(|| MachineInputs::of(&m));
+        let Some(before) = seen.changed(r.to_string(), now) else {
+            return Vec::new();
+        };
+        // The cluster it names now, and the one it named before.
+        let mut names = vec![m.spec.cluster_ref.name.clone()];
+        if let Some(b) = before
+            && b.cluster != m.spec.cluster_ref.name
+        {
+            names.push(b.cluster);
+        }
+        names
+            .iter()
+            .map(|n| ObjectRef::new(n).within(&ns))
+            .collect()
+    }
+}
+
+/// The clusters an event of a Node reconciles: every one when the Node came
+/// or went (`node_store` is the store of the Nodes' watch), none otherwise.
+fn clusters_of_node(
+    node_store: Store<PartialObjectMeta<Node>>,
+    every_cluster: impl Fn() -> Vec<ClusterRef> + Send + Sync + 'static,
+) -> impl Fn(PartialObjectMeta<Node>) -> Vec<ClusterRef> + Send + Sync + 'static {
+    let nodes_seen = pipeline::ChangeFilter::<()>::default();
+    move |n: PartialObjectMeta<Node>| {
+        let name = n.name_any();
+        let present = node_store.get(&ObjectRef::new(&name)).is_some();
+        match nodes_seen.changed(name, present.then_some(())) {
+            Some(_) => every_cluster(),
+            None => Vec::new(),
+        }
+    }
 }
 
 fn error_policy(

@@ -24,7 +24,7 @@ use futures::StreamExt as _;
 use ichor_api::conditions::{self, Status, reasons, types};
 use ichor_api::machine::MachineRole;
 use ichor_api::operation::{
-    MachineProgress, MachineStep, OperationKind, OperationPhase, TalosOperation,
+    MachineProgress, MachineStep, OperationKind, OperationPhase, PlanEntry, TalosOperation,
     TalosOperationStatus,
 };
 use ichor_api::{TalosCluster, TalosMachine};
@@ -230,19 +230,17 @@ impl Run<'_> {
         if status.plan.is_empty() {
             return self.make_plan(status).await;
         }
-        let poll = self.bounds().poll;
         loop {
             let cancel = self.cancel_now().await?;
             match decide::next(status, cancel) {
                 Next::Succeed => {
-                    self.finish(status, OperationPhase::Succeeded, reasons::SUCCEEDED, {
-                        let skipped = skipped_now(status);
-                        if skipped.is_empty() {
-                            "every machine is done".to_string()
-                        } else {
-                            format!("every machine is done; {}", skipped.join(", "))
-                        }
-                    })
+                    let message = succeeded_message(status);
+                    self.finish(
+                        status,
+                        OperationPhase::Succeeded,
+                        reasons::SUCCEEDED,
+                        message,
+                    )
                     .await;
                     return Ok(Action::await_change());
                 }
@@ -268,57 +266,72 @@ impl Run<'_> {
                     return Ok(Action::await_change());
                 }
                 Next::Steps(steps) => {
-                    let mut waiting = Vec::new();
-                    let mut advanced = false;
-                    for (machine, step) in steps {
-                        match self.step(status, &machine, step).await? {
-                            StepOutcome::Advanced => advanced = true,
-                            StepOutcome::Wait(reason, message) => {
-                                waiting.push((reason, format!("{machine}: {message}")));
-                            }
-                            StepOutcome::Failed(reason, message) => {
-                                let message = format!("{machine}: {message}");
-                                self.finish(status, OperationPhase::Failed, reason, message)
-                                    .await;
-                                return Ok(Action::await_change());
-                            }
-                        }
-                        // Every step is recorded before the next one runs.
-                        self.write(status).await?;
-                    }
-                    if !advanced {
-                        let (reason, _) = waiting
-                            .first()
-                            .cloned()
-                            .unwrap_or((reasons::NOT_WAITING, String::new()));
-                        let message = waiting
-                            .iter()
-                            .map(|(_, m)| m.as_str())
-                            .collect::<Vec<_>>()
-                            .join("; ");
-                        self.set(
-                            status,
-                            types::WAITING,
-                            Status::True,
-                            reason,
-                            message.clone(),
-                        );
-                        status.message = Some(message);
-                        return Ok(Action::requeue(poll));
-                    }
-                    let now_waiting = waiting.is_empty();
-                    if now_waiting {
-                        self.set(
-                            status,
-                            types::WAITING,
-                            Status::False,
-                            reasons::NOT_WAITING,
-                            String::new(),
-                        );
+                    if let Some(action) = self.run_batch(status, steps).await? {
+                        return Ok(action);
                     }
                 }
             }
         }
+    }
+
+    /// Runs the current step of each machine of a batch, writing the status
+    /// after each. `None` when some machine advanced (the caller decides
+    /// again at once); otherwise what to do: poll again while every machine
+    /// waits, or stop when one failed.
+    async fn run_batch(
+        &mut self,
+        status: &mut TalosOperationStatus,
+        steps: Vec<(String, MachineStep)>,
+    ) -> Result<Option<Action>> {
+        let mut waiting = Vec::new();
+        let mut advanced = false;
+        for (machine, step) in steps {
+            match self.step(status, &machine, step).await? {
+                StepOutcome::Advanced => advanced = true,
+                StepOutcome::Wait(reason, message) => {
+                    waiting.push((reason, format!("{machine}: {message}")));
+                }
+                StepOutcome::Failed(reason, message) => {
+                    let message = format!("{machine}: {message}");
+                    self.finish(status, OperationPhase::Failed, reason, message)
+                        .await;
+                    return Ok(Some(Action::await_change()));
+                }
+            }
+            // Every step is recorded before the next one runs.
+            self.write(status).await?;
+        }
+        if !advanced {
+            let (reason, _) = waiting
+                .first()
+                .cloned()
+                .unwrap_or((reasons::NOT_WAITING, String::new()));
+            let message = waiting
+                .iter()
+                .map(|(_, m)| m.as_str())
+                .collect::<Vec<_>>()
+                .join("; ");
+            self.set(
+                status,
+                types::WAITING,
+                Status::True,
+                reason,
+                message.clone(),
+            );
+            status.message = Some(message);
+            return Ok(Some(Action::requeue(self.bounds().poll)));
+        }
+        let now_waiting = waiting.is_empty();
+        if now_waiting {
+            self.set(
+                status,
+                types::WAITING,
+                Status::False,
+                reasons::NOT_WAITING,
+                String::new(),
+            );
+        }
+        Ok(None)
     }
 
     fn set(
@@ -421,22 +434,7 @@ impl Run<'_> {
     async fn make_plan(&mut self, status: &mut TalosOperationStatus) -> Result<Action> {
         let spec = &self.op.spec;
         if spec.kind == OperationKind::Ichor {
-            let message = match self.ctx.config.deployed_by {
-                DeployedBy::Helm => format!(
-                    "Ichor was installed with Helm, so Helm upgrades it: helm upgrade ichor <chart> --namespace {} --version {} (the operation writes nothing)",
-                    self.ctx.config.system_namespace,
-                    spec.version.as_deref().unwrap_or("<version>").trim_start_matches('v')
-                ),
-                DeployedBy::Installer => "kind ichor (the installer Job) is not run by this Ichor yet; run `ichor adopt` of the new version to upgrade the install".to_string(),
-            };
-            let reason = match self.ctx.config.deployed_by {
-                DeployedBy::Helm => reasons::REFUSED,
-                DeployedBy::Installer => reasons::KIND_NOT_SUPPORTED,
-            };
-            status.start_time = Some(self.now());
-            self.finish(status, OperationPhase::Failed, reason, message)
-                .await;
-            return Ok(Action::await_change());
+            return Ok(self.refuse_kind_ichor(status).await);
         }
         let cluster_name = spec.target.cluster_ref.name.clone();
         let cluster = Api::<TalosCluster>::namespaced(self.ctx.client.clone(), &self.namespace)
@@ -460,11 +458,53 @@ impl Run<'_> {
             .await;
             return Ok(Action::await_change());
         };
-        let machines = self.machines(&cluster_name).await?;
+        let facts = self.machine_facts(&cluster_name, &cluster).await?;
+        let now = self.now();
+        status.start_time = Some(now.clone());
+        match decide::plan(spec, &facts, self.ctx.config.node_name.as_deref()) {
+            PlanOutcome::Refused { reason, message } => {
+                self.finish(status, OperationPhase::Failed, reason, message)
+                    .await;
+                Ok(Action::await_change())
+            }
+            PlanOutcome::Plan(plan) => Ok(self.start_plan(status, plan, &facts, &now).await),
+        }
+    }
+
+    /// Kind ichor is not a machine operation: it fails at once, saying how
+    /// this install is upgraded instead (Helm, or `ichor adopt`).
+    async fn refuse_kind_ichor(&self, status: &mut TalosOperationStatus) -> Action {
+        let spec = &self.op.spec;
+        let message = match self.ctx.config.deployed_by {
+            DeployedBy::Helm => format!(
+                "Ichor was installed with Helm, so Helm upgrades it: helm upgrade ichor <chart> --namespace {} --version {} (the operation writes nothing)",
+                self.ctx.config.system_namespace,
+                spec.version.as_deref().unwrap_or("<version>").trim_start_matches('v')
+            ),
+            DeployedBy::Installer => "kind ichor (the installer Job) is not run by this Ichor yet; run `ichor adopt` of the new version to upgrade the install".to_string(),
+        };
+        let reason = match self.ctx.config.deployed_by {
+            DeployedBy::Helm => reasons::REFUSED,
+            DeployedBy::Installer => reasons::KIND_NOT_SUPPORTED,
+        };
+        status.start_time = Some(self.now());
+        self.finish(status, OperationPhase::Failed, reason, message)
+            .await;
+        Action::await_change()
+    }
+
+    /// What the plan needs to know of each TalosMachine of cluster
+    /// `cluster_name`, its Node name asked of the node itself.
+    async fn machine_facts(
+        &mut self,
+        cluster_name: &str,
+        cluster: &TalosCluster,
+    ) -> Result<Vec<MachineFacts>> {
+        let machines = self.machines(cluster_name).await?;
         let mut facts = Vec::with_capacity(machines.len());
         for m in &machines {
             // The Node name from the node itself; the machine's name when it does not answer.
-            let node_name = match self.client(m, &cluster).await {
+            let node_name = match self.client(m, cluster).await {
                 Ok(c) => c.nodename("").await.ok().map(|n| n.nodename),
                 Err(_) => None,
             }
@@ -477,66 +517,69 @@ impl Run<'_> {
                 talos_version: m.status.as_ref().and_then(|s| s.talos_version.clone()),
             });
         }
-        let now = self.now();
-        status.start_time = Some(now.clone());
-        match decide::plan(spec, &facts, self.ctx.config.node_name.as_deref()) {
-            PlanOutcome::Refused { reason, message } => {
-                self.finish(status, OperationPhase::Failed, reason, message)
-                    .await;
-                Ok(Action::await_change())
-            }
-            PlanOutcome::Plan(plan) => {
-                status.machines = decide::initial_progress(&plan, &now);
-                for p in &mut status.machines {
-                    p.node_name = facts
-                        .iter()
-                        .find(|f| f.name == p.machine)
-                        .and_then(|f| f.node_name.clone());
-                }
-                let skipped = decide::skipped_summary(&plan);
-                status.plan = plan;
-                let order = status
-                    .plan
-                    .iter()
-                    .filter(|e| e.action != ichor_api::PlannedAction::Skip)
-                    .map(|e| e.machine.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" → ");
-                self.set(
-                    status,
-                    types::SKIPPED,
-                    Status::from(!skipped.is_empty()),
-                    if skipped.is_empty() {
-                        reasons::NONE_SKIPPED
-                    } else {
-                        reasons::MACHINES_SKIPPED
-                    },
-                    skipped.join(", "),
-                );
-                publish(
-                    self.ctx,
-                    self.op,
-                    EventType::Normal,
-                    "Planned",
-                    format!("{}: {order}", spec.kind.as_str()),
-                )
-                .await;
-                if spec.kind == OperationKind::KubernetesUpgrade {
-                    self.finish(
-                        status,
-                        OperationPhase::Failed,
-                        reasons::KIND_NOT_SUPPORTED,
-                        "the plan is written, but this Ichor does not run kubernetes-upgrade yet; nothing was touched (talosctl upgrade-k8s can run it)".to_string(),
-                    )
-                    .await;
-                    return Ok(Action::await_change());
-                }
-                status.phase = Some(OperationPhase::Running);
-                status.message = Some(format!("planned: {order}"));
-                // The plan is written before any step (the status write follows).
-                Ok(Action::requeue(Duration::from_millis(10)))
-            }
+        Ok(facts)
+    }
+
+    /// Records a fresh `plan` in the status (its progress, what is skipped)
+    /// and announces it; the machines start on the next pass, after the
+    /// status write.
+    async fn start_plan(
+        &self,
+        status: &mut TalosOperationStatus,
+        plan: Vec<PlanEntry>,
+        facts: &[MachineFacts],
+        now: &Time,
+    ) -> Action {
+        let spec = &self.op.spec;
+        status.machines = decide::initial_progress(&plan, now);
+        for p in &mut status.machines {
+            p.node_name = facts
+                .iter()
+                .find(|f| f.name == p.machine)
+                .and_then(|f| f.node_name.clone());
         }
+        let skipped = decide::skipped_summary(&plan);
+        status.plan = plan;
+        let order = status
+            .plan
+            .iter()
+            .filter(|e| e.action != ichor_api::PlannedAction::Skip)
+            .map(|e| e.machine.as_str())
+            .collect::<Vec<_>>()
+            .join(" → ");
+        self.set(
+            status,
+            types::SKIPPED,
+            Status::from(!skipped.is_empty()),
+            if skipped.is_empty() {
+                reasons::NONE_SKIPPED
+            } else {
+                reasons::MACHINES_SKIPPED
+            },
+            skipped.join(", "),
+        );
+        publish(
+            self.ctx,
+            self.op,
+            EventType::Normal,
+            "Planned",
+            format!("{}: {order}", spec.kind.as_str()),
+        )
+        .await;
+        if spec.kind == OperationKind::KubernetesUpgrade {
+            self.finish(
+                status,
+                OperationPhase::Failed,
+                reasons::KIND_NOT_SUPPORTED,
+                "the plan is written, but this Ichor does not run kubernetes-upgrade yet; nothing was touched (talosctl upgrade-k8s can run it)".to_string(),
+            )
+            .await;
+            return Action::await_change();
+        }
+        status.phase = Some(OperationPhase::Running);
+        status.message = Some(format!("planned: {order}"));
+        // The plan is written before any step (the status write follows).
+        Action::requeue(Duration::from_millis(10))
     }
 
     async fn machines(&self, cluster: &str) -> Result<Vec<TalosMachine>> {
@@ -659,7 +702,6 @@ impl Run<'_> {
         StepOutcome::Failed(reason, message)
     }
 
-    #[allow(clippy::too_many_lines)]
     async fn run_step(
         &mut self,
         m: &TalosMachine,
@@ -669,85 +711,16 @@ impl Run<'_> {
         step: MachineStep,
         now: &Time,
     ) -> Result<StepOutcome> {
-        let spec = self.op.spec.clone();
-        let upgrade = spec.kind == OperationKind::TalosUpgrade;
+        let upgrade = self.op.spec.kind == OperationKind::TalosUpgrade;
         let talos = self.client(m, cluster).await?;
-        let failed = |e: ichor_talos_client::Error| {
-            StepOutcome::Failed(reasons::STEP_FAILED, talos_error(m, e).to_string())
-        };
         let legacy = p
             .version_before
             .as_deref()
             .and_then(parse_minor)
             .is_some_and(|v| v < (1, 13));
         Ok(match step {
-            MachineStep::Pending => {
-                if m.spec.hold {
-                    p.step = MachineStep::Skipped;
-                    p.completion_time = Some(now.clone());
-                    p.message = Some(decide::skipped_words(Some(decide::HELD)));
-                    return Ok(StepOutcome::Advanced);
-                }
-                let version = match talos.version("").await {
-                    Ok(v) => v.tag,
-                    Err(e) => return Ok(failed(e)),
-                };
-                let boot_id = match talos.boot_id("").await {
-                    Ok(b) => b,
-                    Err(e) => return Ok(failed(e)),
-                };
-                if let Ok(n) = talos.nodename("").await
-                    && !n.nodename.is_empty()
-                {
-                    p.node_name = Some(n.nodename);
-                }
-                if upgrade {
-                    let live = talos.machine_config("").await.ok();
-                    let live_image = live.as_deref().and_then(install_image);
-                    p.image = Some(decide::installer_image(
-                        spec.installer_image.as_deref(),
-                        live_image.as_deref(),
-                        spec.version.as_deref().unwrap_or_default(),
-                    ));
-                }
-                p.start_time = Some(now.clone());
-                p.version_before = Some(version);
-                p.boot_id_before = Some(boot_id);
-                p.message = Some("started".to_string());
-                StepOutcome::Advanced
-            }
-            MachineStep::CheckingEtcd => {
-                let verdict = match talos.etcd_members("").await {
-                    Ok(members) => decide::etcd_verdict(
-                        &members
-                            .into_iter()
-                            .map(|m| EtcdMemberView {
-                                id: m.id,
-                                name: m.name,
-                                is_learner: m.is_learner,
-                            })
-                            .collect::<Vec<_>>(),
-                        p.node_name.as_deref().unwrap_or(&p.machine),
-                    ),
-                    Err(e) => EtcdVerdict::Unhealthy(format!("the etcd member list failed: {e}")),
-                };
-                match verdict {
-                    EtcdVerdict::Healthy => StepOutcome::Advanced,
-                    EtcdVerdict::Unhealthy(why) => {
-                        let bound = self.bounds().etcd;
-                        if decide::bound_passed(p, now, bound) {
-                            StepOutcome::Failed(
-                                reasons::ETCD_UNHEALTHY,
-                                format!(
-                                    "{why}, still after {bound:?}: the control plane was not taken down; make the member healthy (talosctl etcd members, talosctl service etcd) and create a new operation"
-                                ),
-                            )
-                        } else {
-                            StepOutcome::Wait(reasons::WAITING_FOR_ETCD, why)
-                        }
-                    }
-                }
-            }
+            MachineStep::Pending => self.start_machine(m, &talos, p, now).await,
+            MachineStep::CheckingEtcd => self.check_etcd(&talos, p, now).await,
             MachineStep::Pulling => {
                 if legacy {
                     // Before 1.13 the node pulls the installer itself during Upgrade.
@@ -756,7 +729,7 @@ impl Run<'_> {
                 let image = p.image.clone().unwrap_or_default();
                 match talos.pull_installer("", &image).await {
                     Ok(_) => StepOutcome::Advanced,
-                    Err(e) => failed(e),
+                    Err(e) => step_failed(m, e),
                 }
             }
             MachineStep::Upgrading => {
@@ -767,91 +740,12 @@ impl Run<'_> {
                 let image = p.image.clone().unwrap_or_default();
                 match talos.lifecycle_upgrade("", &image).await {
                     Ok(_) => StepOutcome::Advanced,
-                    Err(e) => failed(e),
+                    Err(e) => step_failed(m, e),
                 }
             }
-            MachineStep::Draining => {
-                let node = p.node_name.clone().unwrap_or_else(|| p.machine.clone());
-                match self.drain(&node).await? {
-                    DrainState::Done => StepOutcome::Advanced,
-                    DrainState::Blocked(why) => {
-                        let bound = self.bounds().drain;
-                        if decide::bound_passed(p, now, bound) {
-                            // Not rebooted: the node goes back into service.
-                            self.cordon(&node, false).await?;
-                            StepOutcome::Failed(
-                                reasons::DRAIN_TIMEOUT,
-                                format!(
-                                    "the drain of Node {node} did not finish within {bound:?}: {why}; no pod was deleted by force, the node was not rebooted and is uncordoned again"
-                                ),
-                            )
-                        } else {
-                            StepOutcome::Wait(reasons::WAITING_FOR_DRAIN, why)
-                        }
-                    }
-                }
-            }
-            MachineStep::Rebooting => {
-                // Resumed after a restart: a node that does not answer, or
-                // answers with another boot id, has rebooted already.
-                match talos.boot_id("").await {
-                    Err(_) => return Ok(StepOutcome::Advanced),
-                    Ok(b) if p.boot_id_before.as_deref() != Some(b.as_str()) => {
-                        return Ok(StepOutcome::Advanced);
-                    }
-                    Ok(_) => {}
-                }
-                if role == MachineRole::Controlplane {
-                    let members = talos.etcd_members("").await.map(|m| m.len()).unwrap_or(0);
-                    if members > 1
-                        && let Err(e) = talos.etcd_forfeit_leadership("").await
-                    {
-                        return Ok(failed(e));
-                    }
-                }
-                let result = if upgrade && legacy {
-                    talos
-                        .legacy_upgrade("", p.image.as_deref().unwrap_or_default())
-                        .await
-                } else {
-                    talos.reboot("").await
-                };
-                match result {
-                    Ok(_) => StepOutcome::Advanced,
-                    Err(e) => failed(e),
-                }
-            }
-            MachineStep::WaitingForReturn => {
-                let node = p.node_name.clone().unwrap_or_else(|| p.machine.clone());
-                let seen = ReturnView {
-                    boot_id: talos.boot_id("").await.ok(),
-                    version: talos.version("").await.ok().map(|v| v.tag),
-                    node_ready: self.node_ready(&node).await?,
-                };
-                match decide::return_verdict(spec.kind, spec.version.as_deref(), p, &seen) {
-                    ReturnVerdict::Back => {
-                        p.boot_id_after = seen.boot_id;
-                        p.version_after = seen.version;
-                        StepOutcome::Advanced
-                    }
-                    ReturnVerdict::OldVersion(why) => {
-                        p.boot_id_after = seen.boot_id;
-                        p.version_after = seen.version;
-                        StepOutcome::Failed(reasons::BOOTED_OLD_VERSION, why)
-                    }
-                    ReturnVerdict::NotYet(why) => {
-                        let bound = self.bounds().node_return;
-                        if decide::bound_passed(p, now, bound) {
-                            StepOutcome::Failed(
-                                reasons::RETURN_TIMEOUT,
-                                format!("{why}, still after {bound:?}; check the node's console"),
-                            )
-                        } else {
-                            StepOutcome::Wait(reasons::WAITING_FOR_RETURN, why)
-                        }
-                    }
-                }
-            }
+            MachineStep::Draining => self.drain_step(p, now).await?,
+            MachineStep::Rebooting => reboot_machine(m, &talos, role, p, upgrade && legacy).await,
+            MachineStep::WaitingForReturn => self.await_return(&talos, p, now).await?,
             MachineStep::Uncordoning => {
                 let node = p.node_name.clone().unwrap_or_else(|| p.machine.clone());
                 self.cordon(&node, false).await?;
@@ -861,6 +755,159 @@ impl Run<'_> {
                 StepOutcome::Advanced
             }
         })
+    }
+
+    /// Pending: skips a machine held since the plan; otherwise records what
+    /// it runs before it is touched (version, boot id, Node name and, for a
+    /// talos-upgrade, the installer image).
+    async fn start_machine(
+        &self,
+        m: &TalosMachine,
+        talos: &TalosClient,
+        p: &mut MachineProgress,
+        now: &Time,
+    ) -> StepOutcome {
+        let spec = &self.op.spec;
+        if m.spec.hold {
+            p.step = MachineStep::Skipped;
+            p.completion_time = Some(now.clone());
+            p.message = Some(decide::skipped_words(Some(decide::HELD)));
+            return StepOutcome::Advanced;
+        }
+        let version = match talos.version("").await {
+            Ok(v) => v.tag,
+            Err(e) => return step_failed(m, e),
+        };
+        let boot_id = match talos.boot_id("").await {
+            Ok(b) => b,
+            Err(e) => return step_failed(m, e),
+        };
+        if let Ok(n) = talos.nodename("").await
+            && !n.nodename.is_empty()
+        {
+            p.node_name = Some(n.nodename);
+        }
+        if spec.kind == OperationKind::TalosUpgrade {
+            let live = talos.machine_config("").await.ok();
+            let live_image = live.as_deref().and_then(install_image);
+            p.image = Some(decide::installer_image(
+                spec.installer_image.as_deref(),
+                live_image.as_deref(),
+                spec.version.as_deref().unwrap_or_default(),
+            ));
+        }
+        p.start_time = Some(now.clone());
+        p.version_before = Some(version);
+        p.boot_id_before = Some(boot_id);
+        p.message = Some("started".to_string());
+        StepOutcome::Advanced
+    }
+
+    /// CheckingEtcd: the machine's etcd member must be healthy before its
+    /// control plane goes down; waits for it up to the etcd bound.
+    async fn check_etcd(
+        &self,
+        talos: &TalosClient,
+        p: &MachineProgress,
+        now: &Time,
+    ) -> StepOutcome {
+        let verdict = match talos.etcd_members("").await {
+            Ok(members) => decide::etcd_verdict(
+                &members
+                    .into_iter()
+                    .map(|m| EtcdMemberView {
+                        id: m.id,
+                        name: m.name,
+                        is_learner: m.is_learner,
+                    })
+                    .collect::<Vec<_>>(),
+                p.node_name.as_deref().unwrap_or(&p.machine),
+            ),
+            Err(e) => EtcdVerdict::Unhealthy(format!("the etcd member list failed: {e}")),
+        };
+        match verdict {
+            EtcdVerdict::Healthy => StepOutcome::Advanced,
+            EtcdVerdict::Unhealthy(why) => {
+                let bound = self.bounds().etcd;
+                if decide::bound_passed(p, now, bound) {
+                    StepOutcome::Failed(
+                        reasons::ETCD_UNHEALTHY,
+                        format!(
+                            "{why}, still after {bound:?}: the control plane was not taken down; make the member healthy (talosctl etcd members, talosctl service etcd) and create a new operation"
+                        ),
+                    )
+                } else {
+                    StepOutcome::Wait(reasons::WAITING_FOR_ETCD, why)
+                }
+            }
+        }
+    }
+
+    /// Draining: drains the machine's Node; past the drain bound the machine
+    /// fails and its Node goes back into service (it is not rebooted).
+    async fn drain_step(&self, p: &MachineProgress, now: &Time) -> Result<StepOutcome> {
+        let node = p.node_name.clone().unwrap_or_else(|| p.machine.clone());
+        Ok(match self.drain(&node).await? {
+            DrainState::Done => StepOutcome::Advanced,
+            DrainState::Blocked(why) => {
+                let bound = self.bounds().drain;
+                if decide::bound_passed(p, now, bound) {
+                    // Not rebooted: the node goes back into service.
+                    self.cordon(&node, false).await?;
+                    StepOutcome::Failed(
+                        reasons::DRAIN_TIMEOUT,
+                        format!(
+                            "the drain of Node {node} did not finish within {bound:?}: {why}; no pod was deleted by force, the node was not rebooted and is uncordoned again"
+                        ),
+                    )
+                } else {
+                    StepOutcome::Wait(reasons::WAITING_FOR_DRAIN, why)
+                }
+            }
+        })
+    }
+
+    /// WaitingForReturn: the rebooted machine is back when it has a new boot
+    /// id, runs the target version and its Node is Ready; fails past the
+    /// return bound, or at once when it booted the old version.
+    async fn await_return(
+        &self,
+        talos: &TalosClient,
+        p: &mut MachineProgress,
+        now: &Time,
+    ) -> Result<StepOutcome> {
+        let spec = &self.op.spec;
+        let node = p.node_name.clone().unwrap_or_else(|| p.machine.clone());
+        let seen = ReturnView {
+            boot_id: talos.boot_id("").await.ok(),
+            version: talos.version("").await.ok().map(|v| v.tag),
+            node_ready: self.node_ready(&node).await?,
+        };
+        Ok(
+            match decide::return_verdict(spec.kind, spec.version.as_deref(), p, &seen) {
+                ReturnVerdict::Back => {
+                    p.boot_id_after = seen.boot_id;
+                    p.version_after = seen.version;
+                    StepOutcome::Advanced
+                }
+                ReturnVerdict::OldVersion(why) => {
+                    p.boot_id_after = seen.boot_id;
+                    p.version_after = seen.version;
+                    StepOutcome::Failed(reasons::BOOTED_OLD_VERSION, why)
+                }
+                ReturnVerdict::NotYet(why) => {
+                    let bound = self.bounds().node_return;
+                    if decide::bound_passed(p, now, bound) {
+                        StepOutcome::Failed(
+                            reasons::RETURN_TIMEOUT,
+                            format!("{why}, still after {bound:?}; check the node's console"),
+                        )
+                    } else {
+                        StepOutcome::Wait(reasons::WAITING_FOR_RETURN, why)
+                    }
+                }
+            },
+        )
     }
 
     async fn node_ready(&self, node: &str) -> Result<bool> {
@@ -1029,6 +1076,16 @@ pub fn selects(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
     by_labels && by_expressions
 }
 
+/// The message of a succeeded operation, naming the machines it skipped.
+fn succeeded_message(status: &TalosOperationStatus) -> String {
+    let skipped = skipped_now(status);
+    if skipped.is_empty() {
+        "every machine is done".to_string()
+    } else {
+        format!("every machine is done; {}", skipped.join(", "))
+    }
+}
+
 /// The skipped machines as the status says now: `w-2 skipped (held)`.
 fn skipped_now(status: &TalosOperationStatus) -> Vec<String> {
     status
@@ -1086,6 +1143,51 @@ fn install_image(config: &[u8]) -> Option<String> {
         }
     }
     None
+}
+
+/// A failed Talos API call fails the machine's step.
+fn step_failed(m: &TalosMachine, e: ichor_talos_client::Error) -> StepOutcome {
+    StepOutcome::Failed(reasons::STEP_FAILED, talos_error(m, e).to_string())
+}
+
+/// Rebooting: a control plane first hands its etcd leadership over (when it
+/// has peers); `legacy_upgrade` runs the pre-1.13 Upgrade, which reboots by
+/// itself, instead of a reboot.
+async fn reboot_machine(
+    m: &TalosMachine,
+    talos: &TalosClient,
+    role: MachineRole,
+    p: &MachineProgress,
+    legacy_upgrade: bool,
+) -> StepOutcome {
+    // Resumed after a restart: a node that does not answer, or
+    // answers with another boot id, has rebooted already.
+    match talos.boot_id("").await {
+        Err(_) => return StepOutcome::Advanced,
+        Ok(b) if p.boot_id_before.as_deref() != Some(b.as_str()) => {
+            return StepOutcome::Advanced;
+        }
+        Ok(_) => {}
+    }
+    if role == MachineRole::Controlplane {
+        let members = talos.etcd_members("").await.map(|m| m.len()).unwrap_or(0);
+        if members > 1
+            && let Err(e) = talos.etcd_forfeit_leadership("").await
+        {
+            return step_failed(m, e);
+        }
+    }
+    let result = if legacy_upgrade {
+        talos
+            .legacy_upgrade("", p.image.as_deref().unwrap_or_default())
+            .await
+    } else {
+        talos.reboot("").await
+    };
+    match result {
+        Ok(_) => StepOutcome::Advanced,
+        Err(e) => step_failed(m, e),
+    }
 }
 
 fn talos_error(machine: &TalosMachine, source: ichor_talos_client::Error) -> Error {

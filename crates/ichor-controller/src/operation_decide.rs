@@ -65,44 +65,8 @@ pub fn plan(
     machines: &[MachineFacts],
     controller_node: Option<&str>,
 ) -> PlanOutcome {
-    if spec.kind == OperationKind::Ichor {
-        return PlanOutcome::Refused {
-            reason: reasons::KIND_NOT_SUPPORTED,
-            message:
-                "kind ichor acts on Ichor's install, not on machines: there is no machine plan"
-                    .to_string(),
-        };
-    }
-    for wanted in &spec.target.machines {
-        if !machines.iter().any(|m| &m.name == wanted) {
-            return PlanOutcome::Refused {
-                reason: reasons::REFUSED,
-                message: format!(
-                    "spec.target.machines names {wanted:?}, which is not a TalosMachine of cluster {:?}",
-                    spec.target.cluster_ref.name
-                ),
-            };
-        }
-    }
-    if spec.kind == OperationKind::KubernetesUpgrade {
-        let held: Vec<&str> = machines
-            .iter()
-            .filter(|m| m.role == MachineRole::Controlplane && m.held)
-            .map(|m| m.name.as_str())
-            .collect();
-        if !held.is_empty() {
-            return PlanOutcome::Refused {
-                reason: reasons::CONTROL_PLANE_HELD,
-                message: format!(
-                    "kubernetes-upgrade refused: {} held, and upgrading the others would leave the control planes on different Kubernetes versions; release the hold (spec.hold: false) and create the operation again",
-                    if held.len() == 1 {
-                        format!("control plane {} is", held[0])
-                    } else {
-                        format!("control planes {} are", held.join(", "))
-                    }
-                ),
-            };
-        }
+    if let Some(refused) = refusal(spec, machines) {
+        return refused;
     }
     let targeted: Vec<&MachineFacts> = machines
         .iter()
@@ -117,28 +81,121 @@ pub fn plan(
             ),
         };
     }
-    let runs_controller = |m: &MachineFacts| {
-        controller_node.is_some_and(|n| m.node_name.as_deref() == Some(n) || m.name == n)
-    };
-    // Sort key: (group, name). Groups: control planes, workers, then Ichor's node.
-    let group = |m: &MachineFacts| -> u8 {
-        let base = match m.role {
-            MachineRole::Controlplane => 0,
-            MachineRole::Worker => 2,
-        };
-        if runs_controller(m) {
-            if spec.kind == OperationKind::KubernetesUpgrade {
-                base + 1
-            } else {
-                4
-            }
-        } else {
-            base
-        }
-    };
+    let group =
+        |m: &MachineFacts| plan_group(spec.kind, m.role, runs_controller(m, controller_node));
     let mut ordered = targeted;
     ordered.sort_by(|a, b| group(a).cmp(&group(b)).then(a.name.cmp(&b.name)));
+    PlanOutcome::Plan(batched_entries(spec, &ordered, controller_node))
+}
 
+/// Why an operation gets no plan whatever its machines' order: kind ichor, a
+/// target that is not a machine of the cluster, or a kubernetes-upgrade while
+/// a control plane is held. `None` when nothing refuses it.
+fn refusal(spec: &TalosOperationSpec, machines: &[MachineFacts]) -> Option<PlanOutcome> {
+    if spec.kind == OperationKind::Ichor {
+        return Some(PlanOutcome::Refused {
+            reason: reasons::KIND_NOT_SUPPORTED,
+            message:
+                "kind ichor acts on Ichor's install, not on machines: there is no machine plan"
+                    .to_string(),
+        });
+    }
+    for wanted in &spec.target.machines {
+        if !machines.iter().any(|m| &m.name == wanted) {
+            return Some(PlanOutcome::Refused {
+                reason: reasons::REFUSED,
+                message: format!(
+                    "spec.target.machines names {wanted:?}, which is not a TalosMachine of cluster {:?}",
+                    spec.target.cluster_ref.name
+                ),
+            });
+        }
+    }
+    if spec.kind == OperationKind::KubernetesUpgrade {
+        return held_control_planes_refusal(machines);
+    }
+    None
+}
+
+/// A kubernetes-upgrade's refusal while any control plane is held: upgrading
+/// the others would leave the control planes on different versions.
+fn held_control_planes_refusal(machines: &[MachineFacts]) -> Option<PlanOutcome> {
+    let held: Vec<&str> = machines
+        .iter()
+        .filter(|m| m.role == MachineRole::Controlplane && m.held)
+        .map(|m| m.name.as_str())
+        .collect();
+    if held.is_empty() {
+        return None;
+    }
+    Some(PlanOutcome::Refused {
+        reason: reasons::CONTROL_PLANE_HELD,
+        message: format!(
+            "kubernetes-upgrade refused: {} held, and upgrading the others would leave the control planes on different Kubernetes versions; release the hold (spec.hold: false) and create the operation again",
+            if held.len() == 1 {
+                format!("control plane {} is", held[0])
+            } else {
+                format!("control planes {} are", held.join(", "))
+            }
+        ),
+    })
+}
+
+/// Whether machine `m` runs Ichor's controller (its Node, or its name, is
+/// `controller_node`).
+fn runs_controller(m: &MachineFacts, controller_node: Option<&str>) -> bool {
+    controller_node.is_some_and(|n| m.node_name.as_deref() == Some(n) || m.name == n)
+}
+
+/// The plan group of plain workers: the only group whose machines share a batch.
+const WORKER_GROUP: u8 = 2;
+
+/// A machine's group in the plan's order (the sort key is (group, name)):
+/// control planes, workers, then Ichor's node. For a kubernetes-upgrade,
+/// Ichor's node goes last of its role instead, so no kubelet runs ahead of
+/// the control plane.
+fn plan_group(kind: OperationKind, role: MachineRole, runs_controller: bool) -> u8 {
+    let base = match role {
+        MachineRole::Controlplane => 0,
+        MachineRole::Worker => WORKER_GROUP,
+    };
+    if runs_controller {
+        if kind == OperationKind::KubernetesUpgrade {
+            base + 1
+        } else {
+            4
+        }
+    } else {
+        base
+    }
+}
+
+/// Why machine `m` is skipped, if it is: held, or (talos-upgrade) already at
+/// the target version.
+fn skip_reason(spec: &TalosOperationSpec, m: &MachineFacts) -> Option<String> {
+    if m.held {
+        Some(HELD.to_string())
+    } else if spec.kind == OperationKind::TalosUpgrade
+        && m.talos_version.is_some()
+        && m.talos_version == spec.version
+    {
+        Some(format!(
+            "already at {}",
+            spec.version.as_deref().unwrap_or_default()
+        ))
+    } else {
+        None
+    }
+}
+
+/// The plan entries of the `ordered` machines, in batches: each machine acts
+/// alone except plain workers, up to `spec.concurrency` (default 1) a batch.
+/// A skipped machine takes the current batch number and does not count.
+fn batched_entries(
+    spec: &TalosOperationSpec,
+    ordered: &[&MachineFacts],
+    controller_node: Option<&str>,
+) -> Vec<PlanEntry> {
     let concurrency = spec.concurrency.unwrap_or(1).max(1);
     let acting = match spec.kind {
         OperationKind::Reboot => PlannedAction::Reboot,
@@ -148,21 +205,8 @@ pub fn plan(
     let mut batch: u32 = 0;
     let mut in_batch: u32 = 0;
     let mut last_group: Option<u8> = None;
-    for m in ordered {
-        let skip = if m.held {
-            Some(HELD.to_string())
-        } else if spec.kind == OperationKind::TalosUpgrade
-            && m.talos_version.is_some()
-            && m.talos_version == spec.version
-        {
-            Some(format!(
-                "already at {}",
-                spec.version.as_deref().unwrap_or_default()
-            ))
-        } else {
-            None
-        };
-        if let Some(reason) = skip {
+    for &m in ordered {
+        if let Some(reason) = skip_reason(spec, m) {
             entries.push(PlanEntry {
                 machine: m.name.clone(),
                 role: m.role,
@@ -172,10 +216,11 @@ pub fn plan(
             });
             continue;
         }
-        let g = group(m);
+        let runs_controller = runs_controller(m, controller_node);
+        let g = plan_group(spec.kind, m.role, runs_controller);
         if let Some(prev) = last_group {
             // Only plain workers share a batch, up to the concurrency.
-            let shares = g == 2 && prev == 2 && in_batch < concurrency;
+            let shares = g == WORKER_GROUP && prev == WORKER_GROUP && in_batch < concurrency;
             if !shares {
                 batch += 1;
                 in_batch = 0;
@@ -188,10 +233,10 @@ pub fn plan(
             role: m.role,
             batch,
             action: acting,
-            reason: runs_controller(m).then(|| RUNS_CONTROLLER.to_string()),
+            reason: runs_controller.then(|| RUNS_CONTROLLER.to_string()),
         });
     }
-    PlanOutcome::Plan(entries)
+    entries
 }
 
 /// The progress entries a fresh plan starts with: skipped machines are done.
