@@ -334,6 +334,22 @@ impl Run<'_> {
         Ok(None)
     }
 
+    /// The Skipped condition: which machines the operation left alone.
+    fn set_skipped(&self, status: &mut TalosOperationStatus, skipped: &[String]) {
+        let reason = if skipped.is_empty() {
+            reasons::NONE_SKIPPED
+        } else {
+            reasons::MACHINES_SKIPPED
+        };
+        self.set(
+            status,
+            types::SKIPPED,
+            Status::from(!skipped.is_empty()),
+            reason,
+            skipped.join(", "),
+        );
+    }
+
     fn set(
         &self,
         status: &mut TalosOperationStatus,
@@ -411,17 +427,7 @@ impl Run<'_> {
             String::new(),
         );
         let skipped = skipped_now(status);
-        self.set(
-            status,
-            types::SKIPPED,
-            Status::from(!skipped.is_empty()),
-            if skipped.is_empty() {
-                reasons::NONE_SKIPPED
-            } else {
-                reasons::MACHINES_SKIPPED
-            },
-            skipped.join(", "),
-        );
+        self.set_skipped(status, &skipped);
         let type_ = if ok {
             EventType::Normal
         } else {
@@ -547,17 +553,7 @@ impl Run<'_> {
             .map(|e| e.machine.as_str())
             .collect::<Vec<_>>()
             .join(" → ");
-        self.set(
-            status,
-            types::SKIPPED,
-            Status::from(!skipped.is_empty()),
-            if skipped.is_empty() {
-                reasons::NONE_SKIPPED
-            } else {
-                reasons::MACHINES_SKIPPED
-            },
-            skipped.join(", "),
-        );
+        self.set_skipped(status, &skipped);
         publish(
             self.ctx,
             self.op,
