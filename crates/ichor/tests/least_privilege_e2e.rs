@@ -2,7 +2,8 @@
 //! items 2 and 3), on the lab: the installed Ichor (its controller under its
 //! ServiceAccount, its ichor-cni Job under its own) does its real work —
 //! adopt end to end with a Cilium take-over (the Job), the hand-over, the
-//! webhooks, a released machine's apply — and then:
+//! webhooks, a released machine's apply, a reboot through `ichor reboot` —
+//! and then:
 //!
 //! - every request its identities made (the API server's audit log) is set
 //!   grant by grant against the roles of `dist/install.yaml` and of the chart
@@ -15,6 +16,9 @@
 //!   none of: adopt's plan (`-o json`, `-o yaml`), its progress, `ichor
 //!   cluster status` (text, json, yaml), the TalosMachine objects, the
 //!   Events, the controller's and the Job's logs.
+
+// The test prints every grant and request it compared, for the CI log.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
