@@ -765,20 +765,7 @@ mod machinery_peer {
     }
 
     fn assert_agrees_with_machinery(fixture: &str, patch: &str) {
-        let text = fixture_configs_for(Peer::Machinery)
-            .into_iter()
-            .find(|(n, _)| n == fixture)
-            .unwrap()
-            .1;
-        let case = Case {
-            fixture: fixture.to_string(),
-            base: with_base_extras(&text),
-            patch: patch.to_string(),
-        };
-        let dir = tempfile::tempdir().unwrap();
-        if let Outcome::Disagree(d) = compare_with(Peer::Machinery, dir.path(), &case) {
-            panic!("{d}");
-        }
+        assert_agrees_with(Peer::Machinery, fixture, patch);
     }
 
     /// `KubeNetworkConfig` subnets are replaced, not appended, by both.
@@ -812,7 +799,13 @@ mod machinery_peer {
 // ------------------------------------------------- named regressions
 
 fn assert_agrees(fixture: &str, patch: &str) {
-    let text = fixture_configs()
+    assert_agrees_with(Peer::Talosctl, fixture, patch);
+}
+
+/// One named case: the fixture (as this peer is given it, with the base
+/// extras) patched by Ichor and by the peer reads the same.
+fn assert_agrees_with(peer: Peer, fixture: &str, patch: &str) {
+    let text = fixture_configs_for(peer)
         .into_iter()
         .find(|(n, _)| n == fixture)
         .unwrap()
@@ -823,7 +816,7 @@ fn assert_agrees(fixture: &str, patch: &str) {
         patch: patch.to_string(),
     };
     let dir = tempfile::tempdir().unwrap();
-    if let Outcome::Disagree(d) = compare(dir.path(), &case) {
+    if let Outcome::Disagree(d) = compare_with(peer, dir.path(), &case) {
         panic!("{d}");
     }
 }
