@@ -16,7 +16,9 @@
 //! - [`waits`] — spec decision 3: what a bounded wait says every 30 s, and
 //!   when it fails early;
 //! - [`install`] — the installer path's objects, as data (`dist/` is
-//!   generated from them).
+//!   generated from them);
+//! - [`reclaim`] — `ichor reclaim`'s plan: the way out, with nothing
+//!   written to a node.
 
 pub mod classify;
 pub mod gate;
@@ -24,6 +26,7 @@ pub mod inspection;
 pub mod install;
 pub mod plan;
 pub mod preconditions;
+pub mod reclaim;
 pub mod waits;
 
 pub use classify::{AdoptMode, CniClassification, Refusal, classify_cni, decide_mode};
