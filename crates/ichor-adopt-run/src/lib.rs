@@ -7,11 +7,15 @@
 //! [`Outcome::phases`], and idempotent, so a rerun after a failure or a kill
 //! finishes the job. Waits go through `ichor_helm::wait::wait_until`, creates
 //! through `ichor_helm::objects`, record queries through `ichor_helm::storage`.
+//!
+//! `ichor reclaim`, the way out, lives in [`reclaim`] on the same primitives:
+//! its plan is `ichor_adopt::reclaim`'s, and it has no Talos client at all.
 
 mod error;
 pub mod ichor;
 pub mod inspect;
 pub mod phases;
+pub mod reclaim;
 
 pub use error::AdoptError;
 pub use ichor::{FIELD_MANAGER, apply_objects, install_ichor};

@@ -32,6 +32,16 @@ Examples:
   ichor adopt --cluster lab --recover-secrets --recover-from 10.5.0.2 --tunnel geneve --yes
   ichor adopt --cluster lab --secrets-bundle secrets.yaml -o json   # the plan alone";
 
+/// `ichor reclaim --help`'s examples, one command a line as typed.
+const RECLAIM_EXAMPLES: &str = "\
+Examples:
+  ichor reclaim --output-dir ./lab-talos -o yaml   # the plan alone
+  ichor reclaim --output-dir ./lab-talos --yes
+  ichor reclaim --output-dir ./lab-talos --keep-cilium-record --delete-crds
+Afterwards:
+  talosctl --talosconfig ./lab-talos/lab/talosconfig get members
+  helm -n kube-system list";
+
 /// `ichor secrets recover --help`'s example, one command a line as typed.
 const SECRETS_RECOVER_EXAMPLE: &str = "\
 Example:
@@ -80,6 +90,24 @@ pub enum Command {
     /// TalosOperations: list them, show one's plan and progress, cancel one.
     #[command(subcommand)]
     Operation(OperationCommand),
+    /// Take Ichor out of this cluster, the way out without lock-in: no node
+    /// is written to, and talosctl and helm take over.
+    ///
+    /// Reclaim reads what Ichor holds (nothing is written), prints its plan and
+    /// asks for consent. Then, in order: it writes each TalosCluster's secrets
+    /// bundle and an admin talosconfig made from it to --output-dir (mode
+    /// 0600; a different file already there is never overwritten); it holds
+    /// every TalosMachine so the controller applies nothing more, then deletes
+    /// the TalosMachines, the TalosClusters (none has a finalizer, so nothing
+    /// runs on a node) and their bundle Secrets; it hands Cilium back as a
+    /// plain Helm release whose records live in kube-system, so `helm -n
+    /// kube-system` lists and upgrades it (unless --keep-cilium-record); and it
+    /// uninstalls Ichor if `ichor adopt` installed it. A Helm-installed Ichor is
+    /// not touched: reclaim prints the `helm uninstall` command to run.
+    /// Ichor's CRDs are kept unless --delete-crds. Every step can be rerun:
+    /// after an interruption, run the same command again and it finishes.
+    #[command(after_long_help = RECLAIM_EXAMPLES)]
+    Reclaim(ReclaimArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -240,6 +268,34 @@ pub struct AdoptArgs {
     pub output: Option<OutputFormat>,
     #[command(flatten)]
     pub helm: HelmArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ReclaimArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// Where each TalosCluster's files go: DIR/CLUSTER/secrets.yaml,
+    /// DIR/CLUSTER/talosconfig and DIR/CLUSTER/ichor-objects.yaml (mode 0600).
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: PathBuf,
+    /// Leave Cilium's Helm records in ichor-system, where Ichor kept them
+    /// (manage it with helm -n ichor-system; the namespace stays).
+    #[arg(long)]
+    pub keep_cilium_record: bool,
+    /// Also delete Ichor's CRDs (kept by default, as helm uninstall keeps
+    /// them). On a Helm install, reclaim prints the command instead.
+    #[arg(long)]
+    pub delete_crds: bool,
+    /// How long each wait may take (the controller seeing the holds, its
+    /// pods stopping, the CRDs going).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub timeout: std::time::Duration,
+    /// Do not ask for consent (for scripts).
+    #[arg(short, long)]
+    pub yes: bool,
+    /// Print the plan as data and stop (nothing is written).
+    #[arg(short, long, value_enum)]
+    pub output: Option<OutputFormat>,
 }
 
 #[derive(Debug, Args, Clone)]

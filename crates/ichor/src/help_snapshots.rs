@@ -11,6 +11,7 @@ use crate::args::Cli;
 const COMMANDS: &[&[&str]] = &[
     &[],
     &["adopt"],
+    &["reclaim"],
     &["controller"],
     &["cluster"],
     &["cluster", "status"],

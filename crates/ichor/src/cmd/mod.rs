@@ -2,5 +2,6 @@ pub mod adopt;
 pub mod cni;
 pub mod controller;
 pub mod operation;
+pub mod reclaim;
 pub mod secrets;
 pub mod status;
