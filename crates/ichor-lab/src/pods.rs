@@ -842,11 +842,17 @@ async fn write_deployment_status(
 
 async fn delete_pods(client: &kube::Client, ns: &str, old: DeploymentPods) {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    // The process is stopped: as a kubelet does then, the pod object goes
+    // at once (a graceful delete of a scheduled pod waits for its kubelet).
+    let stopped = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
     for mut p in old.pods {
         if let Some(mut c) = p.child.take() {
             let _ = c.kill().await;
         }
-        let _ = api.delete(&p.name, &DeleteParams::default()).await;
+        let _ = api.delete(&p.name, &stopped).await;
     }
 }
 
