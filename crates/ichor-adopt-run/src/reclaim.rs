@@ -761,8 +761,12 @@ async fn cilium(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
             .await?;
     }
     r.say(&format!(
-        "handed Cilium back: Helm release cilium ({} revision(s)) now lives in kube-system; helm -n kube-system list shows it",
-        history.len()
+        "handed Cilium back: the records of Helm release cilium (revisions {}) now live in kube-system; helm -n kube-system list shows it",
+        history
+            .iter()
+            .map(|s| s.release.version.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     ));
     Ok(())
 }

@@ -328,11 +328,11 @@ impl ReclaimPlan {
                 "Cilium is a plain Helm release already: helm -n kube-system manages it".to_string()
             }
             CiliumChoice::HandBack { revisions } => format!(
-                "Cilium is handed back as a plain Helm release: the records of release cilium (revisions {}) move from ichor-system to kube-system, so helm -n kube-system list and upgrade manage it; the Cilium pods are not restarted",
+                "Cilium is handed back as a plain Helm release: the records of release cilium ({}) move from ichor-system to kube-system, so helm -n kube-system list and upgrade manage it; the Cilium pods are not restarted",
                 join_revisions(revisions)
             ),
             CiliumChoice::Keep { revisions } => format!(
-                "Cilium's records (revisions {}) stay in ichor-system (--keep-cilium-record): manage it with helm -n ichor-system",
+                "Cilium's records ({}) stay in ichor-system (--keep-cilium-record): manage it with helm -n ichor-system",
                 join_revisions(revisions)
             ),
         });
@@ -373,12 +373,18 @@ impl ReclaimPlan {
     }
 }
 
+/// "revision 2", "revisions 1, 2".
 fn join_revisions(revisions: &[u32]) -> String {
-    revisions
+    let list = revisions
         .iter()
         .map(u32::to_string)
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    if revisions.len() == 1 {
+        format!("revision {list}")
+    } else {
+        format!("revisions {list}")
+    }
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ Examples:
   ichor reclaim --output-dir ./lab-talos --yes
   ichor reclaim --output-dir ./lab-talos --keep-cilium-record --delete-crds
 Afterwards:
-  talosctl --talosconfig ./lab-talos/lab/talosconfig get members
+  talosctl --talosconfig ./lab-talos/lab/talosconfig version
   helm -n kube-system list";
 
 /// `ichor secrets recover --help`'s example, one command a line as typed.

@@ -63,7 +63,7 @@ fn next_steps(plan: &ReclaimPlan) -> Vec<String> {
     let mut lines = Vec::new();
     for c in &plan.clusters {
         lines.push(format!(
-            "  talosctl --talosconfig {}/{TALOSCONFIG_FILE} get members",
+            "  talosctl --talosconfig {}/{TALOSCONFIG_FILE} version",
             c.dir
         ));
     }
