@@ -241,10 +241,7 @@ where
 }
 
 /// Inspects and plans; writes nothing.
-pub async fn plan(
-    kube: &kube::Client,
-    opts: &ReclaimOptions,
-) -> Result<ReclaimPlan, ReclaimError> {
+pub async fn plan(kube: &kube::Client, opts: &ReclaimOptions) -> Result<ReclaimPlan, ReclaimError> {
     let found = inspect(kube).await?;
     reclaim::plan(&found, &opts.request()).map_err(ReclaimError::Refused)
 }
@@ -344,13 +341,16 @@ async fn files(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
         let dir = PathBuf::from(&c.dir);
         create_private_dir(&dir)?;
         let bundle_text = read_bundle(r.kube, c).await?;
-        let bundle = SecretsBundle::parse(&bundle_text, &format!("Secret {}/{}", c.namespace, c.secret))
-            .map_err(|e| {
-                ReclaimError::Files(format!(
-                    "{}; nothing was deleted",
-                    ichor_talos::redact::quoted_values(&e.to_string())
-                ))
-            })?;
+        let bundle = SecretsBundle::parse(
+            &bundle_text,
+            &format!("Secret {}/{}", c.namespace, c.secret),
+        )
+        .map_err(|e| {
+            ReclaimError::Files(format!(
+                "{}; nothing was deleted",
+                ichor_talos::redact::quoted_values(&e.to_string())
+            ))
+        })?;
         let bundle_path = dir.join(reclaim::BUNDLE_FILE);
         write_once(&bundle_path, bundle_text.as_bytes(), "the secrets bundle")?;
         let talosconfig_path = dir.join(reclaim::TALOSCONFIG_FILE);
@@ -377,17 +377,20 @@ async fn read_bundle(kube: &kube::Client, c: &ClusterReclaim) -> Result<String, 
     let cluster = Api::<TalosCluster>::namespaced(kube.clone(), &c.namespace)
         .get(&c.name)
         .await
-        .map_err(failed(format!("reading TalosCluster {}/{}", c.namespace, c.name)))?;
+        .map_err(failed(format!(
+            "reading TalosCluster {}/{}",
+            c.namespace, c.name
+        )))?;
     let key = cluster
         .spec
         .secrets_ref
         .key
         .clone()
         .unwrap_or_else(|| "secrets.yaml".into());
-    let Some(secret) = secrets
-        .get_opt(&c.secret)
-        .await
-        .map_err(failed(format!("reading Secret {}/{}", c.namespace, c.secret)))?
+    let Some(secret) = secrets.get_opt(&c.secret).await.map_err(failed(format!(
+        "reading Secret {}/{}",
+        c.namespace, c.secret
+    )))?
     else {
         return Err(ReclaimError::Files(format!(
             "TalosCluster {}/{} names the Secret {} for its secrets bundle, but it does not exist, so there is nothing to hand to talosctl. Restore the Secret (or delete the TalosCluster yourself if you hold the bundle elsewhere), then run ichor reclaim again; nothing was deleted",
@@ -456,10 +459,12 @@ fn write_talosconfig(
         Role::Admin,
         DEFAULT_CERT_VALIDITY,
     )
-    .map_err(|e| ReclaimError::Files(format!("making the talosconfig: {e}; nothing was deleted")))?;
-    let text = tc
-        .to_yaml()
-        .map_err(|e| ReclaimError::Files(format!("making the talosconfig: {e}; nothing was deleted")))?;
+    .map_err(|e| {
+        ReclaimError::Files(format!("making the talosconfig: {e}; nothing was deleted"))
+    })?;
+    let text = tc.to_yaml().map_err(|e| {
+        ReclaimError::Files(format!("making the talosconfig: {e}; nothing was deleted"))
+    })?;
     write_once(path, text.as_bytes(), "the talosconfig")
 }
 
@@ -524,7 +529,10 @@ async fn objects_yaml(kube: &kube::Client, c: &ClusterReclaim) -> Result<String,
     let cluster = Api::<TalosCluster>::namespaced(kube.clone(), &c.namespace)
         .get(&c.name)
         .await
-        .map_err(failed(format!("reading TalosCluster {}/{}", c.namespace, c.name)))?;
+        .map_err(failed(format!(
+            "reading TalosCluster {}/{}",
+            c.namespace, c.name
+        )))?;
     let machines = Api::<TalosMachine>::namespaced(kube.clone(), &c.namespace);
     let mut docs = vec![document(&cluster)?];
     for m in &c.machines {
@@ -545,7 +553,8 @@ fn document<K: serde::Serialize>(obj: &K) -> Result<String, ReclaimError> {
     if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("managedFields");
     }
-    serde_yaml_ng::to_string(&v).map_err(|e| ReclaimError::Files(format!("serialising an object: {e}")))
+    serde_yaml_ng::to_string(&v)
+        .map_err(|e| ReclaimError::Files(format!("serialising an object: {e}")))
 }
 
 /// Phase `hold`: every machine held, so the controller applies nothing to a
@@ -637,7 +646,12 @@ async fn controller_running(kube: &kube::Client) -> Result<bool, ReclaimError> {
 async fn objects(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
     for op in &r.plan.operations {
         let (ns, name) = op.split_once('/').unwrap_or(("", op));
-        delete_named(&Api::<TalosOperation>::namespaced(r.kube.clone(), ns), name, "TalosOperation").await?;
+        delete_named(
+            &Api::<TalosOperation>::namespaced(r.kube.clone(), ns),
+            name,
+            "TalosOperation",
+        )
+        .await?;
     }
     for c in &r.plan.clusters {
         let machines = Api::<TalosMachine>::namespaced(r.kube.clone(), &c.namespace);
@@ -662,7 +676,12 @@ async fn objects(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
         for c in &r.plan.clusters {
             let machines = Api::<TalosMachine>::namespaced(r.kube.clone(), &c.namespace);
             for m in &c.machines {
-                if machines.get_opt(&m.name).await.map_err(failed("reading TalosMachines"))?.is_some() {
+                if machines
+                    .get_opt(&m.name)
+                    .await
+                    .map_err(failed("reading TalosMachines"))?
+                    .is_some()
+                {
                     left.push(format!("TalosMachine {}", m.name));
                 }
             }
@@ -687,14 +706,15 @@ async fn objects(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
     Ok(())
 }
 
-/// Deletes `name`; gone already is fine (a rerun).
+/// Deletes `name`; gone already, or already being deleted (409, a
+/// terminating namespace), is fine (a rerun).
 async fn delete_named<K>(api: &Api<K>, name: &str, kind: &str) -> Result<(), ReclaimError>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     match api.delete(name, &DeleteParams::background()).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
         Err(e) => Err(failed(format!("deleting {kind} {name}"))(e)),
     }
 }
@@ -718,7 +738,12 @@ async fn cilium(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
             .items
             .iter()
             .filter(|j| j.status.as_ref().and_then(|s| s.active).unwrap_or_default() > 0)
-            .map(|j| format!("Job {} is running", j.metadata.name.clone().unwrap_or_default()))
+            .map(|j| {
+                format!(
+                    "Job {} is running",
+                    j.metadata.name.clone().unwrap_or_default()
+                )
+            })
             .collect())
     })
     .await?;
@@ -863,7 +888,8 @@ fn fields_handed_to_helm(
 /// Phase `uninstall`: on the install-manifest path, what `ichor adopt`
 /// applied is deleted — the webhooks first (nothing calls a controller that
 /// is going), the controller (and the bounded wait until its pods are
-/// gone), the rest, then the namespace unless it keeps Cilium's records. On
+/// gone), the rest, the namespace unless it keeps Cilium's records, and the
+/// IchorInstallation last (a rerun after a kill still finds Ichor there). On
 /// a Helm install the operator is given the command; nothing is touched.
 async fn uninstall(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
     match &r.plan.ichor {
@@ -887,7 +913,6 @@ async fn uninstall(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
                 all.iter().filter(|o| o["kind"] == kind).cloned().collect()
             };
             delete_objects(r.kube, &by_kind("ValidatingWebhookConfiguration")).await?;
-            delete_installation(r.kube).await?;
             delete_objects(r.kube, &by_kind("Deployment")).await?;
             let pods = Api::<Pod>::namespaced(r.kube.clone(), ns);
             let selector = format!("app.kubernetes.io/name={}", install::INSTALLER_NAME_LABEL);
@@ -907,7 +932,12 @@ async fn uninstall(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
                 .filter(|o| {
                     !matches!(
                         o["kind"].as_str(),
-                        Some("Namespace" | "CustomResourceDefinition" | "ValidatingWebhookConfiguration" | "Deployment")
+                        Some(
+                            "Namespace"
+                                | "CustomResourceDefinition"
+                                | "ValidatingWebhookConfiguration"
+                                | "Deployment"
+                        )
                     )
                 })
                 .cloned()
@@ -928,6 +958,10 @@ async fn uninstall(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
             }
             if *delete_namespace {
                 delete_named(&Api::<Namespace>::all(r.kube.clone()), ns, "Namespace").await?;
+            }
+            // Last: it is what tells a rerun that Ichor is still installed.
+            delete_installation(r.kube).await?;
+            if *delete_namespace {
                 r.say("uninstalled Ichor: its controller, webhooks, RBAC and IchorInstallation are deleted, and the namespace ichor-system is being deleted");
             } else {
                 r.say("uninstalled Ichor: its controller, webhooks, RBAC and IchorInstallation are deleted; the namespace ichor-system stays with Cilium's records");
@@ -1038,8 +1072,15 @@ mod tests {
     fn ichors_fields_are_renamed_to_helms_and_others_kept() {
         let fields = vec![entry("ichor", "Apply"), entry("kubectl", "Update")];
         let handed = fields_handed_to_helm(&fields).unwrap();
-        assert_eq!(handed, vec![entry("helm", "Apply"), entry("kubectl", "Update")]);
-        assert_eq!(fields_handed_to_helm(&handed), None, "a rerun changes nothing");
+        assert_eq!(
+            handed,
+            vec![entry("helm", "Apply"), entry("kubectl", "Update")]
+        );
+        assert_eq!(
+            fields_handed_to_helm(&handed),
+            None,
+            "a rerun changes nothing"
+        );
         let both = vec![entry("helm", "Apply"), entry("ichor", "Apply")];
         assert_eq!(
             fields_handed_to_helm(&both).unwrap(),
@@ -1061,7 +1102,10 @@ mod tests {
         }
         write_once(&path, b"one", "the secrets bundle").expect("the same file is kept");
         let err = write_once(&path, b"two", "the secrets bundle").unwrap_err();
-        assert!(err.to_string().contains("refusing to overwrite it"), "{err}");
+        assert!(
+            err.to_string().contains("refusing to overwrite it"),
+            "{err}"
+        );
         assert_eq!(std::fs::read(&path).unwrap(), b"one");
     }
 }

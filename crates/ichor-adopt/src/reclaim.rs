@@ -108,7 +108,11 @@ pub struct ClusterReclaim {
 
 /// What happens to Cilium's Helm release.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "action", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "action",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum CiliumChoice {
     /// No record of Ichor's: nothing to hand back.
     NoRecord,
@@ -120,7 +124,11 @@ pub enum CiliumChoice {
 
 /// What happens to Ichor itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "action", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "action",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum IchorChoice {
     /// Not installed (or already uninstalled).
     Absent,
@@ -141,12 +149,23 @@ pub enum IchorChoice {
 
 /// What happens to Ichor's CRDs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "action", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "action",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum CrdChoice {
-    Keep { crds: Vec<String> },
-    Delete { crds: Vec<String> },
+    Keep {
+        crds: Vec<String>,
+    },
+    Delete {
+        crds: Vec<String>,
+    },
     /// Helm's chart keeps them on uninstall; the operator deletes them after.
-    DeleteAfterHelm { crds: Vec<String>, command: String },
+    DeleteAfterHelm {
+        crds: Vec<String>,
+        command: String,
+    },
 }
 
 /// What reclaim will do.
@@ -296,8 +315,10 @@ impl ReclaimPlan {
 
     /// The plan as printed before consent.
     pub fn text(&self) -> String {
-        let mut out =
-            vec!["Ichor will leave this cluster; no node is written to (their configs stay as they are)".to_string()];
+        let mut out = vec![
+            "Ichor will leave this cluster; no node is written to (their configs stay as they are)"
+                .to_string(),
+        ];
         for c in &self.clusters {
             out.push(format!(
                 "TalosCluster {}/{}: its secrets bundle (Secret {}) and an admin talosconfig are written to {}/ (mode 0600), with the objects as they were",

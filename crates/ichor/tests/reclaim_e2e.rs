@@ -94,7 +94,15 @@ fn assert_helm_manages_cilium(h: &LabHarness, tool: Tool, namespace: &str) {
     assert_eq!(cilium["namespace"], "kube-system", "{releases}");
     let values = h.helm(
         tool,
-        &["get", "values", "cilium", "--namespace", namespace, "-o", "json"],
+        &[
+            "get",
+            "values",
+            "cilium",
+            "--namespace",
+            namespace,
+            "-o",
+            "json",
+        ],
     );
     assert!(values.status.success(), "{tool:?}: {}", text(&values));
     let values: serde_json::Value = serde_json::from_slice(&values.stdout).unwrap();
@@ -257,7 +265,11 @@ async fn reclaim_hands_the_cluster_to_talosctl_and_helm_without_touching_a_node(
 
     let out = run(reclaim(&h, &out_dir, &[]));
     let said = text(&out);
-    assert!(out.status.success(), "reclaim failed:\n{said}\n{}", h.logs());
+    assert!(
+        out.status.success(),
+        "reclaim failed:\n{said}\n{}",
+        h.logs()
+    );
     let order = [
         "Ichor will leave this cluster",
         "wrote the secrets bundle and talosconfig of TalosCluster ichor-system/lab",
@@ -271,9 +283,15 @@ async fn reclaim_hands_the_cluster_to_talosctl_and_helm_without_touching_a_node(
     ];
     let positions: Vec<usize> = order
         .iter()
-        .map(|s| said.find(s).unwrap_or_else(|| panic!("{s:?} missing:\n{said}")))
+        .map(|s| {
+            said.find(s)
+                .unwrap_or_else(|| panic!("{s:?} missing:\n{said}"))
+        })
         .collect();
-    assert!(positions.windows(2).all(|w| w[0] < w[1]), "out of order:\n{said}");
+    assert!(
+        positions.windows(2).all(|w| w[0] < w[1]),
+        "out of order:\n{said}"
+    );
 
     assert_eq!(configs(&h), before, "the nodes' configs are byte-identical");
     assert_eq!(
@@ -311,7 +329,14 @@ async fn reclaim_hands_the_cluster_to_talosctl_and_helm_without_touching_a_node(
     assert!(upgrade.status.success(), "helm upgrade: {}", text(&upgrade));
     let history = h.helm(
         Tool::Helm3,
-        &["history", "cilium", "--namespace", "kube-system", "-o", "json"],
+        &[
+            "history",
+            "cilium",
+            "--namespace",
+            "kube-system",
+            "-o",
+            "json",
+        ],
     );
     assert!(history.status.success(), "{}", text(&history));
     let history: serde_json::Value = serde_json::from_slice(&history.stdout).unwrap();
@@ -333,39 +358,83 @@ async fn reclaim_hands_the_cluster_to_talosctl_and_helm_without_touching_a_node(
 
 /// Covers: R10.5
 ///
-/// Reclaim SIGKILLed after its files phase, and again after it deleted the
-/// cluster objects; the rerun finishes (the files already written are kept,
-/// the deletes accept what is gone). With --keep-cilium-record the records
-/// stay in ichor-system (helm -n ichor-system manages Cilium, the namespace
-/// stays); with --delete-crds Ichor's CRDs are gone. No node is written to.
+/// Reclaim SIGKILLed after its files phase, after it deleted the cluster
+/// objects, and after it handed Cilium back; each rerun goes on and the last
+/// finishes (the files already written are kept, the deletes accept what is
+/// gone, the records already moved are not moved twice). With --delete-crds
+/// Ichor's CRDs are gone. No node is written to.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_killed_reclaim_is_finished_by_a_rerun_keeping_the_record_and_deleting_the_crds() {
+async fn a_killed_reclaim_is_finished_by_a_rerun_and_deletes_the_crds_when_asked() {
     let h = LabHarness::up(|_| {}).await;
     adopt(&h, &[]);
     let before = configs(&h);
     let writes_before = h.lab.emulator.writes().len();
     let out_dir = h.dir.path().join("reclaimed");
-    let flags = ["--keep-cilium-record", "--delete-crds"];
+    let flags = ["--delete-crds"];
 
     reclaim_killed_after(&h, &out_dir, &flags, "wrote the secrets bundle");
     assert!(out_dir.join("lab/secrets.yaml").exists());
     reclaim_killed_after(&h, &out_dir, &flags, "deleted 1 TalosCluster(s)");
+    reclaim_killed_after(&h, &out_dir, &flags, "handed Cilium back");
     let out = run(reclaim(&h, &out_dir, &flags));
     let said = text(&out);
     assert!(out.status.success(), "the rerun:\n{said}\n{}", h.logs());
-    assert!(said.contains("stay in ichor-system (--keep-cilium-record)"), "{said}");
+    assert!(said.contains("deleted Ichor's CRDs"), "{said}");
 
     assert_eq!(configs(&h), before);
     assert_eq!(h.lab.emulator.writes().len(), writes_before);
     for tool in [Tool::Helm3, Tool::Helm4] {
-        assert_helm_manages_cilium(&h, tool, NS);
-        assert_eq!(helm_list(&h, tool, "kube-system"), serde_json::json!([]));
+        assert_helm_manages_cilium(&h, tool, "kube-system");
     }
     assert_eq!(crds(&h).await, 0, "--delete-crds deleted them");
     assert_cluster_objects_gone(&h).await;
     assert_ichor_uninstalled(&h).await;
     let talosconfig = assert_files(&h, &out_dir);
     assert_talosctl_takes_over(&h, &talosconfig);
+}
+
+/// Covers: R10.5
+///
+/// A reclaim killed between copying Cilium's records to kube-system and
+/// deleting Ichor's leaves both (made here as the copy leaves them); the
+/// rerun finds the copies equal and finishes. With --keep-cilium-record
+/// instead, the records stay in ichor-system, helm -n ichor-system manages
+/// Cilium, and the namespace stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn records_left_in_both_namespaces_are_joined_and_keep_cilium_record_leaves_them() {
+    let h = LabHarness::up(|_| {}).await;
+    adopt(&h, &[]);
+    let client = h.client().await;
+    let ichors = ichor_helm::SecretStorage::new(client.clone(), NS);
+    let plain = ichor_helm::SecretStorage::new(client.clone(), "kube-system");
+    for stored in ichors.history("cilium").await.unwrap() {
+        plain.create(&stored.release).await.unwrap();
+    }
+    let out_dir = h.dir.path().join("reclaimed");
+    let out = run(reclaim(&h, &out_dir, &[]));
+    assert!(out.status.success(), "{}\n{}", text(&out), h.logs());
+    assert_helm_manages_cilium(&h, Tool::Helm4, "kube-system");
+    assert!(ichors.history("cilium").await.unwrap().is_empty());
+    drop(h);
+
+    let h = LabHarness::up(|_| {}).await;
+    adopt(&h, &[]);
+    let out_dir = h.dir.path().join("reclaimed");
+    let out = run(reclaim(&h, &out_dir, &["--keep-cilium-record"]));
+    let said = text(&out);
+    assert!(out.status.success(), "{said}\n{}", h.logs());
+    assert!(
+        said.contains("stay in ichor-system (--keep-cilium-record)"),
+        "{said}"
+    );
+    assert!(said.contains("  helm -n ichor-system list"), "{said}");
+    for tool in [Tool::Helm3, Tool::Helm4] {
+        assert_helm_manages_cilium(&h, tool, NS);
+        assert_eq!(helm_list(&h, tool, "kube-system"), serde_json::json!([]));
+    }
+    assert_cluster_objects_gone(&h).await;
+    assert_ichor_uninstalled(&h).await;
+    assert_eq!(crds(&h).await, 4);
 }
 
 /// A different file where reclaim writes is refused, and nothing is deleted.

@@ -71,10 +71,7 @@ fn next_steps(plan: &ReclaimPlan) -> Vec<String> {
         lines.push(format!("  {command}"));
     }
     lines.push(
-        if matches!(
-            plan.cilium,
-            ichor_adopt::reclaim::CiliumChoice::Keep { .. }
-        ) {
+        if matches!(plan.cilium, ichor_adopt::reclaim::CiliumChoice::Keep { .. }) {
             "  helm -n ichor-system list"
         } else {
             "  helm -n kube-system list"
