@@ -697,10 +697,13 @@ async fn objects(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
         Ok(left)
     })
     .await?;
-    if !r.plan.clusters.is_empty() {
+    for c in &r.plan.clusters {
         r.say(&format!(
-            "deleted {} TalosCluster(s), their TalosMachines and bundle Secrets; no node was written to",
-            r.plan.clusters.len()
+            "deleted TalosCluster {}/{}, its {} TalosMachines and Secret {}; no node was written to",
+            c.namespace,
+            c.name,
+            c.machines.len(),
+            c.secret
         ));
     }
     Ok(())
@@ -786,12 +789,13 @@ async fn cilium(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
             .await?;
     }
     r.say(&format!(
-        "handed Cilium back: the records of Helm release cilium (revisions {}) now live in kube-system; helm -n kube-system list shows it",
-        history
-            .iter()
-            .map(|s| s.release.version.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
+        "handed Cilium back: the records of Helm release cilium ({}) now live in kube-system; helm -n kube-system list shows it",
+        reclaim::join_revisions(
+            &history
+                .iter()
+                .map(|s| s.release.version)
+                .collect::<Vec<_>>()
+        )
     ));
     Ok(())
 }

@@ -395,7 +395,7 @@ impl ReclaimPlan {
 }
 
 /// "revision 2", "revisions 1, 2".
-fn join_revisions(revisions: &[u32]) -> String {
+pub fn join_revisions(revisions: &[u32]) -> String {
     let list = revisions
         .iter()
         .map(u32::to_string)

@@ -274,7 +274,7 @@ async fn reclaim_hands_the_cluster_to_talosctl_and_helm_without_touching_a_node(
         "Ichor will leave this cluster",
         "wrote the secrets bundle and talosconfig of TalosCluster ichor-system/lab",
         "held every TalosMachine",
-        "deleted 1 TalosCluster(s)",
+        "deleted TalosCluster ichor-system/lab, its 2 TalosMachines",
         "handed Cilium back",
         "uninstalled Ichor",
         "kept Ichor's CRDs",
@@ -374,7 +374,12 @@ async fn a_killed_reclaim_is_finished_by_a_rerun_and_deletes_the_crds_when_asked
 
     reclaim_killed_after(&h, &out_dir, &flags, "wrote the secrets bundle");
     assert!(out_dir.join("lab/secrets.yaml").exists());
-    reclaim_killed_after(&h, &out_dir, &flags, "deleted 1 TalosCluster(s)");
+    reclaim_killed_after(
+        &h,
+        &out_dir,
+        &flags,
+        "deleted TalosCluster ichor-system/lab, its 2 TalosMachines",
+    );
     reclaim_killed_after(&h, &out_dir, &flags, "handed Cilium back");
     let out = run(reclaim(&h, &out_dir, &flags));
     let said = text(&out);
