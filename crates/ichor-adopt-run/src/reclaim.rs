@@ -561,6 +561,9 @@ fn document<K: serde::Serialize>(obj: &K) -> Result<String, ReclaimError> {
 /// node from here on; then, while a controller runs, the bounded wait until
 /// it has seen every hold (its Held=True at the machine's generation).
 async fn hold(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
+    if r.plan.clusters.iter().all(|c| c.machines.is_empty()) {
+        return Ok(());
+    }
     for c in &r.plan.clusters {
         let machines = Api::<TalosMachine>::namespaced(r.kube.clone(), &c.namespace);
         for m in c.machines.iter().filter(|m| !m.held) {
@@ -574,12 +577,18 @@ async fn hold(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
             {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
+                // A controller that does not run cannot serve its webhooks,
+                // nor write to a node: without it there is nothing to hold off.
+                Err(e) if !controller_running(r.kube).await? => {
+                    r.say(&format!(
+                        "Ichor's controller is not running, so nothing can write to a node; not holding the machines (holding TalosMachine {} failed: {e})",
+                        m.name
+                    ));
+                    return Ok(());
+                }
                 Err(e) => return Err(failed(format!("holding TalosMachine {}", m.name))(e)),
             }
         }
-    }
-    if r.plan.clusters.iter().all(|c| c.machines.is_empty()) {
-        return Ok(());
     }
     if !controller_running(r.kube).await? {
         r.say("held every TalosMachine; Ichor's controller is not running, so nothing can write to a node");

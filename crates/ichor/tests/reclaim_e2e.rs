@@ -545,3 +545,52 @@ async fn on_a_helm_install_reclaim_prints_the_helm_uninstall_command() {
     let talosconfig = assert_files(&h, &out_dir);
     assert_talosctl_takes_over(&h, &talosconfig);
 }
+
+/// Covers: R10.5
+///
+/// The way out works when Ichor's controller does not run: its webhooks
+/// cannot answer (failurePolicy Fail), so the machines cannot be held, and
+/// need not be — nothing can write to a node. Reclaim says so and finishes.
+#[tokio::test(flavor = "multi_thread")]
+async fn reclaim_finishes_when_ichors_controller_does_not_run() {
+    let h = LabHarness::up(|_| {}).await;
+    adopt(&h, &[]);
+    let before = configs(&h);
+    let client = h.client().await;
+    Api::<Deployment>::namespaced(client.clone(), NS)
+        .patch(
+            "ichor-controller",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"replicas": 0}})),
+        )
+        .await
+        .unwrap();
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client, NS);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(90);
+    while !pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=ichor-controller"))
+        .await
+        .unwrap()
+        .items
+        .is_empty()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the controller's pod did not stop"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    let out_dir = h.dir.path().join("reclaimed");
+    let out = run(reclaim(&h, &out_dir, &[]));
+    let said = text(&out);
+    assert!(out.status.success(), "{said}\n{}", h.logs());
+    assert!(
+        said.contains("Ichor's controller is not running, so nothing can write to a node"),
+        "{said}"
+    );
+    assert_eq!(configs(&h), before);
+    assert!(h.lab.emulator.writes().is_empty());
+    assert_cluster_objects_gone(&h).await;
+    assert_ichor_uninstalled(&h).await;
+    assert_helm_manages_cilium(&h, Tool::Helm3, "kube-system");
+}
