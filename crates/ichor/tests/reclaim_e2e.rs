@@ -255,6 +255,28 @@ async fn reclaim_hands_the_cluster_to_talosctl_and_helm_without_touching_a_node(
     let before = configs(&h);
     let writes_before = h.lab.emulator.writes().len();
     let out_dir = h.dir.path().join("reclaimed");
+    // No finalizer of the controller's: deleting them runs nothing on a node.
+    let client = h.client().await;
+    let machines = Api::<TalosMachine>::namespaced(client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert_eq!(machines.items.len(), 2);
+    let cluster = Api::<TalosCluster>::namespaced(client, NS)
+        .get("lab")
+        .await
+        .unwrap();
+    for finalizers in machines
+        .items
+        .iter()
+        .map(|m| &m.metadata.finalizers)
+        .chain([&cluster.metadata.finalizers])
+    {
+        assert!(
+            finalizers.as_deref().unwrap_or_default().is_empty(),
+            "{finalizers:?}"
+        );
+    }
 
     let plan = run(reclaim(&h, &out_dir, &["-o", "json"]));
     assert!(plan.status.success(), "{}", text(&plan));
