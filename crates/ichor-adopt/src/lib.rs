@@ -16,10 +16,12 @@
 //! - [`waits`] — spec decision 3: what a bounded wait says every 30 s, and
 //!   when it fails early;
 //! - [`install`] — the installer path's objects, as data (`dist/` is
-//!   generated from them).
+//!   generated from them);
+//! - [`init`] — `ichor init`'s refusals, plan and rendered configs.
 
 pub mod classify;
 pub mod gate;
+pub mod init;
 pub mod inspection;
 pub mod install;
 pub mod plan;

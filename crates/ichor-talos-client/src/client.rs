@@ -1196,6 +1196,22 @@ fn convert_event(e: cosi::Event) -> WatchEvent {
     }
 }
 
+/// The `kubeconfig` file of the archive `MachineService/Kubeconfig` streams.
+fn kubeconfig_from_archive(archive: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(archive));
+    for entry in tar.entries().map_err(|e| e.to_string())? {
+        let mut entry = entry.map_err(|e| e.to_string())?;
+        let path = entry.path().map_err(|e| e.to_string())?.into_owned();
+        if path == std::path::Path::new("kubeconfig") {
+            let mut bytes = Vec::new();
+            entry.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+            return Ok(bytes);
+        }
+    }
+    Err("the archive holds no file named kubeconfig".to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1230,20 +1246,4 @@ mod tests {
         assert!(parse_endpoint("").is_err());
         assert!(parse_endpoint("host:notaport").is_err());
     }
-}
-
-/// The `kubeconfig` file of the archive `MachineService/Kubeconfig` streams.
-fn kubeconfig_from_archive(archive: &[u8]) -> Result<Vec<u8>, String> {
-    use std::io::Read as _;
-    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(archive));
-    for entry in tar.entries().map_err(|e| e.to_string())? {
-        let mut entry = entry.map_err(|e| e.to_string())?;
-        let path = entry.path().map_err(|e| e.to_string())?.into_owned();
-        if path == std::path::Path::new("kubeconfig") {
-            let mut bytes = Vec::new();
-            entry.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
-            return Ok(bytes);
-        }
-    }
-    Err("the archive holds no file named kubeconfig".to_string())
 }
