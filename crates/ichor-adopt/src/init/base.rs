@@ -14,7 +14,7 @@ use ichor_talos::secrets::SecretsBundle;
 use serde_yaml_ng::{Mapping, Value};
 
 /// The machine-config shape a Talos version writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum ConfigShape {
     /// One `v1alpha1` document (Talos v1.12, v1.13).

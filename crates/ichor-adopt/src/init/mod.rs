@@ -41,6 +41,13 @@ pub enum NodeAnswer {
         /// Its disks' device paths (`/dev/sda`), as Talos lists them.
         disks: Vec<String>,
     },
+    /// Configured by an earlier run of this init (it answers the cluster's
+    /// own credentials): planned again as it was, and not applied again.
+    Initialized {
+        hostname: String,
+        talos_version: String,
+        disks: Vec<String>,
+    },
     /// It already runs a config (the insecure API refused, or its stage is not maintenance).
     Configured { detail: String },
     /// Nothing answered.
@@ -94,7 +101,7 @@ fn kubernetes_range(talos: MinorVersion) -> Option<(MinorVersion, MinorVersion, 
 }
 
 /// One machine init will create (not held: init writes what it describes).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlannedNode {
     pub name: String,
@@ -105,7 +112,7 @@ pub struct PlannedNode {
 }
 
 /// What init will do, as printed before consent (no secret in it).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InitPlan {
     pub cluster: String,
@@ -146,7 +153,7 @@ impl std::fmt::Debug for InitWrites {
 
 /// The name of the Secret that holds the cluster's bundle.
 pub fn secrets_name(cluster: &str) -> String {
-    format!("{cluster}-secrets")
+    format!("{cluster}-talos-secrets")
 }
 
 /// The phases init runs, in order, as the plan names them.
@@ -331,11 +338,18 @@ pub fn plan(
             Some(NodeAnswer::Configured { detail }) => refusals.push(Refusal::new(format!(
                 "node {address} is not in maintenance mode ({detail}): ichor init only configures fresh nodes; adopt a running cluster with ichor adopt, or reset the node first (talosctl reset)"
             ))),
-            Some(NodeAnswer::Maintenance {
-                hostname,
-                talos_version,
-                disks,
-            }) => {
+            Some(
+                NodeAnswer::Maintenance {
+                    hostname,
+                    talos_version,
+                    disks,
+                }
+                | NodeAnswer::Initialized {
+                    hostname,
+                    talos_version,
+                    disks,
+                },
+            ) => {
                 match major_minor(talos_version) {
                     Some(v) if v >= MIN_TALOS => {}
                     _ => refusals.push(Refusal::new(format!(
