@@ -283,17 +283,16 @@ async fn cilium_manifest(opts: &InitOptions, request: &InitRequest) -> Result<St
         .map_err(|e| AdoptError::Refused(vec![Refusal::new(e.to_string())]))?;
     let values = effective_values(&settings)
         .map_err(|e| AdoptError::Refused(vec![Refusal::new(e.to_string())]))?;
-    let release = opts
-        .helm
-        .render(
+    // No cluster exists yet: rendered offline, as `helm template` does.
+    opts.helm
+        .template(
             "cilium",
             "kube-system",
             &opts.cilium_chart,
             &serde_json::Value::Object(values),
         )
         .await
-        .map_err(|e| AdoptError::Wait(format!("rendering Ichor's Cilium chart: {e}")))?;
-    Ok(release.manifest)
+        .map_err(|e| AdoptError::Wait(format!("rendering Ichor's Cilium chart: {e}")))
 }
 
 struct Run<'a> {

@@ -133,7 +133,11 @@ async fn each_bad_input_is_one_clear_refusal_and_nothing_is_written() {
             "{}: one clear error, not a wall: {err}",
             case.what
         );
-        assert!(!out.exists(), "{}: the output directory was written", case.what);
+        assert!(
+            !out.exists(),
+            "{}: the output directory was written",
+            case.what
+        );
         assert!(emu.writes().is_empty(), "{}: a node was written", case.what);
     }
 
