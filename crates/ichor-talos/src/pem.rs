@@ -68,21 +68,6 @@ pub fn ed25519_pkcs8_v1(der: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pem_round_trip_and_relabel() {
-        let der: Vec<u8> = (0u8..=200).collect();
-        let p = encode("CERTIFICATE", &der);
-        assert_eq!(decode(&p), Some(("CERTIFICATE".to_string(), der.clone())));
-        let r = relabel(&p, "X").unwrap();
-        assert!(r.starts_with("-----BEGIN X-----\n"));
-        assert_eq!(unb64(&b64(&p)).as_deref(), Some(p.as_str()));
-    }
-}
-
 fn der_len(len: usize) -> Vec<u8> {
     if len < 0x80 {
         vec![u8::try_from(len).unwrap_or(0)]
@@ -119,4 +104,32 @@ pub fn p256_sec1_to_pkcs8(pem: &str) -> Option<String> {
     out.extend(der_len(body.len()));
     out.extend(body);
     Some(encode("PRIVATE KEY", &out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pem_round_trip_and_relabel() {
+        let der: Vec<u8> = (0u8..=200).collect();
+        let p = encode("CERTIFICATE", &der);
+        assert_eq!(decode(&p), Some(("CERTIFICATE".to_string(), der.clone())));
+        let r = relabel(&p, "X").unwrap();
+        assert!(r.starts_with("-----BEGIN X-----\n"));
+        assert_eq!(unb64(&b64(&p)).as_deref(), Some(p.as_str()));
+    }
+
+    #[test]
+    fn a_talos_p256_key_becomes_pkcs8_that_signs() {
+        let sec1 = "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIEYlYh75SQ6zUBEMFzzniS6nUX7CeqCMwKy4E6GTEE0coAoGCCqGSM49\nAwEHoUQDQgAEyxoR/IbISguv4m5k668RSK4zX4cHqh2RG5TB0G3ztmnu4kSGECV/\n6rhBw7GlOJ+kcOsDwBMXcFggQVpaAs41aw==\n-----END EC PRIVATE KEY-----\n";
+        let pkcs8 = p256_sec1_to_pkcs8(sec1).unwrap();
+        assert!(pkcs8.starts_with("-----BEGIN PRIVATE KEY-----"));
+        let key = rcgen::KeyPair::from_pem(&pkcs8).unwrap();
+        assert!(key.is_compatible(&rcgen::PKCS_ECDSA_P256_SHA256));
+        // Anything else passes through.
+        let other = rcgen::KeyPair::generate().unwrap().serialize_pem();
+        let other = other.as_str();
+        assert_eq!(p256_sec1_to_pkcs8(other).as_deref(), Some(other));
+    }
 }
