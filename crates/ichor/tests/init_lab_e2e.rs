@@ -164,8 +164,67 @@ async fn assert_initialized(lab: &InitLab, out: &Path, text: &str) {
     );
 }
 
+/// The controller's first reconcile: for every TalosMachine init writes, the
+/// controller's render over the config the node runs (read back through the
+/// Talos API with the cluster's talosconfig) finds no drift.
+async fn assert_no_drift(lab: &InitLab, out: &Path) {
+    let opts = ichor_adopt_run::init::InitOptions {
+        request: ichor_adopt::init::InitRequest {
+            cluster: "lab".into(),
+            endpoint: lab.endpoint.clone(),
+            control_planes: lab.control_planes(),
+            workers: lab.workers(),
+            secrets_source: "generated".into(),
+            ..Default::default()
+        },
+        output_dir: out.to_path_buf(),
+        with_secrets: None,
+        talos_port: 50000,
+        kube_api_timeout: std::time::Duration::from_secs(60),
+        webhook_timeout: std::time::Duration::from_secs(15),
+        poll_interval: std::time::Duration::from_secs(1),
+        helm: ichor_helm::render::Renderer::new(Tool::Helm3.path()),
+        cilium_chart: ichor_helm::render::ChartRef::path(lab.options.cilium_chart.path()),
+        version: "v0.1.0".into(),
+        controller_image: None,
+    };
+    // A rerun's inspection: every node now answers the cluster's credentials.
+    let (_, writes, _) = ichor_adopt_run::init::plan(&opts).await.unwrap();
+    let tc = ichor_talos::talosconfig::Talosconfig::from_file(&out.join("talosconfig")).unwrap();
+    let (name, ctx) = tc.context(None, "talosconfig").unwrap();
+    let creds = ctx.credentials(name, "talosconfig").unwrap();
+    let identity = ichor_talos_client::ClientIdentity::from_pem(
+        creds.ca_pem.clone().unwrap(),
+        creds.crt_pem.clone().unwrap(),
+        creds.key_pem_pkcs8().unwrap(),
+    );
+    for machine in &writes.machines {
+        let address = &machine.spec.address;
+        let client = ichor_talos_client::TalosClient::new(
+            &format!("{address}:50000"),
+            &identity,
+            ichor_talos_client::ClientOptions::default(),
+        )
+        .unwrap();
+        let live = client.machine_config("").await.unwrap();
+        let live = ichor_talos::config::MachineConfig::parse_live(
+            &String::from_utf8(live).unwrap(),
+            address,
+        )
+        .unwrap();
+        let desired = ichor_render::render(&ichor_render::RenderInput::from_objects(
+            &writes.cluster,
+            machine,
+            &live,
+        ))
+        .unwrap();
+        let drift = ichor_render::compare(&live, &desired.config).unwrap();
+        assert!(drift.entries.is_empty(), "{address}: {:?}", drift.entries);
+    }
+}
+
 /// Init on fresh nodes in both config shapes: up to Ichor installed in the
-/// cluster, each node written once.
+/// cluster, each node written once, no drift for the controller.
 #[tokio::test(flavor = "multi_thread")]
 async fn init_on_the_lab_in_both_shapes() {
     for version in ["v1.13.9", "v1.14.0"] {
@@ -178,6 +237,7 @@ async fn init_on_the_lab_in_both_shapes() {
         );
         assert!(text.contains("installing Ichor"), "{version}: {text}");
         assert_initialized(&lab, &out, &text).await;
+        assert_no_drift(&lab, &out).await;
         let config = lab.emulator.active_config(0).unwrap();
         let config = String::from_utf8(config).unwrap();
         if version == "v1.14.0" {

@@ -158,14 +158,14 @@ pub fn secrets_name(cluster: &str) -> String {
 
 /// The phases init runs, in order, as the plan names them.
 pub const PHASES: &[&str] = &[
-    "write the secrets bundle, talosconfig and kubeconfig (0600) to the output directory",
+    "write the secrets bundle and talosconfig (0600) to the output directory",
     "apply each node's config over the insecure maintenance API",
     "bootstrap etcd on the first control plane",
-    "wait for the Kubernetes API",
-    "fetch the kubeconfig through the Talos API",
-    "install Ichor",
-    "write the bundle Secret, the TalosCluster and the TalosMachines",
+    "fetch the kubeconfig through the Talos API (0600)",
+    "wait for the Kubernetes API (10 minutes at most)",
+    "install Ichor (install manifest, IchorInstallation)",
     "wait for Ichor's webhooks (30 minutes at most)",
+    "write the bundle Secret, the TalosCluster and the TalosMachines",
     "hand Cilium over to Ichor's Helm release (done by the controller)",
 ];
 
