@@ -7,9 +7,12 @@
 //! through the Talos API works against it, as on a real cluster. Then the
 //! Node objects and the node simulator come up, as kubelets would.
 //!
-//! Talos's bootstrap-manifest apply (the inline Cilium) is played by
-//! `bootstrap_manifests` when that module is in the lab (R6.1's work); until
-//! then the inline manifests are not applied here.
+//! Talos's bootstrap-manifest apply (the inline Cilium) is played through
+//! [`InitLabOptions::bootstrap_manifests`], called with the API server's
+//! client and the bootstrapped control plane's config once the API server
+//! answers: the lab's `bootstrap_manifests` module (R6.1's work) plugs in
+//! there. Without it the inline manifests are not applied, no pod network
+//! comes up, and Ichor's pods stay Pending.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
@@ -22,8 +25,20 @@ use ichor_testenv::{ClusterIdentity, TestCa, TestEnv};
 
 use crate::{CiliumChart, LabError, LabOptions, LabShape, pods, simulator};
 
+/// Plays Talos's bootstrap-manifest apply: the API server's client and the
+/// bootstrapped control plane's config (its inline manifests).
+pub type BootstrapManifests = Arc<
+    dyn Fn(
+            kube::Client,
+            Vec<u8>,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>
+        + Send
+        + Sync,
+>;
+
 /// How the init lab looks.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct InitLabOptions {
     pub control_planes: usize,
     pub workers: usize,
@@ -34,6 +49,20 @@ pub struct InitLabOptions {
     /// The `ichor` binary Ichor's pods run as (`None`: they never start).
     pub ichor_bin: Option<PathBuf>,
     pub cilium_chart: CiliumChart,
+    /// Talos's bootstrap-manifest apply, played once the API server answers
+    /// (`None`: the inline manifests are not applied).
+    pub bootstrap_manifests: Option<BootstrapManifests>,
+}
+
+impl std::fmt::Debug for InitLabOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InitLabOptions")
+            .field("control_planes", &self.control_planes)
+            .field("workers", &self.workers)
+            .field("talos_version", &self.talos_version)
+            .field("bootstrap_manifests", &self.bootstrap_manifests.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl InitLabOptions {
@@ -45,6 +74,7 @@ impl InitLabOptions {
             state_dir: state_dir.into(),
             ichor_bin: None,
             cilium_chart: CiliumChart::detect(),
+            bootstrap_manifests: None,
         }
     }
 }
@@ -273,6 +303,11 @@ async fn start_kubernetes(
         ichor_log: None,
     });
     let simulator = Some(simulator::spawn(client.clone(), runner));
+    if let Some(apply) = &options.bootstrap_manifests {
+        apply(client.clone(), config)
+            .await
+            .map_err(|e| LabError::Config(format!("the bootstrap manifests: {e}")))?;
+    }
     Ok(Bootstrapped {
         env,
         client,
