@@ -118,3 +118,4 @@ fuzz-patch: testbin
 check-machinery: testbin
 	$(CARGO) test --locked --features machinery-peer -p ichor-talos --test talosctl_patch_diff machinery_peer -- --test-threads=2 --nocapture
 	$(CARGO) test --locked --features machinery-peer -p ichor-render --test talosctl_validate machinery_peer -- --test-threads=2 --nocapture
+	$(CARGO) test --locked --features machinery-peer -p ichor-adopt --test init_talos_validate -- --test-threads=2 --nocapture

@@ -1,4 +1,4 @@
-//! `ichor adopt`'s I/O: the inspection (Talos nodes through the Talos API,
+//! `ichor adopt`'s and `ichor init`'s I/O ([`init`] for init): the inspection (Talos nodes through the Talos API,
 //! the Kubernetes side, Ichor's presence) and the write phases of spec 1.5.
 //!
 //! Everything adopt decides is a pure function of `ichor-adopt` (no client,
@@ -13,6 +13,7 @@
 
 mod error;
 pub mod ichor;
+pub mod init;
 pub mod inspect;
 pub mod phases;
 pub mod reclaim;

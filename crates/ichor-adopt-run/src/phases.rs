@@ -485,7 +485,7 @@ async fn load_bundle(
     }
 }
 
-async fn write_bundle(
+pub(crate) async fn write_bundle(
     kube: &kube::Client,
     cluster: &str,
     bundle: &SecretsBundle,

@@ -19,9 +19,11 @@
 //!   generated from them);
 //! - [`reclaim`] — `ichor reclaim`'s plan: the way out, with nothing
 //!   written to a node.
+//! - [`init`] — `ichor init`'s refusals, plan and rendered configs.
 
 pub mod classify;
 pub mod gate;
+pub mod init;
 pub mod inspection;
 pub mod install;
 pub mod plan;

@@ -99,6 +99,71 @@ impl Renderer {
             .await
     }
 
+    /// Renders `chart` offline, as `helm template` does (no cluster is
+    /// asked anything): the manifest, hooks included, for a cluster that
+    /// does not exist yet (the inline manifest `ichor init` writes).
+    pub async fn template(
+        &self,
+        name: &str,
+        namespace: &str,
+        chart: &ChartRef,
+        values: &Value,
+    ) -> Result<String, RenderError> {
+        let (_dir, values_path) = write_values(values)?;
+        let mut args: Vec<String> = vec![
+            "template".into(),
+            name.into(),
+            chart.reference.clone(),
+            "--namespace".into(),
+            namespace.into(),
+            "--values".into(),
+            values_path.display().to_string(),
+        ];
+        if let Some(v) = &chart.version {
+            args.extend(["--version".into(), v.clone()]);
+        }
+        if let Some(r) = &chart.repo {
+            args.extend(["--repo".into(), r.clone()]);
+        }
+        let (_, out) = self.exec(args).await?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Runs helm with `args`, bounded; its output when it succeeds.
+    async fn exec(&self, args: Vec<String>) -> Result<(String, std::process::Output), RenderError> {
+        let mut cmd = tokio::process::Command::new(&self.helm);
+        cmd.args(&args)
+            .kill_on_drop(true)
+            .stdin(std::process::Stdio::null());
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let shown = format!("{} {}", self.helm.display(), args.join(" "));
+        let out = match tokio::time::timeout(self.timeout, cmd.output()).await {
+            Err(_) => {
+                return Err(RenderError::Timeout {
+                    command: shown,
+                    timeout: self.timeout,
+                });
+            }
+            Ok(Err(source)) => {
+                return Err(RenderError::Spawn {
+                    helm: self.helm.clone(),
+                    source,
+                });
+            }
+            Ok(Ok(out)) => out,
+        };
+        if !out.status.success() {
+            return Err(RenderError::Failed {
+                command: shown,
+                status: out.status.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok((shown, out))
+    }
+
     async fn run(
         &self,
         verb: &str,
@@ -130,36 +195,7 @@ impl Renderer {
         if let Some(k) = &self.kubeconfig {
             args.extend(["--kubeconfig".into(), k.display().to_string()]);
         }
-        let mut cmd = tokio::process::Command::new(&self.helm);
-        cmd.args(&args)
-            .kill_on_drop(true)
-            .stdin(std::process::Stdio::null());
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
-        let shown = format!("{} {}", self.helm.display(), args.join(" "));
-        let out = match tokio::time::timeout(self.timeout, cmd.output()).await {
-            Err(_) => {
-                return Err(RenderError::Timeout {
-                    command: shown,
-                    timeout: self.timeout,
-                });
-            }
-            Ok(Err(source)) => {
-                return Err(RenderError::Spawn {
-                    helm: self.helm.clone(),
-                    source,
-                });
-            }
-            Ok(Ok(out)) => out,
-        };
-        if !out.status.success() {
-            return Err(RenderError::Failed {
-                command: shown,
-                status: out.status.to_string(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
+        let (shown, out) = self.exec(args).await?;
         parse_rendered(&out.stdout).map_err(|e| RenderError::Output {
             command: shown,
             message: e,

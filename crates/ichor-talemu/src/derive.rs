@@ -332,3 +332,69 @@ pub fn can_apply_immediate(current: &[u8], new: &[u8]) -> Result<(), String> {
         crate::diff::unified(&a, &b)
     ))
 }
+
+/// A certificate authority a config carries: certificate and key, PEM.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CaPair {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for CaPair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key is a secret: never printed.
+        f.debug_struct("CaPair").finish_non_exhaustive()
+    }
+}
+
+fn base64_pem_at(v: &Value, keys: &[&str]) -> Option<String> {
+    use base64::Engine as _;
+    let text = str_at(v, keys)?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .ok()?;
+    String::from_utf8(bytes)
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+}
+
+/// The Talos API CA of a config (`machine.ca`, base64 PEM in the v1alpha1
+/// document of both shapes), with its key when the config holds it.
+pub fn os_ca(bytes: &[u8]) -> Option<CaPair> {
+    let docs = documents(bytes).ok()?;
+    let v1 = docs.iter().find(|d| is_v1alpha1(d))?;
+    Some(CaPair {
+        cert_pem: base64_pem_at(v1, &["machine", "ca", "crt"])?,
+        key_pem: base64_pem_at(v1, &["machine", "ca", "key"])?,
+    })
+}
+
+/// The Talos API CA certificate of a config (`machine.ca.crt`), which a
+/// worker's config carries without its key.
+pub fn os_ca_cert(bytes: &[u8]) -> Option<String> {
+    let docs = documents(bytes).ok()?;
+    let v1 = docs.iter().find(|d| is_v1alpha1(d))?;
+    base64_pem_at(v1, &["machine", "ca", "crt"])
+}
+
+/// The Kubernetes API server's issuing CA of a control-plane config:
+/// `KubeAPIServerCAConfig.issuingCA` (raw PEM, v1.14 shape) or v1alpha1
+/// `cluster.ca` (base64 PEM).
+pub fn kubernetes_ca(bytes: &[u8]) -> Option<CaPair> {
+    let docs = documents(bytes).ok()?;
+    if let Some(doc) = docs
+        .iter()
+        .find(|d| kind_of(d) == Some("KubeAPIServerCAConfig"))
+    {
+        let nonempty = |keys: &[&str]| str_at(doc, keys).filter(|s| !s.trim().is_empty());
+        return Some(CaPair {
+            cert_pem: nonempty(&["issuingCA", "cert"])?,
+            key_pem: nonempty(&["issuingCA", "key"])?,
+        });
+    }
+    let v1 = docs.iter().find(|d| is_v1alpha1(d))?;
+    Some(CaPair {
+        cert_pem: base64_pem_at(v1, &["cluster", "ca", "crt"])?,
+        key_pem: base64_pem_at(v1, &["cluster", "ca", "key"])?,
+    })
+}

@@ -19,6 +19,8 @@ pub enum EmuError {
     Config { node: String, reason: String },
     #[error("invalid Talos version {version:?}: expected vMAJOR.MINOR.PATCH")]
     Version { version: String },
+    #[error("private key: {0}")]
+    Key(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("YAML: {0}")]

@@ -1,9 +1,15 @@
 //! `ichor-talemu`: a Talos node emulator for tests and the lab. It speaks the
 //! Talos gRPC API (MachineService Version / Hostname / ApplyConfiguration /
-//! Reboot / Read / Upgrade / EtcdMemberList / EtcdForfeitLeadership,
-//! ImageService Pull, LifecycleService Upgrade and the COSI State service's
-//! Get / List / Watch) over mutual TLS, so
+//! Reboot / Read / Upgrade / EtcdMemberList / EtcdForfeitLeadership /
+//! Bootstrap / Kubeconfig, ImageService Pull, LifecycleService Upgrade and
+//! the COSI State service's Get / List / Watch) over mutual TLS, so
 //! that both Ichor's client and the real `talosctl` can talk to it.
+//!
+//! A node can start in maintenance mode (no config): it then serves the
+//! insecure API (no client certificate, the caller is `os:reader`, node
+//! routing off) with Version, MachineStatus, Disks and ApplyConfiguration;
+//! with [`EmulatorOptions::serve_config_ca`] a configured node serves the
+//! Talos API CA of its config, as a real node does.
 //!
 //! **Never use it from production code**: it exists to tell the truth about
 //! the client in tests, nothing more.
@@ -36,7 +42,7 @@ use std::time::Duration;
 use ichor_talos_client::{ClientIdentity, ClientOptions, TalosClient};
 
 pub use error::EmuError;
-pub use node::{Fault, NodeSpec, ReadGate, WriteAction, WriteRecord};
+pub use node::{Disk, Fault, NodeSpec, ReadGate, WriteAction, WriteRecord};
 pub use pki::{CertifiedKey, ClientCertSpec, Pki};
 
 use node::Node;
@@ -48,6 +54,10 @@ pub struct EmulatorOptions {
     pub pki: Option<Pki>,
     /// How long a rebooting node stays unreachable.
     pub reboot_outage: Duration,
+    /// A node leaving maintenance mode serves mutual TLS with the Talos API
+    /// CA of the config it was given (`machine.ca`), as a real node does,
+    /// instead of the emulator's CA. On for `ichor init` and the lab.
+    pub serve_config_ca: bool,
 }
 
 impl Default for EmulatorOptions {
@@ -55,6 +65,7 @@ impl Default for EmulatorOptions {
         Self {
             pki: None,
             reboot_outage: Duration::from_millis(300),
+            serve_config_ca: false,
         }
     }
 }
@@ -117,7 +128,12 @@ impl Emulator {
             listeners.push(listener);
             built.push(Node::new(spec, Arc::clone(&writes), options.reboot_outage)?);
         }
-        let cluster = Arc::new(Cluster { nodes: built });
+        let (bootstraps, _) = tokio::sync::broadcast::channel(16);
+        let cluster = Arc::new(Cluster {
+            nodes: built,
+            serve_config_ca: options.serve_config_ca,
+            bootstraps,
+        });
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
         let mut handles = Vec::new();
         let mut tasks = Vec::new();
@@ -267,6 +283,17 @@ impl Emulator {
             st.stage = 4;
         }
         node.refresh(&mut st);
+    }
+
+    /// Whether node `i` holds etcd data (it bootstrapped etcd, joined a
+    /// bootstrapped cluster, or started configured as a control plane).
+    pub fn bootstrapped(&self, i: usize) -> bool {
+        self.cluster.nodes[i].lock().etcd_data
+    }
+
+    /// The index of every node that bootstraps etcd from now on.
+    pub fn bootstraps(&self) -> tokio::sync::broadcast::Receiver<usize> {
+        self.cluster.bootstraps.subscribe()
     }
 
     /// Injects a fault into node `i`.

@@ -31,6 +31,36 @@ pub struct NodeSpec {
     pub talos_version: String,
     /// The machine config; `None` starts the node in maintenance mode.
     pub config: Option<Vec<u8>>,
+    /// Its block devices (`talosctl get disks`); one 10 GB virtio disk unless set.
+    pub disks: Vec<Disk>,
+}
+
+/// A block device of an emulated node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disk {
+    /// `/dev/sda`, `/dev/nvme0n1`, …
+    pub dev_path: String,
+    /// Bytes.
+    pub size: u64,
+    pub model: String,
+    pub serial: String,
+    /// `virtio`, `sata`, `nvme`, …
+    pub transport: String,
+    pub rotational: bool,
+}
+
+impl Disk {
+    /// A non-rotational virtio disk.
+    pub fn new(dev_path: impl Into<String>, size: u64) -> Self {
+        Self {
+            dev_path: dev_path.into(),
+            size,
+            model: "QEMU HARDDISK".to_string(),
+            serial: String::new(),
+            transport: "virtio".to_string(),
+            rotational: false,
+        }
+    }
 }
 
 impl NodeSpec {
@@ -42,6 +72,7 @@ impl NodeSpec {
             port: 0,
             talos_version: "v1.13.9".to_string(),
             config: Some(config.into()),
+            disks: vec![Disk::new("/dev/vda", 10_737_418_240)],
         }
     }
 
@@ -62,6 +93,12 @@ impl NodeSpec {
     /// Another address (for several routable nodes: 127.0.0.2, 127.0.0.3, …).
     pub fn with_address(mut self, address: IpAddr) -> Self {
         self.address = address;
+        self
+    }
+
+    /// Other block devices.
+    pub fn with_disks(mut self, disks: Vec<Disk>) -> Self {
+        self.disks = disks;
         self
     }
 
@@ -102,6 +139,8 @@ pub enum WriteAction {
     Reboot { actor_id: String },
     /// An image pulled into one of the node's containerd stores (ImageService.Pull).
     ImagePull { image: String },
+    /// etcd bootstrapped as a new cluster on this control plane (Bootstrap).
+    Bootstrap,
     /// An installer written to the other boot slot: through
     /// `LifecycleService.Upgrade` (`legacy: false`, no reboot) or the
     /// deprecated `MachineService.Upgrade` (`legacy: true`, reboots by itself).
@@ -184,6 +223,12 @@ pub(crate) struct NodeState {
     /// A pause between a reboot's outage and the node coming back, set by a
     /// test through [`crate::Emulator::hold_reboots`].
     pub reboot_gate: Option<ReadGate>,
+    /// etcd's data directory is not empty: the node bootstrapped etcd or
+    /// joined a bootstrapped cluster (a control plane started with a config has).
+    pub etcd_data: bool,
+    /// The TLS configuration a node serves once it left maintenance mode
+    /// with a config naming its own Talos API CA (`None`: the emulator's CA).
+    pub mtls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// A pause in a node's COSI reads (get, list, watch; the machine config is
@@ -343,13 +388,23 @@ impl Node {
                 upgrade_fallback: false,
                 etcd_unhealthy: false,
                 reboot_gate: None,
+                etcd_data: false,
+                mtls: None,
             }),
             spec,
             events,
             writes,
             reboot_outage,
         });
-        node.refresh(&mut node.lock());
+        {
+            let mut st = node.lock();
+            st.etcd_data = st
+                .active
+                .as_deref()
+                .and_then(|c| derive::facts(c, version >= (1, 14)).ok())
+                .is_some_and(|f| f.machine_type.is_control_plane());
+            node.refresh(&mut st);
+        }
         Ok(node)
     }
 
@@ -421,6 +476,7 @@ impl Node {
             persistent_config: st.persistent.as_deref(),
             facts: facts.as_ref(),
             stage: st.stage,
+            disks: &self.spec.disks,
         };
         let items = resources::node_items(&view);
         let now = SystemTime::now();
@@ -509,6 +565,28 @@ impl Node {
             .and_then(|c| derive::facts(c, self.multidoc_kubernetes()).ok())
             .and_then(|f| f.hostname)
             .unwrap_or_else(|| self.spec.hostname.clone())
+    }
+
+    /// `MachineService/Kubeconfig`: the admin kubeconfig generated from the
+    /// node's config (cluster name, endpoint, Kubernetes CA), as the
+    /// `.tar.gz` holding one file `kubeconfig` (mode 0600) that Talos streams.
+    pub fn kubeconfig_archive(&self) -> Result<Vec<u8>, Status> {
+        let active =
+            self.lock().active.clone().ok_or_else(|| {
+                Status::failed_precondition("the machine config is not loaded yet")
+            })?;
+        let facts = derive::facts(&active, self.multidoc_kubernetes()).map_err(Status::internal)?;
+        let ca = derive::kubernetes_ca(&active)
+            .filter(|_| facts.machine_type.is_control_plane())
+            .ok_or_else(|| {
+                Status::failed_precondition("kubernetes API server CA config is not available")
+            })?;
+        let endpoint = facts.control_plane_endpoint.clone().unwrap_or_default();
+        let kubeconfig =
+            crate::pki::admin_kubeconfig(&facts.cluster_name, &endpoint, &ca.cert_pem, &ca.key_pem)
+                .map_err(|e| Status::internal(format!("generating the kubeconfig: {e}")))?;
+        kubeconfig_tar_gz(kubeconfig.as_bytes())
+            .map_err(|e| Status::internal(format!("packing the kubeconfig: {e}")))
     }
 
     /// ApplyConfiguration with the rules of the emulated Talos version.
@@ -787,6 +865,23 @@ impl Node {
             node.refresh(&mut st);
         });
     }
+}
+
+/// One file `kubeconfig` (0600) in a gzip'd tar, as Talos streams it.
+fn kubeconfig_tar_gz(kubeconfig: &[u8]) -> std::io::Result<Vec<u8>> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let mut tar = tar::Builder::new(gz);
+    let mut header = tar::Header::new_gnu();
+    header.set_size(kubeconfig.len() as u64);
+    header.set_mode(0o600);
+    header.set_mtime(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    );
+    header.set_cksum();
+    tar.append_data(&mut header, "kubeconfig", kubeconfig)?;
+    tar.into_inner()?.finish()
 }
 
 /// The documents of an applied config, checked as Talos checks them: not

@@ -201,3 +201,91 @@ impl Pki {
         })
     }
 }
+
+/// DER length octets.
+fn der_len(len: usize) -> Vec<u8> {
+    if len < 0x80 {
+        vec![u8::try_from(len).unwrap_or(0)]
+    } else {
+        let bytes: Vec<u8> = len
+            .to_be_bytes()
+            .into_iter()
+            .skip_while(|b| *b == 0)
+            .collect();
+        let mut out = vec![0x80 | u8::try_from(bytes.len()).unwrap_or(0)];
+        out.extend(bytes);
+        out
+    }
+}
+
+fn der(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    out.extend(der_len(body.len()));
+    out.extend_from_slice(body);
+    out
+}
+
+/// A P-256 SEC1 key (`EC PRIVATE KEY`, as Talos writes its Kubernetes CA
+/// key) wrapped as PKCS#8, which rcgen reads.
+fn p256_sec1_to_pkcs8(sec1: &[u8]) -> Vec<u8> {
+    // id-ecPublicKey, prime256v1
+    const ALGORITHM: &[u8] = &[
+        0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86,
+        0x48, 0xce, 0x3d, 0x03, 0x01, 0x07,
+    ];
+    let mut body = vec![0x02, 0x01, 0x00];
+    body.extend_from_slice(ALGORITHM);
+    body.extend(der(0x04, sec1));
+    der(0x30, &body)
+}
+
+/// A key PEM rcgen can read: PKCS#8 as is, Talos's labels relabelled, SEC1 wrapped.
+fn key_pair_from_any_pem(pem: &str) -> Result<KeyPair, EmuError> {
+    use base64::Engine as _;
+    if pem.contains("BEGIN EC PRIVATE KEY") {
+        let body: String = pem
+            .lines()
+            .filter(|l| !l.starts_with("-----"))
+            .collect::<Vec<_>>()
+            .concat();
+        let sec1 = base64::engine::general_purpose::STANDARD
+            .decode(body.trim())
+            .map_err(|e| EmuError::Key(e.to_string()))?;
+        let pkcs8 = p256_sec1_to_pkcs8(&sec1);
+        let key = rustls::pki_types::PrivatePkcs8KeyDer::from(pkcs8);
+        return KeyPair::try_from(&key).map_err(EmuError::from);
+    }
+    Ok(KeyPair::from_pem(&relabel_to_pkcs8(pem))?)
+}
+
+/// The admin kubeconfig a control plane hands out (`MachineService/Kubeconfig`),
+/// shaped as Talos generates it: cluster `<name>`, user and context
+/// `admin@<name>`, namespace `default`, a client certificate with
+/// `O=system:masters` signed by the cluster's Kubernetes CA.
+pub fn admin_kubeconfig(
+    cluster_name: &str,
+    endpoint: &str,
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+) -> Result<String, EmuError> {
+    use base64::Engine as _;
+    let ca_key = key_pair_from_any_pem(ca_key_pem)?;
+    let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key)?;
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, "system:masters");
+    params.distinguished_name.push(DnType::CommonName, "admin");
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params.signed_by(&key, &issuer)?;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
+    let user = format!("admin@{cluster_name}");
+    Ok(format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n    - name: {cluster_name}\n      cluster:\n        server: {endpoint}\n        certificate-authority-data: {ca}\nusers:\n    - name: {user}\n      user:\n        client-certificate-data: {crt}\n        client-key-data: {key}\ncontexts:\n    - context:\n        cluster: {cluster_name}\n        namespace: default\n        user: {user}\n      name: {user}\ncurrent-context: {user}\n",
+        ca = b64(ca_cert_pem),
+        crt = b64(&cert.pem()),
+        key = b64(&key.serialize_pem()),
+    ))
+}

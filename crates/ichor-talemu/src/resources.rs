@@ -113,6 +113,21 @@ pub const DEFINITIONS: &[Definition] = &[
         columns: &[("Stage", "{.stage}"), ("Ready", "{.status.ready}")],
     },
     Definition {
+        namespace: kinds::DISKS.namespace,
+        r#type: kinds::DISKS.r#type,
+        display: "Disk",
+        extra_aliases: &[],
+        sensitive: false,
+        columns: &[
+            ("Size", "{.pretty_size}"),
+            ("Read Only", "{.readonly}"),
+            ("Transport", "{.transport}"),
+            ("Rotational", "{.rotational}"),
+            ("Model", "{.model}"),
+            ("Serial", "{.serial}"),
+        ],
+    },
+    Definition {
         namespace: kinds::CLUSTER_INFO.namespace,
         r#type: kinds::CLUSTER_INFO.r#type,
         display: "Info",
@@ -302,6 +317,8 @@ pub struct NodeView<'a> {
     pub facts: Option<&'a ConfigFacts>,
     /// `MachineStatus.stage`: 3 maintenance, 4 running, 5 rebooting.
     pub stage: i32,
+    /// The node's block devices.
+    pub disks: &'a [crate::node::Disk],
 }
 
 fn machine_config_item(id: &str, bytes: &[u8]) -> Item {
@@ -358,6 +375,7 @@ pub fn node_items(view: &NodeView<'_>) -> Vec<Item> {
         .unwrap_or(view.hostname);
     items.push(hostname_status_item(hostname));
     items.push(machine_status_item(view.stage));
+    items.extend(view.disks.iter().map(disk_item));
 
     // A node without an applied config serves only what maintenance mode has.
     let (Some(active), Some(facts)) = (view.active_config, view.facts) else {
@@ -380,6 +398,65 @@ pub fn node_items(view: &NodeView<'_>) -> Vec<Item> {
         items.push(bootstrap_manifests_config_item(facts, view.v1_13_or_later));
     }
     items
+}
+
+/// Sizes as Talos prints them (`humanize.Bytes`: powers of 1000, one decimal).
+fn pretty_size(bytes: u64) -> String {
+    let units = ["B", "kB", "MB", "GB", "TB", "PB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1000.0 && unit + 1 < units.len() {
+        value /= 1000.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else if value < 10.0 {
+        format!("{value:.1} {}", units[unit])
+    } else {
+        format!("{value:.0} {}", units[unit])
+    }
+}
+
+fn disk_item(disk: &crate::node::Disk) -> Item {
+    let id = disk.dev_path.trim_start_matches("/dev/").to_string();
+    let spec = specs::DiskSpec {
+        size: disk.size,
+        io_size: 512,
+        sector_size: 512,
+        readonly: false,
+        model: disk.model.clone(),
+        serial: disk.serial.clone(),
+        modalias: String::new(),
+        wwid: String::new(),
+        bus_path: String::new(),
+        sub_system: "/sys/class/block".to_string(),
+        transport: disk.transport.clone(),
+        rotational: disk.rotational,
+        cdrom: false,
+        dev_path: disk.dev_path.clone(),
+    };
+    let yaml = map(vec![
+        ("dev_path", Value::from(disk.dev_path.as_str())),
+        ("size", Value::from(disk.size)),
+        ("pretty_size", Value::from(pretty_size(disk.size))),
+        ("io_size", Value::from(512)),
+        ("sector_size", Value::from(512)),
+        ("readonly", Value::from(false)),
+        ("cdrom", Value::from(false)),
+        ("model", Value::from(disk.model.as_str())),
+        ("serial", Value::from(disk.serial.as_str())),
+        ("sub_system", Value::from("/sys/class/block")),
+        ("transport", Value::from(disk.transport.as_str())),
+        ("rotational", Value::from(disk.rotational)),
+    ]);
+    item(
+        kinds::DISKS.namespace,
+        kinds::DISKS.r#type,
+        &id,
+        spec.encode_to_vec(),
+        yaml,
+    )
 }
 
 fn version_item(view: &NodeView<'_>) -> Item {

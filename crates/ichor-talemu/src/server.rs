@@ -173,7 +173,10 @@ pub(crate) async fn serve(
             let config = if node.in_maintenance() {
                 Arc::clone(&maintenance)
             } else {
-                Arc::clone(&mtls)
+                node.lock()
+                    .mtls
+                    .clone()
+                    .unwrap_or_else(|| Arc::clone(&mtls))
             };
             let tx = tx.clone();
             tokio::spawn(async move {

@@ -29,6 +29,18 @@ const READER: &str = "os:reader";
 /// The nodes of one emulator process.
 pub(crate) struct Cluster {
     pub nodes: Vec<Arc<Node>>,
+    /// A node leaving maintenance mode serves the Talos API CA of its new
+    /// config (as Talos does) instead of the emulator's.
+    pub serve_config_ca: bool,
+    /// The index of every node that bootstraps etcd, as it happens.
+    pub bootstraps: tokio::sync::broadcast::Sender<usize>,
+}
+
+impl Cluster {
+    /// Whether etcd was bootstrapped anywhere (every control plane joins it then).
+    pub fn bootstrapped(&self) -> bool {
+        self.nodes.iter().any(|n| n.lock().etcd_data)
+    }
 }
 
 /// Who is calling: a maintenance-mode caller (no certificate) or the roles of
@@ -42,7 +54,9 @@ pub(crate) enum Caller {
 impl Caller {
     fn has_any(&self, roles: &[&str]) -> bool {
         match self {
-            Caller::Maintenance => true,
+            // Talos (1.13+) gives a maintenance-mode caller `os:reader`
+            // (ApplyConfiguration checks maintenance mode in its handler).
+            Caller::Maintenance => roles.contains(&READER),
             Caller::Roles(have) => have.iter().any(|r| roles.contains(&r.as_str())),
         }
     }
@@ -123,7 +137,9 @@ impl NodeApi {
     }
 
     fn route(&self, md: &MetadataMap, cosi: bool) -> Result<Route, Status> {
-        if md.get("proxyfrom").is_some() {
+        // In maintenance mode apid runs with node routing disabled: `node`
+        // metadata (talosctl's `get --insecure` sends an empty one) is ignored.
+        if md.get("proxyfrom").is_some() || self.node(self.me).in_maintenance() {
             return Ok(Route::One(self.me));
         }
         let node: Vec<String> = md
@@ -297,6 +313,7 @@ impl NodeApi {
             .nodes
             .iter()
             .filter(|n| !n.in_maintenance() && n.is_control_plane())
+            .filter(|_| self.cluster.bootstrapped())
             .map(|n| {
                 let started = !n.lock().etcd_unhealthy;
                 let address = n.spec.address;
@@ -329,6 +346,68 @@ impl NodeApi {
     }
 }
 
+impl NodeApi {
+    /// Bootstrap on one node, with Talos's checks in Talos's order: the node
+    /// must be up with a config (else FailedPrecondition, which talosctl
+    /// retries), a control plane (Unimplemented), and etcd must hold no data
+    /// yet (AlreadyExists "etcd data directory is not empty": every control
+    /// plane of a bootstrapped cluster has joined it).
+    fn bootstrap_on(&self, i: usize) -> Result<machine::Bootstrap, Status> {
+        let node = self.node(i);
+        if node.in_maintenance() || node.lock().rebooting_after_apply {
+            return Err(Status::failed_precondition(
+                "bootstrap is not available yet",
+            ));
+        }
+        if !node.is_control_plane() {
+            return Err(Status::unimplemented(
+                "bootstrap is only supported on control plane nodes",
+            ));
+        }
+        if self.cluster.bootstrapped() {
+            return Err(Status::already_exists("etcd data directory is not empty"));
+        }
+        node.lock().etcd_data = true;
+        node.record(WriteAction::Bootstrap);
+        let _ = self.cluster.bootstraps.send(i);
+        Ok(machine::Bootstrap { metadata: None })
+    }
+
+    /// After a node leaves maintenance mode: serve the Talos API CA its
+    /// config names (when the emulator is told to, and the config holds one).
+    fn serve_config_ca(&self, i: usize) {
+        if !self.cluster.serve_config_ca {
+            return;
+        }
+        let node = self.node(i);
+        let Some(config) = node.lock().active.clone() else {
+            return;
+        };
+        // A worker's config holds the CA without its key: its certificate
+        // comes from the control planes (trustd), which hold the key.
+        let Some(ca) = crate::derive::os_ca(&config).or_else(|| {
+            let cert = crate::derive::os_ca_cert(&config)?;
+            self.cluster.nodes.iter().find_map(|n| {
+                let other = n.lock().active.clone()?;
+                crate::derive::os_ca(&other).filter(|ca| ca.cert_pem == cert)
+            })
+        }) else {
+            return;
+        };
+        let built = crate::pki::Pki::from_pem(&ca.cert_pem, &ca.key_pem).and_then(|pki| {
+            let cert = pki.server_cert(&node.spec.hostname, &[node.spec.address])?;
+            crate::server::mtls_config(pki.ca_pem(), &cert)
+        });
+        match built {
+            Ok(tls) => node.lock().mtls = Some(Arc::new(tls)),
+            Err(e) => tracing::warn!(
+                node = %node.spec.hostname,
+                "the applied config's Talos API CA is unusable, keeping the emulator's: {e}"
+            ),
+        }
+    }
+}
+
 /// A stable etcd member id for a hostname (FNV-1a).
 fn member_id(hostname: &str) -> u64 {
     hostname.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
@@ -357,7 +436,8 @@ has_metadata!(
     machine::Reboot,
     machine::Upgrade,
     machine::EtcdMembers,
-    machine::EtcdForfeitLeadership
+    machine::EtcdForfeitLeadership,
+    machine::Bootstrap
 );
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -372,7 +452,20 @@ impl MachineService for NodeApi {
         let md = request.metadata().clone();
         let req = request.into_inner();
         let messages = self
-            .unary(&md, |node| node.apply(req.clone(), caller.is_admin()))
+            .unary(&md, |node| {
+                let was_in_maintenance = node.in_maintenance();
+                let applied = node.apply(req.clone(), caller.is_admin())?;
+                if was_in_maintenance && !node.in_maintenance() {
+                    let i = self
+                        .cluster
+                        .nodes
+                        .iter()
+                        .position(|n| Arc::ptr_eq(n, node))
+                        .unwrap_or(self.me);
+                    self.serve_config_ca(i);
+                }
+                Ok(applied)
+            })
             .await?;
         Ok(Response::new(machine::ApplyConfigurationResponse {
             messages,
@@ -477,6 +570,41 @@ impl MachineService for NodeApi {
             })
             .await?;
         Ok(Response::new(machine::EtcdMemberListResponse { messages }))
+    }
+
+    async fn bootstrap(
+        &self,
+        request: Request<machine::BootstrapRequest>,
+    ) -> Result<Response<machine::BootstrapResponse>, Status> {
+        Self::authorize(&caller(&request), &[ADMIN])?;
+        let messages = self
+            .unary(request.metadata(), |node| {
+                let i = self
+                    .cluster
+                    .nodes
+                    .iter()
+                    .position(|n| Arc::ptr_eq(n, node))
+                    .unwrap_or(self.me);
+                self.bootstrap_on(i)
+            })
+            .await?;
+        Ok(Response::new(machine::BootstrapResponse { messages }))
+    }
+
+    type KubeconfigStream = BoxStream<common::Data>;
+
+    async fn kubeconfig(
+        &self,
+        request: Request<()>,
+    ) -> Result<Response<Self::KubeconfigStream>, Status> {
+        Self::authorize(&caller(&request), &[ADMIN])?;
+        let i = self.stream_target(request.metadata()).await?;
+        let bytes = self.node(i).kubeconfig_archive()?;
+        let data = common::Data {
+            metadata: None,
+            bytes,
+        };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(data)]))))
     }
 
     async fn etcd_forfeit_leadership(

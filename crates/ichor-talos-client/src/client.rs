@@ -861,6 +861,86 @@ impl TalosClient {
         Ok(m.member)
     }
 
+    /// `MachineService/Bootstrap` on a control plane: starts etcd as a new
+    /// cluster. Returns `Ok(false)` when the node answers that etcd's data
+    /// directory is not empty (`AlreadyExists`): the cluster was bootstrapped before.
+    pub async fn bootstrap(&self, node: &str) -> Result<bool, Error> {
+        let call = "Bootstrap";
+        let request = self.request(
+            node,
+            machine::BootstrapRequest {
+                recover_etcd: false,
+                recover_skip_hash_check: false,
+            },
+        )?;
+        match self
+            .call(node, call, self.machine().bootstrap(request))
+            .await
+        {
+            Ok(response) => {
+                self.first(node, call, response.messages, |m| m.metadata.as_ref())?;
+                Ok(true)
+            }
+            Err(Error::Status {
+                code: tonic::Code::AlreadyExists,
+                ..
+            }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `MachineService/Kubeconfig` on a control plane: the admin kubeconfig
+    /// the node generates, taken out of the `.tar.gz` it streams (one file,
+    /// `kubeconfig`).
+    pub async fn kubeconfig(&self, node: &str) -> Result<Vec<u8>, Error> {
+        let call = "Kubeconfig";
+        let request = self.request(node, ())?;
+        let mut client = self.machine();
+        let gather = async {
+            let mut stream = client.kubeconfig(request).await?.into_inner();
+            let mut bytes = Vec::new();
+            while let Some(m) = stream.message().await? {
+                bytes.extend_from_slice(&m.bytes);
+            }
+            Ok::<_, tonic::Status>(tonic::Response::new(bytes))
+        };
+        let archive = self.call(node, call, gather).await?;
+        kubeconfig_from_archive(&archive).map_err(|reason| Error::Decode {
+            node: self.node_label(node),
+            call: call.to_string(),
+            what: "the kubeconfig archive".to_string(),
+            reason,
+        })
+    }
+
+    /// The node's disks (`Disks.block.talos.dev`), ids with their specs;
+    /// reader access is enough, so this works over the maintenance API.
+    pub async fn disks(&self, node: &str) -> Result<Vec<(String, specs::DiskSpec)>, Error> {
+        let items = self
+            .cosi_list(node, resources::DISKS.namespace, resources::DISKS.r#type)
+            .await?;
+        items
+            .into_iter()
+            .map(|r| {
+                let spec = r
+                    .decode_spec::<specs::DiskSpec>()
+                    .map_err(|e| Error::Decode {
+                        node: self.node_label(node),
+                        call: format!("COSI List {}", resources::DISKS.r#type),
+                        what: "a disk spec".to_string(),
+                        reason: e.to_string(),
+                    })?;
+                Ok((r.id.clone(), spec))
+            })
+            .collect()
+    }
+
+    /// The node's machine stage (`MachineStatuses.runtime.talos.dev`):
+    /// `MAINTENANCE` for a node waiting for its first config.
+    pub async fn machine_status(&self, node: &str) -> Result<specs::MachineStatusSpec, Error> {
+        self.get_spec(node, resources::MACHINE_STATUS).await
+    }
+
     /// `cosi.resource.State/Get`.
     pub async fn cosi_get(
         &self,
@@ -1114,6 +1194,22 @@ fn convert_event(e: cosi::Event) -> WatchEvent {
         old: e.old.map(CosiResource::from_proto),
         error: e.error,
     }
+}
+
+/// The `kubeconfig` file of the archive `MachineService/Kubeconfig` streams.
+fn kubeconfig_from_archive(archive: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(archive));
+    for entry in tar.entries().map_err(|e| e.to_string())? {
+        let mut entry = entry.map_err(|e| e.to_string())?;
+        let path = entry.path().map_err(|e| e.to_string())?.into_owned();
+        if path == std::path::Path::new("kubeconfig") {
+            let mut bytes = Vec::new();
+            entry.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+            return Ok(bytes);
+        }
+    }
+    Err("the archive holds no file named kubeconfig".to_string())
 }
 
 #[cfg(test)]

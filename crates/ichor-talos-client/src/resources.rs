@@ -72,6 +72,12 @@ pub const MACHINE_STATUS: Kind = Kind {
     r#type: "MachineStatuses.runtime.talos.dev",
     id: "machine",
 };
+/// The node's disks (one resource per block device; readable in maintenance mode).
+pub const DISKS: Kind = Kind {
+    namespace: "runtime",
+    r#type: "Disks.block.talos.dev",
+    id: "",
+};
 /// Cluster identity (`clusterId`, `clusterName`).
 pub const CLUSTER_INFO: Kind = Kind {
     namespace: "cluster",

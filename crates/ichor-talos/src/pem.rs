@@ -68,6 +68,44 @@ pub fn ed25519_pkcs8_v1(der: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+fn der_len(len: usize) -> Vec<u8> {
+    if len < 0x80 {
+        vec![u8::try_from(len).unwrap_or(0)]
+    } else {
+        let bytes: Vec<u8> = len
+            .to_be_bytes()
+            .into_iter()
+            .skip_while(|b| *b == 0)
+            .collect();
+        let mut out = vec![0x80 | u8::try_from(bytes.len()).unwrap_or(0)];
+        out.extend(bytes);
+        out
+    }
+}
+
+/// A P-256 `EC PRIVATE KEY` (SEC1, as Talos writes its Kubernetes CA keys)
+/// as a PKCS#8 `PRIVATE KEY` PEM; other PEM is returned as it is.
+pub fn p256_sec1_to_pkcs8(pem: &str) -> Option<String> {
+    let (label, der) = decode(pem)?;
+    if label != "EC PRIVATE KEY" {
+        return Some(pem.to_string());
+    }
+    // AlgorithmIdentifier: id-ecPublicKey, prime256v1.
+    const ALGORITHM: &[u8] = &[
+        0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86,
+        0x48, 0xce, 0x3d, 0x03, 0x01, 0x07,
+    ];
+    let mut body = vec![0x02, 0x01, 0x00];
+    body.extend_from_slice(ALGORITHM);
+    body.push(0x04);
+    body.extend(der_len(der.len()));
+    body.extend_from_slice(&der);
+    let mut out = vec![0x30];
+    out.extend(der_len(body.len()));
+    out.extend(body);
+    Some(encode("PRIVATE KEY", &out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,5 +118,18 @@ mod tests {
         let r = relabel(&p, "X").unwrap();
         assert!(r.starts_with("-----BEGIN X-----\n"));
         assert_eq!(unb64(&b64(&p)).as_deref(), Some(p.as_str()));
+    }
+
+    #[test]
+    fn a_talos_p256_key_becomes_pkcs8_that_signs() {
+        let sec1 = "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIEYlYh75SQ6zUBEMFzzniS6nUX7CeqCMwKy4E6GTEE0coAoGCCqGSM49\nAwEHoUQDQgAEyxoR/IbISguv4m5k668RSK4zX4cHqh2RG5TB0G3ztmnu4kSGECV/\n6rhBw7GlOJ+kcOsDwBMXcFggQVpaAs41aw==\n-----END EC PRIVATE KEY-----\n";
+        let pkcs8 = p256_sec1_to_pkcs8(sec1).unwrap();
+        assert!(pkcs8.starts_with("-----BEGIN PRIVATE KEY-----"));
+        let key = rcgen::KeyPair::from_pem(&pkcs8).unwrap();
+        assert!(key.is_compatible(&rcgen::PKCS_ECDSA_P256_SHA256));
+        // Anything else passes through.
+        let other = rcgen::KeyPair::generate().unwrap().serialize_pem();
+        let other = other.as_str();
+        assert_eq!(p256_sec1_to_pkcs8(other).as_deref(), Some(other));
     }
 }

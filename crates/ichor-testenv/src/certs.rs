@@ -38,6 +38,18 @@ impl TestCa {
         }
     }
 
+    /// A CA given as PEM (a cluster's own Kubernetes CA): its key as PKCS#8
+    /// (`PRIVATE KEY`).
+    pub fn from_pem(cert_pem: &str, key_pkcs8_pem: &str) -> Result<TestCa, String> {
+        let key = KeyPair::from_pem(key_pkcs8_pem).map_err(|e| format!("the CA key: {e}"))?;
+        let issuer = Issuer::from_ca_cert_pem(cert_pem, key)
+            .map_err(|e| format!("the CA certificate: {e}"))?;
+        Ok(TestCa {
+            issuer,
+            cert_pem: cert_pem.to_string(),
+        })
+    }
+
     /// The CA certificate, PEM.
     pub fn cert_pem(&self) -> String {
         self.cert_pem.clone()

@@ -98,6 +98,20 @@ pub enum Error {
     Kubeconfig(String),
 }
 
+/// Who a control plane is: its CA, service-account key and port.
+pub struct ClusterIdentity {
+    /// Signs the serving certificate; the API server trusts client
+    /// certificates it signed.
+    pub ca: TestCa,
+    /// The service-account verification key (a public key, or the private
+    /// key itself: the API server reads either).
+    pub service_account_public_pem: String,
+    /// The service-account signing key (PEM, PKCS#1, SEC1 or PKCS#8).
+    pub service_account_key_pem: String,
+    /// The port the API server listens on (127.0.0.1).
+    pub port: u16,
+}
+
 /// A running etcd + kube-apiserver pair.
 pub struct TestEnv {
     dir: PathBuf,
@@ -203,7 +217,38 @@ impl TestEnv {
                 source,
             })?
             .keep();
-        Self::start_in(dir.clone(), &etcd_bin, &apiserver_bin, proxy).inspect_err(|_| {
+        let sa = rcgen::KeyPair::generate().expect("generate service-account key");
+        let identity = ClusterIdentity {
+            ca: TestCa::new("ichor-testenv-ca"),
+            service_account_public_pem: sa.public_key_pem(),
+            service_account_key_pem: sa.serialize_pem(),
+            port: free_port(),
+        };
+        Self::start_in(dir.clone(), &etcd_bin, &apiserver_bin, proxy, identity).inspect_err(|_| {
+            let _ = std::fs::remove_dir_all(&dir);
+        })
+    }
+
+    /// Starts a control plane for a cluster that has its own identity (what
+    /// a Talos control plane runs after bootstrap): its Kubernetes CA signs
+    /// the serving certificate and authenticates clients (so a kubeconfig
+    /// the cluster hands out works here), its service-account key signs
+    /// tokens, and it listens on the port of the cluster's endpoint.
+    pub fn start_for_cluster(
+        identity: ClusterIdentity,
+        proxy: Option<&Path>,
+    ) -> Result<TestEnv, Error> {
+        let etcd_bin = Tool::Etcd.path();
+        let apiserver_bin = Tool::KubeApiserver.path();
+        let dir = tempfile::Builder::new()
+            .prefix("ichor-testenv-")
+            .tempdir()
+            .map_err(|source| Error::Files {
+                dir: std::env::temp_dir(),
+                source,
+            })?
+            .keep();
+        Self::start_in(dir.clone(), &etcd_bin, &apiserver_bin, proxy, identity).inspect_err(|_| {
             let _ = std::fs::remove_dir_all(&dir);
         })
     }
@@ -213,26 +258,26 @@ impl TestEnv {
         etcd_bin: &Path,
         apiserver_bin: &Path,
         proxy: Option<&Path>,
+        identity: ClusterIdentity,
     ) -> Result<TestEnv, Error> {
         let files = |source| Error::Files {
             dir: dir.clone(),
             source,
         };
-        let ca = TestCa::new("ichor-testenv-ca");
+        let ca = identity.ca;
         let serving = ca.issue_server("kube-apiserver", &["127.0.0.1", "localhost"]);
         let admin = ca.issue_client("ichor-test-admin", &["system:masters"]);
-        let sa = rcgen::KeyPair::generate().expect("generate service-account key");
 
         std::fs::write(dir.join("ca.crt"), ca.cert_pem()).map_err(files)?;
         std::fs::write(dir.join("apiserver.crt"), &serving.cert_pem).map_err(files)?;
         std::fs::write(dir.join("apiserver.key"), &serving.key_pem).map_err(files)?;
-        std::fs::write(dir.join("sa.pub"), sa.public_key_pem()).map_err(files)?;
-        std::fs::write(dir.join("sa.key"), sa.serialize_pem()).map_err(files)?;
+        std::fs::write(dir.join("sa.pub"), &identity.service_account_public_pem).map_err(files)?;
+        std::fs::write(dir.join("sa.key"), &identity.service_account_key_pem).map_err(files)?;
         std::fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY).map_err(files)?;
 
         let etcd_client = free_port();
         let etcd_peer = free_port();
-        let api_port = free_port();
+        let api_port = identity.port;
         let etcd_url = format!("http://127.0.0.1:{etcd_client}");
         let peer_url = format!("http://127.0.0.1:{etcd_peer}");
         let server_url = format!("https://127.0.0.1:{api_port}");
@@ -496,7 +541,8 @@ pub fn command_dying_with_parent(program: impl AsRef<std::ffi::OsStr>) -> Comman
     }
 }
 
-fn free_port() -> u16 {
+/// A free TCP port on loopback, as the OS picks it.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

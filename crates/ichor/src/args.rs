@@ -42,6 +42,20 @@ Afterwards:
   talosctl --talosconfig ./lab-talos/lab/talosconfig version
   helm -n kube-system list";
 
+/// `ichor init --help`'s examples, one command a line as typed.
+const INIT_EXAMPLES: &str = "\
+Examples:
+  ichor init lab --endpoint https://10.5.0.2:6443 --control-plane 10.5.0.2 --worker 10.5.0.3
+  ichor init lab --endpoint https://10.5.0.2:6443 --control-plane 10.5.0.2 -o text  # plan only
+  ichor init lab --endpoint https://10.5.0.2:6443 --control-plane 10.5.0.2 --kube-proxy replaced
+  ichor init lab --endpoint https://10.5.0.2:6443 --control-plane 10.5.0.2 --config-patch @ntp.yaml
+  ichor init prod --endpoint https://k8s.example.com:6443 --control-plane 10.0.0.11,10.0.0.12
+  ichor init prod --endpoint https://10.0.0.10:6443 --control-plane 10.0.0.11 --output-dir ./prod
+
+Afterwards:
+  talosctl --talosconfig ./prod/talosconfig health
+  kubectl --kubeconfig ./prod/kubeconfig get nodes";
+
 /// `ichor secrets recover --help`'s example, one command a line as typed.
 const SECRETS_RECOVER_EXAMPLE: &str = "\
 Example:
@@ -65,6 +79,27 @@ pub enum Command {
     /// interruption, run the same command again and it finishes the job.
     #[command(after_long_help = ADOPT_EXAMPLES)]
     Adopt(AdoptArgs),
+    /// Create a Talos cluster from nodes booted into Talos's maintenance mode,
+    /// managed by Ichor from its first minute.
+    ///
+    /// Init first reads every node over the insecure maintenance API (nothing
+    /// is written): each must be in maintenance mode, reachable, named once,
+    /// and run Talos v1.12 or later; every problem is reported at once. It
+    /// renders each node's config with the controller's own render (so the
+    /// controller finds no drift), with Ichor's pinned Cilium as an inline
+    /// manifest on the control planes, prints its plan and asks for consent.
+    /// Then, in order: it writes the secrets bundle and talosconfig (0600) to
+    /// the output directory; applies each config over the insecure API;
+    /// bootstraps etcd on the first control plane; fetches the kubeconfig
+    /// through the Talos API and waits for the Kubernetes API; installs
+    /// Ichor; waits for its webhooks (30 minutes at most); and writes the
+    /// bundle Secret, the TalosCluster and the TalosMachines. Ichor's
+    /// controller then takes the inline Cilium over as its Helm release.
+    /// Every step can be rerun: after a failure or an interruption, run the
+    /// same command again with the same --output-dir and it finishes the job,
+    /// applying nothing to a node twice.
+    #[command(after_long_help = INIT_EXAMPLES)]
+    Init(InitArgs),
     /// Run Ichor's controller: it reconciles TalosClusters, TalosMachines and
     /// TalosOperations, the CNI hand-over and the IchorInstallation. In a cluster this is the
     /// controller Deployment's command; outside one it runs against --kubeconfig.
@@ -296,6 +331,77 @@ pub struct ReclaimArgs {
     /// Print the plan as data and stop (nothing is written).
     #[arg(short, long, value_enum)]
     pub output: Option<OutputFormat>,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The cluster's name (of the TalosCluster, the kubeconfig's cluster and
+    /// the talosconfig's context).
+    pub name: String,
+    /// The Kubernetes API endpoint the nodes and clients use:
+    /// https://HOST:6443, HOST a control plane's address or a load balancer.
+    #[arg(long, value_name = "URL")]
+    pub endpoint: String,
+    /// A control-plane node's address (repeat, or comma-separate); the
+    /// first one bootstraps etcd.
+    #[arg(
+        long = "control-plane",
+        value_name = "IP",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub control_planes: Vec<String>,
+    /// A worker node's address (repeat, or comma-separate).
+    #[arg(long = "worker", value_name = "IP", value_delimiter = ',')]
+    pub workers: Vec<String>,
+    /// The Talos version the configs are written for (v1.12 and v1.13 write
+    /// one v1alpha1 document, v1.14 the multi-document shape; default: the
+    /// lowest version the nodes run).
+    #[arg(long, value_name = "VERSION")]
+    pub talos_version: Option<String>,
+    /// The Kubernetes version (default: the newest the Talos version supports).
+    #[arg(long, value_name = "VERSION")]
+    pub kubernetes_version: Option<String>,
+    /// Cilium's tunnel protocol. Immutable once the cluster exists.
+    #[arg(long, value_parser = tunnel_parser(), default_value = "vxlan")]
+    pub tunnel: Tunnel,
+    /// Run kube-proxy, or let Cilium replace it.
+    #[arg(long, value_parser = kube_proxy_parser(), default_value = "enabled")]
+    pub kube_proxy: KubeProxyMode,
+    /// A Talos config patch applied to every node, as talosctl takes it:
+    /// @FILE (repeat for more; applied in order).
+    #[arg(long = "config-patch", value_name = "@FILE")]
+    pub config_patches: Vec<String>,
+    /// Use this secrets bundle (`talosctl gen secrets` format) instead of a new one.
+    #[arg(long, value_name = "FILE")]
+    pub with_secrets: Option<PathBuf>,
+    /// Where the secrets bundle, talosconfig and kubeconfig are written (0600),
+    /// and found again by a rerun.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub output_dir: PathBuf,
+    /// How long to wait for Ichor's webhooks after installing it.
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = parse_duration)]
+    pub wait_timeout: std::time::Duration,
+    /// The controller image to install, for a registry mirror
+    /// (default: ghcr.io/maeshinshin/ichor-controller at this ichor's version).
+    #[arg(long, value_name = "IMAGE")]
+    pub controller_image: Option<String>,
+    /// Do not ask for consent (for scripts).
+    #[arg(short, long)]
+    pub yes: bool,
+    /// Print the plan (as text, or as data) and stop: nothing is written.
+    #[arg(short, long, value_enum)]
+    pub output: Option<PlanFormat>,
+    #[command(flatten)]
+    pub helm: HelmArgs,
+}
+
+/// How `ichor init -o` prints the plan.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum PlanFormat {
+    Text,
+    Json,
+    Yaml,
 }
 
 #[derive(Debug, Args, Clone)]

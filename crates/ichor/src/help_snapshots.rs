@@ -12,6 +12,7 @@ const COMMANDS: &[&[&str]] = &[
     &[],
     &["adopt"],
     &["reclaim"],
+    &["init"],
     &["controller"],
     &["cluster"],
     &["cluster", "status"],
@@ -68,6 +69,11 @@ fn help_examples_stay_one_command_a_line() {
         help.contains(
             "\n  ichor adopt --cluster lab --recover-secrets --recover-from 10.5.0.2 --tunnel geneve --yes\n"
         ),
+        "{help}"
+    );
+    let help = long_help(&["init"]);
+    assert!(
+        help.contains("\n  ichor init lab --endpoint https://10.5.0.2:6443 --control-plane 10.5.0.2 --worker 10.5.0.3\n"),
         "{help}"
     );
     let help = long_help(&["secrets", "recover"]);

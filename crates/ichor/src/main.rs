@@ -36,6 +36,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Adopt(a) => cmd::adopt::run(a).await,
             Command::Reclaim(a) => cmd::reclaim::run(a).await,
+            Command::Init(a) => cmd::init::run(a).await,
             Command::Controller(a) => cmd::controller::run(a).await,
             Command::Cluster(ClusterCommand::Status(a)) => cmd::status::run(a).await,
             Command::Secrets(SecretsCommand::Recover(a)) => cmd::secrets::recover(a),

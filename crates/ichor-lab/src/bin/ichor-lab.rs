@@ -1,5 +1,7 @@
 //! `ichor-lab`: the local lab. `demo` is the README's main job: it starts the
-//! lab, runs the real `ichor adopt` end to end against it, and shows the result.
+//! lab, runs the real `ichor adopt` end to end against it, and shows the
+//! result; `demo --init` starts fresh nodes in maintenance mode instead and
+//! runs the real `ichor init` against them.
 
 // This binary speaks to the person who runs it on stdout/stderr; it has
 // no printer module of its own (the print lint forbids printing in libraries).
@@ -24,7 +26,12 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Start the lab, adopt it with the real `ichor adopt`, show the result, stop.
+    /// With --init: fresh nodes in maintenance mode, created with the real `ichor init`.
     Demo {
+        /// Run `ichor init` on fresh nodes (1 control plane, the rest workers)
+        /// instead of adopting a running cluster.
+        #[arg(long)]
+        init: bool,
         /// Emulated Talos nodes (the first is the control plane).
         #[arg(long, default_value_t = 3)]
         nodes: usize,
@@ -98,6 +105,13 @@ fn main() -> anyhow::Result<()> {
             }
             Cmd::Down { state_dir } => down(&state_dir).await,
             Cmd::Demo {
+                init: true,
+                nodes,
+                state_dir,
+                shape,
+            } => demo_init(nodes, state_dir, shape).await,
+            Cmd::Demo {
+                init: false,
                 nodes,
                 state_dir,
                 shape,
@@ -201,6 +215,71 @@ async fn start(nodes: usize, state_dir: PathBuf, shape: LabShape) -> anyhow::Res
 async fn demo(nodes: usize, state_dir: PathBuf, shape: LabShape) -> anyhow::Result<()> {
     let lab = start(nodes, state_dir, shape).await?;
     adopt(&lab, true).await?;
+    Ok(())
+}
+
+/// `ichor init` end to end on fresh nodes: the lab starts the cluster's
+/// API server with its own CAs when init bootstraps etcd.
+async fn demo_init(nodes: usize, state_dir: PathBuf, shape: LabShape) -> anyhow::Result<()> {
+    let bin = std::env::current_exe()?.with_file_name("ichor");
+    if !bin.is_file() {
+        bail!(
+            "{} is missing: build it first (cargo build -p ichor)",
+            bin.display()
+        );
+    }
+    let state_dir = std::fs::canonicalize(".")?.join(state_dir);
+    let mut options = ichor_lab::init::InitLabOptions::new(state_dir.join("lab"));
+    options.control_planes = 1;
+    options.workers = nodes.saturating_sub(1);
+    options.talos_version = shape.talos_version();
+    options.ichor_bin = Some(bin.clone());
+    eprintln!(
+        "lab: starting {nodes} emulated Talos {} nodes in maintenance mode; the cluster's kube-apiserver and etcd start when ichor init bootstraps etcd",
+        options.talos_version
+    );
+    eprintln!(
+        "lab: the kubelets, the scheduler and Cilium's operator are SIMULATED: no container runs here"
+    );
+    let lab = ichor_lab::init::InitLab::up(options)
+        .await
+        .context("starting the init lab")?;
+    let out = state_dir.join("init");
+    let mut args: Vec<String> = vec![
+        "init".into(),
+        "lab".into(),
+        "--endpoint".into(),
+        lab.endpoint.clone(),
+        "--control-plane".into(),
+        lab.control_planes().join(","),
+    ];
+    if !lab.workers().is_empty() {
+        args.extend(["--worker".into(), lab.workers().join(",")]);
+    }
+    args.extend([
+        "--output-dir".into(),
+        out.display().to_string(),
+        "--yes".into(),
+    ]);
+    eprintln!("lab: running ichor {}", args.join(" "));
+    let status = Command::new(&bin)
+        .args(&args)
+        .arg("--helm")
+        .arg(ichor_testenv::Tool::Helm4.path())
+        .arg("--cilium-chart")
+        .arg(lab.options.cilium_chart.path())
+        .status()
+        .context("running ichor init")?;
+    if let Some(why) = lab.failure() {
+        bail!("the lab could not start the cluster's control plane: {why}");
+    }
+    if !status.success() {
+        bail!(
+            "ichor init stopped on the lab (exit {status}); its files are in {}",
+            out.display()
+        );
+    }
+    eprintln!("lab: done; stopping everything the lab started");
     Ok(())
 }
 

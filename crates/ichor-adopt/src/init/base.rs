@@ -1,0 +1,582 @@
+//! A fresh node's base machine config, made from the secrets bundle: what
+//! `ichor init` starts each node's render from, in place of the live config
+//! adopt reads. Pure; the result holds secrets and is never printed.
+//!
+//! The shape follows the Talos version contract (`../shared/facts/talos-init-and-upgrades.md`
+//! §3): up to v1.13 one `v1alpha1` document holds the Kubernetes settings;
+//! from v1.14 they live in `Kube*` documents and the `v1alpha1` document
+//! keeps only the machine's identity and etcd's CA. The paths Ichor owns
+//! (endpoint, subnets, Kubernetes version, CNI, kube-proxy, the inline
+//! Cilium) are set again by the render, so both agree by construction.
+
+use ichor_talos::pem::unb64;
+use ichor_talos::secrets::SecretsBundle;
+use serde_yaml_ng::{Mapping, Value};
+
+/// The machine-config shape a Talos version writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ConfigShape {
+    /// One `v1alpha1` document (Talos v1.12, v1.13).
+    V1alpha1,
+    /// `v1alpha1` plus `Kube*` documents (Talos v1.14 on).
+    Multidoc,
+}
+
+impl ConfigShape {
+    /// The shape Talos `version` (`v1.14.0`) writes.
+    pub fn for_version(version: &str) -> Option<ConfigShape> {
+        let (major, minor) = major_minor(version)?;
+        Some(if (major, minor) >= (1, 14) {
+            ConfigShape::Multidoc
+        } else {
+            ConfigShape::V1alpha1
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigShape::V1alpha1 => "v1alpha1",
+            ConfigShape::Multidoc => "multi-document",
+        }
+    }
+}
+
+/// `(major, minor)` of `v1.14.0`, `1.13.9-rc.1`.
+pub fn major_minor(version: &str) -> Option<(u64, u64)> {
+    let v = version.trim().trim_start_matches('v');
+    let mut parts = v.split(['.', '-', '+']);
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// What a base config is made of besides the bundle.
+#[derive(Debug, Clone, Copy)]
+pub struct BaseInput<'a> {
+    pub shape: ConfigShape,
+    pub control_plane: bool,
+    pub cluster_name: &'a str,
+    /// `https://HOST:PORT`.
+    pub endpoint: &'a str,
+    /// `v1.34.1`.
+    pub kubernetes_version: &'a str,
+    /// `v1.13.9`: the installer image's tag.
+    pub talos_version: &'a str,
+    /// The disk Talos installs to (`/dev/sda`).
+    pub install_disk: &'a str,
+}
+
+/// The default pod and service subnets (`talosctl gen config`'s for an IPv4 endpoint).
+pub const DEFAULT_POD_SUBNET: &str = "10.244.0.0/16";
+pub const DEFAULT_SERVICE_SUBNET: &str = "10.96.0.0/12";
+/// The installer of Image Factory's empty schematic (Talos's default).
+pub const INSTALLER_REPOSITORY: &str = "factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
+
+fn s(v: &str) -> Value {
+    Value::from(v)
+}
+
+fn map<const N: usize>(entries: [(&str, Value); N]) -> Value {
+    let mut m = Mapping::new();
+    for (k, v) in entries {
+        m.insert(Value::from(k), v);
+    }
+    Value::Mapping(m)
+}
+
+fn list(items: &[&str]) -> Value {
+    Value::Sequence(items.iter().map(|i| s(i)).collect())
+}
+
+fn opt(v: Option<&String>) -> Value {
+    s(v.map(String::as_str).unwrap_or(""))
+}
+
+/// Base64 PEM (as the bundle and v1alpha1 hold it) → PEM (as `Kube*` documents hold it).
+fn pem(v: Option<&String>) -> Value {
+    s(&v.and_then(|b| unb64(b)).unwrap_or_default())
+}
+
+/// The host of `https://HOST:PORT` (for the API server's certificate SANs).
+pub fn endpoint_host(endpoint: &str) -> Option<&str> {
+    let rest = endpoint.strip_prefix("https://")?;
+    let authority = rest.split('/').next()?;
+    let host = if let Some(v6) = authority.strip_prefix('[') {
+        v6.split(']').next()?
+    } else {
+        authority.rsplit_once(':').map_or(authority, |(h, _)| h)
+    };
+    (!host.is_empty()).then_some(host)
+}
+
+fn image(repository: &str, version: &str) -> Value {
+    s(&format!("{repository}:{version}"))
+}
+
+/// The base config of one node, as YAML documents.
+pub fn base_config(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Vec<Mapping> {
+    let docs = match input.shape {
+        ConfigShape::V1alpha1 => v1alpha1_shape(bundle, input),
+        ConfigShape::Multidoc => multidoc_shape(bundle, input),
+    };
+    docs.into_iter()
+        .filter_map(|d| match d {
+            Value::Mapping(m) => Some(m),
+            _ => None,
+        })
+        .collect()
+}
+
+fn os_ca(bundle: &SecretsBundle, control_plane: bool) -> Value {
+    let c = &bundle.certs.os;
+    map([
+        ("crt", opt(c.crt.as_ref())),
+        (
+            "key",
+            if control_plane {
+                opt(c.key.as_ref())
+            } else {
+                s("")
+            },
+        ),
+    ])
+}
+
+fn features() -> Value {
+    map([
+        ("rbac", Value::from(true)),
+        ("apidCheckExtKeyUsage", Value::from(true)),
+        ("diskQuotaSupport", Value::from(true)),
+        (
+            "kubePrism",
+            map([("enabled", Value::from(true)), ("port", Value::from(7445))]),
+        ),
+        (
+            "hostDNS",
+            map([
+                ("enabled", Value::from(true)),
+                ("forwardKubeDNSToHost", Value::from(true)),
+            ]),
+        ),
+    ])
+}
+
+fn kubelet_image(input: &BaseInput<'_>) -> Value {
+    image("ghcr.io/siderolabs/kubelet", input.kubernetes_version)
+}
+
+fn hostname_doc() -> Value {
+    map([
+        ("apiVersion", s("v1alpha1")),
+        ("kind", s("HostnameConfig")),
+        ("auto", s("stable")),
+    ])
+}
+
+fn v1alpha1_shape(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Vec<Value> {
+    let cp = input.control_plane;
+    let certs = &bundle.certs;
+    let mut machine = Mapping::new();
+    machine.insert(s("type"), s(if cp { "controlplane" } else { "worker" }));
+    machine.insert(s("token"), s(&bundle.trustdinfo.token));
+    machine.insert(s("ca"), os_ca(bundle, cp));
+    machine.insert(s("certSANs"), Value::Sequence(vec![]));
+    machine.insert(
+        s("kubelet"),
+        map([
+            ("image", kubelet_image(input)),
+            ("defaultRuntimeSeccompProfileEnabled", Value::from(true)),
+            ("disableManifestsDirectory", Value::from(true)),
+        ]),
+    );
+    machine.insert(s("network"), Value::Mapping(Mapping::new()));
+    machine.insert(
+        s("install"),
+        map([
+            ("disk", s(input.install_disk)),
+            ("image", image(INSTALLER_REPOSITORY, input.talos_version)),
+            ("wipe", Value::from(false)),
+        ]),
+    );
+    machine.insert(s("features"), features());
+    if cp {
+        machine.insert(
+            s("nodeLabels"),
+            map([(
+                "node.kubernetes.io/exclude-from-external-load-balancers",
+                s(""),
+            )]),
+        );
+    }
+
+    let mut cluster = Mapping::new();
+    cluster.insert(s("id"), s(&bundle.cluster.id));
+    cluster.insert(s("secret"), s(&bundle.cluster.secret));
+    cluster.insert(s("controlPlane"), map([("endpoint", s(input.endpoint))]));
+    cluster.insert(s("clusterName"), s(input.cluster_name));
+    cluster.insert(
+        s("network"),
+        map([
+            ("dnsDomain", s("cluster.local")),
+            ("podSubnets", list(&[DEFAULT_POD_SUBNET])),
+            ("serviceSubnets", list(&[DEFAULT_SERVICE_SUBNET])),
+        ]),
+    );
+    cluster.insert(s("token"), s(&bundle.secrets.bootstraptoken));
+    if cp {
+        if let Some(secretbox) = &bundle.secrets.secretboxencryptionsecret {
+            cluster.insert(s("secretboxEncryptionSecret"), s(secretbox));
+        }
+        if let Some(aescbc) = &bundle.secrets.aescbcencryptionsecret {
+            cluster.insert(s("aescbcEncryptionSecret"), s(aescbc));
+        }
+        cluster.insert(
+            s("ca"),
+            map([
+                ("crt", opt(certs.k8s.crt.as_ref())),
+                ("key", opt(certs.k8s.key.as_ref())),
+            ]),
+        );
+        cluster.insert(
+            s("aggregatorCA"),
+            map([
+                ("crt", opt(certs.k8saggregator.crt.as_ref())),
+                ("key", opt(certs.k8saggregator.key.as_ref())),
+            ]),
+        );
+        cluster.insert(
+            s("serviceAccount"),
+            map([("key", opt(certs.k8sserviceaccount.key.as_ref()))]),
+        );
+        let sans: Vec<&str> = endpoint_host(input.endpoint).into_iter().collect();
+        cluster.insert(
+            s("apiServer"),
+            map([
+                (
+                    "image",
+                    image("registry.k8s.io/kube-apiserver", input.kubernetes_version),
+                ),
+                ("certSANs", list(&sans)),
+            ]),
+        );
+        cluster.insert(
+            s("controllerManager"),
+            map([(
+                "image",
+                image(
+                    "registry.k8s.io/kube-controller-manager",
+                    input.kubernetes_version,
+                ),
+            )]),
+        );
+        cluster.insert(
+            s("proxy"),
+            map([(
+                "image",
+                image("registry.k8s.io/kube-proxy", input.kubernetes_version),
+            )]),
+        );
+        cluster.insert(
+            s("scheduler"),
+            map([(
+                "image",
+                image("registry.k8s.io/kube-scheduler", input.kubernetes_version),
+            )]),
+        );
+    } else {
+        cluster.insert(
+            s("ca"),
+            map([("crt", opt(certs.k8s.crt.as_ref())), ("key", s(""))]),
+        );
+    }
+    cluster.insert(
+        s("discovery"),
+        map([
+            ("enabled", Value::from(true)),
+            (
+                "registries",
+                map([
+                    ("kubernetes", map([("disabled", Value::from(true))])),
+                    ("service", Value::Mapping(Mapping::new())),
+                ]),
+            ),
+        ]),
+    );
+    if cp {
+        cluster.insert(
+            s("etcd"),
+            map([(
+                "ca",
+                map([
+                    ("crt", opt(certs.etcd.crt.as_ref())),
+                    ("key", opt(certs.etcd.key.as_ref())),
+                ]),
+            )]),
+        );
+    }
+
+    let v1 = map([
+        ("version", s("v1alpha1")),
+        ("debug", Value::from(false)),
+        ("persist", Value::from(true)),
+        ("machine", Value::Mapping(machine)),
+        ("cluster", Value::Mapping(cluster)),
+    ]);
+    vec![v1, hostname_doc()]
+}
+
+fn doc<const N: usize>(kind: &str, entries: [(&str, Value); N]) -> Value {
+    let mut m = Mapping::new();
+    m.insert(s("apiVersion"), s("v1alpha1"));
+    m.insert(s("kind"), s(kind));
+    for (k, v) in entries {
+        m.insert(Value::from(k), v);
+    }
+    Value::Mapping(m)
+}
+
+/// etcd's encryption at rest, as Talos v1.14 writes it from the bundle's
+/// secretbox (or aescbc) secret.
+fn etcd_encryption(bundle: &SecretsBundle) -> Value {
+    let (provider, secret) = match (
+        &bundle.secrets.secretboxencryptionsecret,
+        &bundle.secrets.aescbcencryptionsecret,
+    ) {
+        (Some(sb), _) => ("secretbox", sb.as_str()),
+        (None, Some(aes)) => ("aescbc", aes.as_str()),
+        (None, None) => ("secretbox", ""),
+    };
+    doc(
+        "KubeEtcdEncryptionConfig",
+        [(
+            "config",
+            map([
+                ("apiVersion", s("apiserver.config.k8s.io/v1")),
+                ("kind", s("EncryptionConfiguration")),
+                (
+                    "resources",
+                    Value::Sequence(vec![map([
+                        ("resources", list(&["secrets"])),
+                        (
+                            "providers",
+                            Value::Sequence(vec![
+                                map([(
+                                    provider,
+                                    map([(
+                                        "keys",
+                                        Value::Sequence(vec![map([
+                                            ("name", s("key2")),
+                                            ("secret", s(secret)),
+                                        ])]),
+                                    )]),
+                                )]),
+                                map([("identity", Value::Mapping(Mapping::new()))]),
+                            ]),
+                        ),
+                    ])]),
+                ),
+            ]),
+        )],
+    )
+}
+
+fn multidoc_shape(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Vec<Value> {
+    let cp = input.control_plane;
+    let certs = &bundle.certs;
+    let k8s = input.kubernetes_version;
+    let mut machine = Mapping::new();
+    machine.insert(s("type"), s(if cp { "controlplane" } else { "worker" }));
+    machine.insert(s("token"), s(&bundle.trustdinfo.token));
+    machine.insert(s("ca"), os_ca(bundle, cp));
+    machine.insert(s("certSANs"), Value::Sequence(vec![]));
+    machine.insert(
+        s("features"),
+        map([("diskQuotaSupport", Value::from(true))]),
+    );
+    let mut cluster = Mapping::new();
+    cluster.insert(s("token"), s(&bundle.secrets.bootstraptoken));
+    if cp {
+        cluster.insert(
+            s("etcd"),
+            map([(
+                "ca",
+                map([
+                    ("crt", opt(certs.etcd.crt.as_ref())),
+                    ("key", opt(certs.etcd.key.as_ref())),
+                ]),
+            )]),
+        );
+    }
+    let mut docs = vec![
+        map([
+            ("version", s("v1alpha1")),
+            ("debug", Value::from(false)),
+            ("persist", Value::from(true)),
+            ("machine", Value::Mapping(machine)),
+            ("cluster", Value::Mapping(cluster)),
+        ]),
+        doc(
+            "DiscoveryServiceConfig",
+            [
+                ("name", s("default")),
+                ("endpoint", s("https://discovery.talos.dev/")),
+            ],
+        ),
+        doc(
+            "DiscoveryIdentityConfig",
+            [
+                ("clusterID", s(&bundle.cluster.id)),
+                ("clusterSecret", s(&bundle.cluster.secret)),
+            ],
+        ),
+        doc(
+            "ResolverConfig",
+            [(
+                "hostDNS",
+                map([
+                    ("enabled", Value::from(true)),
+                    ("forwardKubeDNSToHost", Value::from(true)),
+                ]),
+            )],
+        ),
+        hostname_doc(),
+        doc(
+            "UnattendedInstallConfig",
+            [
+                (
+                    "installer",
+                    map([("image", image(INSTALLER_REPOSITORY, input.talos_version))]),
+                ),
+                (
+                    "provisioning",
+                    map([
+                        (
+                            "diskSelector",
+                            map([(
+                                "match",
+                                s(&format!("disk.dev_path == \"{}\"", input.install_disk)),
+                            )]),
+                        ),
+                        ("wipe", Value::from(false)),
+                    ]),
+                ),
+            ],
+        ),
+        doc(
+            "KubeClusterConfig",
+            [
+                ("clusterName", s(input.cluster_name)),
+                ("endpoint", s(input.endpoint)),
+            ],
+        ),
+    ];
+    let mut labels = Mapping::new();
+    if cp {
+        labels.insert(s("node-role.kubernetes.io/control-plane"), s(""));
+        labels.insert(
+            s("node.kubernetes.io/exclude-from-external-load-balancers"),
+            s(""),
+        );
+        docs.push(doc(
+            "KubeNodeConfig",
+            [
+                ("labels", Value::Mapping(labels)),
+                (
+                    "taints",
+                    map([("node-role.kubernetes.io/control-plane", s("NoSchedule"))]),
+                ),
+            ],
+        ));
+    }
+    docs.push(doc(
+        "KubeletConfig",
+        [
+            ("image", kubelet_image(input)),
+            ("defaultRuntimeSeccompProfileEnabled", Value::from(true)),
+        ],
+    ));
+    docs.push(doc(
+        "KubeNetworkConfig",
+        [
+            ("dnsDomain", s("cluster.local")),
+            ("podSubnets", list(&[DEFAULT_POD_SUBNET])),
+            ("serviceSubnets", list(&[DEFAULT_SERVICE_SUBNET])),
+        ],
+    ));
+    if cp {
+        docs.push(doc(
+            "KubeAPIServerCAConfig",
+            [(
+                "issuingCA",
+                map([
+                    ("cert", pem(certs.k8s.crt.as_ref())),
+                    ("key", pem(certs.k8s.key.as_ref())),
+                ]),
+            )],
+        ));
+    } else {
+        docs.push(doc(
+            "KubeAPIServerCAConfig",
+            [(
+                "acceptedCAs",
+                Value::Sequence(vec![pem(certs.k8s.crt.as_ref())]),
+            )],
+        ));
+    }
+    docs.push(doc("KubePrismConfig", [("port", Value::from(7445))]));
+    if cp {
+        let sans: Vec<&str> = endpoint_host(input.endpoint).into_iter().collect();
+        docs.push(doc(
+            "KubeAggregatorCAConfig",
+            [(
+                "issuingCA",
+                map([
+                    ("cert", pem(certs.k8saggregator.crt.as_ref())),
+                    ("key", pem(certs.k8saggregator.key.as_ref())),
+                ]),
+            )],
+        ));
+        docs.push(doc(
+            "KubeAuthorizerConfig",
+            [("name", s("node")), ("type", s("Node"))],
+        ));
+        docs.push(doc(
+            "KubeAuthorizerConfig",
+            [("name", s("rbac")), ("type", s("RBAC"))],
+        ));
+        docs.push(etcd_encryption(bundle));
+        docs.push(doc(
+            "KubeServiceAccountConfig",
+            [(
+                "issuer",
+                map([
+                    ("privateKey", pem(certs.k8sserviceaccount.key.as_ref())),
+                    ("issuerURL", s(input.endpoint)),
+                ]),
+            )],
+        ));
+        docs.push(doc(
+            "KubeAPIServerConfig",
+            [
+                ("image", image("registry.k8s.io/kube-apiserver", k8s)),
+                ("certExtraSANs", list(&sans)),
+            ],
+        ));
+        docs.push(doc(
+            "KubeControllerManagerConfig",
+            [(
+                "image",
+                image("registry.k8s.io/kube-controller-manager", k8s),
+            )],
+        ));
+        docs.push(doc(
+            "KubeSchedulerConfig",
+            [("image", image("registry.k8s.io/kube-scheduler", k8s))],
+        ));
+        docs.push(doc(
+            "KubeProxyConfig",
+            [("image", image("registry.k8s.io/kube-proxy", k8s))],
+        ));
+        docs.push(doc("KubeCoreDNSConfig", [("enabled", Value::from(true))]));
+    }
+    docs
+}

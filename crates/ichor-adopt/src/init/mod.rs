@@ -1,0 +1,564 @@
+//! `ichor init`'s decisions, as pure functions: what the nodes answered in
+//! maintenance mode and what the operator asked → every refusal at once, or
+//! the plan (printed before consent) and what init will write: the
+//! TalosCluster and TalosMachines, built in memory, and each node's config,
+//! rendered by the controller's own render (`ichor_render::render`) from a
+//! base made of the secrets bundle, with Ichor's Cilium as an inline manifest
+//! on the control planes. The controller's first reconcile renders the same
+//! objects over the config the node then runs and finds no drift (R10.2).
+
+pub mod base;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ichor_api::{
+    ClusterNetwork, ClusterRef, CniPreset, CniSpec, KubeProxyMode, MachinePatch, MachineRole,
+    SecretsRef, TalosCluster, TalosClusterSpec, TalosMachine, TalosMachineSpec, Tunnel,
+};
+use ichor_render::{RenderInput, render};
+use ichor_talos::config::MachineConfig;
+use ichor_talos::patch::ConfigPatch;
+use ichor_talos::secrets::SecretsBundle;
+use serde::Serialize;
+
+use crate::classify::Refusal;
+use crate::plan::CLUSTER_LABEL;
+use crate::preconditions::MIN_TALOS;
+pub use base::{BaseInput, ConfigShape, base_config, endpoint_host, major_minor};
+
+/// The annotation that marks a TalosCluster as made by `ichor init`.
+pub const INITIALIZED_ANNOTATION: &str = "ichor.maesh.dev/initialized";
+
+/// What a node answered to the read-only inspection over the insecure API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeAnswer {
+    /// In maintenance mode: no config yet.
+    Maintenance {
+        /// The hostname it reports (its TalosMachine's name).
+        hostname: String,
+        /// Talos version tag (`v1.13.9`).
+        talos_version: String,
+        /// Its disks' device paths (`/dev/sda`), as Talos lists them.
+        disks: Vec<String>,
+    },
+    /// Configured by an earlier run of this init (it answers the cluster's
+    /// own credentials): planned again as it was, and not applied again.
+    Initialized {
+        hostname: String,
+        talos_version: String,
+        disks: Vec<String>,
+    },
+    /// It already runs a config (the insecure API refused, or its stage is not maintenance).
+    Configured { detail: String },
+    /// Nothing answered.
+    Unreachable { error: String },
+}
+
+/// One address given on the command line and what answered there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeProbe {
+    pub address: String,
+    pub answer: NodeAnswer,
+}
+
+/// A `--config-patch @FILE`: its name (the file) and text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PatchFile {
+    pub name: String,
+    pub text: String,
+}
+
+/// What the operator asked init for.
+#[derive(Debug, Clone, Default)]
+pub struct InitRequest {
+    pub cluster: String,
+    pub endpoint: String,
+    pub control_planes: Vec<String>,
+    pub workers: Vec<String>,
+    /// `--talos-version`: the version contract the configs are written for
+    /// (default: the lowest version the nodes run).
+    pub talos_version: Option<String>,
+    /// `--kubernetes-version` (default: the newest the Talos version supports).
+    pub kubernetes_version: Option<String>,
+    pub tunnel: Tunnel,
+    pub kube_proxy: KubeProxyMode,
+    pub patches: Vec<PatchFile>,
+    /// Where the bundle comes from, for the plan's text (`generated`, or the file).
+    pub secrets_source: String,
+}
+
+/// The Kubernetes versions a Talos minor supports (`pkg/machinery/compatibility`)
+/// and the one init picks when none is given.
+type MinorVersion = (u64, u64);
+
+fn kubernetes_range(talos: MinorVersion) -> Option<(MinorVersion, MinorVersion, &'static str)> {
+    match talos {
+        (1, 12) => Some(((1, 30), (1, 35), "v1.35.0")),
+        (1, 13) => Some(((1, 31), (1, 36), "v1.36.0")),
+        (1, 14) => Some(((1, 32), (1, 37), "v1.37.0")),
+        _ => None,
+    }
+}
+
+/// One machine init will create (not held: init writes what it describes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedNode {
+    pub name: String,
+    pub address: String,
+    pub role: String,
+    pub talos_version: String,
+    pub install_disk: String,
+}
+
+/// What init will do, as printed before consent (no secret in it).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitPlan {
+    pub cluster: String,
+    pub namespace: String,
+    pub endpoint: String,
+    pub talos_version: String,
+    pub kubernetes_version: String,
+    pub config_shape: ConfigShape,
+    pub tunnel: Tunnel,
+    pub kube_proxy: KubeProxyMode,
+    pub pod_subnets: Vec<String>,
+    pub service_subnets: Vec<String>,
+    pub secrets: String,
+    pub patches: Vec<String>,
+    /// The first control plane: the one etcd is bootstrapped on.
+    pub bootstrap_node: String,
+    pub nodes: Vec<PlannedNode>,
+}
+
+/// What init writes, built in memory before anything is written. Holds
+/// secrets (the configs): never printed, never logged.
+#[derive(Clone)]
+pub struct InitWrites {
+    pub cluster: TalosCluster,
+    pub machines: Vec<TalosMachine>,
+    /// Each node's rendered config, by address, in the order of `machines`.
+    pub configs: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for InitWrites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InitWrites")
+            .field("cluster", &self.cluster.metadata.name)
+            .field("machines", &self.machines.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The name of the Secret that holds the cluster's bundle.
+pub fn secrets_name(cluster: &str) -> String {
+    format!("{cluster}-talos-secrets")
+}
+
+/// The phases init runs, in order, as the plan names them.
+pub const PHASES: &[&str] = &[
+    "write the secrets bundle and talosconfig (0600) to the output directory",
+    "apply each node's config over the insecure maintenance API",
+    "bootstrap etcd on the first control plane",
+    "fetch the kubeconfig through the Talos API (0600)",
+    "wait for the Kubernetes API (10 minutes at most)",
+    "install Ichor (install manifest, IchorInstallation)",
+    "wait for Ichor's webhooks (30 minutes at most)",
+    "write the bundle Secret, the TalosCluster and the TalosMachines",
+    "hand Cilium over to Ichor's Helm release (done by the controller)",
+];
+
+impl InitPlan {
+    /// The plan's first line.
+    pub fn summary(&self) -> String {
+        format!(
+            "ichor init will create cluster {} ({}): {} control plane(s), {} worker(s), Talos {} ({} config), Kubernetes {}, Cilium inline (tunnel {}, kube-proxy {})",
+            self.cluster,
+            self.endpoint,
+            self.nodes
+                .iter()
+                .filter(|n| n.role == "controlplane")
+                .count(),
+            self.nodes.iter().filter(|n| n.role == "worker").count(),
+            self.talos_version,
+            self.config_shape.as_str(),
+            self.kubernetes_version,
+            self.tunnel.as_str(),
+            self.kube_proxy.as_str(),
+        )
+    }
+
+    /// The whole plan as printed before consent.
+    pub fn text(&self) -> String {
+        let mut out = vec![self.summary()];
+        out.push(format!("secrets bundle: {}", self.secrets));
+        if !self.patches.is_empty() {
+            out.push(format!(
+                "config patches, on every node: {}",
+                self.patches.join(", ")
+            ));
+        }
+        out.push(format!(
+            "TalosCluster {}/{}: pods {}, services {}",
+            self.namespace,
+            self.cluster,
+            self.pod_subnets.join(","),
+            self.service_subnets.join(","),
+        ));
+        for n in &self.nodes {
+            out.push(format!(
+                "TalosMachine {} ({}, {}, Talos {}): install to {}{}",
+                n.name,
+                n.role,
+                n.address,
+                n.talos_version,
+                n.install_disk,
+                if n.address == self.bootstrap_node {
+                    ", bootstraps etcd"
+                } else {
+                    ""
+                }
+            ));
+        }
+        out.push("phases:".to_string());
+        for (i, p) in PHASES.iter().enumerate() {
+            out.push(format!("  {}. {p}", i + 1));
+        }
+        out.join("\n")
+    }
+}
+
+fn valid_cluster_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+/// `https://HOST:PORT` with a port, or why not.
+pub fn check_endpoint(endpoint: &str) -> Result<(), String> {
+    let why = |reason: &str| {
+        format!(
+            "--endpoint {endpoint:?} is not a URL of the Kubernetes API: {reason}; give it as https://HOST:6443"
+        )
+    };
+    let Some(rest) = endpoint.strip_prefix("https://") else {
+        return Err(why("it must start with https://"));
+    };
+    let authority = rest.trim_end_matches('/');
+    if authority.contains('/') || authority.contains('?') || authority.contains('@') {
+        return Err(why("it must be only a scheme, host and port"));
+    }
+    let host = endpoint_host(endpoint).ok_or_else(|| why("it has no host"))?;
+    let port = authority
+        .rsplit_once(':')
+        .map(|(_, p)| p)
+        .filter(|_| !authority.ends_with(']'));
+    match port.map(str::parse::<u16>) {
+        Some(Ok(p)) if p > 0 => {}
+        _ => return Err(why("it has no port")),
+    }
+    if host.chars().any(char::is_whitespace) {
+        return Err(why("its host has spaces"));
+    }
+    Ok(())
+}
+
+/// The disk Talos installs to: the first disk the node lists.
+fn install_disk(disks: &[String]) -> Option<String> {
+    let mut sorted: Vec<&String> = disks.iter().collect();
+    sorted.sort();
+    sorted.first().map(|d| (*d).clone())
+}
+
+fn version_key(v: &str) -> Option<semver::Version> {
+    semver::Version::parse(v.trim_start_matches('v')).ok()
+}
+
+/// The nodes' answers and the request → the plan and what init writes, or
+/// every reason to refuse, with nothing written. `bundle` is the cluster's
+/// secrets (generated or `--with-secrets`); `cilium_manifest` is Ichor's
+/// pinned Cilium chart rendered with the Helm release's values function.
+pub fn plan(
+    request: &InitRequest,
+    probes: &[NodeProbe],
+    bundle: &SecretsBundle,
+    cilium_manifest: &str,
+) -> Result<(InitPlan, InitWrites), Vec<Refusal>> {
+    let mut refusals = Vec::new();
+    if !valid_cluster_name(&request.cluster) {
+        refusals.push(Refusal::new(format!(
+            "cluster name {:?} is not a valid name: use lower-case letters, digits and '-', at most 63 characters",
+            request.cluster
+        )));
+    }
+    if let Err(e) = check_endpoint(&request.endpoint) {
+        refusals.push(Refusal::new(e));
+    }
+    if request.control_planes.is_empty() {
+        refusals.push(Refusal::new(
+            "no control plane given: name at least one with --control-plane IP",
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for address in request.control_planes.iter().chain(&request.workers) {
+        if !seen.insert(address.as_str()) {
+            refusals.push(Refusal::new(format!(
+                "node {address} is given twice: each address may appear once, under --control-plane or --worker"
+            )));
+        }
+    }
+
+    let answers: BTreeMap<&str, &NodeAnswer> = probes
+        .iter()
+        .map(|p| (p.address.as_str(), &p.answer))
+        .collect();
+    let mut nodes = Vec::new();
+    let mut checked = BTreeSet::new();
+    let roles = request
+        .control_planes
+        .iter()
+        .map(|a| (a, MachineRole::Controlplane))
+        .chain(request.workers.iter().map(|a| (a, MachineRole::Worker)));
+    for (address, role) in roles {
+        if !checked.insert(address.as_str()) {
+            continue;
+        }
+        match answers.get(address.as_str()) {
+            None => refusals.push(Refusal::new(format!(
+                "node {address} was not inspected (a bug in ichor, please report it)"
+            ))),
+            Some(NodeAnswer::Unreachable { error }) => refusals.push(Refusal::new(format!(
+                "node {address} is unreachable: {error}; check the address, and that the node booted Talos and listens on port 50000"
+            ))),
+            Some(NodeAnswer::Configured { detail }) => refusals.push(Refusal::new(format!(
+                "node {address} is not in maintenance mode ({detail}): ichor init only configures fresh nodes; adopt a running cluster with ichor adopt, or reset the node first (talosctl reset)"
+            ))),
+            Some(
+                NodeAnswer::Maintenance {
+                    hostname,
+                    talos_version,
+                    disks,
+                }
+                | NodeAnswer::Initialized {
+                    hostname,
+                    talos_version,
+                    disks,
+                },
+            ) => {
+                match major_minor(talos_version) {
+                    Some(v) if v >= MIN_TALOS => {}
+                    _ => refusals.push(Refusal::new(format!(
+                        "node {address} runs Talos {talos_version}; ichor init needs Talos v{}.{} or later: boot it from a newer Talos image",
+                        MIN_TALOS.0, MIN_TALOS.1
+                    ))),
+                }
+                let Some(disk) = install_disk(disks) else {
+                    refusals.push(Refusal::new(format!(
+                        "node {address} lists no disk to install Talos to"
+                    )));
+                    continue;
+                };
+                nodes.push((address.clone(), role, hostname.clone(), talos_version.clone(), disk));
+            }
+        }
+    }
+    let mut names = BTreeSet::new();
+    for (address, _, hostname, _, _) in &nodes {
+        if !names.insert(hostname.as_str()) {
+            refusals.push(Refusal::new(format!(
+                "node {address} reports hostname {hostname}, as another node does: TalosMachine names must differ; give the nodes distinct hostnames"
+            )));
+        }
+    }
+
+    let mut patches = Vec::new();
+    for p in &request.patches {
+        match ConfigPatch::parse(&p.text, &p.name) {
+            Ok(_) => patches.push(MachinePatch {
+                name: p.name.clone(),
+                inline: p.text.clone(),
+            }),
+            Err(e) => refusals.push(Refusal::new(format!("--config-patch {}: {e}", p.name))),
+        }
+    }
+
+    let talos_version = match &request.talos_version {
+        Some(v) => v.clone(),
+        None => nodes
+            .iter()
+            .map(|n| n.3.clone())
+            .min_by(|a, b| version_key(a).cmp(&version_key(b)))
+            .unwrap_or_default(),
+    };
+    let talos_minor = major_minor(&talos_version);
+    let range = talos_minor.and_then(kubernetes_range);
+    if request.talos_version.is_some() && range.is_none() {
+        refusals.push(Refusal::new(format!(
+            "--talos-version {talos_version} is not one ichor init writes configs for: use v1.12, v1.13 or v1.14"
+        )));
+    }
+    let kubernetes_version = match (&request.kubernetes_version, range) {
+        (Some(k), Some((low, high, _))) => {
+            match major_minor(k) {
+                Some(v) if v >= low && v <= high => {}
+                _ => refusals.push(Refusal::new(format!(
+                    "--kubernetes-version {k} is not supported by Talos {talos_version} (it runs Kubernetes v{}.{} to v{}.{})",
+                    low.0, low.1, high.0, high.1
+                ))),
+            }
+            k.clone()
+        }
+        (Some(k), None) => k.clone(),
+        (None, Some((_, _, default))) => default.to_string(),
+        (None, None) => String::new(),
+    };
+    if !refusals.is_empty() {
+        return Err(refusals);
+    }
+    let shape = ConfigShape::for_version(&talos_version).unwrap_or(ConfigShape::V1alpha1);
+
+    let cluster = talos_cluster(request, &talos_version, &kubernetes_version);
+    let mut machines = Vec::new();
+    let mut configs = Vec::new();
+    let mut planned = Vec::new();
+    for (address, role, hostname, node_version, disk) in &nodes {
+        let machine = init_machine(&request.cluster, hostname, address, *role);
+        // The `--config-patch` files are rendered into the config through a
+        // machine that carries them; the TalosMachine written does not, as
+        // the patches are then part of the node's own config (the render
+        // applies a machine's patches over the live config on every
+        // reconcile, and a patch that appends to a list would append again).
+        let mut patched = machine.clone();
+        patched.spec.patches = patches.clone();
+        let base = base_config(
+            bundle,
+            &BaseInput {
+                shape,
+                control_plane: *role == MachineRole::Controlplane,
+                cluster_name: &request.cluster,
+                endpoint: &request.endpoint,
+                kubernetes_version: &kubernetes_version,
+                talos_version: &talos_version,
+                install_disk: disk,
+            },
+        );
+        let origin = format!("the base config of {address}");
+        let live = MachineConfig::from_mappings(base, &origin).map_err(|e| {
+            vec![Refusal::new(format!(
+                "{origin}: {e} (a bug in ichor, please report it)"
+            ))]
+        })?;
+        let mut input = RenderInput::from_objects(&cluster, &patched, &live);
+        if *role == MachineRole::Controlplane {
+            input.inline_cni = Some(cilium_manifest);
+        }
+        let rendered = render(&input)
+            .and_then(|r| r.yaml())
+            .map_err(|e| vec![Refusal::new(format!("node {address}: {e}"))])?;
+        configs.push((address.clone(), rendered));
+        planned.push(PlannedNode {
+            name: hostname.clone(),
+            address: address.clone(),
+            role: match role {
+                MachineRole::Controlplane => "controlplane",
+                MachineRole::Worker => "worker",
+            }
+            .to_string(),
+            talos_version: node_version.clone(),
+            install_disk: disk.clone(),
+        });
+        machines.push(machine);
+    }
+    let plan = InitPlan {
+        cluster: request.cluster.clone(),
+        namespace: ichor_api::SYSTEM_NAMESPACE.to_string(),
+        endpoint: request.endpoint.clone(),
+        talos_version,
+        kubernetes_version,
+        config_shape: shape,
+        tunnel: request.tunnel,
+        kube_proxy: request.kube_proxy,
+        pod_subnets: cluster.spec.network.pod_subnets.clone(),
+        service_subnets: cluster.spec.network.service_subnets.clone(),
+        secrets: request.secrets_source.clone(),
+        patches: request.patches.iter().map(|p| p.name.clone()).collect(),
+        bootstrap_node: request.control_planes.first().cloned().unwrap_or_default(),
+        nodes: planned,
+    };
+    Ok((
+        plan,
+        InitWrites {
+            cluster,
+            machines,
+            configs,
+        },
+    ))
+}
+
+/// The TalosCluster init writes: preset cilium, the tunnel and kube-proxy
+/// mode asked for, Talos's default subnets.
+pub fn talos_cluster(
+    request: &InitRequest,
+    talos_version: &str,
+    kubernetes_version: &str,
+) -> TalosCluster {
+    let mut cluster = TalosCluster::new(
+        &request.cluster,
+        TalosClusterSpec {
+            endpoint: request.endpoint.clone(),
+            talos_version: talos_version.to_string(),
+            kubernetes_version: kubernetes_version.to_string(),
+            network: ClusterNetwork {
+                pod_subnets: vec![base::DEFAULT_POD_SUBNET.to_string()],
+                service_subnets: vec![base::DEFAULT_SERVICE_SUBNET.to_string()],
+            },
+            cni: CniSpec {
+                preset: CniPreset::Cilium,
+                tunnel: request.tunnel,
+                kube_proxy: request.kube_proxy,
+                cilium: None,
+                unmanaged: None,
+            },
+            secrets_ref: SecretsRef {
+                name: secrets_name(&request.cluster),
+                key: None,
+            },
+        },
+    );
+    cluster.metadata.namespace = Some(ichor_api::SYSTEM_NAMESPACE.to_string());
+    cluster.metadata.annotations = Some(BTreeMap::from([(
+        INITIALIZED_ANNOTATION.to_string(),
+        "true".to_string(),
+    )]));
+    cluster
+}
+
+/// A TalosMachine init writes: not held (init applies exactly what it describes).
+pub fn init_machine(cluster: &str, name: &str, address: &str, role: MachineRole) -> TalosMachine {
+    let mut m = TalosMachine::new(
+        name,
+        TalosMachineSpec {
+            cluster_ref: ClusterRef {
+                name: cluster.to_string(),
+            },
+            role,
+            address: address.to_string(),
+            hold: false,
+            patches: vec![],
+        },
+    );
+    m.metadata.namespace = Some(ichor_api::SYSTEM_NAMESPACE.to_string());
+    m.metadata.labels = Some(BTreeMap::from([(
+        CLUSTER_LABEL.to_string(),
+        cluster.to_string(),
+    )]));
+    m
+}
+
+#[cfg(test)]
+mod tests;
