@@ -273,10 +273,12 @@ fn stage(kind: &str) -> u8 {
 }
 
 /// The non-empty documents of a multi-document YAML manifest (a `List` is
-/// unfolded into its items).
+/// unfolded into its items), read as YAML 1.1 as Talos reads them
+/// (`defaultMode: 0400` is an octal integer).
 fn documents(text: &str) -> Result<Vec<Value>, String> {
+    let text = ichor_helm::manifest::yaml11_octals(text);
     let mut out = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
         let v = <Value as serde::Deserialize>::deserialize(doc).map_err(|e| e.to_string())?;
         match v {
             Value::Null => {}

@@ -176,7 +176,12 @@ mod tests {
                 "_ciliumnetworkpolicies.cilium.io_apiextensions.k8s.io_CustomResourceDefinition",
             ),
             (
-                obj("rbac.authorization.k8s.io/v1", "ClusterRole", "", "system:cilium"),
+                obj(
+                    "rbac.authorization.k8s.io/v1",
+                    "ClusterRole",
+                    "",
+                    "system:cilium",
+                ),
                 "_system__cilium_rbac.authorization.k8s.io_ClusterRole",
             ),
         ];
@@ -189,7 +194,9 @@ mod tests {
     /// Covers: R6.1 (a key Talos could not read back is never written)
     #[test]
     fn a_name_with_an_underscore_is_refused_not_written() {
-        let e = obj("v1", "ConfigMap", "kube-system", "a_b").key().unwrap_err();
+        let e = obj("v1", "ConfigMap", "kube-system", "a_b")
+            .key()
+            .unwrap_err();
         assert!(matches!(e, InventoryError::Unwritable { .. }), "{e}");
         assert!(parse_key("kube-system_a_b__ConfigMap").is_err());
         assert!(parse_key("nounderscore").is_err());
@@ -200,7 +207,10 @@ mod tests {
     #[test]
     fn one_bad_key_fails_the_inventory() {
         let mut data = BTreeMap::new();
-        data.insert("kube-system_cilium_apps_DaemonSet".to_string(), String::new());
+        data.insert(
+            "kube-system_cilium_apps_DaemonSet".to_string(),
+            String::new(),
+        );
         assert_eq!(inventory_objects(&data).unwrap().len(), 1);
         data.insert("bad".to_string(), String::new());
         assert!(inventory_objects(&data).is_err());
@@ -210,7 +220,10 @@ mod tests {
     fn ownership_is_the_exact_inventory_id() {
         let mut a = BTreeMap::new();
         assert!(!owned_by_inventory(&a));
-        a.insert(OWNING_INVENTORY_ANNOTATION.to_string(), INVENTORY_NAME.to_string());
+        a.insert(
+            OWNING_INVENTORY_ANNOTATION.to_string(),
+            INVENTORY_NAME.to_string(),
+        );
         assert!(owned_by_inventory(&a));
         a.insert(OWNING_INVENTORY_ANNOTATION.to_string(), "other".to_string());
         assert!(!owned_by_inventory(&a));
