@@ -342,7 +342,7 @@ async fn read(ctx: &Context, cluster: &TalosCluster) -> Result<Observed> {
             .is_some_and(|s| conditions::is_true(&s.conditions, types::CNI_HANDOVER));
         if let Some(Ok(check)) = &observed.handover
             && check.complete()
-            && !handed_over
+            && (!handed_over || !inline_pending(cluster, &observed.machines).is_empty())
         {
             observed.inventory = Some(read_inventory(ctx, cluster).await?);
         }
@@ -500,6 +500,11 @@ fn decide_handover(
     };
     let job = job_step(cluster, check, observed.job.as_ref(), settings, decision);
     if handed_over {
+        // Talos's apply at boot records again the objects its inline
+        // manifests name: while a control plane still carries the entry
+        // (a machine joined after the hand-over, or a held one), the
+        // inventory step is taken again.
+        inventory_action(observed, decision);
         return;
     }
     let c = match &job {
@@ -558,21 +563,8 @@ fn after_release(
             now.clone(),
         );
     }
-    let inventory = observed.inventory.as_ref();
-    let step = inventory.and_then(|i| {
-        let data = i
-            .config_map
-            .as_ref()
-            .map(|c| c.data.clone().unwrap_or_default());
-        crate::bootstrap_inventory::decide(&i.release, data.as_ref()).zip(i.config_map.clone())
-    });
-    let inventory_note = match step {
-        Some((step, config_map)) => {
-            let n = step.strip.len();
-            decision.actions.push(ClusterAction::ReleaseInventory {
-                config_map: Box::new(config_map),
-                step,
-            });
+    let inventory_note = match inventory_action(observed, decision) {
+        Some(n) => {
             format!(
                 "{n} objects of the release were removed from Talos's inventory {}/{} now",
                 ichor_talos::bootstrap_inventory::INVENTORY_NAMESPACE,
@@ -598,6 +590,21 @@ fn after_release(
     )
 }
 
+/// The inventory step, when Talos's inventory (as read) names objects of the
+/// release: the action, and how many objects it removes.
+fn inventory_action(observed: &Observed, decision: &mut Decision) -> Option<usize> {
+    let inventory = observed.inventory.as_ref()?;
+    let config_map = inventory.config_map.clone()?;
+    let data = config_map.data.clone().unwrap_or_default();
+    let step = crate::bootstrap_inventory::decide(&inventory.release, Some(&data))?;
+    let n = step.strip.len();
+    decision.actions.push(ClusterAction::ReleaseInventory {
+        config_map: Box::new(config_map),
+        step,
+    });
+    Some(n)
+}
+
 /// The control-plane machines whose live config still carries the inline
 /// Cilium entry (or the inline manifest taken over from a previous install),
 /// or whose config was not read yet.
@@ -618,7 +625,10 @@ pub fn inline_pending(cluster: &TalosCluster, machines: &[TalosMachine]) -> Vec<
                         n == ichor_render::cni::INLINE_CNI_NAME || Some(n) == taken_over
                     }) =>
                 {
-                    Some(m.name_any())
+                    Some(match m.spec.hold {
+                        true => format!("{} (held: release it so Ichor may apply)", m.name_any()),
+                        false => m.name_any(),
+                    })
                 }
                 Some(_) => None,
             },
@@ -1199,6 +1209,27 @@ mod decide_tests {
         let d = decide(&end, &rerun, &settings(true), &at(130));
         assert!(d.actions.is_empty());
         assert_eq!(condition(&d, types::CNI_HANDOVER).status, "True");
+    }
+
+    /// After the hand-over, while a control plane still carries the inline
+    /// entry (Talos's boot apply records its objects again), the inventory
+    /// step is taken again; the condition stays True.
+    /// Covers: R6.1
+    #[test]
+    fn a_handed_over_cluster_clears_the_inventory_again_while_the_entry_remains() {
+        let c = cluster(include_str!("fixtures/cluster-handed-over.yaml"));
+        let mut o = with_inline(observed(complete()), &["cilium"]);
+        o.inventory = inventory(Some(inventory_after_init()));
+        let d = decide(&c, &o, &settings(true), &at(200));
+        assert!(matches!(
+            d.actions.as_slice(),
+            [ClusterAction::ReleaseInventory { .. }]
+        ));
+        assert_eq!(condition(&d, types::CNI_HANDOVER).status, "True");
+        assert_eq!(
+            inline_pending(&c, &o.machines),
+            ["prod-cp-1 (held: release it so Ichor may apply)".to_string()]
+        );
     }
 
     #[test]
