@@ -208,10 +208,10 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     find(conditions, type_).is_some_and(|c| c.status == "True")
 }
 
-/// Whether a TalosCluster's Cilium release has taken the CNI over, so the
-/// render drops the inline Cilium entry: `CNIHandover` is True, or on its way
-/// there past the release step ([`reasons::REMOVING_INLINE_MANIFEST`]).
-pub fn cni_release_took_over(conditions: &[Condition]) -> bool {
+/// Whether the render drops a TalosCluster's inline Cilium entry: its
+/// Cilium release holds, so `CNIHandover` is True or on its way there past
+/// the release step ([`reasons::REMOVING_INLINE_MANIFEST`]).
+pub fn inline_cni_dropped(conditions: &[Condition]) -> bool {
     find(conditions, types::CNI_HANDOVER)
         .is_some_and(|c| c.status == "True" || c.reason == reasons::REMOVING_INLINE_MANIFEST)
 }

@@ -1114,12 +1114,12 @@ mod decide_tests {
             // The worker carries no inline manifest and is not waited for.
             assert!(!h.message.contains("prod-w-1"), "{}", h.message);
             assert!(d.actions.is_empty());
-            assert!(conditions::cni_release_took_over(&d.status.conditions));
+            assert!(conditions::inline_cni_dropped(&d.status.conditions));
         }
         // Before the release holds, the render keeps the entry.
         let o = observed(Some(Ok(check(None, Ok(())))));
         let d = decide(&c, &o, &settings(false), &at(100));
-        assert!(!conditions::cni_release_took_over(&d.status.conditions));
+        assert!(!conditions::inline_cni_dropped(&d.status.conditions));
     }
 
     /// Step 3: the inline entry is gone; the release's objects that Talos's

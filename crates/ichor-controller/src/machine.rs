@@ -283,7 +283,7 @@ async fn read_cluster(machine: &TalosMachine, ctx: &Context) -> Result<TalosClus
 fn handover(c: &TalosCluster) -> bool {
     c.status
         .as_ref()
-        .is_some_and(|s| conditions::cni_release_took_over(&s.conditions))
+        .is_some_and(|s| conditions::inline_cni_dropped(&s.conditions))
 }
 
 /// What of a TalosCluster its machines' reconciles depend on (its status

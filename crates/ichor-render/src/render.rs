@@ -47,7 +47,7 @@ impl<'a> RenderInput<'a> {
         let handover = cluster
             .status
             .as_ref()
-            .is_some_and(|s| conditions::cni_release_took_over(&s.conditions));
+            .is_some_and(|s| conditions::inline_cni_dropped(&s.conditions));
         RenderInput {
             machine_name: machine.metadata.name.as_deref().unwrap_or("<unnamed>"),
             cluster: &cluster.spec,
