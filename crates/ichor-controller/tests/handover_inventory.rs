@@ -212,6 +212,20 @@ async fn scenario(name: &str, talos: &str, fixture: &str, multidoc: bool) {
             .unwrap_or_default()
             .contains_key(OWNING_INVENTORY_ANNOTATION)
     );
+    // An Event on the TalosCluster says what left Talos's inventory.
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
+    wait_for("an InventoryReleased Event on the TalosCluster", || async {
+        events.list(&Default::default()).await.is_ok_and(|l| {
+            l.items.iter().any(|e| {
+                e.reason.as_deref() == Some(ichor_controller::cluster::INVENTORY_RELEASED)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("base")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains(INVENTORY_NAME))
+            })
+        })
+    })
+    .await;
     running.stop().await.unwrap();
 
     // `talosctl upgrade-k8s`'s manifests step with the node's manifests now.
