@@ -73,11 +73,12 @@ pub fn controller_cluster_rules() -> Value {
         // Ichor's Cilium release, and those objects lose Talos's
         // owning-inventory annotation (a merge patch of that key alone), so
         // `talosctl upgrade-k8s` cannot prune them. The kinds are those the
-        // Cilium chart renders, Secrets excepted: the controller never writes one.
+        // Cilium chart renders, Secrets and RBAC objects excepted (the
+        // controller never writes a Secret, and may not update a role it does
+        // not hold).
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [ichor_talos::bootstrap_inventory::INVENTORY_NAME], "verbs": ["get", "update"]},
         {"apiGroups": [""], "resources": ["namespaces", "serviceaccounts", "configmaps", "services"], "verbs": ["patch"]},
-        {"apiGroups": ["apps"], "resources": ["daemonsets", "deployments"], "verbs": ["patch"]},
-        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings", "clusterroles", "clusterrolebindings"], "verbs": ["patch"]}
+        {"apiGroups": ["apps"], "resources": ["daemonsets", "deployments"], "verbs": ["patch"]}
     ])
 }
 

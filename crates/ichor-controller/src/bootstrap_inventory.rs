@@ -9,7 +9,8 @@
 //! between the two leaves the entries, and the rerun strips again (a no-op)
 //! and removes them. Objects of the inventory that the release does not hold
 //! stay: they are Talos's. Keys Ichor does not remove are left byte for byte.
-//! Secrets leave the inventory but keep the annotation ([`never_written`]).
+//! Secrets and RBAC objects leave the inventory but keep the annotation
+//! ([`never_written`]).
 //!
 //! [`decide`] is the decision (pure); [`read`] and [`release`] the I/O.
 
@@ -134,11 +135,17 @@ pub async fn release(
     Ok(())
 }
 
-/// Objects the controller never writes: Secrets (its rights to Secrets are
-/// reading; ADR 0007). A Secret keeps Talos's annotation once out of the
-/// inventory, which no prune reads: the prune starts from the inventory.
+/// Objects whose annotation the controller leaves: Secrets (it never writes
+/// one; ADR 0007), and RBAC roles and bindings (the API server lets a subject
+/// update one only when it holds every right the role grants, which the
+/// controller does not). Out of the inventory, such an object keeps an
+/// annotation that no prune reads: the prune starts from the inventory.
 pub fn never_written(o: &InventoryObject) -> bool {
-    o.group.is_empty() && o.kind == "Secret"
+    match o.group.as_str() {
+        "" => o.kind == "Secret",
+        "rbac.authorization.k8s.io" => true,
+        _ => false,
+    }
 }
 
 /// Removes the owning-inventory annotation of one object (a JSON merge patch
@@ -209,6 +216,23 @@ mod tests {
         // The DaemonSet had no namespace in the manifest: the release namespace.
         assert_eq!(step.strip[2].object.namespace, "kube-system");
         assert_eq!(step.strip[1].object.namespace, "");
+    }
+
+    /// Covers: R6.1 (what the controller may not write keeps its annotation)
+    #[test]
+    fn secrets_and_rbac_objects_are_never_written() {
+        let o = |api: &str, kind: &str| InventoryObject::new(api, kind, "kube-system", "x");
+        assert!(never_written(&o("v1", "Secret")));
+        assert!(never_written(&o(
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole"
+        )));
+        assert!(never_written(&o(
+            "rbac.authorization.k8s.io/v1",
+            "RoleBinding"
+        )));
+        assert!(!never_written(&o("v1", "ConfigMap")));
+        assert!(!never_written(&o("apps/v1", "DaemonSet")));
     }
 
     /// Covers: R6.1 (idempotent: once done, nothing is left to do)

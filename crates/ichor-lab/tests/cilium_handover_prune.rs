@@ -8,8 +8,10 @@
 //! survives; with that step skipped (a switch of this test only) the same
 //! program deletes it, which proves the test can fail.
 //!
-//! Real parts: kube-apiserver and etcd, the real Cilium chart rendered by the
-//! real helm v4, Ichor's Helm engine, go-kubernetes `kubernetes/ssa`.
+//! Real parts: kube-apiserver and etcd (RBAC judging the inventory step, done
+//! as the controller with the grants of the install manifest), the real
+//! Cilium chart rendered by the real helm v4, Ichor's Helm engine,
+//! go-kubernetes `kubernetes/ssa`.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -28,7 +30,8 @@ use ichor_testenv::tools::require_cilium_chart;
 use ichor_testenv::{TestEnv, Tool};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::Api;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 /// The other bootstrap manifest the control plane carries (Talos's own
@@ -75,6 +78,61 @@ fn upgrade_k8s_manifests_step(env: &TestEnv, manifests: &str) -> (bool, String) 
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
+}
+
+/// The identity the installed controller runs as.
+const CONTROLLER: &str = "system:serviceaccount:ichor-system:ichor-controller";
+
+/// A client that is Ichor's controller: the rules of the install manifest
+/// (cluster-wide and in ichor-system) bound to its ServiceAccount, and the API server's RBAC judging
+/// every request made as it (impersonation).
+async fn as_the_controller(env: &TestEnv, admin: &kube::Client) -> kube::Client {
+    let role: ClusterRole = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "ichor-controller"},
+        "rules": ichor_adopt::install::controller_cluster_rules(),
+    }))
+    .unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "ichor-controller"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "ichor-controller"},
+        "subjects": [{"kind": "ServiceAccount", "name": "ichor-controller", "namespace": "ichor-system"}],
+    }))
+    .unwrap();
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    // Its rights in its own namespace (its Cilium release's records).
+    let ns_role: Role = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "ichor-controller", "namespace": "ichor-system"},
+        "rules": ichor_adopt::install::controller_namespace_rules(),
+    }))
+    .unwrap();
+    let ns_binding: RoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "ichor-controller", "namespace": "ichor-system"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ichor-controller"},
+        "subjects": [{"kind": "ServiceAccount", "name": "ichor-controller", "namespace": "ichor-system"}],
+    }))
+    .unwrap();
+    Api::<Role>::namespaced(admin.clone(), "ichor-system")
+        .create(&PostParams::default(), &ns_role)
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), "ichor-system")
+        .create(&PostParams::default(), &ns_binding)
+        .await
+        .unwrap();
+    let mut config = env.kube_config().await.unwrap();
+    config.auth_info.impersonate = Some(CONTROLLER.into());
+    kube::Client::try_from(config).unwrap()
 }
 
 /// The hand-over after init, with or without its inventory step, then the
@@ -162,8 +220,11 @@ async fn hand_over_then_prune(inventory_step: bool) -> (Option<DaemonSet>, Strin
     // machine controller's class B apply; here its result).
     let without_cilium = control_plane(&[("extra", EXTRA)]);
 
-    // Step 3: the release's objects leave Talos's inventory.
+    // Step 3: the release's objects leave Talos's inventory, done as the
+    // controller (its grants, judged by the API server).
     if inventory_step {
+        let admin = client.clone();
+        let client = as_the_controller(&env, &admin).await;
         let release = ichor_cilium::deployed_release(client.clone(), &opts.storage_namespace)
             .await
             .unwrap()
@@ -189,6 +250,24 @@ async fn hand_over_then_prune(inventory_step: bool) -> (Option<DaemonSet>, Strin
             !annotations(&stripped.metadata).contains_key(OWNING_INVENTORY_ANNOTATION),
             "{:?}",
             stripped.metadata.annotations
+        );
+        // The objects the controller may not write keep the annotation: a
+        // role it does not hold cannot be updated by it at all.
+        let role = Api::<ClusterRole>::all(admin.clone())
+            .get("cilium")
+            .await
+            .unwrap();
+        assert!(annotations(&role.metadata).contains_key(OWNING_INVENTORY_ANNOTATION));
+        let refused = Api::<ClusterRole>::all(client.clone())
+            .patch(
+                "cilium",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&json!({"metadata": {"annotations": {"a": "b"}}})),
+            )
+            .await;
+        assert!(
+            matches!(&refused, Err(kube::Error::Api(s)) if s.code == 403),
+            "{refused:?}"
         );
     }
 

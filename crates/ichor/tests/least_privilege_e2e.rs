@@ -150,34 +150,6 @@ const JUSTIFIED_UNUSED: &[(&str, &str, &str, &str, &str)] = &[
         "patch",
         "the CNI hand-over's inventory step (R6.1) strips Talos's owning-inventory annotation from the Cilium release's objects; this run adopts a cluster without Talos's bootstrap-manifests inventory (the inline-Cilium case is init's: crates/ichor-lab/tests/cilium_handover_prune.rs)",
     ),
-    (
-        "ichor-controller",
-        "rbac.authorization.k8s.io",
-        "roles",
-        "patch",
-        "the CNI hand-over's inventory step (R6.1) strips Talos's owning-inventory annotation from the Cilium release's objects; this run adopts a cluster without Talos's bootstrap-manifests inventory (the inline-Cilium case is init's: crates/ichor-lab/tests/cilium_handover_prune.rs)",
-    ),
-    (
-        "ichor-controller",
-        "rbac.authorization.k8s.io",
-        "rolebindings",
-        "patch",
-        "the CNI hand-over's inventory step (R6.1) strips Talos's owning-inventory annotation from the Cilium release's objects; this run adopts a cluster without Talos's bootstrap-manifests inventory (the inline-Cilium case is init's: crates/ichor-lab/tests/cilium_handover_prune.rs)",
-    ),
-    (
-        "ichor-controller",
-        "rbac.authorization.k8s.io",
-        "clusterroles",
-        "patch",
-        "the CNI hand-over's inventory step (R6.1) strips Talos's owning-inventory annotation from the Cilium release's objects; this run adopts a cluster without Talos's bootstrap-manifests inventory (the inline-Cilium case is init's: crates/ichor-lab/tests/cilium_handover_prune.rs)",
-    ),
-    (
-        "ichor-controller",
-        "rbac.authorization.k8s.io",
-        "clusterrolebindings",
-        "patch",
-        "the CNI hand-over's inventory step (R6.1) strips Talos's owning-inventory annotation from the Cilium release's objects; this run adopts a cluster without Talos's bootstrap-manifests inventory (the inline-Cilium case is init's: crates/ichor-lab/tests/cilium_handover_prune.rs)",
-    ),
 ];
 
 fn repo_root() -> PathBuf {

@@ -122,15 +122,6 @@
   - deployments
   verbs:
   - patch
-- apiGroups:
-  - rbac.authorization.k8s.io
-  resources:
-  - roles
-  - rolebindings
-  - clusterroles
-  - clusterrolebindings
-  verbs:
-  - patch
 {{- end }}
 
 {{- /* The rules of the controller's Role in its own namespace, the same as the installer path's. */}}
