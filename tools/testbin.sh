@@ -232,7 +232,9 @@ fi
 # github.com/siderolabs/go-kubernetes (package kubernetes/ssa) behind our small
 # main (tools/ssa-prune-peer/main.go): the real prune that R6.1's test runs
 # against the test API server. As for machinery-peer, the main's source is part
-# of the cache key.
+# of the cache key. A build with empty Go caches took 287 s on a shared 2-core
+# machine (10 s resolving modules, 277 s compiling); 118 s when the other
+# tools' modules and packages were already cached.
 ssa_dir="$cache/ssa-prune-peer-$GO_KUBERNETES_VERSION"
 ssa_stamp=$({ cat "$here/ssa-prune-peer/main.go"; echo "$GO_KUBERNETES_VERSION"; } | sha256sum | cut -c1-16)
 ssa_module=github.com/siderolabs/go-kubernetes
