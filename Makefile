@@ -7,7 +7,7 @@ CARGO ?= cargo
 ## test: build the upstream tools if missing, then fmt, clippy and every test
 test: testbin fmt-check clippy cargo-test
 
-## testbin: build kube-apiserver, etcd, helm v3/v4, talosctl and the machinery peer, and fetch the real Cilium chart, into the cache (once per machine)
+## testbin: build kube-apiserver, etcd, helm v3/v4, talosctl, the machinery peer and the SSA prune peer, and fetch the real Cilium chart, into the cache (once per machine)
 testbin:
 	@bash tools/testbin.sh
 

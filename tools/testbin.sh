@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the upstream tools that Ichor's tests talk to (kube-apiserver, etcd,
-# helm v3 and v4, talosctl, Talos's config machinery behind a small main) from their published Go modules, and copies the
+# helm v3 and v4, talosctl, Talos's config machinery and go-kubernetes's SSA prune behind small mains) from their published Go modules, and copies the
 # real Cilium chart out of Cilium's published Go module, into a cache outside
 # the clone keyed by tool and version, so every clone on a machine reuses them. Prints the directory of each tool on the last lines as
 # ICHOR_<TOOL>=path. Warm runs finish in well under a second.
@@ -227,6 +227,45 @@ MOD
   fi
 fi
 
+# ssa-prune-peer: the manifests step of `talosctl upgrade-k8s` (Talos 1.13+),
+# the inventory-backed server-side apply with prune of the Go module
+# github.com/siderolabs/go-kubernetes (package kubernetes/ssa) behind our small
+# main (tools/ssa-prune-peer/main.go): the real prune that R6.1's test runs
+# against the test API server. As for machinery-peer, the main's source is part
+# of the cache key. A build with empty Go caches took 287 s on a shared 2-core
+# machine (10 s resolving modules, 277 s compiling); 118 s when the other
+# tools' modules and packages were already cached.
+ssa_dir="$cache/ssa-prune-peer-$GO_KUBERNETES_VERSION"
+ssa_stamp=$({ cat "$here/ssa-prune-peer/main.go"; echo "$GO_KUBERNETES_VERSION"; } | sha256sum | cut -c1-16)
+ssa_module=github.com/siderolabs/go-kubernetes
+if [ -x "$ssa_dir/ssa-prune-peer" ] && [ "$(cat "$ssa_dir/source.sha256" 2>/dev/null)" = "$ssa_stamp" ]; then
+  log "testbin: ssa-prune-peer $GO_KUBERNETES_VERSION cached at $ssa_dir"
+else
+  start=$(date +%s)
+  log "testbin: building ssa-prune-peer from $ssa_module $GO_KUBERNETES_VERSION (first time on this machine; this takes minutes)"
+  work=$(mktemp -d "$cache/.build-ssa-prune-peer.XXXXXX")
+  cp "$here/ssa-prune-peer/main.go" "$work/main.go"
+  cat > "$work/go.mod" <<MOD
+module ichor.local/testbin/ssa-prune-peer
+
+go 1.26.0
+
+require $ssa_module $GO_KUBERNETES_VERSION
+MOD
+  (
+    cd "$work"
+    log "testbin:   resolving modules for ssa-prune-peer"
+    go mod tidy >/dev/null 2>"$work/tidy.log" || { tail -n 30 "$work/tidy.log" >&2; exit 1; }
+    log "testbin:   compiling ssa-prune-peer"
+    go build -trimpath -ldflags "-s -w" -o "$work/out/ssa-prune-peer" .
+  ) || { log "testbin: building ssa-prune-peer failed (work dir kept: $work)"; exit 1; }
+  mkdir -p "$ssa_dir"
+  mv "$work/out/ssa-prune-peer" "$ssa_dir/ssa-prune-peer.tmp" && mv "$ssa_dir/ssa-prune-peer.tmp" "$ssa_dir/ssa-prune-peer"
+  echo "$ssa_stamp" > "$ssa_dir/source.sha256"
+  rm -rf "$work"
+  log "testbin: built ssa-prune-peer $GO_KUBERNETES_VERSION in $(( $(date +%s) - start ))s -> $ssa_dir/ssa-prune-peer"
+fi
+
 # The real Cilium chart: Cilium publishes no chart module of its own, but its
 # Go module carries the chart's source folder (install/kubernetes/cilium).
 # cilium-cli is not built: the Go module proxy answers 403 "not available" for
@@ -258,4 +297,5 @@ emit ICHOR_HELM4 "$cache/helm-$HELM4_VERSION/helm"
 emit ICHOR_TALOSCTL "$cache/talosctl-$TALOS_VERSION/talosctl"
 emit ICHOR_CRANE "$cache/crane-$CRANE_VERSION/crane"
 emit ICHOR_MACHINERY_PEER "$peer_dir/machinery-peer"
+emit ICHOR_SSA_PRUNE_PEER "$ssa_dir/ssa-prune-peer"
 emit ICHOR_CILIUM_CHART "$chart_dir"

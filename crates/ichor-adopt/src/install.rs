@@ -67,7 +67,18 @@ pub fn controller_cluster_rules() -> Value {
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
-        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list"]}
+        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list"]},
+        // The CNI hand-over's last step (R6.1): Talos's bootstrap-manifests
+        // inventory (that one ConfigMap, in kube-system) loses the objects of
+        // Ichor's Cilium release, and those objects lose Talos's
+        // owning-inventory annotation (a merge patch of that key alone), so
+        // `talosctl upgrade-k8s` cannot prune them. The kinds are those the
+        // Cilium chart renders, Secrets and RBAC objects excepted (the
+        // controller never writes a Secret, and may not update a role it does
+        // not hold).
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [ichor_talos::bootstrap_inventory::INVENTORY_NAME], "verbs": ["get", "update"]},
+        {"apiGroups": [""], "resources": ["namespaces", "serviceaccounts", "configmaps", "services"], "verbs": ["patch"]},
+        {"apiGroups": ["apps"], "resources": ["daemonsets", "deployments"], "verbs": ["patch"]}
     ])
 }
 

@@ -60,6 +60,9 @@ pub mod reasons {
     pub const INVALID_VALUES: &str = "InvalidValues";
     /// The ichor-cni Job is bringing the release to the effective values.
     pub const JOB_RUNNING: &str = "JobRunning";
+    /// The release has taken Cilium over; the inline Cilium entry is being
+    /// removed from the control planes' configs (a class B apply by Ichor).
+    pub const REMOVING_INLINE_MANIFEST: &str = "RemovingInlineManifest";
 
     // Drifted
     /// Live and desired config are equal on every path (or only class A differs).
@@ -203,6 +206,14 @@ pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Conditio
 /// Whether the condition of that type exists and is `True`.
 pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     find(conditions, type_).is_some_and(|c| c.status == "True")
+}
+
+/// Whether the render drops a TalosCluster's inline Cilium entry: its
+/// Cilium release holds, so `CNIHandover` is True or on its way there past
+/// the release step ([`reasons::REMOVING_INLINE_MANIFEST`]).
+pub fn inline_cni_dropped(conditions: &[Condition]) -> bool {
+    find(conditions, types::CNI_HANDOVER)
+        .is_some_and(|c| c.status == "True" || c.reason == reasons::REMOVING_INLINE_MANIFEST)
 }
 
 #[cfg(test)]

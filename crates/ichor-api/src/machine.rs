@@ -142,6 +142,10 @@ pub struct TalosMachineStatus {
     /// The Talos version the node reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub talos_version: Option<String>,
+    /// The names of the inline manifests in the node's live config (names
+    /// only), as last read; absent until the node's config was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline_manifests: Option<Vec<String>>,
     /// Ready, Drifted, Applied and Held, among others (see ichor_api::conditions).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]

@@ -10,6 +10,16 @@
 //! (`ichor cni helm apply`, see [`crate::cni_job`]) when it knows the image to
 //! run (`Config::cni_job_image`); a failed Job is deleted and the next
 //! reconcile starts another. A matching hash never creates a Job (R1.5e).
+//!
+//! The hand-over has three steps, in this order, and `CNIHandover=True` only
+//! when all three hold (R6.1, R10.4): (1) the release is deployed at the hash
+//! with its DaemonSet Ready; (2) no control plane's live config carries the
+//! inline Cilium manifest — from step 1 on the condition says
+//! `RemovingInlineManifest`, the render drops the entry and each machine's
+//! reconcile applies that class B change (the controller is the only
+//! writer); (3) Talos's bootstrap-manifests inventory names none of the
+//! release's objects ([`crate::bootstrap_inventory`]). Each step reads what
+//! holds now, so a kill between any two and a rerun end in the same state.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,11 +28,11 @@ use futures::StreamExt as _;
 use ichor_api::cni::CniWorkload;
 use ichor_api::conditions::{self, Status, reasons, types};
 use ichor_api::{
-    CniPreset, CniStatus, DetectedCni, TalosCluster, TalosClusterStatus, TalosMachine,
+    CniPreset, CniStatus, DetectedCni, MachineRole, TalosCluster, TalosClusterStatus, TalosMachine,
 };
 use ichor_cilium::{ClusterSettings, HandoverCheck};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
@@ -32,9 +42,13 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt as _, watcher};
 
+use crate::bootstrap_inventory::{InventoryStep, ReleaseObject};
 use crate::cni_job::JobState;
 use crate::pipeline;
 use crate::{Context, Error, Result};
+
+/// The Event reason of the hand-over's inventory step.
+pub const INVENTORY_RELEASED: &str = "InventoryReleased";
 
 /// The controller's name in metrics.
 pub const CONTROLLER: &str = "taloscluster";
@@ -198,6 +212,7 @@ fn error_policy(
 pub(crate) struct MachineInputs {
     cluster: String,
     ready: Option<(String, String)>,
+    inline_manifests: Option<Vec<String>>,
 }
 
 impl MachineInputs {
@@ -210,6 +225,7 @@ impl MachineInputs {
         MachineInputs {
             cluster: m.spec.cluster_ref.name.clone(),
             ready,
+            inline_manifests: m.status.as_ref().and_then(|s| s.inline_manifests.clone()),
         }
     }
 }
@@ -242,6 +258,19 @@ pub struct Observed {
     pub job: Option<JobState>,
     /// The DaemonSets recognised as a CNI's, in every namespace.
     pub cni_workloads: Vec<CniWorkload>,
+    /// Talos's bootstrap-manifests inventory and the release's objects, read
+    /// once the release step holds and until the hand-over is done; `None`
+    /// otherwise (the decision then has no inventory step to take).
+    pub inventory: Option<InventoryObserved>,
+}
+
+/// What the inventory step reads.
+#[derive(Debug, Clone, Default)]
+pub struct InventoryObserved {
+    /// The objects of the deployed release, as the inventory names them.
+    pub release: Vec<ReleaseObject>,
+    /// The inventory ConfigMap, `None` when there is none.
+    pub config_map: Option<ConfigMap>,
 }
 
 /// The settings the decision needs from the controller's configuration.
@@ -268,8 +297,14 @@ impl Settings {
 }
 
 /// What to write to the API, in this order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum ClusterAction {
+    /// Strip the owning-inventory annotation of the release's objects that
+    /// Talos's inventory names, then remove them from `config_map` (as read).
+    ReleaseInventory {
+        config_map: Box<ConfigMap>,
+        step: InventoryStep,
+    },
     /// Create the ichor-cni Job for this values hash.
     StartJob { hash: String },
     /// Delete the failed ichor-cni Job (the next reconcile starts another).
@@ -301,9 +336,50 @@ async fn read(ctx: &Context, cluster: &TalosCluster) -> Result<Observed> {
         {
             observed.job = crate::cni_job::read(&ctx.client, cluster, &check.desired_hash).await?;
         }
+        let handed_over = cluster
+            .status
+            .as_ref()
+            .is_some_and(|s| conditions::is_true(&s.conditions, types::CNI_HANDOVER));
+        if let Some(Ok(check)) = &observed.handover
+            && check.complete()
+            && (!handed_over || !inline_pending(cluster, &observed.machines).is_empty())
+        {
+            observed.inventory = Some(read_inventory(ctx, cluster).await?);
+        }
     }
     observed.cni_workloads = read_cni_workloads(ctx).await?;
     Ok(observed)
+}
+
+/// The deployed release's objects and Talos's inventory.
+async fn read_inventory(ctx: &Context, cluster: &TalosCluster) -> Result<InventoryObserved> {
+    let release =
+        ichor_cilium::deployed_release(ctx.client.clone(), &ctx.config.cilium_storage_namespace)
+            .await
+            .map_err(|e| Error::Cilium {
+                namespace: cluster.namespace().unwrap_or_default(),
+                cluster: cluster.name_any(),
+                source: Box::new(e),
+            })?;
+    let release = match release {
+        Some(r) => crate::bootstrap_inventory::release_objects(
+            &r.manifest,
+            &ctx.config.cilium_release_namespace,
+        )
+        .map_err(|e| Error::Cilium {
+            namespace: cluster.namespace().unwrap_or_default(),
+            cluster: cluster.name_any(),
+            source: Box::new(ichor_cilium::Error::Helm(ichor_helm::Error::Manifest {
+                release: ichor_cilium::RELEASE_NAME.into(),
+                source: e,
+            })),
+        })?,
+        None => Vec::new(),
+    };
+    Ok(InventoryObserved {
+        release,
+        config_map: crate::bootstrap_inventory::read(&ctx.client).await?,
+    })
 }
 
 /// The readable TalosMachines of `namespace/name`, from the store the
@@ -424,6 +500,11 @@ fn decide_handover(
     };
     let job = job_step(cluster, check, observed.job.as_ref(), settings, decision);
     if handed_over {
+        // Talos's apply at boot records again the objects its inline
+        // manifests name: while a control plane still carries the entry
+        // (a machine joined after the hand-over, or a held one), the
+        // inventory step is taken again.
+        inventory_action(observed, decision);
         return;
     }
     let c = match &job {
@@ -440,6 +521,10 @@ fn decide_handover(
             now,
         ),
     };
+    let c = match c.status.as_str() {
+        "True" => after_release(cluster, observed, c, now, decision),
+        _ => c,
+    };
     // What the condition waits for is watched (the record, the DaemonSet,
     // the Nodes, the machines), except a running Job: only that is polled.
     if c.status != "True"
@@ -449,6 +534,108 @@ fn decide_handover(
         decision.requeue = HANDOVER_POLL;
     }
     conditions::set(&mut decision.status.conditions, c);
+}
+
+/// Steps 2 and 3 of the hand-over, once the release holds (`released` is its
+/// True condition): the inline entry gone from every control plane's live
+/// config, then Talos's inventory cleared of the release's objects (an
+/// action). True only past both.
+fn after_release(
+    cluster: &TalosCluster,
+    observed: &Observed,
+    released: Condition,
+    now: &Time,
+    decision: &mut Decision,
+) -> Condition {
+    let generation = cluster.metadata.generation;
+    let pending = inline_pending(cluster, &observed.machines);
+    if !pending.is_empty() {
+        return conditions::new(
+            types::CNI_HANDOVER,
+            Status::False,
+            reasons::REMOVING_INLINE_MANIFEST,
+            format!(
+                "{}; Ichor is removing the inline Cilium manifest from the control planes' configs (a no-reboot apply), still on: {}",
+                released.message,
+                pending.join(", ")
+            ),
+            generation,
+            now.clone(),
+        );
+    }
+    let inventory_note = match inventory_action(observed, decision) {
+        Some(n) => {
+            format!(
+                "{n} objects of the release were removed from Talos's inventory {}/{} now",
+                ichor_talos::bootstrap_inventory::INVENTORY_NAMESPACE,
+                ichor_talos::bootstrap_inventory::INVENTORY_NAME
+            )
+        }
+        None => format!(
+            "Talos's inventory {}/{} names none of the release's objects",
+            ichor_talos::bootstrap_inventory::INVENTORY_NAMESPACE,
+            ichor_talos::bootstrap_inventory::INVENTORY_NAME
+        ),
+    };
+    conditions::new(
+        types::CNI_HANDOVER,
+        Status::True,
+        reasons::HANDED_OVER,
+        format!(
+            "{}; no control plane's config carries the inline Cilium manifest; {inventory_note}, so talosctl upgrade-k8s cannot prune Cilium",
+            released.message
+        ),
+        generation,
+        now.clone(),
+    )
+}
+
+/// The inventory step, when Talos's inventory (as read) names objects of the
+/// release: the action, and how many objects it removes.
+fn inventory_action(observed: &Observed, decision: &mut Decision) -> Option<usize> {
+    let inventory = observed.inventory.as_ref()?;
+    let config_map = inventory.config_map.clone()?;
+    let data = config_map.data.clone().unwrap_or_default();
+    let step = crate::bootstrap_inventory::decide(&inventory.release, Some(&data))?;
+    let n = step.strip.len();
+    decision.actions.push(ClusterAction::ReleaseInventory {
+        config_map: Box::new(config_map),
+        step,
+    });
+    Some(n)
+}
+
+/// The control-plane machines whose live config still carries the inline
+/// Cilium entry (or the inline manifest taken over from a previous install),
+/// or whose config was not read yet.
+pub fn inline_pending(cluster: &TalosCluster, machines: &[TalosMachine]) -> Vec<String> {
+    let taken_over = cluster
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ichor_api::TAKEN_OVER_INLINE_MANIFEST_ANNOTATION));
+    let mut pending: Vec<String> = machines
+        .iter()
+        .filter(|m| m.spec.role == MachineRole::Controlplane)
+        .filter_map(
+            |m| match m.status.as_ref().and_then(|s| s.inline_manifests.as_ref()) {
+                None => Some(format!("{} (config not read yet)", m.name_any())),
+                Some(names)
+                    if names.iter().any(|n| {
+                        n == ichor_render::cni::INLINE_CNI_NAME || Some(n) == taken_over
+                    }) =>
+                {
+                    Some(match m.spec.hold {
+                        true => format!("{} (held: release it so Ichor may apply)", m.name_any()),
+                        false => m.name_any(),
+                    })
+                }
+                Some(_) => None,
+            },
+        )
+        .collect();
+    pending.sort();
+    pending
 }
 
 /// The Job step of the hand-over: off the desired hash and allowed to run a
@@ -524,6 +711,25 @@ async fn write(ctx: &Context, cluster: &TalosCluster, decision: &Decision) -> Re
             }
             ClusterAction::DeleteFailedJob { name } => {
                 crate::cni_job::delete(&ctx.client, cluster, name).await?;
+            }
+            ClusterAction::ReleaseInventory { config_map, step } => {
+                crate::bootstrap_inventory::release(&ctx.client, config_map, step).await?;
+                pipeline::publish_on(
+                    ctx,
+                    "TalosCluster",
+                    &cluster.metadata,
+                    kube::runtime::events::EventType::Normal,
+                    INVENTORY_RELEASED,
+                    format!(
+                        "removed {} objects of Helm release {} from Talos's bootstrap-manifests inventory {}/{} and their {} annotation, so talosctl upgrade-k8s cannot prune them",
+                        step.strip.len(),
+                        ichor_cilium::RELEASE_NAME,
+                        ichor_talos::bootstrap_inventory::INVENTORY_NAMESPACE,
+                        ichor_talos::bootstrap_inventory::INVENTORY_NAME,
+                        ichor_talos::bootstrap_inventory::OWNING_INVENTORY_ANNOTATION,
+                    ),
+                )
+                .await;
             }
         }
     }
@@ -736,7 +942,38 @@ mod decide_tests {
                 "cilium",
                 "quay.io/cilium/cilium:v1.18.5",
             )],
+            inventory: None,
         }
+    }
+
+    /// `observed` with each control plane's live config read, carrying `inline`.
+    fn with_inline(mut o: Observed, inline: &[&str]) -> Observed {
+        for m in o.machines.iter_mut() {
+            m.status
+                .get_or_insert_with(Default::default)
+                .inline_manifests = Some(inline.iter().map(|s| s.to_string()).collect());
+        }
+        o
+    }
+
+    /// The objects of Ichor's Cilium release (a few, as the chart names them).
+    const RELEASE_MANIFEST: &str = "---\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: cilium\n  namespace: kube-system\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: cilium\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cilium-config\n  namespace: kube-system\n---\napiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: cilium\n  namespace: kube-system\n";
+
+    fn inventory(config_map: Option<ConfigMap>) -> Option<InventoryObserved> {
+        Some(InventoryObserved {
+            release: crate::bootstrap_inventory::release_objects(RELEASE_MANIFEST, "kube-system")
+                .unwrap(),
+            config_map,
+        })
+    }
+
+    fn inventory_after_init() -> ConfigMap {
+        serde_yaml_ng::from_str(include_str!("fixtures/inventory-after-init.yaml"))
+            .expect("fixture")
+    }
+
+    fn complete() -> Option<std::result::Result<HandoverCheck, String>> {
+        Some(Ok(check(Some((2, "0123456789abcdef")), Ok(()))))
     }
 
     fn condition<'a>(d: &'a Decision, type_: &str) -> &'a Condition {
@@ -781,7 +1018,7 @@ mod decide_tests {
     #[test]
     fn a_matching_hash_never_starts_a_job() {
         let c = cluster(include_str!("fixtures/cluster-cilium.yaml"));
-        let o = observed(Some(Ok(check(Some((2, "0123456789abcdef")), Ok(())))));
+        let o = with_inline(observed(complete()), &[]);
         let d = decide(&c, &o, &settings(true), &at(100));
         assert!(d.actions.is_empty());
         assert_eq!(
@@ -854,6 +1091,145 @@ mod decide_tests {
         // The Job still brings the release to the values.
         assert_eq!(d.actions.len(), 1);
         assert_eq!(d.requeue, Duration::from_secs(300));
+    }
+
+    /// Step 2 of the hand-over: the release holds, a control plane still
+    /// carries the inline entry; the condition says so, names the machine,
+    /// and from now on the render drops the entry.
+    /// Covers: R10.4
+    #[test]
+    fn the_released_cilium_waits_for_the_inline_entry_to_leave_the_control_planes() {
+        let c = cluster(include_str!("fixtures/cluster-cilium.yaml"));
+        for o in [
+            observed(complete()),
+            with_inline(observed(complete()), &["cilium"]),
+        ] {
+            let d = decide(&c, &o, &settings(true), &at(100));
+            let h = condition(&d, types::CNI_HANDOVER);
+            assert_eq!(
+                (h.status.as_str(), h.reason.as_str()),
+                ("False", reasons::REMOVING_INLINE_MANIFEST)
+            );
+            assert!(h.message.contains("prod-cp-1"), "{}", h.message);
+            // The worker carries no inline manifest and is not waited for.
+            assert!(!h.message.contains("prod-w-1"), "{}", h.message);
+            assert!(d.actions.is_empty());
+            assert!(conditions::inline_cni_dropped(&d.status.conditions));
+        }
+        // Before the release holds, the render keeps the entry.
+        let o = observed(Some(Ok(check(None, Ok(())))));
+        let d = decide(&c, &o, &settings(false), &at(100));
+        assert!(!conditions::inline_cni_dropped(&d.status.conditions));
+    }
+
+    /// Step 3: the inline entry is gone; the release's objects that Talos's
+    /// inventory names leave it (an action), and the hand-over is True only
+    /// with it. Talos's own objects stay.
+    /// Covers: R6.1, R10.4
+    #[test]
+    fn the_inventory_step_comes_last_and_only_then_is_the_hand_over_true() {
+        let c = cluster(include_str!("fixtures/cluster-cilium.yaml"));
+        let mut o = with_inline(observed(complete()), &["extra"]);
+        o.inventory = inventory(Some(inventory_after_init()));
+        let d = decide(&c, &o, &settings(true), &at(100));
+        let [ClusterAction::ReleaseInventory { config_map, step }] = d.actions.as_slice() else {
+            panic!("one inventory action: {:?}", d.actions);
+        };
+        assert_eq!(config_map.metadata.resource_version.as_deref(), Some("812"));
+        assert_eq!(step.strip.len(), 4);
+        let left: Vec<&str> = step.data.keys().map(String::as_str).collect();
+        assert_eq!(
+            left,
+            [
+                "_system__coredns_rbac.authorization.k8s.io_ClusterRole",
+                "kube-system_coredns_apps_Deployment"
+            ]
+        );
+        let h = condition(&d, types::CNI_HANDOVER);
+        assert_eq!(
+            (h.status.as_str(), h.reason.as_str()),
+            ("True", reasons::HANDED_OVER)
+        );
+        assert!(h.message.contains("4 objects"), "{}", h.message);
+        // No inventory at all (Talos before 1.13): nothing to do, True.
+        o.inventory = inventory(None);
+        let d = decide(&c, &o, &settings(true), &at(100));
+        assert!(d.actions.is_empty());
+        assert_eq!(condition(&d, types::CNI_HANDOVER).status, "True");
+    }
+
+    /// A kill between any two steps, then a rerun, ends in the same state:
+    /// each step is decided from what holds now, and the inventory is its
+    /// own to-do list.
+    /// Covers: R10.4, R6.1
+    #[test]
+    fn a_kill_between_any_two_steps_then_a_rerun_ends_the_same() {
+        let c0 = cluster(include_str!("fixtures/cluster-cilium.yaml"));
+        let write = |c: &TalosCluster, d: &Decision| {
+            let mut c = c.clone();
+            c.status = Some(d.status.clone());
+            c
+        };
+        // The run without a kill.
+        let mut o = observed(complete());
+        let d1 = decide(&c0, &o, &settings(true), &at(100));
+        let c1 = write(&c0, &d1);
+        o = with_inline(o, &[]);
+        o.inventory = inventory(Some(inventory_after_init()));
+        let d2 = decide(&c1, &o, &settings(true), &at(110));
+        let ClusterAction::ReleaseInventory { step, .. } = &d2.actions[0] else {
+            panic!("{:?}", d2.actions);
+        };
+        let mut cleaned = inventory_after_init();
+        cleaned.data = Some(step.data.clone());
+        let end = write(&c1, &d2);
+
+        // Killed after the inventory write, before the status write: the
+        // rerun finds the inventory clean and ends True with nothing to do.
+        let mut rerun = o.clone();
+        rerun.inventory = inventory(Some(cleaned.clone()));
+        let d = decide(&c1, &rerun, &settings(true), &at(120));
+        assert!(d.actions.is_empty());
+        assert_eq!(condition(&d, types::CNI_HANDOVER).status, "True");
+
+        // Killed before step 1's status write: the rerun decides step 1 again.
+        let d = decide(&c0, &observed(complete()), &settings(true), &at(120));
+        assert_eq!(
+            condition(&d, types::CNI_HANDOVER).reason,
+            condition(&d1, types::CNI_HANDOVER).reason
+        );
+        assert!(d.actions.is_empty());
+
+        // Killed with the annotations stripped and the inventory not yet
+        // written: the inventory still names them, the same step again.
+        let d = decide(&c1, &o, &settings(true), &at(120));
+        assert_eq!(d.actions, d2.actions);
+
+        // And once True, it stays True with nothing more to do.
+        let d = decide(&end, &rerun, &settings(true), &at(130));
+        assert!(d.actions.is_empty());
+        assert_eq!(condition(&d, types::CNI_HANDOVER).status, "True");
+    }
+
+    /// After the hand-over, while a control plane still carries the inline
+    /// entry (Talos's boot apply records its objects again), the inventory
+    /// step is taken again; the condition stays True.
+    /// Covers: R6.1
+    #[test]
+    fn a_handed_over_cluster_clears_the_inventory_again_while_the_entry_remains() {
+        let c = cluster(include_str!("fixtures/cluster-handed-over.yaml"));
+        let mut o = with_inline(observed(complete()), &["cilium"]);
+        o.inventory = inventory(Some(inventory_after_init()));
+        let d = decide(&c, &o, &settings(true), &at(200));
+        assert!(matches!(
+            d.actions.as_slice(),
+            [ClusterAction::ReleaseInventory { .. }]
+        ));
+        assert_eq!(condition(&d, types::CNI_HANDOVER).status, "True");
+        assert_eq!(
+            inline_pending(&c, &o.machines),
+            ["prod-cp-1 (held: release it so Ichor may apply)".to_string()]
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@
 //! # }
 //! ```
 
+pub mod bootstrap_inventory;
 pub mod cluster;
 pub mod cni_job;
 pub mod credentials;

@@ -283,7 +283,7 @@ async fn read_cluster(machine: &TalosMachine, ctx: &Context) -> Result<TalosClus
 fn handover(c: &TalosCluster) -> bool {
     c.status
         .as_ref()
-        .is_some_and(|s| conditions::is_true(&s.conditions, types::CNI_HANDOVER))
+        .is_some_and(|s| conditions::inline_cni_dropped(&s.conditions))
 }
 
 /// What of a TalosCluster its machines' reconciles depend on (its status
@@ -412,6 +412,17 @@ async fn observe_and_act(
     }
 }
 
+/// The names of the inline manifests of a config (what the TalosCluster's
+/// hand-over waits on; the contents stay on the node).
+pub fn inline_manifest_names(config: &MachineConfig) -> Vec<String> {
+    config
+        .facts()
+        .inline_manifests
+        .into_iter()
+        .map(|m| m.name)
+        .collect()
+}
+
 /// A class B apply [`decide_apply`] chose.
 #[derive(Debug, Clone)]
 pub struct ApplyPlan {
@@ -438,6 +449,7 @@ pub fn decide_apply(
     let rendered = ichor_render::render(&RenderInput::from_objects(cluster, machine, live))?;
     let desired_yaml = rendered.yaml()?;
     status.config_hash = Some(rendered.hash()?);
+    status.inline_manifests = Some(inline_manifest_names(live));
     let drift = ichor_render::compare(live, &rendered.config)?;
     status.drift = drift.entries.clone();
     conditions::set(&mut status.conditions, drifted(&drift, generation, now));
@@ -572,6 +584,7 @@ async fn apply_and_read_back(
     }
     tracing::info!(machine = %format!("{}/{}", machine.namespace().unwrap_or_default(), machine.name_any()), paths = ?plan.paths, "applied class B drift in no-reboot mode");
     let read_back = read_live(talos, machine).await?;
+    status.inline_manifests = Some(inline_manifest_names(&read_back));
     let after = ichor_render::compare(&read_back, &plan.desired)?;
     status.drift = after.entries.clone();
     conditions::set(&mut status.conditions, drifted(&after, generation, now));

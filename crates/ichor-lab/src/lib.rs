@@ -12,6 +12,7 @@
 //! What the lab is not: no container runs, no packet moves. It tells the truth
 //! about the API objects and the Talos API, nothing else.
 
+pub mod bootstrap_manifests;
 pub mod cilium_on_talos;
 pub mod daemonsets;
 pub mod init;

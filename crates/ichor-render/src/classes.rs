@@ -28,7 +28,7 @@ pub struct Rule {
 }
 
 const CNI: &str = "changing the CNI of a running cluster is destructive: pods lose their network until every node runs the new CNI";
-const INLINE_CNI: &str = "Talos applies inline manifests without a reboot; Ichor's Cilium entry stays only until CNIHandover=True";
+const INLINE_CNI: &str = "Talos applies inline manifests without a reboot; Ichor's Cilium entry stays only until Ichor's Cilium release has taken over";
 const INLINE: &str = "Talos applies inline and external manifests without a reboot";
 const PROXY_SWITCH: &str = "turning kube-proxy off or on changes how every Service is reached; it is part of a planned CNI change, not an automatic apply";
 const PROXY: &str = "kube-proxy settings reach the cluster only through talosctl upgrade-k8s (Talos creates bootstrap manifests once and never updates them)";

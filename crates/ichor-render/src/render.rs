@@ -5,7 +5,7 @@
 //! TalosMachine + the machine's patches, in order. Pure and deterministic:
 //! the same input always gives the same bytes.
 
-use ichor_api::conditions::{self, types};
+use ichor_api::conditions;
 use ichor_api::{MachineRole, TalosCluster, TalosClusterSpec, TalosMachine, TalosMachineSpec};
 use ichor_talos::config::MachineConfig;
 use ichor_talos::patch::ConfigPatch;
@@ -47,7 +47,7 @@ impl<'a> RenderInput<'a> {
         let handover = cluster
             .status
             .as_ref()
-            .is_some_and(|s| conditions::is_true(&s.conditions, types::CNI_HANDOVER));
+            .is_some_and(|s| conditions::inline_cni_dropped(&s.conditions));
         RenderInput {
             machine_name: machine.metadata.name.as_deref().unwrap_or("<unnamed>"),
             cluster: &cluster.spec,

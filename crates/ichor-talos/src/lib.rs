@@ -5,6 +5,7 @@
 //! about Kubernetes. File access is limited to reading and writing the
 //! operator's own files (bundle, talosconfig) when asked to.
 
+pub mod bootstrap_inventory;
 pub mod config;
 pub mod patch;
 pub mod pem;

@@ -19,6 +19,11 @@ pub enum Tool {
     /// `github.com/siderolabs/talos/pkg/machinery`) behind the small main in
     /// `tools/machinery-peer`: `validate`, `patch` and `codec-bench`.
     MachineryPeer,
+    /// The manifests step of `talosctl upgrade-k8s`: the inventory-backed
+    /// server-side apply with prune of the Go module
+    /// `github.com/siderolabs/go-kubernetes` (package `kubernetes/ssa`) behind
+    /// the small main in `tools/ssa-prune-peer`.
+    SsaPrunePeer,
 }
 
 impl Tool {
@@ -31,6 +36,7 @@ impl Tool {
             Tool::Talosctl => "ICHOR_TALOSCTL",
             Tool::Crane => "ICHOR_CRANE",
             Tool::MachineryPeer => "ICHOR_MACHINERY_PEER",
+            Tool::SsaPrunePeer => "ICHOR_SSA_PRUNE_PEER",
         }
     }
 
@@ -43,6 +49,7 @@ impl Tool {
             Tool::Talosctl => "TALOS_VERSION",
             Tool::Crane => "CRANE_VERSION",
             Tool::MachineryPeer => "TALOS_MACHINERY_VERSION",
+            Tool::SsaPrunePeer => "GO_KUBERNETES_VERSION",
         }
     }
 
@@ -54,6 +61,7 @@ impl Tool {
             Tool::Talosctl => "talosctl",
             Tool::Crane => "crane",
             Tool::MachineryPeer => "machinery-peer",
+            Tool::SsaPrunePeer => "ssa-prune-peer",
         }
     }
 

@@ -101,6 +101,55 @@ const JUSTIFIED_UNUSED: &[(&str, &str, &str, &str, &str)] = &[
         "patch",
         "kube's Recorder patches an Event that repeats (its series) instead of creating another",
     ),
+    (
+        "ichor-controller",
+        "",
+        "configmaps",
+        "update",
+        "the CNI hand-over's inventory step (R6.1) reads and rewrites ConfigMap kube-system/talos-bootstrap-manifests-inventory (that name only); this run adopts a cluster without one",
+    ),
+    (
+        "ichor-controller",
+        "",
+        "namespaces",
+        "patch",
+        "the CNI hand-over's inventory step (R6.1) strips Talos's owning-inventory annotation from the Cilium release's objects; this run adopts a cluster without Talos's bootstrap-manifests inventory (the inline-Cilium case is init's: crates/ichor-lab/tests/cilium_handover_prune.rs)",
+    ),
+    (
+        "ichor-controller",
+        "",
+        "serviceaccounts",
+        "patch",
+        "the CNI hand-over's inventory step (R6.1) strips Talos's owning-inventory annotation from the Cilium release's objects; this run adopts a cluster without Talos's bootstrap-manifests inventory (the inline-Cilium case is init's: crates/ichor-lab/tests/cilium_handover_prune.rs)",
+    ),
+    (
+        "ichor-controller",
+        "",
+        "configmaps",
+        "patch",
+        "the CNI hand-over's inventory step (R6.1) strips Talos's owning-inventory annotation from the Cilium release's objects; this run adopts a cluster without Talos's bootstrap-manifests inventory (the inline-Cilium case is init's: crates/ichor-lab/tests/cilium_handover_prune.rs)",
+    ),
+    (
+        "ichor-controller",
+        "",
+        "services",
+        "patch",
+        "the CNI hand-over's inventory step (R6.1) strips Talos's owning-inventory annotation from the Cilium release's objects; this run adopts a cluster without Talos's bootstrap-manifests inventory (the inline-Cilium case is init's: crates/ichor-lab/tests/cilium_handover_prune.rs)",
+    ),
+    (
+        "ichor-controller",
+        "apps",
+        "daemonsets",
+        "patch",
+        "the CNI hand-over's inventory step (R6.1) strips Talos's owning-inventory annotation from the Cilium release's objects; this run adopts a cluster without Talos's bootstrap-manifests inventory (the inline-Cilium case is init's: crates/ichor-lab/tests/cilium_handover_prune.rs)",
+    ),
+    (
+        "ichor-controller",
+        "apps",
+        "deployments",
+        "patch",
+        "the CNI hand-over's inventory step (R6.1) strips Talos's owning-inventory annotation from the Cilium release's objects; this run adopts a cluster without Talos's bootstrap-manifests inventory (the inline-Cilium case is init's: crates/ichor-lab/tests/cilium_handover_prune.rs)",
+    ),
 ];
 
 fn repo_root() -> PathBuf {

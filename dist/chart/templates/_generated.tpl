@@ -97,6 +97,31 @@
   - poddisruptionbudgets
   verbs:
   - list
+- apiGroups:
+  - ''
+  resources:
+  - configmaps
+  resourceNames:
+  - talos-bootstrap-manifests-inventory
+  verbs:
+  - get
+  - update
+- apiGroups:
+  - ''
+  resources:
+  - namespaces
+  - serviceaccounts
+  - configmaps
+  - services
+  verbs:
+  - patch
+- apiGroups:
+  - apps
+  resources:
+  - daemonsets
+  - deployments
+  verbs:
+  - patch
 {{- end }}
 
 {{- /* The rules of the controller's Role in its own namespace, the same as the installer path's. */}}
