@@ -11,9 +11,8 @@
 //! version + a Ready Node, uncordon. A cancel (deletion or the
 //! `ichor.maesh.dev/cancel` annotation) stops before the next step.
 //!
-//! `kubernetes-upgrade` is planned (and refused while a control plane is
-//! held) but not run yet; `ichor` is refused on a Helm install with the
-//! `helm upgrade` command.
+//! `kubernetes-upgrade` runs one component step at a time ([`kubernetes`]);
+//! `ichor` is refused on a Helm install with the `helm upgrade` command.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -45,6 +44,8 @@ use crate::operation_decide::{
 };
 use crate::{Context, DeployedBy, Error, Result, pipeline};
 
+mod kubernetes;
+
 /// The controller's name in metrics.
 pub const CONTROLLER: &str = "talosoperation";
 
@@ -63,6 +64,9 @@ pub struct OperationBounds {
     pub drain: Duration,
     /// A rebooted node back: new boot id, target version, Node Ready.
     pub node_return: Duration,
+    /// kubernetes-upgrade: a node runs a component's new image (from the
+    /// step's start; `talosctl upgrade-k8s` waits 5 minutes for a pod).
+    pub component: Duration,
     /// How often a wait looks again.
     pub poll: Duration,
 }
@@ -73,6 +77,7 @@ impl Default for OperationBounds {
             etcd: Duration::from_secs(300),
             drain: Duration::from_secs(300),
             node_return: Duration::from_secs(900),
+            component: Duration::from_secs(300),
             poll: Duration::from_secs(5),
         }
     }
@@ -229,6 +234,9 @@ impl Run<'_> {
         status.observed_generation = generation;
         if status.plan.is_empty() {
             return self.make_plan(status).await;
+        }
+        if self.op.spec.kind == OperationKind::KubernetesUpgrade {
+            return self.drive_kubernetes(status).await;
         }
         loop {
             let cancel = self.cancel_now().await?;
@@ -405,10 +413,14 @@ impl Run<'_> {
         message: String,
     ) {
         let ok = phase == OperationPhase::Succeeded;
-        self.ctx.metrics.operation_finished(
-            self.op.spec.kind.as_str(),
-            if ok { "Succeeded" } else { "Failed" },
-        );
+        let phase_name = if ok { "Succeeded" } else { "Failed" };
+        self.ctx
+            .metrics
+            .operation_finished(self.op.spec.kind.as_str(), phase_name);
+        let from = (status.phase == Some(OperationPhase::Running)).then_some("Running");
+        self.ctx
+            .metrics
+            .operation_phase(self.op.spec.kind.as_str(), from, phase_name);
         status.phase = Some(phase);
         status.completion_time = Some(self.now());
         status.message = Some(message.clone());
@@ -473,7 +485,17 @@ impl Run<'_> {
                     .await;
                 Ok(Action::await_change())
             }
-            PlanOutcome::Plan(plan) => Ok(self.start_plan(status, plan, &facts, &now).await),
+            PlanOutcome::Plan(plan) => {
+                if spec.kind == OperationKind::KubernetesUpgrade
+                    && let Some((reason, message)) =
+                        self.kubernetes_refusal(&plan, &cluster).await?
+                {
+                    self.finish(status, OperationPhase::Failed, reason, message)
+                        .await;
+                    return Ok(Action::await_change());
+                }
+                Ok(self.start_plan(status, plan, &facts, &now).await)
+            }
         }
     }
 
@@ -563,15 +585,21 @@ impl Run<'_> {
         )
         .await;
         if spec.kind == OperationKind::KubernetesUpgrade {
+            status.components = decide::component_plan(&status.plan);
+        }
+        if spec.dry_run {
             self.finish(
                 status,
-                OperationPhase::Failed,
-                reasons::KIND_NOT_SUPPORTED,
-                "the plan is written, but this Ichor does not run kubernetes-upgrade yet; nothing was touched (talosctl upgrade-k8s can run it)".to_string(),
+                OperationPhase::Succeeded,
+                reasons::DRY_RUN,
+                format!("dry run: the plan is written ({order}); nothing was touched"),
             )
             .await;
             return Action::await_change();
         }
+        self.ctx
+            .metrics
+            .operation_phase(spec.kind.as_str(), None, "Running");
         status.phase = Some(OperationPhase::Running);
         status.message = Some(format!("planned: {order}"));
         // The plan is written before any step (the status write follows).
@@ -660,7 +688,14 @@ impl Run<'_> {
         let p = &mut status.machines[index];
         match &outcome {
             StepOutcome::Advanced => {
-                self.ctx.metrics.operation_step(step_name(p.step));
+                let took = p
+                    .step_start_time
+                    .as_ref()
+                    .and_then(|s| Duration::try_from(now.0.duration_since(s.0)).ok())
+                    .unwrap_or_default();
+                self.ctx
+                    .metrics
+                    .operation_step(spec.kind.as_str(), step_name(p.step), took);
                 let next = decide::step_after(spec.kind, role, p.step);
                 if p.step == MachineStep::Skipped {
                     // Skipped at its start (held since the plan).

@@ -127,6 +127,13 @@ pub struct OperationCommon {
     /// Print the operation as data.
     #[arg(short, long, value_enum)]
     pub output: Option<OutputFormat>,
+    /// Only plan: the controller writes the plan to status and touches nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Follow the operation until it ends: a progress bar per machine, with
+    /// its node and step.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub wait: bool,
 }
 
 #[derive(Debug, Args)]
