@@ -42,8 +42,9 @@ use crate::operation_decide::{
     self as decide, EtcdMemberView, EtcdVerdict, MachineFacts, Next, PlanOutcome, ReturnVerdict,
     ReturnView,
 };
-use crate::{Context, DeployedBy, Error, Result, pipeline};
+use crate::{Context, Error, Result, pipeline};
 
+pub mod ichor;
 mod kubernetes;
 
 /// The controller's name in metrics.
@@ -232,6 +233,13 @@ impl Run<'_> {
     async fn drive(&mut self, status: &mut TalosOperationStatus) -> Result<Action> {
         let generation = self.op.metadata.generation;
         status.observed_generation = generation;
+        if self.op.spec.kind == OperationKind::Ichor {
+            return if status.phase == Some(OperationPhase::Running) {
+                self.drive_ichor(status).await
+            } else {
+                self.start_ichor_upgrade(status).await
+            };
+        }
         if status.plan.is_empty() {
             return self.make_plan(status).await;
         }
@@ -451,9 +459,6 @@ impl Run<'_> {
     /// Plans (or refuses) and writes the plan before anything is touched.
     async fn make_plan(&mut self, status: &mut TalosOperationStatus) -> Result<Action> {
         let spec = &self.op.spec;
-        if spec.kind == OperationKind::Ichor {
-            return Ok(self.refuse_kind_ichor(status).await);
-        }
         let cluster_name = spec.target.cluster_ref.name.clone();
         let cluster = Api::<TalosCluster>::namespaced(self.ctx.client.clone(), &self.namespace)
             .get_opt(&cluster_name)
@@ -499,24 +504,20 @@ impl Run<'_> {
         }
     }
 
-    /// Kind ichor is not a machine operation: it fails at once, saying how
-    /// this install is upgraded instead (Helm, or `ichor adopt`).
+    /// Kind ichor on a Helm install: refused at once with the `helm
+    /// upgrade` command (R4.6a); the operation writes nothing.
     async fn refuse_kind_ichor(&self, status: &mut TalosOperationStatus) -> Action {
         let spec = &self.op.spec;
-        let message = match self.ctx.config.deployed_by {
-            DeployedBy::Helm => format!(
-                "Ichor was installed with Helm, so Helm upgrades it: helm upgrade ichor <chart> --namespace {} --version {} (the operation writes nothing)",
-                self.ctx.config.system_namespace,
-                spec.version.as_deref().unwrap_or("<version>").trim_start_matches('v')
-            ),
-            DeployedBy::Installer => "kind ichor (the installer Job) is not run by this Ichor yet; run `ichor adopt` of the new version to upgrade the install".to_string(),
-        };
-        let reason = match self.ctx.config.deployed_by {
-            DeployedBy::Helm => reasons::REFUSED,
-            DeployedBy::Installer => reasons::KIND_NOT_SUPPORTED,
-        };
+        let message = format!(
+            "Ichor was installed with Helm, so Helm upgrades it: helm upgrade ichor <chart> --namespace {} --version {} (the operation writes nothing)",
+            self.ctx.config.system_namespace,
+            spec.version
+                .as_deref()
+                .unwrap_or("<version>")
+                .trim_start_matches('v')
+        );
         status.start_time = Some(self.now());
-        self.finish(status, OperationPhase::Failed, reason, message)
+        self.finish(status, OperationPhase::Failed, reasons::REFUSED, message)
             .await;
         Action::await_change()
     }

@@ -1075,3 +1075,106 @@ async fn kubernetes_upgrade_component_by_component() {
     );
     s.running.stop().await.unwrap();
 }
+
+/// Kind ichor on an install-manifest install: a dry run names the installer
+/// Job and starts nothing; the operation starts the installer Job (Ichor's
+/// own image at the target tag, `ichor install --to`, the
+/// ichor-installer identity) and follows it: the test plays the Job
+/// controller, and the operation ends as the Job does.
+/// Covers: issue 14 item 5 (the ichor kind through the installer Job)
+#[tokio::test]
+async fn kind_ichor_on_an_installer_install_runs_the_installer_job() {
+    use k8s_openapi::api::batch::v1::Job;
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("op-ichor-job").await;
+    crds(&client, &ns).await;
+    let mut config = config(&ns, &ns);
+    config.cni_job_image = Some("ghcr.io/maeshinshin/ichor-controller:v0.1.0".into());
+    let running = start(client.clone(), config);
+    let ops = Api::<TalosOperation>::namespaced(client.clone(), &ns);
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns);
+
+    let mut preview = operation(&ns, "preview", "ichor", &[]);
+    preview.spec.version = Some("v0.2.0".into());
+    preview.spec.dry_run = true;
+    ops.create(&PostParams::default(), &preview).await.unwrap();
+    let op = finished(&ops, "preview").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", reasons::DRY_RUN),
+        "{message}"
+    );
+    assert!(message.contains(&format!("installer Job {ns}/ichor-upgrade-preview runs ghcr.io/maeshinshin/ichor-controller:v0.2.0")), "{message}");
+    assert!(
+        jobs.get_opt("ichor-upgrade-preview")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    for (name, ok) in [("self", true), ("broken", false)] {
+        let mut op = operation(&ns, name, "ichor", &[]);
+        op.spec.version = Some("v0.2.0".into());
+        ops.create(&PostParams::default(), &op).await.unwrap();
+        let job_name = format!("ichor-upgrade-{name}");
+        wait_for("the installer Job", || async {
+            jobs.get_opt(&job_name).await.unwrap().is_some()
+        })
+        .await;
+        let job = jobs.get(&job_name).await.unwrap();
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        assert_eq!(pod.service_account_name.as_deref(), Some("ichor-installer"));
+        assert_eq!(
+            pod.containers[0].image.as_deref(),
+            Some("ghcr.io/maeshinshin/ichor-controller:v0.2.0")
+        );
+        assert_eq!(
+            pod.containers[0].args,
+            Some(vec!["install".into(), "--to".into(), "v0.2.0".into()])
+        );
+        wait_for("the operation to follow the Job", || async {
+            ops.get(name).await.unwrap().status.is_some_and(|s| {
+                s.phase == Some(OperationPhase::Running)
+                    && s.message.as_deref().is_some_and(|m| m.contains(&job_name))
+            })
+        })
+        .await;
+        let end = "2026-01-01T00:00:10Z";
+        let outcome = if ok {
+            json!({"status": {"startTime": "2026-01-01T00:00:00Z", "active": 0, "succeeded": 1, "completionTime": end, "conditions": [
+                {"type": "SuccessCriteriaMet", "status": "True", "lastProbeTime": end, "lastTransitionTime": end},
+                {"type": "Complete", "status": "True", "lastProbeTime": end, "lastTransitionTime": end}]}})
+        } else {
+            json!({"status": {"startTime": "2026-01-01T00:00:00Z", "active": 0, "failed": 1, "conditions": [
+                {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit", "lastProbeTime": end, "lastTransitionTime": end},
+                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit", "lastProbeTime": end, "lastTransitionTime": end}]}})
+        };
+        jobs.patch_status(&job_name, &PatchParams::default(), &Patch::Merge(&outcome))
+            .await
+            .unwrap();
+        let op = finished(&ops, name).await;
+        let (status, reason, message) = complete(&op);
+        if ok {
+            assert_eq!(
+                (status.as_str(), reason.as_str()),
+                ("True", reasons::SUCCEEDED),
+                "{message}"
+            );
+            assert!(message.contains("Ichor v0.2.0 is installed"), "{message}");
+        } else {
+            assert_eq!(
+                (status.as_str(), reason.as_str()),
+                ("False", reasons::JOB_FAILED),
+                "{message}"
+            );
+            assert!(
+                message.contains("backoff limit")
+                    && message.contains(&format!("kubectl -n {ns} logs job/{job_name}")),
+                "{message}"
+            );
+        }
+    }
+    running.stop().await.unwrap();
+}

@@ -77,6 +77,10 @@ pub enum Command {
     /// with etcd checked, each drained first and uncordoned after; held
     /// machines are skipped. This command never touches a node.
     Reboot(RebootArgs),
+    /// Install Ichor `--to` in the cluster from this binary's install
+    /// manifest: what the installer Job of a TalosOperation of kind ichor
+    /// runs (installer installs only; a Helm install is upgraded with helm).
+    Install(InstallArgs),
     /// TalosOperations: list them, show one's plan and progress, cancel one.
     #[command(subcommand)]
     Operation(OperationCommand),
@@ -407,6 +411,15 @@ pub struct CniBootstrapArgs {
     /// How long to wait for Cilium and the nodes to be Ready.
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
     pub wait_timeout: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// The Ichor version to install (vX.Y.Z): the controller image's tag.
+    #[arg(long, value_name = "VERSION")]
+    pub to: String,
 }
 
 #[derive(Debug, Args, Clone)]

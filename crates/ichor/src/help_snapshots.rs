@@ -25,6 +25,7 @@ const COMMANDS: &[&[&str]] = &[
     &["upgrade", "kubernetes"],
     &["upgrade", "ichor"],
     &["reboot"],
+    &["install"],
     &["operation"],
     &["operation", "list"],
     &["operation", "status"],
