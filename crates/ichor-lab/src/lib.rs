@@ -14,6 +14,7 @@
 
 pub mod cilium_on_talos;
 pub mod daemonsets;
+pub mod disruption;
 pub mod pods;
 pub mod simulator;
 
