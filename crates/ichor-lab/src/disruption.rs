@@ -86,7 +86,7 @@ pub fn budget_status(pdb: &PodDisruptionBudget, pods: &[Pod]) -> (i32, i32, i32,
     let healthy = selected.iter().filter(|p| ready(p)).count() as i32;
     let desired = match (&spec.min_available, &spec.max_unavailable) {
         (Some(min), _) => scaled(min, expected),
-        (None, Some(max)) => expected - scaled(max, expected),
+        (None, Some(max)) => (expected - scaled(max, expected)).max(0),
         (None, None) => expected,
     };
     (expected, healthy, desired, (healthy - desired).max(0))
