@@ -1,0 +1,216 @@
+//! A Talos upgrade on the lab, done by the controller `ichor adopt`
+//! installed (running as its ServiceAccount), started by the real `ichor
+//! upgrade talos --wait`: the order and the drains as the emulator's write
+//! log and the API server saw them.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use common::{LabHarness, NS, run, text};
+use futures::StreamExt as _;
+use ichor_api::{OperationPhase, TalosOperation};
+use ichor_talemu::WriteAction;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use serde_json::json;
+
+/// A Ready pod of `app` on `node` (the lab's kubelet does not run it).
+async fn ready_pod(client: &kube::Client, ns: &str, name: &str, app: &str, node: &str) {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    pods.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})),
+    )
+    .await
+    .unwrap();
+}
+
+/// On a lab of one control plane and two workers, with the controller on
+/// the control plane and three pods under a budget of `maxUnavailable: 1`:
+/// the plan puts the workers first and Ichor's node last; the write log
+/// shows one node at a time (pull, upgrade, reboot), in that order; each
+/// node's pods were evicted before its reboot (the budget let them go one
+/// at a time); every node comes back with a new boot id on the target
+/// version, recorded in status; the controller, evicted with its node,
+/// finishes the operation from its new node.
+/// Covers: issue 14 item 2 (order, Ichor's node last, drains before reboots, boot ids and versions), item 7 (the lab evicts pods and honours PDBs), item 8 (ichor upgrade talos --wait)
+#[tokio::test(flavor = "multi_thread")]
+async fn the_installed_controller_upgrades_talos_node_by_node() {
+    let h = LabHarness::up(|o| o.nodes = 3).await;
+    let out = run(h.adopt(&[]));
+    assert!(out.status.success(), "adopt: {}\n{}", text(&out), h.logs());
+    let client = h.client().await;
+    let hosts = h.lab.hostnames.clone();
+    let (cp, w1, w2) = (hosts[0].clone(), hosts[1].clone(), hosts[2].clone());
+
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "demo"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    for (name, node) in [("web-1", &w1), ("web-2", &w2), ("web-3", &w2)] {
+        ready_pod(&client, "demo", name, "web", node).await;
+    }
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "demo"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .unwrap();
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), "demo")
+        .create(&PostParams::default(), &pdb)
+        .await
+        .unwrap();
+
+    // When each pod went (its deletion, as the API server shows it).
+    let gone: std::sync::Arc<std::sync::Mutex<BTreeMap<String, SystemTime>>> = Default::default();
+    let seen = gone.clone();
+    let pods = Api::<Pod>::namespaced(client.clone(), "demo");
+    let watch = tokio::spawn(async move {
+        let mut events = watcher(pods, watcher::Config::default())
+            .touched_objects()
+            .boxed();
+        while let Some(Ok(pod)) = events.next().await {
+            if pod.metadata.deletion_timestamp.is_some() {
+                seen.lock()
+                    .unwrap()
+                    .entry(pod.metadata.name.clone().unwrap_or_default())
+                    .or_insert_with(SystemTime::now);
+            }
+        }
+    });
+
+    let mut upgrade = h.ichor();
+    upgrade
+        .args([
+            "upgrade",
+            "talos",
+            "--cluster",
+            "lab",
+            "-n",
+            NS,
+            "--to",
+            "v1.14.0",
+            "--name",
+            "up",
+            "--wait",
+            "--kubeconfig",
+        ])
+        .arg(&h.lab.kubeconfig);
+    let out = tokio::time::timeout(
+        Duration::from_secs(600),
+        tokio::process::Command::from(upgrade).output(),
+    )
+    .await
+    .expect("the upgrade ends within 10 minutes")
+    .unwrap();
+    let said = text(&out);
+    assert!(
+        out.status.success(),
+        "ichor upgrade talos --wait: {said}\n{}",
+        h.logs()
+    );
+    assert!(
+        said.contains(&format!("[7/7] {w1} (node {w1}): Succeeded")),
+        "{said}"
+    );
+
+    let op = Api::<TalosOperation>::namespaced(client.clone(), NS)
+        .get("up")
+        .await
+        .unwrap();
+    let st = op.status.unwrap();
+    assert_eq!(st.phase, Some(OperationPhase::Succeeded));
+    let order: Vec<&str> = st.plan.iter().map(|e| e.machine.as_str()).collect();
+    assert_eq!(order, vec![w1.as_str(), w2.as_str(), cp.as_str()]);
+    assert_eq!(
+        st.plan[2].reason.as_deref(),
+        Some("runs Ichor's controller")
+    );
+    for p in &st.machines {
+        assert_eq!(p.version_before.as_deref(), Some("v1.13.9"), "{p:?}");
+        assert_eq!(p.version_after.as_deref(), Some("v1.14.0"), "{p:?}");
+        assert!(
+            p.boot_id_before.is_some() && p.boot_id_before != p.boot_id_after,
+            "{p:?}"
+        );
+    }
+
+    let writes = h.lab.emulator.writes();
+    let log: Vec<String> = writes
+        .iter()
+        .filter_map(|w| {
+            let action = match &w.action {
+                WriteAction::ImagePull { .. } => "pull",
+                WriteAction::Upgrade { legacy: false, .. } => "upgrade",
+                WriteAction::Reboot { .. } => "reboot",
+                _ => return None,
+            };
+            Some(format!("{}: {action}", w.node))
+        })
+        .collect();
+    let mut want = Vec::new();
+    for node in [&w1, &w2, &cp] {
+        for a in ["pull", "upgrade", "reboot"] {
+            want.push(format!("{node}: {a}"));
+        }
+    }
+    assert_eq!(log, want);
+    let reboot_of = |node: &str| {
+        writes
+            .iter()
+            .find(|w| w.node == node && matches!(w.action, WriteAction::Reboot { .. }))
+            .map(|w| w.at)
+            .expect("rebooted")
+    };
+    let gone = gone.lock().unwrap().clone();
+    for (pod, node) in [("web-1", &w1), ("web-2", &w2), ("web-3", &w2)] {
+        let at = gone
+            .get(pod)
+            .copied()
+            .unwrap_or_else(|| panic!("{pod} was not evicted: {gone:?}"));
+        assert!(
+            at < reboot_of(node),
+            "{pod} was evicted after {node} rebooted"
+        );
+        // Nothing of the next node was drained before this one rebooted.
+        if node == &w1 {
+            assert!(gone.get("web-2").is_some_and(|t| *t > reboot_of(&w1)));
+        }
+    }
+    // The controller was evicted with its node and runs elsewhere now.
+    let controller_pods = Api::<Pod>::namespaced(client.clone(), NS)
+        .list(&kube::api::ListParams::default().labels("app.kubernetes.io/name=ichor-controller"))
+        .await
+        .unwrap();
+    assert!(
+        controller_pods
+            .items
+            .iter()
+            .any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(cp.as_str())),
+        "{:?}",
+        controller_pods
+            .items
+            .iter()
+            .map(|p| (
+                p.metadata.name.clone(),
+                p.spec.as_ref().and_then(|s| s.node_name.clone())
+            ))
+            .collect::<Vec<_>>()
+    );
+    watch.abort();
+}
