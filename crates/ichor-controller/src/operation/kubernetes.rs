@@ -108,6 +108,11 @@ impl Run<'_> {
                 .collect()),
             // Not served: nothing can use it.
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(Vec::new()),
+            // Served, but this controller may not read it: the check cannot
+            // say it is unused, so the plan names it as a possible user.
+            Err(kube::Error::Api(e)) if e.code == 403 => Ok(vec![format!(
+                "objects Ichor may not list (grant the controller list on {plural}.{group}, or check them yourself and delete them)"
+            )]),
             Err(e) => Err(Error::kube(format!(
                 "listing {plural}.{version}.{group}, an API that Kubernetes {} removes",
                 self.op.spec.version.as_deref().unwrap_or_default()
