@@ -55,19 +55,28 @@ impl Run<'_> {
             let Some(m) = self.machine(&e.machine).await? else {
                 continue;
             };
-            let talos = self.client(&m, cluster).await?;
+            // A node that does not answer leaves the path unchecked: no plan.
+            let unreadable = |why: String| {
+                Some((
+                    reasons::REFUSED,
+                    format!(
+                        "cannot check the version path: the Kubernetes version of TalosMachine {} cannot be read ({why}); make its Talos API reachable and create the operation again",
+                        e.machine
+                    ),
+                ))
+            };
+            let talos = match self.client(&m, cluster).await {
+                Ok(t) => t,
+                Err(err) => return Ok(unreadable(err.to_string())),
+            };
             let mut components = vec![KubernetesComponent::Kubelet];
             if e.role == MachineRole::Controlplane {
                 components.push(KubernetesComponent::ApiServer);
             }
             for c in components {
-                if let Some(image) = talos
-                    .component_image("", wire(c))
-                    .await
-                    .map_err(|err| talos_error(&m, err))?
-                    .filter(|i| !i.is_empty())
-                {
-                    images.push(image);
+                match talos.component_image("", wire(c)).await {
+                    Ok(image) => images.extend(image.filter(|i| !i.is_empty())),
+                    Err(err) => return Ok(unreadable(talos_error(&m, err).to_string())),
                 }
             }
         }
