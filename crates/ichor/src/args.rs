@@ -304,6 +304,10 @@ pub struct ControllerArgs {
     /// without any Kubernetes event).
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     pub resync: std::time::Duration,
+    /// How long an operation's drain retries evictions a PodDisruptionBudget
+    /// refuses before the step fails (the node is uncordoned, not rebooted).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub drain_timeout: std::time::Duration,
 }
 
 #[derive(Debug, Subcommand)]

@@ -45,8 +45,10 @@ async fn ready_pod(client: &kube::Client, ns: &str, name: &str, app: &str, node:
 /// node's pods were evicted before its reboot (the budget let them go one
 /// at a time); every node comes back with a new boot id on the target
 /// version, recorded in status; the controller, evicted with its node,
-/// finishes the operation from its new node.
-/// Covers: issue 14 item 2 (order, Ichor's node last, drains before reboots, boot ids and versions), item 7 (the lab evicts pods and honours PDBs), item 8 (ichor upgrade talos --wait)
+/// finishes the operation from its new node. Then a budget that allows no
+/// disruption blocks a reboot's drain: the step fails at its bound naming
+/// the budget, and nothing is rebooted.
+/// Covers: issue 14 item 2 (order, Ichor's node last, drains before reboots, boot ids and versions), item 2 (a PDB blocks a drain: the step fails at its bound, naming it), item 7 (the lab evicts pods and honours PDBs), item 8 (ichor upgrade talos --wait)
 #[tokio::test(flavor = "multi_thread")]
 async fn the_installed_controller_upgrades_talos_node_by_node() {
     let h = LabHarness::up(|o| o.nodes = 3).await;
@@ -213,4 +215,115 @@ async fn the_installed_controller_upgrades_talos_node_by_node() {
             .collect::<Vec<_>>()
     );
     watch.abort();
+
+    // A budget that allows no disruption blocks the drain: the controller
+    // runs with a short drain bound (its --drain-timeout), and the reboot
+    // fails at it naming the budget; the pod stays, the node is not
+    // rebooted and is uncordoned again.
+    let deployments = Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), NS);
+    let mut d = deployments.get("ichor-controller").await.unwrap();
+    let c = &mut d.spec.template.spec.as_mut().unwrap().containers[0];
+    c.args
+        .get_or_insert_with(Vec::new)
+        .extend(["--drain-timeout".to_string(), "5s".to_string()]);
+    deployments
+        .replace("ichor-controller", &PostParams::default(), &d)
+        .await
+        .unwrap();
+    let mut rolled = false;
+    for _ in 0..300 {
+        let d = deployments.get("ichor-controller").await.unwrap();
+        let s = d.status.unwrap_or_default();
+        if s.observed_generation == d.metadata.generation
+            && s.ready_replicas == Some(1)
+            && s.updated_replicas == Some(1)
+        {
+            rolled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        rolled,
+        "the controller did not roll out with --drain-timeout\n{}",
+        h.logs()
+    );
+    ready_pod(&client, "demo", "db-1", "db", &w2).await;
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "db", "namespace": "demo"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}
+    }))
+    .unwrap();
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), "demo")
+        .create(&PostParams::default(), &pdb)
+        .await
+        .unwrap();
+    let reboots_before = h
+        .lab
+        .emulator
+        .writes()
+        .iter()
+        .filter(|w| w.node == w2 && matches!(w.action, WriteAction::Reboot { .. }))
+        .count();
+    let mut reboot = h.ichor();
+    reboot
+        .args([
+            "reboot",
+            &w2,
+            "--cluster",
+            "lab",
+            "-n",
+            NS,
+            "--name",
+            "blocked",
+            "--wait",
+            "--kubeconfig",
+        ])
+        .arg(&h.lab.kubeconfig);
+    let out = tokio::time::timeout(
+        Duration::from_secs(300),
+        tokio::process::Command::from(reboot).output(),
+    )
+    .await
+    .expect("the reboot ends")
+    .unwrap();
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("Complete=False (DrainTimeout)"),
+        "{said}\n{}",
+        h.logs()
+    );
+    assert!(
+        said.contains("PodDisruptionBudget demo/db does not allow evicting pod demo/db-1"),
+        "{said}"
+    );
+    let reboots_after = h
+        .lab
+        .emulator
+        .writes()
+        .iter()
+        .filter(|w| w.node == w2 && matches!(w.action, WriteAction::Reboot { .. }))
+        .count();
+    assert_eq!(
+        reboots_after, reboots_before,
+        "the blocked node was rebooted"
+    );
+    let node = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .get(&w2)
+        .await
+        .unwrap();
+    assert_ne!(
+        node.spec.and_then(|s| s.unschedulable),
+        Some(true),
+        "the node stays cordoned"
+    );
+    let db = Api::<Pod>::namespaced(client.clone(), "demo")
+        .get("db-1")
+        .await
+        .unwrap();
+    assert!(
+        db.metadata.deletion_timestamp.is_none(),
+        "the budget's pod was evicted"
+    );
 }
