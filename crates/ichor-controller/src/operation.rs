@@ -703,6 +703,8 @@ impl Run<'_> {
                 } else {
                     p.step = next;
                     p.step_start_time = Some(now.clone());
+                    // The words of the step it is in now, not of the one done.
+                    p.message = Some(step_words(next, p, spec.version.as_deref()));
                     if next == MachineStep::Succeeded {
                         p.completion_time = Some(now.clone());
                         p.message = Some("done".to_string());
@@ -1132,6 +1134,27 @@ fn skipped_now(status: &TalosOperationStatus) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// What a machine in `step` is doing, in words (its message until the step
+/// says more).
+fn step_words(step: MachineStep, p: &MachineProgress, version: Option<&str>) -> String {
+    let node = p.node_name.as_deref().unwrap_or(&p.machine);
+    let image = p.image.as_deref().unwrap_or("the installer");
+    match step {
+        MachineStep::CheckingEtcd => "checking that etcd keeps quorum without it".to_string(),
+        MachineStep::Pulling => format!("pulling {image}"),
+        MachineStep::Upgrading => format!("writing {image} to the other boot slot"),
+        MachineStep::Draining => format!("cordoning and draining Node {node}"),
+        MachineStep::Rebooting => "rebooting".to_string(),
+        MachineStep::WaitingForReturn => match version {
+            Some(v) => format!("waiting for a new boot id, {v} and Node {node} Ready"),
+            None => format!("waiting for a new boot id and Node {node} Ready"),
+        },
+        MachineStep::Uncordoning => format!("back; uncordoning Node {node}"),
+        MachineStep::Succeeded => "done".to_string(),
+        MachineStep::Pending | MachineStep::Failed | MachineStep::Skipped => String::new(),
+    }
 }
 
 /// A step's name in metrics (the status's spelling).

@@ -357,8 +357,19 @@ async fn talos_upgrade_in_order_skipping_the_held_worker() {
         let n = nodes.get(host).await.unwrap();
         assert_ne!(n.spec.and_then(|s| s.unschedulable), Some(true), "{host}");
     }
-    // The finalizer is gone once the operation is done.
-    assert!(op.metadata.finalizers.unwrap_or_default().is_empty());
+    // The finalizer is gone once the operation is done (it is removed
+    // right after the last status write).
+    wait_for("the operation's finalizer to go", || async {
+        s.ops
+            .get("up")
+            .await
+            .unwrap()
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .is_empty()
+    })
+    .await;
     s.running.stop().await.unwrap();
 }
 
