@@ -21,6 +21,10 @@ pub const INSTALLER_NAME_LABEL: &str = "ichor-controller";
 pub const CHART_SELECTOR_LABEL: (&str, &str) = ("app.kubernetes.io/name", "ichor");
 /// The identity of the ichor-cni Job.
 pub const CNI_IDENTITY: &str = "ichor-cni";
+/// The ServiceAccount of the installer Job a TalosOperation of kind `ichor`
+/// runs: it applies Ichor's own install manifest (CRDs, RBAC, webhooks), which
+/// takes cluster-admin rights the controller itself never holds.
+pub const INSTALLER_IDENTITY: &str = "ichor-installer";
 /// The controller image repository.
 pub const CONTROLLER_IMAGE: &str = "ghcr.io/maeshinshin/ichor-controller";
 /// The installer image repository (IchorInstallation default).
@@ -108,6 +112,7 @@ pub fn install_objects(version: &str, image: &str) -> Vec<Value> {
     );
     objects.extend(controller_identity(ns, &labels));
     objects.extend(cni_identity(ns, &labels));
+    objects.extend(installer_identity(ns, &labels));
     objects.push(controller_deployment(ns, &labels, image));
     objects.push(webhook_service(ns, &labels));
     objects.push(webhook_configuration(ns, &labels));
@@ -171,6 +176,23 @@ fn cni_identity(ns: &str, labels: &Value) -> Vec<Value> {
             "metadata": {"name": CNI_IDENTITY, "labels": labels},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
             "subjects": [{"kind": "ServiceAccount", "name": CNI_IDENTITY, "namespace": ns}]
+        }),
+    ]
+}
+
+/// The installer identity in `ns` ([`INSTALLER_IDENTITY`]), bound to
+/// cluster-admin: the installer Job replaces Ichor's own RBAC and CRDs.
+fn installer_identity(ns: &str, labels: &Value) -> Vec<Value> {
+    vec![
+        json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": INSTALLER_IDENTITY, "namespace": ns, "labels": labels}
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": INSTALLER_IDENTITY, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": INSTALLER_IDENTITY, "namespace": ns}]
         }),
     ]
 }

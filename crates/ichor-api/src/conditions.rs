@@ -113,6 +113,14 @@ pub mod reasons {
     pub const STEP_FAILED: &str = "StepFailed";
     /// This Ichor does not run this kind yet (the plan is written, nothing is touched).
     pub const KIND_NOT_SUPPORTED: &str = "KindNotSupported";
+    /// spec.dryRun: the plan is written and nothing is touched.
+    pub const DRY_RUN: &str = "DryRun";
+    /// kubernetes-upgrade refused at plan time: the version path is not the same minor or the next one.
+    pub const UNSUPPORTED_VERSION_PATH: &str = "UnsupportedVersionPath";
+    /// kubernetes-upgrade refused at plan time: objects of an API removed on the path still exist.
+    pub const REMOVED_API_IN_USE: &str = "RemovedAPIInUse";
+    /// A node did not run a component's new image within the bound.
+    pub const COMPONENT_TIMEOUT: &str = "ComponentTimeout";
 
     // Skipped (TalosOperation)
     /// Some machines are skipped; the message names them and why.
@@ -125,6 +133,8 @@ pub mod reasons {
     pub const WAITING_FOR_ETCD: &str = "WaitingForEtcd";
     /// Evictions are refused (PodDisruptionBudget); retrying until the bound.
     pub const WAITING_FOR_DRAIN: &str = "WaitingForDrain";
+    /// Waiting for a node to run a component's new image (kubernetes-upgrade).
+    pub const WAITING_FOR_COMPONENT: &str = "WaitingForComponent";
     /// Waiting for a rebooted node to return.
     pub const WAITING_FOR_RETURN: &str = "WaitingForReturn";
     /// Not waiting.

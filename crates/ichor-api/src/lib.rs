@@ -57,8 +57,9 @@ pub use machine::{
     TalosMachineStatus,
 };
 pub use operation::{
-    MachineProgress, MachineStep, OperationKind, OperationPhase, OperationTarget, PlanEntry,
-    PlannedAction, TalosOperation, TalosOperationSpec, TalosOperationStatus,
+    ComponentPhase, ComponentProgress, KubernetesComponent, MachineProgress, MachineStep,
+    OperationKind, OperationPhase, OperationTarget, PlanEntry, PlannedAction, TalosOperation,
+    TalosOperationSpec, TalosOperationStatus,
 };
 
 /// The API group of every Ichor resource.

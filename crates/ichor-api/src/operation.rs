@@ -58,6 +58,10 @@ pub struct TalosOperationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 512))]
     pub installer_image: Option<String>,
+    /// Write the plan to status and stop: nothing is touched. The operation
+    /// ends Succeeded with the reason DryRun.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 impl OperationKind {
@@ -136,6 +140,78 @@ pub struct TalosOperationStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1000))]
     pub machines: Vec<MachineProgress>,
+    /// kubernetes-upgrade: the component steps in the order they run
+    /// (kube-apiserver on each control plane, then kube-controller-manager,
+    /// kube-scheduler, kube-proxy, then the kubelets node by node), written
+    /// with the plan, before anything is touched.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 5000))]
+    pub components: Vec<ComponentProgress>,
+}
+
+/// A Kubernetes component that Talos runs from the machine config.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, JsonSchema)]
+pub enum KubernetesComponent {
+    #[serde(rename = "kube-apiserver")]
+    ApiServer,
+    #[serde(rename = "kube-controller-manager")]
+    ControllerManager,
+    #[serde(rename = "kube-scheduler")]
+    Scheduler,
+    #[serde(rename = "kube-proxy")]
+    KubeProxy,
+    #[serde(rename = "kubelet")]
+    Kubelet,
+}
+
+impl KubernetesComponent {
+    /// The name in status and messages (`kube-apiserver`, …, `kubelet`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KubernetesComponent::ApiServer => "kube-apiserver",
+            KubernetesComponent::ControllerManager => "kube-controller-manager",
+            KubernetesComponent::Scheduler => "kube-scheduler",
+            KubernetesComponent::KubeProxy => "kube-proxy",
+            KubernetesComponent::Kubelet => "kubelet",
+        }
+    }
+}
+
+/// Where one component step of a kubernetes-upgrade is.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ComponentPhase {
+    #[default]
+    Pending,
+    /// The machine-config change is being written (recorded before the write).
+    Applying,
+    /// Written; waiting for the node to run the new image.
+    Waiting,
+    Succeeded,
+    Failed,
+}
+
+/// One component step of a kubernetes-upgrade: one component on one machine.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentProgress {
+    /// kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy or kubelet.
+    pub component: KubernetesComponent,
+    /// The TalosMachine.
+    pub machine: String,
+    pub phase: ComponentPhase,
+    /// The image before the step (read from the node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_before: Option<String>,
+    /// The image the step writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// The last thing said about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// One machine in the plan.

@@ -271,6 +271,7 @@ async fn machine_and_operation_rules() {
         version: None,
         concurrency: None,
         installer_image: None,
+        dry_run: false,
     };
     let msg = refusal(
         ops.create(

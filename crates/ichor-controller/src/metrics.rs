@@ -13,7 +13,8 @@ pub struct Metrics {
     errors: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     applies: Mutex<BTreeMap<&'static str, u64>>,
     operations: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
-    steps: Mutex<BTreeMap<&'static str, u64>>,
+    steps: Mutex<BTreeMap<(&'static str, &'static str), Histogram>>,
+    running: Mutex<BTreeMap<(&'static str, &'static str), i64>>,
     leader: AtomicU64,
     ready: AtomicU64,
 }
@@ -39,9 +40,35 @@ impl Metrics {
         *lock(&self.operations).entry((kind, phase)).or_default() += 1;
     }
 
-    /// One machine step of a TalosOperation done (`Draining`, `Rebooting`, …).
-    pub fn operation_step(&self, step: &'static str) {
-        *lock(&self.steps).entry(step).or_default() += 1;
+    /// One step of a TalosOperation done, by kind and step (`Draining`,
+    /// `kubelet/wait`, …), with how long it took from its start (recorded in
+    /// status, so waits across reconciles count whole).
+    pub fn operation_step(
+        &self,
+        kind: &'static str,
+        step: &'static str,
+        took: std::time::Duration,
+    ) {
+        lock(&self.steps)
+            .entry((kind, step))
+            .or_default()
+            .observe(took.as_secs_f64());
+    }
+
+    /// An operation of `kind` entered `phase` (`Pending`, `Running`,
+    /// `Succeeded`, `Failed`), leaving `from` if it was in one: the gauge of
+    /// operations by kind and phase as this replica saw them.
+    pub fn operation_phase(
+        &self,
+        kind: &'static str,
+        from: Option<&'static str>,
+        phase: &'static str,
+    ) {
+        let mut running = lock(&self.running);
+        if let Some(from) = from {
+            *running.entry((kind, from)).or_default() -= 1;
+        }
+        *running.entry((kind, phase)).or_default() += 1;
     }
 
     /// Whether this replica holds the leader Lease.
@@ -92,9 +119,17 @@ impl Metrics {
                 "ichor_operations_total{{kind=\"{k}\",phase=\"{p}\"}} {n}"
             );
         }
-        out.push_str("# HELP ichor_operation_steps_total Machine steps of TalosOperations done, by step.\n# TYPE ichor_operation_steps_total counter\n");
-        for (st, n) in lock(&self.steps).iter() {
-            let _ = writeln!(out, "ichor_operation_steps_total{{step=\"{st}\"}} {n}");
+        out.push_str("# HELP ichor_operations TalosOperations by kind and the phase this replica last moved them to.\n# TYPE ichor_operations gauge\n");
+        for ((k, p), n) in lock(&self.running).iter() {
+            let _ = writeln!(out, "ichor_operations{{kind=\"{k}\",phase=\"{p}\"}} {n}");
+        }
+        out.push_str("# HELP ichor_operation_step_duration_seconds How long the steps of TalosOperations took, by kind and step.\n# TYPE ichor_operation_step_duration_seconds histogram\n");
+        for ((k, st), h) in lock(&self.steps).iter() {
+            h.render(
+                &mut out,
+                "ichor_operation_step_duration_seconds",
+                &format!("kind=\"{k}\",step=\"{st}\""),
+            );
         }
         let _ = writeln!(
             out,
@@ -102,6 +137,45 @@ impl Metrics {
             self.leader.load(Ordering::Relaxed)
         );
         out
+    }
+}
+
+/// The upper bounds of the step-duration buckets, in seconds: a drain or a
+/// reboot takes minutes, an apply well under a second.
+const STEP_BUCKETS: &[f64] = &[
+    0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+];
+
+/// A Prometheus histogram over [`STEP_BUCKETS`].
+#[derive(Debug, Default, Clone)]
+struct Histogram {
+    counts: [u64; 11],
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, v: f64) {
+        for (i, le) in STEP_BUCKETS.iter().enumerate() {
+            if v <= *le {
+                self.counts[i] += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += v;
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        for (i, le) in STEP_BUCKETS.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels},le=\"{le}\"}} {}",
+                self.counts[i]
+            );
+        }
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
     }
 }
 
@@ -122,12 +196,22 @@ mod tests {
         m.applied("applied");
         m.set_leader(true);
         m.operation_finished("talos-upgrade", "Succeeded");
-        m.operation_step("Draining");
+        m.operation_step(
+            "talos-upgrade",
+            "Draining",
+            std::time::Duration::from_secs(20),
+        );
+        m.operation_phase("talos-upgrade", None, "Running");
+        m.operation_phase("talos-upgrade", Some("Running"), "Succeeded");
         let text = m.render();
         assert!(
             text.contains("ichor_operations_total{kind=\"talos-upgrade\",phase=\"Succeeded\"} 1")
         );
-        assert!(text.contains("ichor_operation_steps_total{step=\"Draining\"} 1"));
+        assert!(text.contains("ichor_operation_step_duration_seconds_bucket{kind=\"talos-upgrade\",step=\"Draining\",le=\"15\"} 0"));
+        assert!(text.contains("ichor_operation_step_duration_seconds_bucket{kind=\"talos-upgrade\",step=\"Draining\",le=\"30\"} 1"));
+        assert!(text.contains("ichor_operation_step_duration_seconds_count{kind=\"talos-upgrade\",step=\"Draining\"} 1"));
+        assert!(text.contains("ichor_operations{kind=\"talos-upgrade\",phase=\"Running\"} 0"));
+        assert!(text.contains("ichor_operations{kind=\"talos-upgrade\",phase=\"Succeeded\"} 1"));
         assert!(text.contains("ichor_reconciles_total{controller=\"talosmachine\"} 2"));
         assert!(text.contains(
             "ichor_reconcile_errors_total{controller=\"talosmachine\",error=\"talos\"} 1"

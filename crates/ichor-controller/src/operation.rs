@@ -11,9 +11,8 @@
 //! version + a Ready Node, uncordon. A cancel (deletion or the
 //! `ichor.maesh.dev/cancel` annotation) stops before the next step.
 //!
-//! `kubernetes-upgrade` is planned (and refused while a control plane is
-//! held) but not run yet; `ichor` is refused on a Helm install with the
-//! `helm upgrade` command.
+//! `kubernetes-upgrade` runs one component step at a time ([`kubernetes`]);
+//! `ichor` is refused on a Helm install with the `helm upgrade` command.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -43,7 +42,10 @@ use crate::operation_decide::{
     self as decide, EtcdMemberView, EtcdVerdict, MachineFacts, Next, PlanOutcome, ReturnVerdict,
     ReturnView,
 };
-use crate::{Context, DeployedBy, Error, Result, pipeline};
+use crate::{Context, Error, Result, pipeline};
+
+pub mod ichor;
+mod kubernetes;
 
 /// The controller's name in metrics.
 pub const CONTROLLER: &str = "talosoperation";
@@ -63,6 +65,9 @@ pub struct OperationBounds {
     pub drain: Duration,
     /// A rebooted node back: new boot id, target version, Node Ready.
     pub node_return: Duration,
+    /// kubernetes-upgrade: a node runs a component's new image (from the
+    /// step's start; `talosctl upgrade-k8s` waits 5 minutes for a pod).
+    pub component: Duration,
     /// How often a wait looks again.
     pub poll: Duration,
 }
@@ -73,6 +78,7 @@ impl Default for OperationBounds {
             etcd: Duration::from_secs(300),
             drain: Duration::from_secs(300),
             node_return: Duration::from_secs(900),
+            component: Duration::from_secs(300),
             poll: Duration::from_secs(5),
         }
     }
@@ -227,8 +233,18 @@ impl Run<'_> {
     async fn drive(&mut self, status: &mut TalosOperationStatus) -> Result<Action> {
         let generation = self.op.metadata.generation;
         status.observed_generation = generation;
+        if self.op.spec.kind == OperationKind::Ichor {
+            return if status.phase == Some(OperationPhase::Running) {
+                self.drive_ichor(status).await
+            } else {
+                self.start_ichor_upgrade(status).await
+            };
+        }
         if status.plan.is_empty() {
             return self.make_plan(status).await;
+        }
+        if self.op.spec.kind == OperationKind::KubernetesUpgrade {
+            return self.drive_kubernetes(status).await;
         }
         loop {
             let cancel = self.cancel_now().await?;
@@ -405,10 +421,14 @@ impl Run<'_> {
         message: String,
     ) {
         let ok = phase == OperationPhase::Succeeded;
-        self.ctx.metrics.operation_finished(
-            self.op.spec.kind.as_str(),
-            if ok { "Succeeded" } else { "Failed" },
-        );
+        let phase_name = if ok { "Succeeded" } else { "Failed" };
+        self.ctx
+            .metrics
+            .operation_finished(self.op.spec.kind.as_str(), phase_name);
+        let from = (status.phase == Some(OperationPhase::Running)).then_some("Running");
+        self.ctx
+            .metrics
+            .operation_phase(self.op.spec.kind.as_str(), from, phase_name);
         status.phase = Some(phase);
         status.completion_time = Some(self.now());
         status.message = Some(message.clone());
@@ -439,9 +459,6 @@ impl Run<'_> {
     /// Plans (or refuses) and writes the plan before anything is touched.
     async fn make_plan(&mut self, status: &mut TalosOperationStatus) -> Result<Action> {
         let spec = &self.op.spec;
-        if spec.kind == OperationKind::Ichor {
-            return Ok(self.refuse_kind_ichor(status).await);
-        }
         let cluster_name = spec.target.cluster_ref.name.clone();
         let cluster = Api::<TalosCluster>::namespaced(self.ctx.client.clone(), &self.namespace)
             .get_opt(&cluster_name)
@@ -473,28 +490,34 @@ impl Run<'_> {
                     .await;
                 Ok(Action::await_change())
             }
-            PlanOutcome::Plan(plan) => Ok(self.start_plan(status, plan, &facts, &now).await),
+            PlanOutcome::Plan(plan) => {
+                if spec.kind == OperationKind::KubernetesUpgrade
+                    && let Some((reason, message)) =
+                        self.kubernetes_refusal(&plan, &cluster).await?
+                {
+                    self.finish(status, OperationPhase::Failed, reason, message)
+                        .await;
+                    return Ok(Action::await_change());
+                }
+                Ok(self.start_plan(status, plan, &facts, &now).await)
+            }
         }
     }
 
-    /// Kind ichor is not a machine operation: it fails at once, saying how
-    /// this install is upgraded instead (Helm, or `ichor adopt`).
+    /// Kind ichor on a Helm install: refused at once with the `helm
+    /// upgrade` command (R4.6a); the operation writes nothing.
     async fn refuse_kind_ichor(&self, status: &mut TalosOperationStatus) -> Action {
         let spec = &self.op.spec;
-        let message = match self.ctx.config.deployed_by {
-            DeployedBy::Helm => format!(
-                "Ichor was installed with Helm, so Helm upgrades it: helm upgrade ichor <chart> --namespace {} --version {} (the operation writes nothing)",
-                self.ctx.config.system_namespace,
-                spec.version.as_deref().unwrap_or("<version>").trim_start_matches('v')
-            ),
-            DeployedBy::Installer => "kind ichor (the installer Job) is not run by this Ichor yet; run `ichor adopt` of the new version to upgrade the install".to_string(),
-        };
-        let reason = match self.ctx.config.deployed_by {
-            DeployedBy::Helm => reasons::REFUSED,
-            DeployedBy::Installer => reasons::KIND_NOT_SUPPORTED,
-        };
+        let message = format!(
+            "Ichor was installed with Helm, so Helm upgrades it: helm upgrade ichor <chart> --namespace {} --version {} (the operation writes nothing)",
+            self.ctx.config.system_namespace,
+            spec.version
+                .as_deref()
+                .unwrap_or("<version>")
+                .trim_start_matches('v')
+        );
         status.start_time = Some(self.now());
-        self.finish(status, OperationPhase::Failed, reason, message)
+        self.finish(status, OperationPhase::Failed, reasons::REFUSED, message)
             .await;
         Action::await_change()
     }
@@ -563,15 +586,21 @@ impl Run<'_> {
         )
         .await;
         if spec.kind == OperationKind::KubernetesUpgrade {
+            status.components = decide::component_plan(&status.plan);
+        }
+        if spec.dry_run {
             self.finish(
                 status,
-                OperationPhase::Failed,
-                reasons::KIND_NOT_SUPPORTED,
-                "the plan is written, but this Ichor does not run kubernetes-upgrade yet; nothing was touched (talosctl upgrade-k8s can run it)".to_string(),
+                OperationPhase::Succeeded,
+                reasons::DRY_RUN,
+                format!("dry run: the plan is written ({order}); nothing was touched"),
             )
             .await;
             return Action::await_change();
         }
+        self.ctx
+            .metrics
+            .operation_phase(spec.kind.as_str(), None, "Running");
         status.phase = Some(OperationPhase::Running);
         status.message = Some(format!("planned: {order}"));
         // The plan is written before any step (the status write follows).
@@ -660,13 +689,22 @@ impl Run<'_> {
         let p = &mut status.machines[index];
         match &outcome {
             StepOutcome::Advanced => {
-                self.ctx.metrics.operation_step(step_name(p.step));
+                let took = p
+                    .step_start_time
+                    .as_ref()
+                    .and_then(|s| Duration::try_from(now.0.duration_since(s.0)).ok())
+                    .unwrap_or_default();
+                self.ctx
+                    .metrics
+                    .operation_step(spec.kind.as_str(), step_name(p.step), took);
                 let next = decide::step_after(spec.kind, role, p.step);
                 if p.step == MachineStep::Skipped {
                     // Skipped at its start (held since the plan).
                 } else {
                     p.step = next;
                     p.step_start_time = Some(now.clone());
+                    // The words of the step it is in now, not of the one done.
+                    p.message = Some(step_words(next, p, spec.version.as_deref()));
                     if next == MachineStep::Succeeded {
                         p.completion_time = Some(now.clone());
                         p.message = Some("done".to_string());
@@ -1096,6 +1134,27 @@ fn skipped_now(status: &TalosOperationStatus) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// What a machine in `step` is doing, in words (its message until the step
+/// says more).
+fn step_words(step: MachineStep, p: &MachineProgress, version: Option<&str>) -> String {
+    let node = p.node_name.as_deref().unwrap_or(&p.machine);
+    let image = p.image.as_deref().unwrap_or("the installer");
+    match step {
+        MachineStep::CheckingEtcd => "checking that etcd keeps quorum without it".to_string(),
+        MachineStep::Pulling => format!("pulling {image}"),
+        MachineStep::Upgrading => format!("writing {image} to the other boot slot"),
+        MachineStep::Draining => format!("cordoning and draining Node {node}"),
+        MachineStep::Rebooting => "rebooting".to_string(),
+        MachineStep::WaitingForReturn => match version {
+            Some(v) => format!("waiting for a new boot id, {v} and Node {node} Ready"),
+            None => format!("waiting for a new boot id and Node {node} Ready"),
+        },
+        MachineStep::Uncordoning => format!("back; uncordoning Node {node}"),
+        MachineStep::Succeeded => "done".to_string(),
+        MachineStep::Pending | MachineStep::Failed | MachineStep::Skipped => String::new(),
+    }
 }
 
 /// A step's name in metrics (the status's spelling).

@@ -9,8 +9,8 @@ use std::time::Duration;
 use ichor_api::conditions::reasons;
 use ichor_api::machine::MachineRole;
 use ichor_api::operation::{
-    MachineProgress, MachineStep, OperationKind, PlanEntry, PlannedAction, TalosOperationSpec,
-    TalosOperationStatus,
+    ComponentPhase, ComponentProgress, KubernetesComponent, MachineProgress, MachineStep,
+    OperationKind, PlanEntry, PlannedAction, TalosOperationSpec, TalosOperationStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -504,6 +504,259 @@ pub fn installer_image(
 /// The Image Factory's installer of the empty schematic (Talos's default).
 pub const DEFAULT_INSTALLER_REPOSITORY: &str = "factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
 
+/// `v1.37.0` for `1.37.0` or `v1.37.0`: the tag of Kubernetes images and
+/// the kubelet's reported version.
+pub fn kubernetes_tag(version: &str) -> String {
+    format!("v{}", version.trim().trim_start_matches('v'))
+}
+
+/// (major, minor, patch) of `v1.37.0` / `1.37.0-rc.1` (pre-release ignored).
+pub fn semver(version: &str) -> Option<(u64, u64, u64)> {
+    let v = version.trim().trim_start_matches('v');
+    let core = v.split(['-', '+']).next()?;
+    let mut parts = core.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    let patch = parts.next().map_or(Some(0), |p| p.parse().ok())?;
+    Some((major, minor, patch))
+}
+
+/// The tag of an image (`registry.k8s.io/kube-apiserver:v1.36.2` → `v1.36.2`).
+pub fn image_tag(image: &str) -> Option<&str> {
+    let no_digest = image.split('@').next().unwrap_or(image);
+    let last = no_digest.rsplit('/').next().unwrap_or(no_digest);
+    last.split_once(':').map(|(_, tag)| tag)
+}
+
+/// The lowest Kubernetes version among the images the nodes run (what
+/// `talosctl upgrade-k8s` takes as the version it upgrades from).
+pub fn lowest_version<'a>(images: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    images
+        .into_iter()
+        .filter_map(image_tag)
+        .filter_map(|t| semver(t).map(|v| (v, t)))
+        .min_by_key(|(v, _)| *v)
+        .map(|(_, t)| kubernetes_tag(t))
+}
+
+/// The version path of a kubernetes-upgrade: the same minor or the next
+/// one, as `talosctl upgrade-k8s` allows (each minor's removals are checked
+/// on the way; skipping one would skip its checks and break version skew).
+pub fn kubernetes_path(from: &str, to: &str) -> Result<(), String> {
+    let (Some(f), Some(t)) = (semver(from), semver(to)) else {
+        return Err(format!(
+            "cannot read the version path {from} → {to}: versions look like v1.37.0"
+        ));
+    };
+    if f.0 == t.0 && (t.1 == f.1 || t.1 == f.1 + 1) {
+        return Ok(());
+    }
+    let next = format!("v{}.{}", f.0, f.1 + 1);
+    Err(if t < f {
+        format!("the cluster runs Kubernetes {from}; a downgrade to {to} is not supported")
+    } else {
+        format!(
+            "the cluster runs Kubernetes {from}; {to} is more than one minor version ahead: upgrade to the newest {next}.x first, then to {to}"
+        )
+    })
+}
+
+/// The API resources (`plural.version.group`) a Kubernetes minor removes,
+/// by the minor that removes them: objects of these left in the cluster are
+/// lost to the upgrade.
+pub const REMOVED_API_RESOURCES: &[(u64, &str)] = &[
+    (25, "podsecuritypolicies.v1beta1.policy"),
+    (29, "clustercidrs.v1alpha1.networking.k8s.io"),
+    (32, "podschedulingcontexts.v1alpha3.resource.k8s.io"),
+    (37, "workloads.v1alpha2.scheduling.k8s.io"),
+    (37, "podgroups.v1alpha2.scheduling.k8s.io"),
+];
+
+/// The resources removed on the path `from` → `to` (minors after `from`,
+/// up to `to`), as (plural, version, group).
+pub fn removed_on_path(from: &str, to: &str) -> Vec<(&'static str, &'static str, &'static str)> {
+    let (Some(f), Some(t)) = (semver(from), semver(to)) else {
+        return Vec::new();
+    };
+    REMOVED_API_RESOURCES
+        .iter()
+        .filter(|(minor, _)| f.0 == 1 && t.0 == 1 && *minor > f.1 && *minor <= t.1)
+        .filter_map(|(_, r)| {
+            let (plural, rest) = r.split_once('.')?;
+            let (version, group) = rest.split_once('.')?;
+            Some((plural, version, group))
+        })
+        .collect()
+}
+
+/// The refusal of a path whose removed APIs still hold objects, naming
+/// them: `in_use` is (resource, object names) per resource that has some.
+pub fn removed_api_refusal(to: &str, in_use: &[(String, Vec<String>)]) -> Option<String> {
+    if in_use.is_empty() {
+        return None;
+    }
+    let listed = in_use
+        .iter()
+        .map(|(resource, objects)| {
+            let shown: Vec<&str> = objects.iter().take(5).map(String::as_str).collect();
+            let more = objects.len().saturating_sub(shown.len());
+            let tail = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            format!("{resource} ({}{tail})", shown.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    Some(format!(
+        "Kubernetes {to} no longer serves APIs that objects in the cluster still use: {listed}; move them to the API that replaces it (or delete them), then create the operation again"
+    ))
+}
+
+/// The component steps of a kubernetes-upgrade, in the order they run:
+/// kube-apiserver on each control plane one at a time, then
+/// kube-controller-manager, kube-scheduler and kube-proxy the same way,
+/// then the kubelet of every machine (control planes first) node by node.
+/// Machines the plan skips get no step.
+pub fn component_plan(plan: &[PlanEntry]) -> Vec<ComponentProgress> {
+    let acting: Vec<&PlanEntry> = plan
+        .iter()
+        .filter(|e| e.action != PlannedAction::Skip)
+        .collect();
+    let control_planes: Vec<&PlanEntry> = acting
+        .iter()
+        .copied()
+        .filter(|e| e.role == MachineRole::Controlplane)
+        .collect();
+    let step = |component, e: &PlanEntry| ComponentProgress {
+        component,
+        machine: e.machine.clone(),
+        phase: ComponentPhase::Pending,
+        image_before: None,
+        image: None,
+        start_time: None,
+        completion_time: None,
+        message: None,
+    };
+    let mut steps = Vec::new();
+    for component in [
+        KubernetesComponent::ApiServer,
+        KubernetesComponent::ControllerManager,
+        KubernetesComponent::Scheduler,
+        KubernetesComponent::KubeProxy,
+    ] {
+        steps.extend(control_planes.iter().map(|e| step(component, e)));
+    }
+    steps.extend(acting.iter().map(|e| step(KubernetesComponent::Kubelet, e)));
+    steps
+}
+
+/// What a kubernetes-upgrade does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NextComponent {
+    /// Run the step at this index of `status.components`.
+    Step(usize),
+    Cancel,
+    Succeed,
+    Fail {
+        step: String,
+        message: String,
+    },
+}
+
+/// The next component step, from the status alone (a restarted controller
+/// resumes there). A cancel stops before the next step; a step already
+/// written finishes its wait first.
+pub fn next_component(status: &TalosOperationStatus, cancel: bool) -> NextComponent {
+    if let Some(failed) = status
+        .components
+        .iter()
+        .find(|c| c.phase == ComponentPhase::Failed)
+    {
+        return NextComponent::Fail {
+            step: format!("{} on {}", failed.component.as_str(), failed.machine),
+            message: failed.message.clone().unwrap_or_default(),
+        };
+    }
+    match status
+        .components
+        .iter()
+        .position(|c| c.phase != ComponentPhase::Succeeded)
+    {
+        None if cancel => NextComponent::Cancel,
+        None => NextComponent::Succeed,
+        Some(i) if cancel && status.components[i].phase == ComponentPhase::Pending => {
+            NextComponent::Cancel
+        }
+        Some(i) => NextComponent::Step(i),
+    }
+}
+
+/// Whether a node runs a component's new image: the Talos side (`node`,
+/// the image of the component's config resource) and, where Kubernetes
+/// shows it, the Kubernetes side (`kube`: `Ok` when the pod or Node says
+/// so, `Err` with what it says). `None` when it does; else what is awaited.
+pub fn component_verdict(
+    component: KubernetesComponent,
+    machine: &str,
+    expected: &str,
+    node: Option<&str>,
+    kube: Result<(), String>,
+) -> Option<String> {
+    if node != Some(expected) {
+        return Some(format!(
+            "{machine} has not taken {} {expected} yet (it reports {})",
+            component.as_str(),
+            node.unwrap_or("no image")
+        ));
+    }
+    kube.err()
+}
+
+/// Each machine's step as its component steps say: Upgrading once one has
+/// started, Succeeded when all are, Failed when one failed.
+pub fn machines_from_components(status: &mut TalosOperationStatus, now: &Time) {
+    for p in status
+        .machines
+        .iter_mut()
+        .filter(|p| p.step != MachineStep::Skipped)
+    {
+        let steps: Vec<&ComponentProgress> = status
+            .components
+            .iter()
+            .filter(|c| c.machine == p.machine)
+            .collect();
+        let started = steps.iter().any(|c| c.phase != ComponentPhase::Pending);
+        let failed = steps.iter().find(|c| c.phase == ComponentPhase::Failed);
+        let done = !steps.is_empty() && steps.iter().all(|c| c.phase == ComponentPhase::Succeeded);
+        if let Some(f) = failed {
+            p.step = MachineStep::Failed;
+            p.message = f.message.clone();
+        } else if done {
+            if p.step != MachineStep::Succeeded {
+                p.completion_time = Some(now.clone());
+            }
+            p.step = MachineStep::Succeeded;
+            p.message = Some("every component runs the new version".to_string());
+        } else if started {
+            if p.start_time.is_none() {
+                p.start_time = Some(now.clone());
+            }
+            p.step = MachineStep::Upgrading;
+            if let Some(c) = steps.iter().find(|c| {
+                c.phase != ComponentPhase::Succeeded && c.phase != ComponentPhase::Pending
+            }) {
+                p.message = Some(format!(
+                    "{}: {}",
+                    c.component.as_str(),
+                    c.message.clone().unwrap_or_default()
+                ));
+            }
+        }
+    }
+}
+
 /// The role words used in messages.
 pub fn role_words(role: MachineRole) -> &'static str {
     role_name(role)
@@ -944,6 +1197,156 @@ mod tests {
                 &seen(Some("b"), "v1.13.9", true)
             ),
             ReturnVerdict::Back
+        );
+    }
+
+    /// The version path: the same minor or the next, nothing else.
+    /// Covers: issue 14 item 4 (version path check)
+    #[test]
+    fn kubernetes_version_paths() {
+        assert!(kubernetes_path("v1.36.2", "1.37.0").is_ok());
+        assert!(kubernetes_path("v1.36.2", "v1.36.5").is_ok());
+        let skip = kubernetes_path("v1.35.0", "v1.37.0").expect_err("two minors");
+        assert!(skip.contains("v1.36.x first"), "{skip}");
+        let down = kubernetes_path("v1.37.0", "v1.36.0").expect_err("downgrade");
+        assert!(down.contains("downgrade"), "{down}");
+        assert!(kubernetes_path("v1.36.0", "latest").is_err());
+        assert_eq!(
+            lowest_version([
+                "registry.k8s.io/kube-apiserver:v1.36.2",
+                "ghcr.io/siderolabs/kubelet:v1.36.0",
+                "registry.k8s.io/kube-scheduler:v1.37.0@sha256:00",
+            ]),
+            Some("v1.36.0".to_string())
+        );
+    }
+
+    /// The removed-API check names the resource and the objects that use it.
+    /// Covers: issue 14 item 4 (removed-API check with what uses it)
+    #[test]
+    fn removed_apis_on_the_path() {
+        assert_eq!(
+            removed_on_path("v1.36.1", "v1.37.0"),
+            vec![
+                ("workloads", "v1alpha2", "scheduling.k8s.io"),
+                ("podgroups", "v1alpha2", "scheduling.k8s.io")
+            ]
+        );
+        assert!(removed_on_path("v1.37.0", "v1.37.2").is_empty());
+        assert_eq!(removed_on_path("v1.24.3", "v1.25.0").len(), 1);
+        assert_eq!(removed_api_refusal("v1.37.0", &[]), None);
+        let refusal = removed_api_refusal(
+            "v1.37.0",
+            &[(
+                "workloads.v1alpha2.scheduling.k8s.io".into(),
+                (1..=7).map(|i| format!("default/w{i}")).collect(),
+            )],
+        )
+        .expect("refused");
+        assert!(
+            refusal.contains("workloads.v1alpha2.scheduling.k8s.io (default/w1, default/w2, default/w3, default/w4, default/w5 and 2 more)"),
+            "{refusal}"
+        );
+    }
+
+    /// The component steps: each control-plane component on every control
+    /// plane in plan order, kube-proxy on control planes, then every kubelet;
+    /// held machines get none.
+    /// Covers: issue 14 item 4 (apiserver, controller-manager, scheduler per control plane, kube-proxy, kubelets node by node), item 3
+    #[test]
+    fn component_steps_in_order() {
+        let mut ms = machines();
+        hold(&mut ms, "prod-w-2");
+        let plan = entries(super::plan(
+            &op(OperationKind::KubernetesUpgrade),
+            &ms,
+            Some("prod-cp-1"),
+        ));
+        let steps: Vec<String> = component_plan(&plan)
+            .iter()
+            .map(|c| format!("{} {}", c.component.as_str(), c.machine))
+            .collect();
+        let mut want = Vec::new();
+        for c in [
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kube-proxy",
+        ] {
+            for m in ["prod-cp-2", "prod-cp-3", "prod-cp-1"] {
+                want.push(format!("{c} {m}"));
+            }
+        }
+        for m in ["prod-cp-2", "prod-cp-3", "prod-cp-1", "prod-w-1"] {
+            want.push(format!("kubelet {m}"));
+        }
+        assert_eq!(steps, want);
+    }
+
+    /// The next component step from status; cancel stops before a step that
+    /// has not started, never in the middle of one.
+    /// Covers: issue 14 item 6 (cancel; resume from status)
+    #[test]
+    fn next_component_from_status() {
+        let plan = entries(super::plan(
+            &op(OperationKind::KubernetesUpgrade),
+            &machines(),
+            None,
+        ));
+        let mut st = status_from(plan.clone());
+        st.components = component_plan(&plan);
+        assert_eq!(next_component(&st, false), NextComponent::Step(0));
+        assert_eq!(next_component(&st, true), NextComponent::Cancel);
+        st.components[0].phase = ComponentPhase::Succeeded;
+        st.components[1].phase = ComponentPhase::Waiting;
+        assert_eq!(next_component(&st, true), NextComponent::Step(1));
+        machines_from_components(&mut st, &t(5));
+        let cp2 = st
+            .machines
+            .iter()
+            .find(|m| m.machine == "prod-cp-2")
+            .expect("cp2");
+        assert_eq!(cp2.step, MachineStep::Upgrading);
+        for c in st.components.iter_mut() {
+            c.phase = ComponentPhase::Succeeded;
+        }
+        assert_eq!(next_component(&st, false), NextComponent::Succeed);
+        machines_from_components(&mut st, &t(6));
+        assert!(st.machines.iter().all(|m| m.step == MachineStep::Succeeded));
+        st.components[3].phase = ComponentPhase::Failed;
+        st.components[3].message = Some("timed out".into());
+        assert!(
+            matches!(next_component(&st, false), NextComponent::Fail { message, .. } if message == "timed out")
+        );
+    }
+
+    #[test]
+    fn component_verdicts() {
+        use KubernetesComponent::Kubelet;
+        let want = "ghcr.io/siderolabs/kubelet:v1.37.0";
+        assert!(
+            component_verdict(
+                Kubelet,
+                "w",
+                want,
+                Some("ghcr.io/siderolabs/kubelet:v1.36.0"),
+                Ok(())
+            )
+            .is_some()
+        );
+        assert_eq!(
+            component_verdict(
+                Kubelet,
+                "w",
+                want,
+                Some(want),
+                Err("Node w reports v1.36.0".into())
+            ),
+            Some("Node w reports v1.36.0".into())
+        );
+        assert_eq!(
+            component_verdict(Kubelet, "w", want, Some(want), Ok(())),
+            None
         );
     }
 

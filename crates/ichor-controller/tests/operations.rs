@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use common::*;
 use ichor_api::conditions::{self, reasons, types};
-use ichor_api::operation::{MachineStep, OperationPhase, TalosOperation};
+use ichor_api::operation::{ComponentPhase, MachineStep, OperationPhase, TalosOperation};
 use ichor_api::{TalosCluster, TalosMachine};
 use ichor_controller::operation::{CANCEL_ANNOTATION, OperationBounds};
 use ichor_talemu::{Emulator, NodeSpec, WriteAction};
+use ichor_talos_client::resources::KubernetesComponent;
 use ichor_testenv::TestEnv;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -90,9 +91,20 @@ async fn lab(
     machines: &[(&str, &'static str)],
     held: &[&str],
 ) -> Lab {
+    lab_with(client, ns, machines, held, |c| c).await
+}
+
+/// [`lab`], each node's config passed through `edit` first.
+async fn lab_with(
+    client: &kube::Client,
+    ns: &str,
+    machines: &[(&str, &'static str)],
+    held: &[&str],
+    edit: fn(String) -> String,
+) -> Lab {
     let suffix = ns.rsplit('-').next().unwrap_or(ns).to_string();
-    let cp = cni_none_fixture("v1.12-cni-none-controlplane.yaml");
-    let worker = cni_none_fixture("v1.12-cni-none-worker.yaml");
+    let cp = edit(cni_none_fixture("v1.12-cni-none-controlplane.yaml"));
+    let worker = edit(cni_none_fixture("v1.12-cni-none-worker.yaml"));
     let mut specs = Vec::new();
     let mut named = Vec::new();
     for (i, (name, role)) in machines.iter().enumerate() {
@@ -239,6 +251,7 @@ fn quick() -> OperationBounds {
         drain: Duration::from_secs(60),
         node_return: Duration::from_secs(60),
         poll: Duration::from_millis(100),
+        component: Duration::from_secs(60),
     }
 }
 
@@ -344,8 +357,19 @@ async fn talos_upgrade_in_order_skipping_the_held_worker() {
         let n = nodes.get(host).await.unwrap();
         assert_ne!(n.spec.and_then(|s| s.unschedulable), Some(true), "{host}");
     }
-    // The finalizer is gone once the operation is done.
-    assert!(op.metadata.finalizers.unwrap_or_default().is_empty());
+    // The finalizer is gone once the operation is done (it is removed
+    // right after the last status write).
+    wait_for("the operation's finalizer to go", || async {
+        s.ops
+            .get("up")
+            .await
+            .unwrap()
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .is_empty()
+    })
+    .await;
     s.running.stop().await.unwrap();
 }
 
@@ -683,5 +707,485 @@ async fn kind_ichor_on_a_helm_install_prints_the_helm_command() {
         )),
         "{message}"
     );
+    running.stop().await.unwrap();
+}
+
+/// The lab's nodes run Kubernetes v1.36.0 (the fixtures' images retagged).
+fn at_v1_36(config: String) -> String {
+    config.replace(":v1.28.0", ":v1.36.0")
+}
+
+const COMPONENTS: &[(KubernetesComponent, &str)] = &[
+    (KubernetesComponent::ApiServer, "kube-apiserver"),
+    (
+        KubernetesComponent::ControllerManager,
+        "kube-controller-manager",
+    ),
+    (KubernetesComponent::Scheduler, "kube-scheduler"),
+    (KubernetesComponent::KubeProxy, "kube-proxy"),
+    (KubernetesComponent::Kubelet, "kubelet"),
+];
+
+/// The image of each component a config names (`kube-apiserver` → its image).
+fn images_of(config: &[u8]) -> std::collections::BTreeMap<&'static str, String> {
+    let text = String::from_utf8_lossy(config);
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(image) = line.trim().strip_prefix("image: ") else {
+            continue;
+        };
+        for (_, name) in COMPONENTS {
+            let repo = image.rsplit('/').next().unwrap_or(image);
+            if repo.split(':').next() == Some(*name) {
+                out.insert(*name, image.to_string());
+            }
+        }
+    }
+    out
+}
+
+impl Lab {
+    /// The kubelets' and static pods' part, from each node's active config:
+    /// the control-plane components' mirror pods (`kube-system`, label
+    /// `k8s-app`) run the image the node's config names and are Ready; the
+    /// Node reports the kubelet version its config names.
+    async fn play_kubelets(&self, client: &kube::Client) {
+        let pods = Api::<Pod>::namespaced(client.clone(), "kube-system");
+        let nodes = Api::<Node>::all(client.clone());
+        for (i, (_, role, host)) in self.machines.iter().enumerate() {
+            let Some(config) = self.emu.active_config(i) else {
+                continue;
+            };
+            let images = images_of(&config);
+            if let Some(kubelet) = images.get("kubelet") {
+                let version = kubelet.rsplit(':').next().unwrap_or_default();
+                nodes
+                    .patch_status(
+                        host,
+                        &PatchParams::default(),
+                        &Patch::Merge(&json!({"status": {"nodeInfo": {"kubeletVersion": version,
+                            "kubeProxyVersion": "", "osImage": "Talos", "operatingSystem": "linux",
+                            "architecture": "amd64", "kernelVersion": "", "containerRuntimeVersion": "containerd://2.1.5",
+                            "machineID": "", "systemUUID": "", "bootID": ""}}})),
+                    )
+                    .await
+                    .unwrap();
+            }
+            if *role != "controlplane" {
+                continue;
+            }
+            for name in [
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+            ] {
+                let Some(image) = images.get(name) else {
+                    continue;
+                };
+                let pod_name = format!("{name}-{host}");
+                let current = pods.get_opt(&pod_name).await.unwrap();
+                let runs = current.as_ref().is_some_and(|p| {
+                    p.spec
+                        .as_ref()
+                        .is_some_and(|s| s.containers[0].image.as_deref() == Some(image))
+                });
+                if runs {
+                    continue;
+                }
+                // A static pod restarted with the new image: a new mirror pod.
+                if current.is_some() {
+                    pods.delete(
+                        &pod_name,
+                        &kube::api::DeleteParams::default().grace_period(0),
+                    )
+                    .await
+                    .unwrap();
+                    wait_for("the old mirror pod to go", || async {
+                        pods.get_opt(&pod_name).await.unwrap().is_none()
+                    })
+                    .await;
+                }
+                let pod: Pod = serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": pod_name, "namespace": "kube-system",
+                        "labels": {"k8s-app": name, "tier": "control-plane"},
+                        "annotations": {"kubernetes.io/config.mirror": "played by the test"}},
+                    "spec": {"nodeName": host, "terminationGracePeriodSeconds": 0,
+                        "containers": [{"name": name, "image": image}]}
+                }))
+                .unwrap();
+                pods.create(&PostParams::default(), &pod).await.unwrap();
+                pods.patch_status(
+                    &pod_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"status": {"phase": "Running", "conditions": [
+                        {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+                )
+                .await
+                .unwrap();
+            }
+        }
+    }
+
+    /// The component each config apply changed, in write order, as
+    /// `machine: component`: the write log's applies compared one after
+    /// the other, per node.
+    fn component_writes(&self) -> Vec<String> {
+        let mut last: std::collections::BTreeMap<
+            String,
+            std::collections::BTreeMap<&'static str, String>,
+        > = std::collections::BTreeMap::new();
+        let mut out = Vec::new();
+        for w in self.emu.writes() {
+            let WriteAction::ApplyConfiguration { config, .. } = &w.action else {
+                continue;
+            };
+            let Some((machine, _, _)) = self.machines.iter().find(|(_, _, h)| *h == w.node) else {
+                continue;
+            };
+            let now = images_of(config);
+            let before = last.get(&w.node).cloned().unwrap_or_default();
+            for (name, image) in &now {
+                if !before.is_empty() && before.get(name) != Some(image) {
+                    out.push(format!(
+                        "{machine}: {name} {}",
+                        image.rsplit(':').next().unwrap_or_default()
+                    ));
+                } else if before.is_empty() && image.ends_with(":v1.37.0") {
+                    out.push(format!("{machine}: {name} v1.37.0"));
+                }
+            }
+            last.insert(w.node.clone(), now);
+        }
+        out
+    }
+}
+
+/// Waits for an operation to finish while playing the kubelets.
+async fn finished_playing(s: &Setup, name: &str) -> TalosOperation {
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        s.lab.play_kubelets(&s.client).await;
+        let op = s.ops.get(name).await.unwrap();
+        if op.status.as_ref().is_some_and(|st| {
+            matches!(
+                st.phase,
+                Some(OperationPhase::Succeeded | OperationPhase::Failed)
+            )
+        }) {
+            return op;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "TalosOperation {name} did not finish: {:?}",
+            op.status
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn kubernetes_operation(ns: &str, name: &str, version: &str, dry_run: bool) -> TalosOperation {
+    let mut op = operation(ns, name, "kubernetes-upgrade", &[]);
+    op.spec.version = Some(version.into());
+    op.spec.dry_run = dry_run;
+    op
+}
+
+/// A kubernetes-upgrade of 3 control planes + 2 workers (one held) from
+/// v1.36.0 to v1.37.0, after a refusal at plan time: a version two minors
+/// ahead. Then a dry run writes the plan and its component steps and
+/// touches nothing. Then the upgrade: the write log shows kube-apiserver
+/// on each control plane one at a time, then kube-controller-manager,
+/// kube-scheduler and kube-proxy the same way, then each kubelet node by
+/// node (Ichor's node last of the workers' turn), every step a no-reboot
+/// apply; nothing is written to the held worker; every node's Talos API
+/// reports each component's new image, and its pods and Node show it.
+/// Covers: issue 14 items 1, 3, 4 (kubernetes-upgrade end to end, dry-run plan, version path)
+#[tokio::test]
+async fn kubernetes_upgrade_component_by_component() {
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("op-k8s").await;
+    crds(&client, &ns).await;
+    bundle_secret(&client, &ns).await;
+    Api::<TalosCluster>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &cluster(&ns))
+        .await
+        .unwrap();
+    let lab = lab_with(&client, &ns, LAB, &["w-2"], at_v1_36).await;
+    let mut config = config(&ns, &ns);
+    config.operation_bounds = quick();
+    config.node_name = Some(lab.host("cp-1"));
+    let running = start(client.clone(), config);
+    let ops = Api::<TalosOperation>::namespaced(client.clone(), &ns);
+    let s = Setup {
+        client,
+        ns,
+        running,
+        lab,
+        ops,
+    };
+
+    // Two minors ahead: refused, naming the step between.
+    s.ops
+        .create(
+            &PostParams::default(),
+            &kubernetes_operation(&s.ns, "skip", "1.38.0", false),
+        )
+        .await
+        .unwrap();
+    let op = finished_playing(&s, "skip").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", reasons::UNSUPPORTED_VERSION_PATH),
+        "{message}"
+    );
+    assert!(
+        message.contains("v1.36.0") && message.contains("v1.37.x first"),
+        "{message}"
+    );
+
+    // The removed-API check lists workloads.v1alpha2.scheduling.k8s.io and
+    // podgroups.v1alpha2.scheduling.k8s.io: this API server does not serve
+    // them (404), so nothing uses them and the plan goes on. (A CRD cannot
+    // stand in for them: the API server keeps a built-in group's paths.)
+    assert!(s.lab.component_writes().is_empty());
+
+    // The dry run: the plan and its steps, nothing touched.
+    s.ops
+        .create(
+            &PostParams::default(),
+            &kubernetes_operation(&s.ns, "preview", "1.37.0", true),
+        )
+        .await
+        .unwrap();
+    let op = finished_playing(&s, "preview").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", reasons::DRY_RUN),
+        "{message}"
+    );
+    let st = op.status.unwrap();
+    let steps: Vec<String> = st
+        .components
+        .iter()
+        .map(|c| format!("{}: {}", c.machine, c.component.as_str()))
+        .collect();
+    let mut want = Vec::new();
+    for c in [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kube-proxy",
+    ] {
+        for m in ["cp-2", "cp-3", "cp-1"] {
+            want.push(format!("{m}: {c}"));
+        }
+    }
+    for m in ["cp-2", "cp-3", "cp-1", "w-1"] {
+        want.push(format!("{m}: kubelet"));
+    }
+    assert_eq!(steps, want);
+    assert!(
+        st.components
+            .iter()
+            .all(|c| c.phase == ComponentPhase::Pending)
+    );
+    assert!(s.lab.component_writes().is_empty());
+
+    // The upgrade.
+    s.ops
+        .create(
+            &PostParams::default(),
+            &kubernetes_operation(&s.ns, "k8s", "1.37.0", false),
+        )
+        .await
+        .unwrap();
+    let op = finished_playing(&s, "k8s").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", reasons::SUCCEEDED),
+        "{message}"
+    );
+    assert!(message.contains("w-2 skipped (held)"), "{message}");
+    assert!(message.contains("spec.kubernetesVersion"), "{message}");
+    let written: Vec<String> = want.iter().map(|w| format!("{w} v1.37.0")).collect();
+    assert_eq!(s.lab.component_writes(), written);
+    let st = op.status.unwrap();
+    for c in &st.components {
+        assert_eq!(c.phase, ComponentPhase::Succeeded, "{c:?}");
+        assert!(
+            c.image_before
+                .as_deref()
+                .is_some_and(|i| i.ends_with(":v1.36.0")),
+            "{c:?}"
+        );
+        assert!(
+            c.image
+                .as_deref()
+                .is_some_and(|i| i.ends_with(&format!("{}:v1.37.0", c.component.as_str()))),
+            "{c:?}"
+        );
+    }
+    for p in &st.machines {
+        let want = if p.machine == "w-2" {
+            MachineStep::Skipped
+        } else {
+            MachineStep::Succeeded
+        };
+        assert_eq!(p.step, want, "{p:?}");
+    }
+    let w2 = s.lab.host("w-2");
+    assert!(
+        s.lab.emu.writes().iter().all(|w| w.node != w2),
+        "the held worker was written"
+    );
+    // Every node's Talos API reports every component at the new version
+    // (the held worker keeps its kubelet); each write was a no-reboot apply.
+    for (i, (machine, role, _)) in s.lab.machines.iter().enumerate() {
+        let talos = s.lab.emu.admin_client(i).unwrap();
+        let components: &[(KubernetesComponent, &str)] = if *role == "controlplane" {
+            COMPONENTS
+        } else {
+            &COMPONENTS[4..]
+        };
+        for (c, name) in components {
+            let image = talos
+                .component_image("", *c)
+                .await
+                .unwrap()
+                .unwrap_or_default();
+            let want = if machine == "w-2" {
+                "v1.36.0"
+            } else {
+                "v1.37.0"
+            };
+            assert!(
+                image.ends_with(&format!("{name}:{want}")),
+                "{machine} {name}: {image}"
+            );
+        }
+    }
+    assert!(
+        s.lab.emu.writes().iter().all(|w| match &w.action {
+            WriteAction::ApplyConfiguration { mode, .. } => mode == "no_reboot",
+            WriteAction::Reboot { .. } | WriteAction::Upgrade { .. } => false,
+            _ => true,
+        }),
+        "{:?}",
+        s.lab
+            .emu
+            .writes()
+            .iter()
+            .map(|w| format!("{:?}", w.action))
+            .collect::<Vec<_>>()
+            .len()
+    );
+    s.running.stop().await.unwrap();
+}
+
+/// Kind ichor on an install-manifest install: a dry run names the installer
+/// Job and starts nothing; the operation starts the installer Job (Ichor's
+/// own image at the target tag, `ichor install --to`, the
+/// ichor-installer identity) and follows it: the test plays the Job
+/// controller, and the operation ends as the Job does.
+/// Covers: issue 14 item 5 (the ichor kind through the installer Job)
+#[tokio::test]
+async fn kind_ichor_on_an_installer_install_runs_the_installer_job() {
+    use k8s_openapi::api::batch::v1::Job;
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("op-ichor-job").await;
+    crds(&client, &ns).await;
+    let mut config = config(&ns, &ns);
+    config.cni_job_image = Some("ghcr.io/maeshinshin/ichor-controller:v0.1.0".into());
+    let running = start(client.clone(), config);
+    let ops = Api::<TalosOperation>::namespaced(client.clone(), &ns);
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns);
+
+    let mut preview = operation(&ns, "preview", "ichor", &[]);
+    preview.spec.version = Some("v0.2.0".into());
+    preview.spec.dry_run = true;
+    ops.create(&PostParams::default(), &preview).await.unwrap();
+    let op = finished(&ops, "preview").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", reasons::DRY_RUN),
+        "{message}"
+    );
+    assert!(message.contains(&format!("installer Job {ns}/ichor-upgrade-preview runs ghcr.io/maeshinshin/ichor-controller:v0.2.0")), "{message}");
+    assert!(
+        jobs.get_opt("ichor-upgrade-preview")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    for (name, ok) in [("self", true), ("broken", false)] {
+        let mut op = operation(&ns, name, "ichor", &[]);
+        op.spec.version = Some("v0.2.0".into());
+        ops.create(&PostParams::default(), &op).await.unwrap();
+        let job_name = format!("ichor-upgrade-{name}");
+        wait_for("the installer Job", || async {
+            jobs.get_opt(&job_name).await.unwrap().is_some()
+        })
+        .await;
+        let job = jobs.get(&job_name).await.unwrap();
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        assert_eq!(pod.service_account_name.as_deref(), Some("ichor-installer"));
+        assert_eq!(
+            pod.containers[0].image.as_deref(),
+            Some("ghcr.io/maeshinshin/ichor-controller:v0.2.0")
+        );
+        assert_eq!(
+            pod.containers[0].args,
+            Some(vec!["install".into(), "--to".into(), "v0.2.0".into()])
+        );
+        wait_for("the operation to follow the Job", || async {
+            ops.get(name).await.unwrap().status.is_some_and(|s| {
+                s.phase == Some(OperationPhase::Running)
+                    && s.message.as_deref().is_some_and(|m| m.contains(&job_name))
+            })
+        })
+        .await;
+        let end = "2026-01-01T00:00:10Z";
+        let outcome = if ok {
+            json!({"status": {"startTime": "2026-01-01T00:00:00Z", "active": 0, "succeeded": 1, "completionTime": end, "conditions": [
+                {"type": "SuccessCriteriaMet", "status": "True", "lastProbeTime": end, "lastTransitionTime": end},
+                {"type": "Complete", "status": "True", "lastProbeTime": end, "lastTransitionTime": end}]}})
+        } else {
+            json!({"status": {"startTime": "2026-01-01T00:00:00Z", "active": 0, "failed": 1, "conditions": [
+                {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit", "lastProbeTime": end, "lastTransitionTime": end},
+                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit", "lastProbeTime": end, "lastTransitionTime": end}]}})
+        };
+        jobs.patch_status(&job_name, &PatchParams::default(), &Patch::Merge(&outcome))
+            .await
+            .unwrap();
+        let op = finished(&ops, name).await;
+        let (status, reason, message) = complete(&op);
+        if ok {
+            assert_eq!(
+                (status.as_str(), reason.as_str()),
+                ("True", reasons::SUCCEEDED),
+                "{message}"
+            );
+            assert!(message.contains("Ichor v0.2.0 is installed"), "{message}");
+        } else {
+            assert_eq!(
+                (status.as_str(), reason.as_str()),
+                ("False", reasons::JOB_FAILED),
+                "{message}"
+            );
+            assert!(
+                message.contains("backoff limit")
+                    && message.contains(&format!("kubectl -n {ns} logs job/{job_name}")),
+                "{message}"
+            );
+        }
+    }
     running.stop().await.unwrap();
 }

@@ -16,6 +16,7 @@ pub mod bootstrap_manifests;
 pub mod cilium_on_talos;
 pub mod daemonsets;
 pub mod init;
+pub mod disruption;
 pub mod pods;
 pub mod simulator;
 

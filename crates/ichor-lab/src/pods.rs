@@ -324,6 +324,8 @@ pub struct IchorPods {
     next_ip: u8,
     net: (u8, u8),
     published: HashMap<(String, String), Value>,
+    /// How many evicted pods were replaced (names the replacements).
+    replaced: u32,
 }
 
 impl IchorPods {
@@ -337,6 +339,7 @@ impl IchorPods {
             // Pod addresses: a loopback /24 of this lab's own.
             net: (rand::random_range(16..=250), rand::random_range(1..=250)),
             published: HashMap::new(),
+            replaced: 0,
         }
     }
 
@@ -368,12 +371,21 @@ impl IchorPods {
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
         });
-        let node_name = nodes
-            .first()
+        // New pods go to the first node that takes pods (not cordoned), as
+        // the scheduler would place them; the first node when all are.
+        let placed = nodes
+            .iter()
+            .find(|n| {
+                !n.spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false)
+            })
+            .or(nodes.first());
+        let node_name = placed
             .and_then(|n| n.metadata.name.clone())
             .unwrap_or_default();
-        let pod_cidr = nodes
-            .first()
+        let pod_cidr = placed
             .and_then(|n| n.spec.as_ref())
             .and_then(|s| s.pod_cidr.clone());
         let mut seen = Vec::new();
@@ -458,6 +470,8 @@ impl IchorPods {
             self.deployments
                 .insert(key.clone(), DeploymentPods { generation, pods });
         }
+        self.replace_evicted(&pods_api, key, &container, node_name, pod_cidr)
+            .await?;
         let runner = self.runner.clone();
         let state = self.deployments.get_mut(key).expect("inserted above");
         let labels: BTreeMap<String, String> = template
@@ -471,7 +485,8 @@ impl IchorPods {
             .unwrap_or_else(|| "default".into());
         for p in &mut state.pods {
             if pods_api.get_opt(&p.name).await?.is_none() {
-                create_pod_object(&pods_api, ns, &pod_spec, &labels, node_name, p).await?;
+                let node = p.node.clone();
+                create_pod_object(&pods_api, ns, &pod_spec, &labels, &node, p).await?;
             }
             p.back_off_if_exited();
             if p.child.is_none() && Instant::now() >= p.next_start {
@@ -490,6 +505,50 @@ impl IchorPods {
         }
         let replicas = i32::try_from(replicas).unwrap_or(0);
         write_deployment_status(client, d, key, replicas, ready).await
+    }
+
+    /// A pod being deleted (an eviction during a drain): its process stops
+    /// and the pod object goes, as its kubelet does after the grace period,
+    /// and a replacement starts on `node_name`, as the Deployment's
+    /// ReplicaSet and the scheduler would make it (the drained node is
+    /// cordoned, so it is not the one).
+    async fn replace_evicted(
+        &mut self,
+        pods_api: &Api<Pod>,
+        key: &(String, String),
+        container: &Container,
+        node_name: &str,
+        pod_cidr: Option<&str>,
+    ) -> Result<(), kube::Error> {
+        let mut evicted = Vec::new();
+        for (i, p) in self.deployments[key].pods.iter().enumerate() {
+            if pods_api
+                .get_opt(&p.name)
+                .await?
+                .is_some_and(|o| o.metadata.deletion_timestamp.is_some())
+            {
+                evicted.push(i);
+            }
+        }
+        for i in evicted {
+            self.replaced += 1;
+            let name = format!("{}-r{}", key.1, self.replaced);
+            let replacement = self.new_pod_process(name, container, node_name, pod_cidr);
+            let state = self.deployments.get_mut(key).expect("present");
+            let mut old = std::mem::replace(&mut state.pods[i], replacement);
+            if let Some(mut child) = old.child.take() {
+                let _ = child.kill().await;
+            }
+            match pods_api
+                .delete(&old.name, &DeleteParams::default().grace_period(0))
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// The template changed (an upgrade): new pods, as a rolling update

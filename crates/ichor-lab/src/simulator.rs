@@ -21,7 +21,10 @@
 //!   it is ours — and records its outcome in the Job's status. Other Jobs
 //!   never run;
 //! - leaves the pods of Ichor's own Deployments to [`crate::pods`], which runs
-//!   them as real processes.
+//!   them as real processes;
+//! - computes PodDisruptionBudgets' status and ends evicted pods
+//!   ([`crate::disruption`]), so a drain through the Eviction API meets the
+//!   budgets as in a cluster.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -225,6 +228,7 @@ pub async fn tick(client: &kube::Client, run_ichor: bool) -> Result<(), kube::Er
     if operator_ready {
         register_cilium_crds(client).await?;
     }
+    crate::disruption::tick(client, &now()).await?;
     Ok(())
 }
 

@@ -5,8 +5,11 @@
 //! TalosMachine + the machine's patches, in order. Pure and deterministic:
 //! the same input always gives the same bytes.
 
-use ichor_api::conditions;
-use ichor_api::{MachineRole, TalosCluster, TalosClusterSpec, TalosMachine, TalosMachineSpec};
+use ichor_api::conditions::{self, types};
+use ichor_api::{
+    KubernetesComponent, MachineRole, TalosCluster, TalosClusterSpec, TalosMachine,
+    TalosMachineSpec,
+};
 use ichor_talos::config::MachineConfig;
 use ichor_talos::patch::ConfigPatch;
 use serde_yaml_ng::{Mapping, Value};
@@ -218,6 +221,114 @@ fn machine_paths(docs: &mut [Mapping], machine: &TalosMachineSpec) {
     }
 }
 
+/// Where a component's image lives: (legacy keys, multi-document kind, the
+/// repository Talos uses when the config names none).
+fn component_paths(
+    component: KubernetesComponent,
+) -> (&'static [&'static str], &'static str, &'static str) {
+    match component {
+        KubernetesComponent::Kubelet => (
+            &["machine", "kubelet", "image"],
+            "KubeletConfig",
+            "ghcr.io/siderolabs/kubelet",
+        ),
+        KubernetesComponent::ApiServer => (
+            &["cluster", "apiServer", "image"],
+            "KubeAPIServerConfig",
+            "registry.k8s.io/kube-apiserver",
+        ),
+        KubernetesComponent::ControllerManager => (
+            &["cluster", "controllerManager", "image"],
+            "KubeControllerManagerConfig",
+            "registry.k8s.io/kube-controller-manager",
+        ),
+        KubernetesComponent::Scheduler => (
+            &["cluster", "scheduler", "image"],
+            "KubeSchedulerConfig",
+            "registry.k8s.io/kube-scheduler",
+        ),
+        KubernetesComponent::KubeProxy => (
+            &["cluster", "proxy", "image"],
+            "KubeProxyConfig",
+            "registry.k8s.io/kube-proxy",
+        ),
+    }
+}
+
+/// One step of a kubernetes-upgrade, rendered: the node's live config with
+/// `component`'s image at `version` (the repository kept) and nothing else
+/// changed. `image` is the image the step writes; `config` is `None` when
+/// the live config already names it (nothing to write), or has no place for
+/// the component (a worker's config has no control-plane section).
+#[derive(Debug, Clone)]
+pub struct ComponentStep {
+    pub image: Option<String>,
+    pub config: Option<MachineConfig>,
+}
+
+/// Renders a kubernetes-upgrade step of `machine_name` (see [`ComponentStep`]).
+pub fn component_step(
+    live: &MachineConfig,
+    component: KubernetesComponent,
+    version: &str,
+    machine_name: &str,
+) -> Result<ComponentStep, Error> {
+    let rendered = |source| Error::Rendered {
+        machine: machine_name.to_owned(),
+        source,
+    };
+    let (keys, kind, default_repository) = component_paths(component);
+    let mut docs = live.to_mappings().map_err(rendered)?;
+    let mut image = None;
+    let mut changed = false;
+    for doc in docs.iter_mut() {
+        let at: &[&str] = if is_v1alpha1(doc) {
+            keys
+        } else if kind_of(doc) == Some(kind) {
+            &["image"]
+        } else {
+            continue;
+        };
+        match get(doc, at).and_then(Value::as_str) {
+            Some(current) => {
+                let new = retag(current, version);
+                if new != current {
+                    set(doc, at, Value::String(new.clone()));
+                    changed = true;
+                }
+                image = Some(new);
+            }
+            // A v1alpha1 document that holds the component's section but
+            // leaves its image to Talos's default gets the image written.
+            None if is_v1alpha1(doc)
+                && get(doc, &keys[..keys.len() - 1]).is_some()
+                && image.is_none() =>
+            {
+                let new = format!("{default_repository}:{version}");
+                set(doc, at, Value::String(new.clone()));
+                changed = true;
+                image = Some(new);
+            }
+            None => {}
+        }
+    }
+    let config = if changed {
+        Some(
+            MachineConfig::from_mappings(
+                docs,
+                &format!(
+                    "the {} step of TalosMachine {machine_name}",
+                    component.as_str()
+                ),
+            )
+            .map_err(rendered)?,
+        )
+    } else {
+        None
+    };
+    Ok(ComponentStep { image, config })
+}
+
 fn retag_at(doc: &mut Mapping, keys: &[&str], version: &str) {
     if let Some(image) = get(doc, keys).and_then(Value::as_str) {
         let new = retag(image, version);
@@ -241,6 +352,61 @@ pub fn retag(image: &str, tag: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::retag;
+
+    use super::{KubernetesComponent, component_step};
+    use ichor_talos::config::MachineConfig;
+
+    fn fixture(name: &str) -> MachineConfig {
+        let text = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures")
+                .join(name),
+        )
+        .expect("fixture");
+        MachineConfig::parse_live(&text, name).expect("parse")
+    }
+
+    /// A step changes one component's image and nothing else, in both
+    /// config shapes; a worker has no control-plane component to change.
+    /// Covers: issue 14 item 4 (each step a machine-config change)
+    #[test]
+    fn a_component_step_changes_one_image() {
+        for name in [
+            "v1.12-cni-none-controlplane.yaml",
+            "v1.14-cni-none-controlplane.yaml",
+        ] {
+            let live = fixture(name);
+            for component in [
+                KubernetesComponent::ApiServer,
+                KubernetesComponent::ControllerManager,
+                KubernetesComponent::Scheduler,
+                KubernetesComponent::KubeProxy,
+                KubernetesComponent::Kubelet,
+            ] {
+                let step = component_step(&live, component, "v1.99.1", "cp").expect("step");
+                let config = step.config.expect("a change");
+                let image = step.image.expect("image");
+                assert!(
+                    image.ends_with(&format!("{}:v1.99.1", component.as_str())),
+                    "{name}: {image}"
+                );
+                let drift = crate::compare(&live, &config).expect("compare");
+                assert_eq!(
+                    drift.entries.len(),
+                    1,
+                    "{name} {component:?}: {:?}",
+                    drift.entries
+                );
+                // Applying it again writes nothing.
+                let again = component_step(&config, component, "v1.99.1", "cp").expect("step");
+                assert!(again.config.is_none());
+            }
+        }
+        let worker = fixture("v1.12-cni-none-worker.yaml");
+        let step =
+            component_step(&worker, KubernetesComponent::ApiServer, "v1.99.1", "w").expect("step");
+        assert!(step.config.is_none() && step.image.is_none());
+    }
 
     #[test]
     fn retag_keeps_the_repository() {

@@ -52,6 +52,13 @@ pub struct ConfigFacts {
     pub cni_name: String,
     pub proxy_enabled: bool,
     pub proxy_image: String,
+    /// The images of kube-apiserver, kube-controller-manager, kube-scheduler
+    /// and the kubelet (`cluster.*.image`, `machine.kubelet.image` or their
+    /// `Kube*Config` documents); empty when the config leaves them out.
+    pub apiserver_image: String,
+    pub controller_manager_image: String,
+    pub scheduler_image: String,
+    pub kubelet_image: String,
     pub coredns_enabled: bool,
     pub pod_subnets: Vec<String>,
     pub service_subnets: Vec<String>,
@@ -141,6 +148,19 @@ pub fn facts(bytes: &[u8], multidoc_kubernetes: bool) -> Result<ConfigFacts, Str
         .and_then(|d| str_at(d, &["image"]))
         .or_else(|| str_at(v1, &["cluster", "proxy", "image"]))
         .unwrap_or_default();
+    let image_of = |kind: &str, v1_keys: &[&str]| {
+        by_kind(kind)
+            .and_then(|d| str_at(d, &["image"]))
+            .or_else(|| str_at(v1, v1_keys))
+            .unwrap_or_default()
+    };
+    let apiserver_image = image_of("KubeAPIServerConfig", &["cluster", "apiServer", "image"]);
+    let controller_manager_image = image_of(
+        "KubeControllerManagerConfig",
+        &["cluster", "controllerManager", "image"],
+    );
+    let scheduler_image = image_of("KubeSchedulerConfig", &["cluster", "scheduler", "image"]);
+    let kubelet_image = image_of("KubeletConfig", &["machine", "kubelet", "image"]);
     let coredns_enabled = match by_kind("KubeCoreDNSConfig") {
         Some(d) => bool_at(d, &["enabled"]).unwrap_or(true),
         None => bool_at(v1, &["cluster", "coreDNS", "disabled"]) != Some(true),
@@ -180,6 +200,10 @@ pub fn facts(bytes: &[u8], multidoc_kubernetes: bool) -> Result<ConfigFacts, Str
         cni_name,
         proxy_enabled,
         proxy_image,
+        apiserver_image,
+        controller_manager_image,
+        scheduler_image,
+        kubelet_image,
         coredns_enabled,
         pod_subnets,
         service_subnets,

@@ -139,6 +139,38 @@ pub const DEFINITIONS: &[Definition] = &[
         ],
     },
     Definition {
+        namespace: kinds::APISERVER_CONFIG.namespace,
+        r#type: kinds::APISERVER_CONFIG.r#type,
+        display: "APIServerConfig",
+        extra_aliases: &[],
+        sensitive: false,
+        columns: &[("Image", "{.image}")],
+    },
+    Definition {
+        namespace: kinds::CONTROLLER_MANAGER_CONFIG.namespace,
+        r#type: kinds::CONTROLLER_MANAGER_CONFIG.r#type,
+        display: "ControllerManagerConfig",
+        extra_aliases: &[],
+        sensitive: false,
+        columns: &[("Image", "{.image}")],
+    },
+    Definition {
+        namespace: kinds::SCHEDULER_CONFIG.namespace,
+        r#type: kinds::SCHEDULER_CONFIG.r#type,
+        display: "SchedulerConfig",
+        extra_aliases: &[],
+        sensitive: false,
+        columns: &[("Image", "{.image}")],
+    },
+    Definition {
+        namespace: kinds::KUBELET_CONFIG.namespace,
+        r#type: kinds::KUBELET_CONFIG.r#type,
+        display: "KubeletConfig",
+        extra_aliases: &[],
+        sensitive: false,
+        columns: &[("Image", "{.image}")],
+    },
+    Definition {
         namespace: kinds::RESOURCE_DEFINITION.namespace,
         r#type: kinds::RESOURCE_DEFINITION.r#type,
         display: "ResourceDefinition",
@@ -397,6 +429,66 @@ pub fn node_items(view: &NodeView<'_>) -> Vec<Item> {
     if facts.machine_type.is_control_plane() && facts.has_kubernetes_network {
         items.push(bootstrap_manifests_config_item(facts, view.v1_13_or_later));
     }
+    items.extend(component_items(facts));
+    items
+}
+
+/// The component configs Talos derives from the machine config: the
+/// kubelet's on every node, the control-plane components' on control planes.
+/// A node applied a new image when its item says so (what an upgrade waits for).
+fn component_items(facts: &ConfigFacts) -> Vec<Item> {
+    let image_yaml = |image: &str| map(vec![("image", Value::from(image))]);
+    let enabled_yaml = |image: &str| {
+        map(vec![
+            ("enabled", Value::from(true)),
+            ("image", Value::from(image)),
+        ])
+    };
+    let mut items = vec![item(
+        kinds::KUBELET_CONFIG.namespace,
+        kinds::KUBELET_CONFIG.r#type,
+        kinds::KUBELET_CONFIG.id,
+        specs::KubeletConfigSpec {
+            image: facts.kubelet_image.clone(),
+        }
+        .encode_to_vec(),
+        image_yaml(&facts.kubelet_image),
+    )];
+    if !facts.machine_type.is_control_plane() {
+        return items;
+    }
+    items.push(item(
+        kinds::APISERVER_CONFIG.namespace,
+        kinds::APISERVER_CONFIG.r#type,
+        kinds::APISERVER_CONFIG.id,
+        specs::ApiServerConfigSpec {
+            image: facts.apiserver_image.clone(),
+        }
+        .encode_to_vec(),
+        image_yaml(&facts.apiserver_image),
+    ));
+    items.push(item(
+        kinds::CONTROLLER_MANAGER_CONFIG.namespace,
+        kinds::CONTROLLER_MANAGER_CONFIG.r#type,
+        kinds::CONTROLLER_MANAGER_CONFIG.id,
+        specs::ControllerManagerConfigSpec {
+            enabled: true,
+            image: facts.controller_manager_image.clone(),
+        }
+        .encode_to_vec(),
+        enabled_yaml(&facts.controller_manager_image),
+    ));
+    items.push(item(
+        kinds::SCHEDULER_CONFIG.namespace,
+        kinds::SCHEDULER_CONFIG.r#type,
+        kinds::SCHEDULER_CONFIG.id,
+        specs::SchedulerConfigSpec {
+            enabled: true,
+            image: facts.scheduler_image.clone(),
+        }
+        .encode_to_vec(),
+        enabled_yaml(&facts.scheduler_image),
+    ));
     items
 }
 

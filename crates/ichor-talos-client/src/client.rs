@@ -1156,6 +1156,44 @@ impl TalosClient {
             .await
     }
 
+    /// The image a Kubernetes component runs with on the node, from the
+    /// config resource Talos derives from the machine config
+    /// (`APIServerConfigs`, `ControllerManagerConfigs`, `SchedulerConfigs`,
+    /// `KubeletConfigs`; kube-proxy's from `BootstrapManifestsConfigs`).
+    /// `None` when the node has no such component.
+    pub async fn component_image(
+        &self,
+        node: &str,
+        component: resources::KubernetesComponent,
+    ) -> Result<Option<String>, Error> {
+        Ok(match component {
+            resources::KubernetesComponent::ApiServer => self
+                .get_optional_spec::<specs::ApiServerConfigSpec>(node, resources::APISERVER_CONFIG)
+                .await?
+                .map(|s| s.image),
+            resources::KubernetesComponent::ControllerManager => self
+                .get_optional_spec::<specs::ControllerManagerConfigSpec>(
+                    node,
+                    resources::CONTROLLER_MANAGER_CONFIG,
+                )
+                .await?
+                .map(|s| s.image),
+            resources::KubernetesComponent::Scheduler => self
+                .get_optional_spec::<specs::SchedulerConfigSpec>(node, resources::SCHEDULER_CONFIG)
+                .await?
+                .map(|s| s.image),
+            resources::KubernetesComponent::KubeProxy => self
+                .bootstrap_manifests_config(node)
+                .await?
+                .filter(|s| s.proxy_enabled)
+                .map(|s| s.proxy_image),
+            resources::KubernetesComponent::Kubelet => self
+                .get_optional_spec::<specs::KubeletConfigSpec>(node, resources::KUBELET_CONFIG)
+                .await?
+                .map(|s| s.image),
+        })
+    }
+
     /// Runs `f` once per node, at most [`ClientOptions::concurrency`] at a
     /// time, and returns the results in the order of `nodes`.
     pub async fn on_nodes<T, F, Fut>(

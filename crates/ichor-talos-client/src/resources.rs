@@ -97,6 +97,42 @@ pub const NAMESPACE: Kind = Kind {
     id: "",
 };
 
+/// kube-apiserver's config, derived from the machine config (control planes).
+pub const APISERVER_CONFIG: Kind = Kind {
+    namespace: "controlplane",
+    r#type: "APIServerConfigs.kubernetes.talos.dev",
+    id: "kube-apiserver",
+};
+/// kube-controller-manager's config (control planes).
+pub const CONTROLLER_MANAGER_CONFIG: Kind = Kind {
+    namespace: "controlplane",
+    r#type: "ControllerManagerConfigs.kubernetes.talos.dev",
+    id: "kube-controller-manager",
+};
+/// kube-scheduler's config (control planes).
+pub const SCHEDULER_CONFIG: Kind = Kind {
+    namespace: "controlplane",
+    r#type: "SchedulerConfigs.kubernetes.talos.dev",
+    id: "kube-scheduler",
+};
+/// The kubelet's config (every node).
+pub const KUBELET_CONFIG: Kind = Kind {
+    namespace: "k8s",
+    r#type: "KubeletConfigs.kubernetes.talos.dev",
+    id: "kubelet",
+};
+
+/// A Kubernetes component Talos runs from the machine config, as the
+/// Talos API reports its image ([`crate::TalosClient::component_image`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KubernetesComponent {
+    ApiServer,
+    ControllerManager,
+    Scheduler,
+    KubeProxy,
+    Kubelet,
+}
+
 /// Every kind above, for listings.
 pub const ALL: &[Kind] = &[
     MACHINE_CONFIG,
@@ -110,4 +146,8 @@ pub const ALL: &[Kind] = &[
     BOOTSTRAP_MANIFESTS_CONFIG,
     MACHINE_STATUS,
     CLUSTER_INFO,
+    APISERVER_CONFIG,
+    CONTROLLER_MANAGER_CONFIG,
+    SCHEDULER_CONFIG,
+    KUBELET_CONFIG,
 ];

@@ -122,6 +122,10 @@ pub enum Command {
     /// with etcd checked, each drained first and uncordoned after; held
     /// machines are skipped. This command never touches a node.
     Reboot(RebootArgs),
+    /// Install Ichor `--to` in the cluster from this binary's install
+    /// manifest: what the installer Job of a TalosOperation of kind ichor
+    /// runs (installer installs only; a Helm install is upgraded with helm).
+    Install(InstallArgs),
     /// TalosOperations: list them, show one's plan and progress, cancel one.
     #[command(subcommand)]
     Operation(OperationCommand),
@@ -190,6 +194,13 @@ pub struct OperationCommon {
     /// Print the operation as data.
     #[arg(short, long, value_enum)]
     pub output: Option<OutputFormat>,
+    /// Only plan: the controller writes the plan to status and touches nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Follow the operation until it ends: a progress bar per machine, with
+    /// its node and step.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub wait: bool,
 }
 
 #[derive(Debug, Args)]
@@ -455,6 +466,10 @@ pub struct ControllerArgs {
     /// without any Kubernetes event).
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     pub resync: std::time::Duration,
+    /// How long an operation's drain retries evictions a PodDisruptionBudget
+    /// refuses before the step fails (the node is uncordoned, not rebooted).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub drain_timeout: std::time::Duration,
 }
 
 #[derive(Debug, Subcommand)]
@@ -562,6 +577,15 @@ pub struct CniBootstrapArgs {
     /// How long to wait for Cilium and the nodes to be Ready.
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
     pub wait_timeout: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// The Ichor version to install (vX.Y.Z): the controller image's tag.
+    #[arg(long, value_name = "VERSION")]
+    pub to: String,
 }
 
 #[derive(Debug, Args, Clone)]

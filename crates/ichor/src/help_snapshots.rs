@@ -27,6 +27,7 @@ const COMMANDS: &[&[&str]] = &[
     &["upgrade", "kubernetes"],
     &["upgrade", "ichor"],
     &["reboot"],
+    &["install"],
     &["operation"],
     &["operation", "list"],
     &["operation", "status"],

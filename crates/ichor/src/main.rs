@@ -53,6 +53,7 @@ fn main() -> ExitCode {
                 cmd::operation::upgrade_version(a, ichor_api::OperationKind::Ichor).await
             }
             Command::Reboot(a) => cmd::operation::reboot(a).await,
+            Command::Install(a) => cmd::install::run(a).await,
             Command::Operation(OperationCommand::List(a)) => cmd::operation::list(a).await,
             Command::Operation(OperationCommand::Status(a)) => cmd::operation::status(a).await,
             Command::Operation(OperationCommand::Cancel(a)) => cmd::operation::cancel(a).await,

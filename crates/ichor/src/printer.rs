@@ -110,6 +110,56 @@ impl Progress {
     }
 }
 
+/// A progress bar per machine on a terminal (`--wait`); plain lines
+/// otherwise, one each time a machine's words change.
+pub struct Bars {
+    multi: Option<indicatif::MultiProgress>,
+    bars: std::collections::BTreeMap<String, (indicatif::ProgressBar, String)>,
+}
+
+impl Bars {
+    pub fn new() -> Bars {
+        Bars {
+            multi: std::io::stderr()
+                .is_terminal()
+                .then(indicatif::MultiProgress::new),
+            bars: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// Shows one machine: `done` of `total` steps, and what it is doing.
+    pub fn show(&mut self, machine: &str, total: u64, done: u64, words: &str) {
+        if let Some(multi) = &self.multi {
+            let (bar, _) = self.bars.entry(machine.to_string()).or_insert_with(|| {
+                let bar = multi.add(indicatif::ProgressBar::new(total));
+                bar.set_style(
+                    indicatif::ProgressStyle::with_template("{bar:20} {pos}/{len} {msg}")
+                        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+                );
+                (bar, String::new())
+            });
+            bar.set_length(total);
+            bar.set_position(done);
+            bar.set_message(words.to_string());
+            return;
+        }
+        let entry = self
+            .bars
+            .entry(machine.to_string())
+            .or_insert_with(|| (indicatif::ProgressBar::hidden(), String::new()));
+        if entry.1 != words {
+            entry.1 = words.to_string();
+            step(&format!("[{done}/{total}] {words}"));
+        }
+    }
+
+    pub fn finish(self) {
+        for (bar, _) in self.bars.values() {
+            bar.finish();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -144,7 +144,8 @@ async fn reboot_prints_the_plan_then_list_and_cancel() {
             .contains_key(ichor_controller::operation::CANCEL_ANNOTATION)
     );
 
-    // A kubernetes-upgrade is planned, then stopped: this Ichor does not run it yet.
+    // A kubernetes-upgrade checks the version path on the nodes before it
+    // plans: a node that does not answer refuses it, naming the machine.
     let out = ichor(
         env,
         &[
@@ -164,12 +165,12 @@ async fn reboot_prints_the_plan_then_list_and_cancel() {
     assert!(!out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stdout.contains("Complete=False (KindNotSupported)"),
+        stdout.contains("Complete=False (Refused)"),
         "{}",
         text(&out)
     );
     assert!(
-        stdout.contains("    1  cp-1  controlplane  upgrade"),
+        stdout.contains("the Kubernetes version of TalosMachine cp-1 cannot be read"),
         "{}",
         text(&out)
     );

@@ -22,6 +22,10 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         leader_election: (!args.no_leader_election).then(LeaderElection::default),
         resync: args.resync,
         cni_job_image: args.cni_job_image,
+        operation_bounds: ichor_controller::operation::OperationBounds {
+            drain: args.drain_timeout,
+            ..Default::default()
+        },
         ..Config::default()
     };
     let client = connect::kube_client(args.kube.kubeconfig.as_deref()).await?;

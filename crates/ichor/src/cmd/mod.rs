@@ -2,6 +2,7 @@ pub mod adopt;
 pub mod cni;
 pub mod controller;
 pub mod init;
+pub mod install;
 pub mod operation;
 pub mod reclaim;
 pub mod secrets;

@@ -28,6 +28,7 @@ pub async fn upgrade_talos(args: UpgradeTalosArgs) -> anyhow::Result<()> {
         version: Some(args.to),
         concurrency: args.common.concurrency,
         installer_image: args.installer_image,
+        dry_run: args.common.dry_run,
     };
     create(&args.common, spec).await
 }
@@ -40,6 +41,7 @@ pub async fn upgrade_version(args: UpgradeVersionArgs, kind: OperationKind) -> a
         version: Some(args.to),
         concurrency: args.common.concurrency,
         installer_image: None,
+        dry_run: args.common.dry_run,
     };
     create(&args.common, spec).await
 }
@@ -51,6 +53,7 @@ pub async fn reboot(args: RebootArgs) -> anyhow::Result<()> {
         version: None,
         concurrency: args.common.concurrency,
         installer_image: None,
+        dry_run: args.common.dry_run,
     };
     create(&args.common, spec).await
 }
@@ -102,15 +105,26 @@ async fn create(common: &OperationCommon, spec: TalosOperationSpec) -> anyhow::R
     match planned {
         Some(op) => {
             print_one(&op, common.output)?;
-            if op
-                .status
-                .as_ref()
-                .is_some_and(|s| s.phase == Some(ichor_api::OperationPhase::Failed))
-            {
+            let failed = |op: &TalosOperation| {
+                op.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase == Some(ichor_api::OperationPhase::Failed))
+            };
+            if failed(&op) {
                 anyhow::bail!(
                     "TalosOperation {}/{name} was refused or failed: see its Complete condition above",
                     common.namespace
                 );
+            }
+            if common.wait {
+                let done = follow(&api, &name).await?;
+                print_one(&done, common.output)?;
+                if failed(&done) {
+                    anyhow::bail!(
+                        "TalosOperation {}/{name} failed: see its Complete condition above",
+                        common.namespace
+                    );
+                }
             }
             Ok(())
         }
@@ -120,6 +134,98 @@ async fn create(common: &OperationCommon, spec: TalosOperationSpec) -> anyhow::R
             common.namespace
         ),
     }
+}
+
+/// Follows an operation until it succeeds or fails: a progress bar per
+/// machine on a terminal (plain lines otherwise, one per change).
+async fn follow(api: &Api<TalosOperation>, name: &str) -> anyhow::Result<TalosOperation> {
+    let mut bars = printer::Bars::new();
+    loop {
+        let op = api
+            .get(name)
+            .await
+            .with_context(|| format!("cannot read TalosOperation {name}"))?;
+        for b in machine_bars(&op) {
+            bars.show(&b.machine, b.total, b.done, &b.words);
+        }
+        if op.status.as_ref().is_some_and(|s| {
+            matches!(
+                s.phase,
+                Some(ichor_api::OperationPhase::Succeeded | ichor_api::OperationPhase::Failed)
+            )
+        }) {
+            bars.finish();
+            return Ok(op);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// One machine's progress as a bar shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MachineBar {
+    machine: String,
+    /// Steps done and in all.
+    done: u64,
+    total: u64,
+    /// `cp-1 (node cp-1-x): Draining — waiting for …`.
+    words: String,
+}
+
+/// The bars of an operation, in plan order (skipped machines left out):
+/// the machine steps of a talos-upgrade or reboot, or the component steps
+/// of a kubernetes-upgrade.
+fn machine_bars(op: &TalosOperation) -> Vec<MachineBar> {
+    use ichor_api::operation::{ComponentPhase, MachineStep};
+    use ichor_controller::operation_decide::step_after;
+    let st = op.status.clone().unwrap_or_default();
+    let kind = op.spec.kind;
+    st.plan
+        .iter()
+        .filter(|e| e.action != PlannedAction::Skip)
+        .filter_map(|e| {
+            let p = st.machines.iter().find(|p| p.machine == e.machine)?;
+            let node = p.node_name.as_deref().unwrap_or(&p.machine);
+            let (done, total, step) = if kind == OperationKind::KubernetesUpgrade {
+                let steps: Vec<_> = st
+                    .components
+                    .iter()
+                    .filter(|c| c.machine == e.machine)
+                    .collect();
+                let done = steps
+                    .iter()
+                    .filter(|c| c.phase == ComponentPhase::Succeeded)
+                    .count();
+                let current = steps
+                    .iter()
+                    .find(|c| c.phase != ComponentPhase::Succeeded)
+                    .map(|c| format!("{} {:?}", c.component.as_str(), c.phase))
+                    .unwrap_or_else(|| format!("{:?}", p.step));
+                (done as u64, steps.len() as u64, current)
+            } else {
+                let mut walk = vec![MachineStep::Pending];
+                while let Some(last) = walk.last().copied().filter(|s| !s.is_terminal()) {
+                    walk.push(step_after(kind, e.role, last));
+                }
+                let total = walk.len() as u64 - 1;
+                let done = match p.step {
+                    MachineStep::Succeeded => total,
+                    s => walk.iter().position(|w| *w == s).unwrap_or(0) as u64,
+                };
+                (done, total, format!("{:?}", p.step))
+            };
+            let mut words = format!("{} (node {node}): {step}", e.machine);
+            if let Some(m) = p.message.as_deref().filter(|m| !m.is_empty()) {
+                words.push_str(&format!(" — {m}"));
+            }
+            Some(MachineBar {
+                machine: e.machine.clone(),
+                done,
+                total,
+                words,
+            })
+        })
+        .collect()
 }
 
 pub async fn list(args: OperationListArgs) -> anyhow::Result<()> {
@@ -251,6 +357,23 @@ fn plan_lines(op: &TalosOperation) -> Vec<String> {
         }
         lines.push(line);
     }
+    if !st.components.is_empty() {
+        lines.push("  component steps, in order:".to_string());
+    }
+    for (i, c) in st.components.iter().enumerate() {
+        let mut line = format!(
+            "  {:>3}  {}  {}  [{:?}",
+            i + 1,
+            c.component.as_str(),
+            c.machine,
+            c.phase
+        );
+        if let (Some(a), Some(b)) = (&c.image_before, &c.image) {
+            line.push_str(&format!(" {a} → {b}"));
+        }
+        line.push(']');
+        lines.push(line);
+    }
     for c in &st.conditions {
         if c.type_ == conditions::types::COMPLETE || c.type_ == conditions::types::SKIPPED {
             if c.message.is_empty() {
@@ -269,8 +392,9 @@ fn plan_lines(op: &TalosOperation) -> Vec<String> {
 mod tests {
     use super::*;
 
-    /// The plan as the status says it, one machine a line, skipped ones with why.
-    /// Covers: issue 14 item 8 (the CLI prints the plan from status)
+    /// The plan as the status says it, one machine a line, skipped ones with
+    /// why; and each machine's bar for `--wait` (steps done of its steps).
+    /// Covers: issue 14 item 8 (the CLI prints the plan from status; --wait follows with a progress bar per machine)
     #[test]
     fn plan_lines_from_status() {
         let op: TalosOperation = serde_json::from_value(json!({
@@ -292,6 +416,23 @@ mod tests {
             }
         }))
         .unwrap();
+        assert_eq!(
+            machine_bars(&op),
+            vec![
+                MachineBar {
+                    machine: "cp-1".into(),
+                    done: 8,
+                    total: 8,
+                    words: "cp-1 (node cp-1): Succeeded — done".into()
+                },
+                MachineBar {
+                    machine: "w-1".into(),
+                    done: 3,
+                    total: 7,
+                    words: "w-1 (node w-1): Draining — started".into()
+                },
+            ]
+        );
         assert_eq!(
             plan_lines(&op),
             vec![
