@@ -4,3 +4,4 @@ pub mod controller;
 pub mod operation;
 pub mod secrets;
 pub mod status;
+pub mod ui;
