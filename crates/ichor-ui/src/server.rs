@@ -83,8 +83,9 @@ impl AppState {
     }
 }
 
-/// The router. In read-only mode the action routes are not mounted at all.
-pub fn router(state: AppState) -> Router {
+/// The routes alone, without the layers. In read-only mode the action
+/// routes are not mounted at all.
+pub fn routes(state: AppState) -> Router {
     let mut app = Router::new()
         .route("/", get(|| async { Redirect::to("/clusters") }))
         .route("/healthz", get(|| async { "ok" }))
@@ -105,13 +106,19 @@ pub fn router(state: AppState) -> Router {
             .route("/clusters/{ns}/{name}/operations", post(start_operation))
             .route("/operations/{ns}/{name}/cancel", post(cancel_operation));
     }
+    app.with_state(state)
+}
+
+/// The server: [`routes`] behind the Origin check, the read-only layer and
+/// the security headers.
+pub fn router(state: AppState) -> Router {
     let read_only = state.settings.read_only;
-    app.layer(middleware::from_fn(origin_check))
+    routes(state)
+        .layer(middleware::from_fn(origin_check))
         .layer(middleware::from_fn(move |req, next| {
             read_only_layer(read_only, req, next)
         }))
         .layer(middleware::from_fn(security_headers))
-        .with_state(state)
 }
 
 /// Sets the security headers on every answer.
