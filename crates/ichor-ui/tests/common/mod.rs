@@ -100,39 +100,11 @@ pub fn held_drift() -> serde_json::Value {
     ])
 }
 
-pub async fn lab(env: &TestEnv, prefix: &str) -> Lab {
+/// A fresh namespace with the operator and the viewer, and no Ichor object.
+pub async fn users(env: &TestEnv, prefix: &str) -> Lab {
     let client = env.client().await;
     install_crds(&client).await;
     let ns = env.namespace(prefix).await;
-    let clusters = Api::<TalosCluster>::namespaced(client.clone(), &ns);
-    create(
-        &clusters,
-        json!({
-            "metadata": {"name": "lab"},
-            "spec": {"endpoint": "https://10.5.0.2:6443", "talosVersion": "v1.13.0",
-                     "kubernetesVersion": "v1.34.1", "secretsRef": {"name": "bundle"}}
-        }),
-    )
-    .await;
-    let machines = Api::<TalosMachine>::namespaced(client.clone(), &ns);
-    for (name, role, hold) in [("cp-1", "controlplane", false), ("w-1", "worker", true)] {
-        create(
-            &machines,
-            json!({
-                "metadata": {"name": name},
-                "spec": {"clusterRef": {"name": "lab"}, "role": role, "address": "10.5.0.9", "hold": hold}
-            }),
-        )
-        .await;
-    }
-    machines
-        .patch_status(
-            "w-1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"drift": held_drift(), "configHash": "h"}})),
-        )
-        .await
-        .expect("status of w-1");
     let operator_token = token(&client, &ns, "operator").await;
     grant(
         &client,
@@ -160,6 +132,42 @@ pub async fn lab(env: &TestEnv, prefix: &str) -> Lab {
         operator_token,
         viewer_token,
     }
+}
+
+/// [`users`], plus the cluster `lab` and its machines cp-1 and w-1 (held, with drift).
+pub async fn lab(env: &TestEnv, prefix: &str) -> Lab {
+    let lab = users(env, prefix).await;
+    let (client, ns) = (&lab.client, &lab.ns);
+    let clusters = Api::<TalosCluster>::namespaced(client.clone(), ns);
+    create(
+        &clusters,
+        json!({
+            "metadata": {"name": "lab"},
+            "spec": {"endpoint": "https://10.5.0.2:6443", "talosVersion": "v1.13.0",
+                     "kubernetesVersion": "v1.34.1", "secretsRef": {"name": "bundle"}}
+        }),
+    )
+    .await;
+    let machines = Api::<TalosMachine>::namespaced(client.clone(), ns);
+    for (name, role, hold) in [("cp-1", "controlplane", false), ("w-1", "worker", true)] {
+        create(
+            &machines,
+            json!({
+                "metadata": {"name": name},
+                "spec": {"clusterRef": {"name": "lab"}, "role": role, "address": "10.5.0.9", "hold": hold}
+            }),
+        )
+        .await;
+    }
+    machines
+        .patch_status(
+            "w-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"drift": held_drift(), "configHash": "h"}})),
+        )
+        .await
+        .expect("status of w-1");
+    lab
 }
 
 /// Waits until the cache holds `n` machines of `ns`.
