@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::Criterion;
 use ichor_api::{
     ClusterRef, DriftClass, DriftEntry, MachineRole, TalosMachine, TalosMachineSpec,
     TalosMachineStatus,
@@ -80,5 +80,41 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
-criterion_main!(benches);
+/// Goal of issue 15 item 8.
+const GOAL_NS: f64 = 50e6;
+
+/// Prints the figures and records them for the table (docs/benchmarks.md).
+fn report() {
+    use ichor_testenv::bench::{Figure, duration, mean_ns, record};
+    let mut figures = Vec::new();
+    for (id, what) in [
+        ("machines_page_1000", "machines page, 1,000 machines, no filter"),
+        (
+            "machines_page_1000_filtered",
+            "machines page, 1,000 machines, search + drifted filter",
+        ),
+    ] {
+        if let Some(ns) = mean_ns("ui", id) {
+            println!("{what:<56} {}", duration(ns));
+            figures.push(Figure::alone(
+                format!("{what}: view + HTML on the server"),
+                "< 50 ms",
+                duration(ns),
+                Some(ns < GOAL_NS),
+            ));
+        }
+    }
+    record("ui", &figures);
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .output_directory(&ichor_testenv::bench::criterion_dir())
+        .sample_size(20)
+        .warm_up_time(std::time::Duration::from_millis(500))
+        .measurement_time(std::time::Duration::from_secs(2))
+        .configure_from_args();
+    bench(&mut c);
+    c.final_summary();
+    report();
+}

@@ -226,57 +226,6 @@ pub async fn origin_check(req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Covers: issue 15 item 4 (every POST checks Origin)
-    #[test]
-    fn posts_must_come_from_this_server() {
-        let host = "ui.example:8443";
-        assert!(post_allowed("https://ui.example:8443", "", host));
-        assert!(post_allowed("https://UI.example:8443", "same-origin", host));
-        assert!(
-            !post_allowed("https://ui.example", "", host),
-            "another port is another origin"
-        );
-        assert!(!post_allowed("https://evil.example", "cross-site", host));
-        assert!(!post_allowed("", "", host));
-        assert!(!post_allowed("null", "", host));
-        assert!(!post_allowed("null", "cross-site", host));
-        assert!(!post_allowed("null", "same-site", host));
-        assert!(post_allowed("null", "same-origin", host));
-        assert!(!post_allowed("https://ui.example:8443", "", ""));
-        assert!(!post_allowed("ftp://ui.example:8443", "", host));
-    }
-
-    #[test]
-    fn forms_decode_repeated_keys() {
-        assert_eq!(
-            form_pairs(b"kind=reboot&machines=a&machines=b%2Dc&version=&x=1+2%"),
-            vec![
-                ("kind".to_string(), "reboot".to_string()),
-                ("machines".into(), "a".into()),
-                ("machines".into(), "b-c".into()),
-                ("version".into(), "".into()),
-                ("x".into(), "1 2%".into()),
-            ]
-        );
-    }
-
-    #[test]
-    fn the_session_cookie_is_found_among_others() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::COOKIE,
-            HeaderValue::from_static("a=1; ichor_session=tok.en; b=2"),
-        );
-        assert_eq!(session_token(&h).as_deref(), Some("tok.en"));
-        h.insert(header::COOKIE, HeaderValue::from_static("ichor_session="));
-        assert_eq!(session_token(&h), None);
-    }
-}
-
 fn page(status: StatusCode, title: &str, text: &str) -> Response {
     (status, Html(html::message(title, text).into_string())).into_response()
 }
@@ -820,5 +769,56 @@ async fn cancel_operation(
     {
         Ok(_) => Redirect::to(&format!("/operations/{ns}/{name}")).into_response(),
         Err(e) => api_error(&format!("cancelling TalosOperation {ns}/{name}"), e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Covers: issue 15 item 4 (every POST checks Origin)
+    #[test]
+    fn posts_must_come_from_this_server() {
+        let host = "ui.example:8443";
+        assert!(post_allowed("https://ui.example:8443", "", host));
+        assert!(post_allowed("https://UI.example:8443", "same-origin", host));
+        assert!(
+            !post_allowed("https://ui.example", "", host),
+            "another port is another origin"
+        );
+        assert!(!post_allowed("https://evil.example", "cross-site", host));
+        assert!(!post_allowed("", "", host));
+        assert!(!post_allowed("null", "", host));
+        assert!(!post_allowed("null", "cross-site", host));
+        assert!(!post_allowed("null", "same-site", host));
+        assert!(post_allowed("null", "same-origin", host));
+        assert!(!post_allowed("https://ui.example:8443", "", ""));
+        assert!(!post_allowed("ftp://ui.example:8443", "", host));
+    }
+
+    #[test]
+    fn forms_decode_repeated_keys() {
+        assert_eq!(
+            form_pairs(b"kind=reboot&machines=a&machines=b%2Dc&version=&x=1+2%"),
+            vec![
+                ("kind".to_string(), "reboot".to_string()),
+                ("machines".into(), "a".into()),
+                ("machines".into(), "b-c".into()),
+                ("version".into(), "".into()),
+                ("x".into(), "1 2%".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_session_cookie_is_found_among_others() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; ichor_session=tok.en; b=2"),
+        );
+        assert_eq!(session_token(&h).as_deref(), Some("tok.en"));
+        h.insert(header::COOKIE, HeaderValue::from_static("ichor_session="));
+        assert_eq!(session_token(&h), None);
     }
 }
