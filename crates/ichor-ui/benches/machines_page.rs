@@ -88,7 +88,10 @@ fn report() {
     use ichor_testenv::bench::{Figure, duration, mean_ns, record};
     let mut figures = Vec::new();
     for (id, what) in [
-        ("machines_page_1000", "machines page, 1,000 machines, no filter"),
+        (
+            "machines_page_1000",
+            "machines page, 1,000 machines, no filter",
+        ),
         (
             "machines_page_1000_filtered",
             "machines page, 1,000 machines, search + drifted filter",

@@ -410,10 +410,21 @@ fn form_value<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
+/// Whether `token` looks like a bearer token (a JWT, a bootstrap or static
+/// token): the characters of base64url, base64 and `.`, so it is also a
+/// cookie value as it is.
+pub fn is_bearer_token(token: &str) -> bool {
+    !token.is_empty()
+        && token.len() <= 16 * 1024
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b))
+}
+
 async fn signin(State(state): State<AppState>, body: Bytes) -> Response {
     let pairs = form_pairs(&body);
     let token = form_value(&pairs, "token").unwrap_or("").trim().to_owned();
-    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+    if !is_bearer_token(&token) {
         return (
             StatusCode::UNAUTHORIZED,
             Html(
@@ -808,6 +819,17 @@ mod tests {
                 ("x".into(), "1 2%".into()),
             ]
         );
+    }
+
+    #[test]
+    fn bearer_tokens_are_cookie_values() {
+        assert!(is_bearer_token(
+            "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln-_"
+        ));
+        assert!(is_bearer_token("abcdef.0123456789abcdef"));
+        for bad in ["", "a b", "a;b=c", "a,b", "\"quoted\"", "tok\r\nX: y"] {
+            assert!(!is_bearer_token(bad), "{bad:?}");
+        }
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub const RELOAD_EVERY: Duration = Duration::from_secs(10);
 pub struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// The CA bundle that issued the certificate, served after it (the chain).
+    pub ca: Option<PathBuf>,
 }
 
 /// What can go wrong serving.
@@ -55,13 +57,25 @@ async fn read_pair(files: &TlsFiles) -> Result<(Vec<u8>, Vec<u8>), ServeError> {
     let read = |p: PathBuf| async move { tokio::fs::read(&p).await };
     let cert = read(files.cert.clone()).await;
     let key = read(files.key.clone()).await;
-    match (cert, key) {
-        (Ok(c), Ok(k)) => Ok((c, k)),
-        (Err(source), _) | (_, Err(source)) => Err(ServeError::Certificate {
-            cert: files.cert.clone(),
-            key: files.key.clone(),
-            source,
-        }),
+    let ca = match &files.ca {
+        Some(p) => read(p.clone()).await.map(Some),
+        None => Ok(None),
+    };
+    match (cert, key, ca) {
+        (Ok(mut c), Ok(k), Ok(ca)) => {
+            if let Some(ca) = ca {
+                c.push(b'\n');
+                c.extend_from_slice(&ca);
+            }
+            Ok((c, k))
+        }
+        (Err(source), _, _) | (_, Err(source), _) | (_, _, Err(source)) => {
+            Err(ServeError::Certificate {
+                cert: files.cert.clone(),
+                key: files.key.clone(),
+                source,
+            })
+        }
     }
 }
 
@@ -191,5 +205,6 @@ pub fn files_in(dir: &Path) -> TlsFiles {
     TlsFiles {
         cert: dir.join("tls.crt"),
         key: dir.join("tls.key"),
+        ca: None,
     }
 }

@@ -103,6 +103,10 @@ pub struct UiArgs {
     /// The certificate's key (PEM).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// The CA bundle (PEM) that issued the certificate, served after it
+    /// (ichorUI.tls.caConfigMap/caSecret/caKey).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_ca: Option<PathBuf>,
     /// Also serve plain HTTP here (ichorUI.plaintextPort). Deprecated.
     #[arg(long, value_name = "ADDR")]
     pub plaintext_listen: Option<std::net::SocketAddr>,

@@ -11,10 +11,11 @@ use crate::connect;
 pub async fn run(args: UiArgs) -> anyhow::Result<()> {
     let listeners = Listeners {
         https: args.listen,
-        tls: args
-            .tls_cert
-            .zip(args.tls_key)
-            .map(|(cert, key)| TlsFiles { cert, key }),
+        tls: args.tls_cert.zip(args.tls_key).map(|(cert, key)| TlsFiles {
+            cert,
+            key,
+            ca: args.tls_ca,
+        }),
         plaintext: args.plaintext_listen,
     };
     if args.lab_anonymous_read {
