@@ -111,14 +111,7 @@ async fn settles(client: &kube::Client, verb: &str, resource: &str, want: bool) 
     panic!("{verb} {resource} never became {want}");
 }
 
-/// Covers: issue 15 item 5 (the read-only UI's ServiceAccount gets get/list/watch only), R5.3 settings.readOnly
-#[tokio::test]
-async fn the_ui_service_account_may_only_read_when_read_only() {
-    let env = TestEnv::shared();
-    let client = env.client().await;
-
-    apply(&client, &render(true)).await;
-    settles(&client, "list", "talosmachines", true).await;
+async fn assert_read_only(client: &kube::Client) {
     for resource in [
         "talosclusters",
         "talosmachines",
@@ -150,13 +143,38 @@ async fn the_ui_service_account_may_only_read_when_read_only() {
         .await
     );
     assert!(!may(&client, "get", "", "secrets").await);
+}
 
-    // Read-write: exactly the actions' verbs are added.
-    apply(&client, &render(false)).await;
-    settles(&client, "patch", "talosmachines", true).await;
+async fn assert_read_write(client: &kube::Client) {
+    settles(client, "patch", "talosmachines", true).await;
     assert!(may(&client, "create", ichor_api::GROUP, "talosoperations").await);
     assert!(may(&client, "patch", ichor_api::GROUP, "talosoperations").await);
     assert!(!may(&client, "delete", ichor_api::GROUP, "talosmachines").await);
     assert!(!may(&client, "patch", ichor_api::GROUP, "talosclusters").await);
     assert!(!may(&client, "create", ichor_api::GROUP, "talosmachines").await);
+}
+
+/// Covers: issue 15 item 5 (the read-only UI's ServiceAccount gets get/list/watch only), R5.3 settings.readOnly
+#[tokio::test]
+async fn the_ui_service_account_may_only_read_when_read_only() {
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    // The chart.
+    apply(&client, &render(true)).await;
+    assert_read_only(&client).await;
+    apply(&client, &render(false)).await;
+    assert_read_write(&client).await;
+    // The installer path's manifest (dist/install-ui.yaml).
+    apply(
+        &client,
+        &ichor_adopt::install::ui_objects("v0.1.0", "x", true),
+    )
+    .await;
+    assert_read_only(&client).await;
+    apply(
+        &client,
+        &ichor_adopt::install::ui_objects("v0.1.0", "x", false),
+    )
+    .await;
+    assert_read_write(&client).await;
 }
