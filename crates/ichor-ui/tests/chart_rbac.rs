@@ -120,19 +120,19 @@ async fn assert_read_only(client: &kube::Client) {
     ] {
         for verb in ["get", "list", "watch"] {
             assert!(
-                may(&client, verb, ichor_api::GROUP, resource).await,
+                may(client, verb, ichor_api::GROUP, resource).await,
                 "{verb} {resource}"
             );
         }
         for verb in ["create", "update", "patch", "delete", "deletecollection"] {
             assert!(
-                !may(&client, verb, ichor_api::GROUP, resource).await,
+                !may(client, verb, ichor_api::GROUP, resource).await,
                 "read-only: {verb} {resource} must be refused"
             );
         }
     }
     // Sign-in and the per-action checks (system:auth-delegator).
-    assert!(may(&client, "create", "authentication.k8s.io", "tokenreviews").await);
+    assert!(may(client, "create", "authentication.k8s.io", "tokenreviews").await);
     assert!(
         may(
             &client,
@@ -142,16 +142,16 @@ async fn assert_read_only(client: &kube::Client) {
         )
         .await
     );
-    assert!(!may(&client, "get", "", "secrets").await);
+    assert!(!may(client, "get", "", "secrets").await);
 }
 
 async fn assert_read_write(client: &kube::Client) {
     settles(client, "patch", "talosmachines", true).await;
-    assert!(may(&client, "create", ichor_api::GROUP, "talosoperations").await);
-    assert!(may(&client, "patch", ichor_api::GROUP, "talosoperations").await);
-    assert!(!may(&client, "delete", ichor_api::GROUP, "talosmachines").await);
-    assert!(!may(&client, "patch", ichor_api::GROUP, "talosclusters").await);
-    assert!(!may(&client, "create", ichor_api::GROUP, "talosmachines").await);
+    assert!(may(client, "create", ichor_api::GROUP, "talosoperations").await);
+    assert!(may(client, "patch", ichor_api::GROUP, "talosoperations").await);
+    assert!(!may(client, "delete", ichor_api::GROUP, "talosmachines").await);
+    assert!(!may(client, "patch", ichor_api::GROUP, "talosclusters").await);
+    assert!(!may(client, "create", ichor_api::GROUP, "talosmachines").await);
 }
 
 /// Covers: issue 15 item 5 (the read-only UI's ServiceAccount gets get/list/watch only), R5.3 settings.readOnly
