@@ -135,7 +135,7 @@ async fn assert_read_only(client: &kube::Client) {
     assert!(may(client, "create", "authentication.k8s.io", "tokenreviews").await);
     assert!(
         may(
-            &client,
+            client,
             "create",
             "authorization.k8s.io",
             "subjectaccessreviews"
