@@ -7,9 +7,10 @@ CARGO ?= cargo
 ## test: build the upstream tools if missing, then fmt, clippy and every test
 test: testbin fmt-check clippy cargo-test
 
-## testbin: build kube-apiserver, etcd, helm v3/v4, talosctl, the machinery peer and the SSA prune peer, and fetch the real Cilium chart, into the cache (once per machine)
+## testbin: build kube-apiserver, etcd, helm v3/v4, talosctl, the machinery peer and the SSA prune peer, and fetch the real Cilium chart, into the cache (once per machine); install Debian's chromium and chromium-driver for the UI's browser test
 testbin:
 	@bash tools/testbin.sh
+	@bash tools/browser.sh
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -37,7 +38,7 @@ fuzz:
 # Each bench leaves its rows in target/bench-figures/<bench>.json; the table
 # gathers them (docs/benchmarks.md). Figures are printed, never asserted. One
 # cargo command for all: the release build is shared (one feature set).
-BENCHES = -p ichor-talos --bench config -p ichor-render --bench render -p ichor-cilium --bench values -p ichor-helm --bench records
+BENCHES = -p ichor-talos --bench config -p ichor-render --bench render -p ichor-cilium --bench values -p ichor-helm --bench records -p ichor-ui --bench machines_page
 bench: testbin
 	rm -rf target/bench-figures
 	$(CARGO) bench --locked $(BENCHES)

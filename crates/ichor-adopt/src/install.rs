@@ -86,6 +86,115 @@ pub fn controller_cluster_rules() -> Value {
     ])
 }
 
+/// The web UI's identity and Deployment name (`ichor ui`).
+pub const UI: &str = "ichor-ui";
+/// The web UI's image repository (the `ichor` binary, run as `ichor ui`).
+pub const UI_IMAGE: &str = "ghcr.io/maeshinshin/ichor-ui";
+/// The web UI's HTTPS port (`ichorUI.port`).
+pub const UI_PORT: u16 = 8443;
+
+/// The UI image of Ichor `version`.
+pub fn ui_image(version: &str) -> String {
+    format!("{UI_IMAGE}:{version}")
+}
+
+/// What the UI reads: reflector caches of Ichor's four kinds. This is all a
+/// read-only UI (`settings.readOnly`) gets besides `system:auth-delegator`.
+pub fn ui_read_rules() -> Value {
+    json!([
+        {"apiGroups": [ichor_api::GROUP], "resources": ["talosclusters", "talosmachines", "talosoperations", "ichorinstallations"], "verbs": ["get", "list", "watch"]}
+    ])
+}
+
+/// What the UI's actions write, each after a SubjectAccessReview for the
+/// signed-in user: holds (patch talosmachines), new operations and their
+/// cancel annotation (create and patch talosoperations).
+pub fn ui_action_rules() -> Value {
+    json!([
+        {"apiGroups": [ichor_api::GROUP], "resources": ["talosmachines"], "verbs": ["patch"]},
+        {"apiGroups": [ichor_api::GROUP], "resources": ["talosoperations"], "verbs": ["create", "patch"]}
+    ])
+}
+
+/// The web UI for Ichor `version`, running `image` in `ichor-system` under
+/// its own ServiceAccount, HTTPS on [`UI_PORT`] with a self-signed
+/// certificate (the installer path has no certificate to give it); with
+/// `read_only`, `--read-only` and the read rules alone. Not part of
+/// [`install_objects`]: the UI is opt-in, as in the chart (`ichorUI.enabled`).
+pub fn ui_objects(version: &str, image: &str, read_only: bool) -> Vec<Value> {
+    let ns = ichor_api::SYSTEM_NAMESPACE;
+    let mut labels = installer_labels(version);
+    labels["app.kubernetes.io/name"] = json!(UI);
+    let mut rules = ui_read_rules().as_array().cloned().unwrap_or_default();
+    if !read_only {
+        rules.extend(ui_action_rules().as_array().cloned().unwrap_or_default());
+    }
+    let mut args = vec![
+        json!("ui"),
+        json!("--listen"),
+        json!(format!("0.0.0.0:{UI_PORT}")),
+    ];
+    if read_only {
+        args.push(json!("--read-only"));
+    }
+    let subject = json!([{"kind": "ServiceAccount", "name": UI, "namespace": ns}]);
+    vec![
+        json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": UI, "namespace": ns, "labels": labels}
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": UI, "labels": labels},
+            "rules": rules
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": UI, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": UI},
+            "subjects": subject
+        }),
+        // Sign-in (TokenReview) and the per-action checks (SubjectAccessReview).
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": format!("{UI}-auth-delegator"), "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"},
+            "subjects": subject
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": UI, "namespace": ns, "labels": labels},
+            "spec": {
+                "selector": {"app.kubernetes.io/name": UI},
+                "ports": [{"name": "https", "port": UI_PORT, "targetPort": "https"}]
+            }
+        }),
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": UI, "namespace": ns, "labels": labels},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app.kubernetes.io/name": UI}},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "serviceAccountName": UI,
+                        "containers": [{
+                            "name": "ui",
+                            "image": image,
+                            "args": args,
+                            "ports": [{"name": "https", "containerPort": UI_PORT}],
+                            "readinessProbe": {"httpGet": {"scheme": "HTTPS", "path": "/healthz", "port": "https"}},
+                            "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+                                "runAsNonRoot": true, "capabilities": {"drop": ["ALL"]}}
+                        }]
+                    }
+                }
+            }
+        }),
+    ]
+}
+
 /// The controller's rights in its own namespace: watching Secrets (its
 /// Cilium release's records) and its leader Lease.
 pub fn controller_namespace_rules() -> Value {
@@ -422,5 +531,24 @@ mod tests {
             i.metadata.name.as_deref(),
             Some(ichor_api::INSTALLATION_NAME)
         );
+    }
+
+    #[test]
+    fn the_read_only_ui_may_only_read() {
+        let objects = ui_objects("v0.1.0", &ui_image("v0.1.0"), true);
+        let role = objects.iter().find(|o| o["kind"] == "ClusterRole").unwrap();
+        for rule in role["rules"].as_array().unwrap() {
+            assert_eq!(rule["verbs"], json!(["get", "list", "watch"]), "{rule}");
+        }
+        let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], UI);
+        assert_eq!(
+            pod["containers"][0]["args"],
+            json!(["ui", "--listen", "0.0.0.0:8443", "--read-only"])
+        );
+        let rw = ui_objects("v0.1.0", "x", false);
+        let role = rw.iter().find(|o| o["kind"] == "ClusterRole").unwrap();
+        assert_eq!(role["rules"].as_array().unwrap().len(), 3);
     }
 }

@@ -250,18 +250,88 @@ fn values_switch_what_is_rendered() {
 /// Covers: R5.3
 ///
 /// The UI values: port 8443 by default, plaintextPort opt-in and marked
-/// deprecated in NOTES, bad values refused; the UI server is not built yet, so
-/// ichorUI.enabled=true is refused with that reason and the NOTES say so.
+/// deprecated in NOTES, bad values refused; ichorUI.enabled=true deploys the
+/// UI under its own ServiceAccount, over HTTPS, read-only when asked.
 #[test]
-fn ui_values_are_checked_and_the_missing_ui_is_said() {
+fn ui_values_are_checked_and_the_ui_is_deployed() {
     for tool in HELMS {
         let out = template(tool, &["--set", "ichorUI.enabled=true"]);
-        assert!(!out.status.success());
-        assert!(
-            text(&out).contains("Ichor's web UI is not built yet"),
-            "{}",
-            text(&out)
+        assert!(out.status.success(), "{}", text(&out));
+        let rendered = docs(&out);
+        let kinds = kinds(&rendered);
+        for k in [
+            "ServiceAccount/ichor-ui",
+            "ClusterRole/ichor-ui",
+            "ClusterRoleBinding/ichor-ui",
+            "ClusterRoleBinding/ichor-ui-auth-delegator",
+            "Service/ichor-ui",
+            "Deployment/ichor-ui",
+        ] {
+            assert!(kinds.contains(&k.to_string()), "{k} missing: {kinds:?}");
+        }
+        let deployment = rendered
+            .iter()
+            .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "ichor-ui")
+            .unwrap();
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], "ichor-ui");
+        let args: Vec<&str> = pod["containers"][0]["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(&args[..3], ["ui", "--listen", "0.0.0.0:8443"]);
+        assert!(!args.contains(&"--read-only"));
+        assert!(!args.contains(&"--plaintext-listen"));
+        let out = template(
+            tool,
+            &[
+                "--set",
+                "ichorUI.enabled=true",
+                "--set",
+                "settings.readOnly=true",
+                "--set",
+                "ichorUI.tls.certSecret=ui-tls",
+                "--set",
+                "ichorUI.plaintextPort=8080",
+            ],
         );
+        assert!(out.status.success(), "{}", text(&out));
+        let rendered = docs(&out);
+        let role = rendered
+            .iter()
+            .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "ichor-ui")
+            .unwrap();
+        for rule in role["rules"].as_sequence().unwrap() {
+            let verbs: Vec<&str> = rule["verbs"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap())
+                .collect();
+            assert_eq!(
+                verbs,
+                ["get", "list", "watch"],
+                "read-only UI may only read"
+            );
+        }
+        let deployment = rendered
+            .iter()
+            .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "ichor-ui")
+            .unwrap();
+        let args = format!(
+            "{:?}",
+            deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        );
+        for a in [
+            "--read-only",
+            "--tls-cert",
+            "/etc/ichor-ui/tls/tls.crt",
+            "--plaintext-listen",
+        ] {
+            assert!(args.contains(a), "{a} missing: {args}");
+        }
         let out = template(tool, &["--set", "ichorUI.port=70000"]);
         assert!(!out.status.success());
         assert!(
@@ -312,7 +382,7 @@ fn ui_values_are_checked_and_the_missing_ui_is_said() {
     assert_eq!(values["crd"]["keep"], true);
     let notes = std::fs::read_to_string(chart().join("templates/NOTES.txt")).unwrap();
     assert!(notes.contains("ichorUI.plaintextPort is deprecated"));
-    assert!(notes.contains("web UI is not built yet"));
+    assert!(notes.contains("svc/ichor-ui"));
 }
 
 /// Covers: R4.1

@@ -147,6 +147,43 @@ pub enum Command {
     /// after an interruption, run the same command again and it finishes.
     #[command(after_long_help = RECLAIM_EXAMPLES)]
     Reclaim(ReclaimArgs),
+    /// Serve Ichor's web UI: clusters, machines with their drift and holds,
+    /// and operations, over HTTPS. Sign-in takes a Kubernetes bearer token
+    /// (checked by TokenReview); each action is checked by a
+    /// SubjectAccessReview for the signed-in user.
+    Ui(UiArgs),
+}
+
+/// `ichor ui`.
+#[derive(Debug, Args)]
+pub struct UiArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// The HTTPS address (ichorUI.port).
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8443")]
+    pub listen: std::net::SocketAddr,
+    /// The certificate (PEM) served, read again when it changes (mount the
+    /// UI's kubernetes.io/tls Secret). Without it, a self-signed certificate
+    /// is made at start.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// The CA bundle (PEM) that issued the certificate, served after it
+    /// (ichorUI.tls.caConfigMap/caSecret/caKey).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_ca: Option<PathBuf>,
+    /// Also serve plain HTTP here (ichorUI.plaintextPort). Deprecated.
+    #[arg(long, value_name = "ADDR")]
+    pub plaintext_listen: Option<std::net::SocketAddr>,
+    /// Write nothing (settings.readOnly): no action is offered or accepted.
+    #[arg(long)]
+    pub read_only: bool,
+    /// The local lab only: let requests without a session read (never act).
+    /// Refused unless every address listened on is loopback.
+    #[arg(long)]
+    pub lab_anonymous_read: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -32,6 +32,7 @@ const COMMANDS: &[&[&str]] = &[
     &["operation", "list"],
     &["operation", "status"],
     &["operation", "cancel"],
+    &["ui"],
 ];
 
 /// The long help of the command at `path`, 100 columns wide, without the

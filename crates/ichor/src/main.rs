@@ -57,6 +57,7 @@ fn main() -> ExitCode {
             Command::Operation(OperationCommand::List(a)) => cmd::operation::list(a).await,
             Command::Operation(OperationCommand::Status(a)) => cmd::operation::status(a).await,
             Command::Operation(OperationCommand::Cancel(a)) => cmd::operation::cancel(a).await,
+            Command::Ui(a) => cmd::ui::run(a).await,
         }
     });
     match result {

@@ -143,6 +143,36 @@
   - update
 {{- end }}
 
+{{- /* The web UI's ClusterRole rules: what it reads, and (unless settings.readOnly) what its actions write; the same as dist/install-ui.yaml's. */}}
+{{- define "ichor.ui.readRules" }}
+- apiGroups:
+  - ichor.maesh.dev
+  resources:
+  - talosclusters
+  - talosmachines
+  - talosoperations
+  - ichorinstallations
+  verbs:
+  - get
+  - list
+  - watch
+{{- end }}
+{{- define "ichor.ui.actionRules" }}
+- apiGroups:
+  - ichor.maesh.dev
+  resources:
+  - talosmachines
+  verbs:
+  - patch
+- apiGroups:
+  - ichor.maesh.dev
+  resources:
+  - talosoperations
+  verbs:
+  - create
+  - patch
+{{- end }}
+
 {{- /* Ichor's CiliumNetworkPolicies (rendered when networkPolicy.cilium.enabled is true). */}}
 {{- define "ichor.cilium.policies" }}
 ---

@@ -25,6 +25,16 @@ app.kubernetes.io/component: controller
 {{ .Values.manager.image.repository }}:{{ .Values.manager.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
+{{- define "ichor.ui.selector" -}}
+app.kubernetes.io/name: ichor
+app.kubernetes.io/component: ui
+{{- end }}
+
+{{- /* The UI runs the ichor binary (`ichor ui`); the ichor-ui image carries it. */}}
+{{- define "ichor.ui.image" -}}
+{{ .Values.ichorUI.image.repository }}:{{ .Values.ichorUI.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
 {{- define "ichor.webhook.service" -}}ichor-webhook{{- end }}
 {{- define "ichor.webhook.secret" -}}ichor-webhook-tls{{- end }}
 
@@ -32,9 +42,6 @@ app.kubernetes.io/component: controller
 {{- define "ichor.checks" -}}
 {{- if ne .Release.Namespace "ichor-system" -}}
 {{- fail (printf "Ichor runs in the namespace ichor-system, not %s: install with --namespace ichor-system --create-namespace" .Release.Namespace) -}}
-{{- end -}}
-{{- if .Values.ichorUI.enabled -}}
-{{- fail "ichorUI.enabled=true: Ichor's web UI is not built yet, so this chart has no UI to install. Leave ichorUI.enabled false" -}}
 {{- end -}}
 {{- $port := int .Values.ichorUI.port -}}
 {{- if or (lt $port 1) (gt $port 65535) -}}

@@ -7,3 +7,4 @@ pub mod operation;
 pub mod reclaim;
 pub mod secrets;
 pub mod status;
+pub mod ui;

@@ -1,0 +1,497 @@
+//! End to end in a real headless Chromium (Debian's `chromium` and
+//! `chromium-driver`, installed by `tools/browser.sh`), driven over WebDriver,
+//! against the lab: the real kube-apiserver, emulated Talos nodes
+//! (ichor-talemu), Ichor's controller in process, and `ichor ui`'s server
+//! over HTTPS with a self-signed certificate.
+//!
+//! Screenshots of each page are written to `target/ui-screenshots/`.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use ichor_api::conditions::types;
+use ichor_api::{TalosCluster, TalosMachine, TalosOperation};
+use ichor_talemu::{Emulator, EmulatorOptions, NodeSpec, Pki};
+use ichor_testenv::TestEnv;
+use ichor_ui::{AppState, Cache, Listeners, Settings};
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+/// Bound of every wait (a loaded 2-core machine is slow; nothing is timed).
+const WAIT: Duration = Duration::from_secs(120);
+const LABELS: &str = "machine:\n  nodeLabels:\n    ichor.maesh.dev/zone: \"blue\"\n";
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs `tools/browser.sh --env` (installs the packages when missing) and
+/// returns the paths of chromium and chromedriver.
+fn browser() -> (String, String) {
+    let out = Command::new("bash")
+        .arg(repo_root().join("tools/browser.sh"))
+        .arg("--env")
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run tools/browser.sh");
+    assert!(out.status.success(), "tools/browser.sh failed");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let value = |key: &str| {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("tools/browser.sh printed no {key}: {text}"))
+            .to_owned()
+    };
+    (value("ICHOR_CHROMIUM"), value("ICHOR_CHROMEDRIVER"))
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn start_driver(chromedriver: &str, chromium: &str, profile: &Path) -> (Driver, Client) {
+    let port = free_port();
+    let child = Command::new(chromedriver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    let driver = Driver(child);
+    let caps: serde_json::Map<String, serde_json::Value> = serde_json::from_value(json!({
+        "acceptInsecureCerts": true,
+        "goog:chromeOptions": {
+            "binary": chromium,
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1280,1000",
+                format!("--user-data-dir={}", profile.display()),
+            ]
+        }
+    }))
+    .unwrap();
+    let mut last = String::new();
+    for _ in 0..300 {
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        match ClientBuilder::new(connector)
+            .capabilities(caps.clone())
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+        {
+            Ok(c) => return (driver, c),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("chromedriver did not start a Chromium session: {last}");
+}
+
+async fn screenshot(c: &Client, name: &str) {
+    let dir = ichor_testenv::bench::target_dir().join("ui-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = c.screenshot().await.expect("screenshot");
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
+
+/// Waits until the page (as htmx keeps it live, no reload) contains `text`.
+async fn page_shows(c: &Client, text: &str) -> String {
+    let start = std::time::Instant::now();
+    loop {
+        let src = c.source().await.expect("page source");
+        if src.contains(text) {
+            return src;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "the page never showed {text:?}; it shows:\n{src}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn sign_in(c: &Client, base: &str, token: &str) {
+    c.delete_all_cookies().await.unwrap();
+    c.goto(&format!("{base}/clusters")).await.unwrap();
+    assert!(c.current_url().await.unwrap().path().ends_with("/signin"));
+    c.find(Locator::Id("token"))
+        .await
+        .unwrap()
+        .send_keys(token)
+        .await
+        .unwrap();
+    c.find(Locator::Id("signin"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    page_shows(c, "<h1>Clusters</h1>").await;
+}
+
+/// A POST from the page itself (same origin, the session cookie sent), as
+/// a forged form would send it; returns the status.
+async fn forged_post(c: &Client, path: &str) -> u64 {
+    c.execute_async(
+        "const done = arguments[arguments.length - 1];
+         fetch(arguments[0], {method: 'POST', credentials: 'same-origin', redirect: 'manual'})
+           .then(r => done(r.status)).catch(e => done(String(e)));",
+        vec![json!(path)],
+    )
+    .await
+    .expect("fetch runs")
+    .as_u64()
+    .expect("a status")
+}
+
+async fn post_forms(c: &Client) -> Vec<String> {
+    let mut actions = Vec::new();
+    for f in c.find_all(Locator::Css("form[method=post]")).await.unwrap() {
+        actions.push(f.attr("action").await.unwrap().unwrap_or_default());
+    }
+    actions
+}
+
+fn fixture(rel: &str) -> String {
+    let p = repo_root()
+        .join("crates/ichor-render/tests/fixtures")
+        .join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
+
+async fn emulator(nodes: Vec<NodeSpec>, bundle: &str) -> Emulator {
+    let bundle = ichor_talos::secrets::SecretsBundle::parse(bundle, "fixture").unwrap();
+    let (crt, key) = bundle.os_ca_pem().unwrap();
+    Emulator::start_with(
+        nodes,
+        EmulatorOptions {
+            pki: Some(Pki::from_pem(&crt, &key).unwrap()),
+            ..EmulatorOptions::default()
+        },
+    )
+    .await
+    .unwrap()
+}
+
+fn controller_config(ns: &str) -> ichor_controller::Config {
+    ichor_controller::Config {
+        namespace: Some(ns.into()),
+        system_namespace: ns.into(),
+        cilium_storage_namespace: ns.into(),
+        cilium_release_namespace: ns.into(),
+        resync: Duration::from_secs(3),
+        error_requeue: Duration::from_millis(500),
+        talos_call_timeout: Duration::from_secs(20),
+        leader_election: None,
+        operation_bounds: ichor_controller::operation::OperationBounds {
+            etcd: Duration::from_secs(60),
+            drain: Duration::from_secs(60),
+            node_return: Duration::from_secs(60),
+            poll: Duration::from_millis(200),
+        },
+        ..ichor_controller::Config::default()
+    }
+}
+
+async fn serve_ui(client: &kube::Client, cache: &Cache, settings: Settings) -> String {
+    let port = free_port();
+    let listeners = Listeners {
+        https: format!("127.0.0.1:{port}").parse().unwrap(),
+        tls: None,
+        plaintext: None,
+    };
+    let app = ichor_ui::router(AppState::new(client.clone(), cache.clone(), settings));
+    tokio::spawn(async move {
+        if let Err(e) = ichor_ui::tls::serve(app, listeners).await {
+            panic!("the UI stopped: {e}");
+        }
+    });
+    format!("https://127.0.0.1:{port}")
+}
+
+/// Covers: issue 15 item 7 (Chromium against the lab: sign in with a ServiceAccount token, a held machine's drift, release and watch it apply, a reboot operation's progress, read-only shows no action and a POST gets 405, a user without patch talosmachines sees no release button and gets 403), R5.3 settings.readOnly
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chromium_drives_the_ui_against_the_lab() {
+    let (chromium, chromedriver) = browser();
+    let env = TestEnv::shared();
+    let lab = common::users(env, "ui-e2e").await;
+    let client = lab.client.clone();
+    let ns = lab.ns.clone();
+
+    // The lab's Talos side: a control plane and a worker, emulated, with
+    // their Nodes Ready.
+    let bundle = std::fs::read_to_string(
+        repo_root().join("../shared/fixtures/talos/stability-secrets.yaml"),
+    )
+    .or_else(|_| {
+        std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../../shared/fixtures/talos/stability-secrets.yaml"),
+        )
+    })
+    .expect("the secrets bundle fixture");
+    let suffix = ns.rsplit('-').next().unwrap().to_owned();
+    let hosts = [format!("e2e-cp-{suffix}"), format!("e2e-w-{suffix}")];
+    let emu = emulator(
+        vec![
+            NodeSpec::new(
+                hosts[0].clone(),
+                fixture("v1.12-cni-none-controlplane.yaml"),
+            )
+            .with_version("v1.13.9"),
+            NodeSpec::new(hosts[1].clone(), fixture("v1.12-cni-none-worker.yaml"))
+                .with_version("v1.13.9"),
+        ],
+        &bundle,
+    )
+    .await;
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "bundle"}, "stringData": {"secrets.yaml": bundle}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let nodes = Api::<Node>::all(client.clone());
+    for host in &hosts {
+        nodes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": host}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        nodes
+            .patch_status(
+                host,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"conditions": [{
+                    "type": "Ready", "status": "True", "reason": "KubeletReady",
+                    "message": "played by the test",
+                    "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+            )
+            .await
+            .unwrap();
+    }
+    let clusters = Api::<TalosCluster>::namespaced(client.clone(), &ns);
+    clusters
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "base"},
+                "spec": {"endpoint": "https://base:6443", "talosVersion": "v1.13.0", "kubernetesVersion": "v1.28.0",
+                    "network": {"podSubnets": ["10.244.0.0/16"], "serviceSubnets": ["10.96.0.0/12"]},
+                    "cni": {"preset": "unmanaged", "unmanaged": {"talosCNI": "none"}},
+                    "secretsRef": {"name": "bundle"}}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let machines = Api::<TalosMachine>::namespaced(client.clone(), &ns);
+    for (i, (name, role, hold, patches)) in [
+        ("node-cp", "controlplane", false, json!([])),
+        (
+            "node-w",
+            "worker",
+            true,
+            json!([{"name": "zone", "inline": LABELS}]),
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        machines
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "spec": {"clusterRef": {"name": "base"}, "role": role,
+                             "address": emu.endpoint(i), "hold": hold, "patches": patches}
+                }))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(ichor_controller::run_with(
+        client.clone(),
+        controller_config(&ns),
+        async move {
+            let _ = rx.await;
+        },
+    ));
+
+    // The UI: read-write and read-only, over HTTPS (self-signed).
+    let (cache, _reflectors) = Cache::start(&client);
+    common::cached(&cache, &ns, 2).await;
+    let base = serve_ui(&client, &cache, Settings::default()).await;
+    let read_only = serve_ui(
+        &client,
+        &cache,
+        Settings {
+            read_only: true,
+            anonymous_read: false,
+        },
+    )
+    .await;
+
+    let profile = tempfile::tempdir().unwrap();
+    let (_driver, c) = start_driver(&chromedriver, &chromium, profile.path()).await;
+
+    // Sign in with the operator's ServiceAccount token.
+    c.goto(&format!("{base}/signin")).await.unwrap();
+    screenshot(&c, "signin").await;
+    sign_in(&c, &base, &lab.operator_token).await;
+    screenshot(&c, "clusters").await;
+
+    // The held worker's drift, as the controller computes it.
+    let w_url = format!("{base}/machines/{ns}/node-w");
+    c.goto(&w_url).await.unwrap();
+    let src = page_shows(&c, "machine.nodeLabels").await;
+    assert!(src.contains("class B"), "{src}");
+    page_shows(&c, "What releasing the hold would do").await;
+    page_shows(&c, "no-reboot").await;
+    screenshot(&c, "machine-held").await;
+    // The cluster page warns about the held machine and what it holds back.
+    c.goto(&format!("{base}/clusters/{ns}/base")).await.unwrap();
+    page_shows(&c, "Held machines: changes kept back").await;
+    screenshot(&c, "cluster").await;
+    c.goto(&format!("{base}/machines?held=yes")).await.unwrap();
+    page_shows(&c, "node-w").await;
+    screenshot(&c, "machines-held-filter").await;
+
+    // Release the hold and watch it apply (the page stays live through htmx).
+    c.goto(&w_url).await.unwrap();
+    c.find(Locator::Id("release"))
+        .await
+        .expect("the operator sees the release button")
+        .click()
+        .await
+        .unwrap();
+    page_shows(&c, "released").await;
+    page_shows(&c, "The node runs the desired config.").await;
+    screenshot(&c, "machine-applied").await;
+    let w = machines.get("node-w").await.unwrap();
+    assert!(!w.spec.hold);
+    let applied = ichor_api::conditions::find(&w.status.unwrap().conditions, types::APPLIED)
+        .cloned()
+        .expect("an Applied condition");
+    assert_eq!(applied.status, "True", "{applied:?}");
+    assert!(
+        emu.writes().iter().any(|r| r.node == hosts[1]),
+        "the worker's config was written: {:?}",
+        emu.writes()
+    );
+
+    // Start a reboot of the worker and watch its progress.
+    c.goto(&format!("{base}/clusters/{ns}/base")).await.unwrap();
+    c.find(Locator::Css("#kind option[value=reboot]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.find(Locator::Css("#machines option[value=node-w]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.find(Locator::Id("start"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let start = std::time::Instant::now();
+    let op_path = loop {
+        let p = c.current_url().await.unwrap().path().to_owned();
+        if p.contains("/operations/") {
+            break p;
+        }
+        assert!(start.elapsed() < WAIT, "the operation page never came: {p}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    page_shows(&c, &hosts[1]).await;
+    screenshot(&c, "operation-running").await;
+    page_shows(&c, "Succeeded</span>").await;
+    screenshot(&c, "operation-succeeded").await;
+    let op_name = op_path.rsplit('/').next().unwrap();
+    let op = Api::<TalosOperation>::namespaced(client.clone(), &ns)
+        .get(op_name)
+        .await
+        .unwrap();
+    let progress = &op.status.unwrap().machines;
+    assert_eq!(progress.len(), 1);
+    assert_eq!(progress[0].node_name.as_deref(), Some(hosts[1].as_str()));
+    assert_ne!(progress[0].boot_id_before, progress[0].boot_id_after);
+    c.goto(&format!("{base}/operations")).await.unwrap();
+    page_shows(&c, op_name).await;
+    screenshot(&c, "operations").await;
+
+    // Read-only: no page carries an action; a POST gets 405.
+    for path in [
+        "/clusters".to_string(),
+        format!("/clusters/{ns}/base"),
+        format!("/machines/{ns}/node-w"),
+        op_path.clone(),
+    ] {
+        c.goto(&format!("{read_only}{path}")).await.unwrap();
+        page_shows(&c, "read-only").await;
+        assert_eq!(post_forms(&c).await, vec!["/signout".to_string()], "{path}");
+    }
+    screenshot(&c, "read-only-machine").await;
+    let status = forged_post(&c, &format!("/machines/{ns}/node-w/hold")).await;
+    assert_eq!(status, 405);
+    assert!(!machines.get("node-w").await.unwrap().spec.hold);
+
+    // A user without patch talosmachines: no release button, 403 on a forged POST.
+    machines
+        .patch(
+            "node-w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"hold": true}})),
+        )
+        .await
+        .unwrap();
+    sign_in(&c, &base, &lab.viewer_token).await;
+    c.goto(&w_url).await.unwrap();
+    page_shows(&c, "What releasing the hold would do").await;
+    assert!(c.find(Locator::Id("release")).await.is_err());
+    assert!(c.find(Locator::Id("take-hold")).await.is_err());
+    screenshot(&c, "machine-viewer").await;
+    let status = forged_post(&c, &format!("/machines/{ns}/node-w/release")).await;
+    assert_eq!(status, 403);
+    assert!(machines.get("node-w").await.unwrap().spec.hold);
+
+    c.close().await.unwrap();
+    let _ = tx.send(());
+    let _ = tokio::time::timeout(WAIT, controller).await;
+    emu.shutdown().await;
+}
