@@ -5,7 +5,7 @@
 //! TalosMachine + the machine's patches, in order. Pure and deterministic:
 //! the same input always gives the same bytes.
 
-use ichor_api::conditions::{self, types};
+use ichor_api::conditions;
 use ichor_api::{
     KubernetesComponent, MachineRole, TalosCluster, TalosClusterSpec, TalosMachine,
     TalosMachineSpec,
