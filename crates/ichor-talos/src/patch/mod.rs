@@ -29,6 +29,11 @@
 //! JSON 6902 patches apply to the `v1alpha1` document of a config that has
 //! only that document; Talos refuses them on multi-document configs, and so
 //! does this module.
+//!
+//! [`ConfigPatch::apply`] is Talos's merge; [`ConfigPatch::reapply`] is the
+//! render's, for a config that may already carry the patch's effect: it adds
+//! no list item the list already holds and takes a delete whose target is
+//! gone as done (`docs/adr/0016-patches-are-reapplied-once.md`).
 
 use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
