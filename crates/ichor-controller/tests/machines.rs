@@ -16,6 +16,9 @@ use serde_json::json;
 
 /// A class B patch (node labels are applied without a reboot).
 const LABELS: &str = "machine:\n  nodeLabels:\n    ichor.maesh.dev/test: \"yes\"\n";
+/// A class B patch that appends to lists Talos appends to (ADR 0016: the
+/// render adds its items once).
+const APPEND: &str = "machine:\n  certSANs:\n    - w-1.example.com\n  time:\n    servers:\n      - time.cloudflare.com\n";
 /// A class C patch (install settings take effect only on the next install).
 const INSTALL: &str = "machine:\n  install:\n    image: ghcr.io/siderolabs/installer:v9.9.9\n";
 
@@ -117,7 +120,11 @@ async fn scenario(shape: &Shape) {
     let machines = Api::<TalosMachine>::namespaced(client.clone(), &ns);
     let specs = [
         ("cp-1", "controlplane", vec![("labels", LABELS)]),
-        ("w-1", "worker", vec![("labels", LABELS)]),
+        (
+            "w-1",
+            "worker",
+            vec![("labels", LABELS), ("append", APPEND)],
+        ),
         (
             "w-2",
             "worker",
@@ -159,7 +166,10 @@ async fn scenario(shape: &Shape) {
             st.drift
                 .iter()
                 .all(|e| e.path.starts_with("machine.nodeLabels")
-                    || e.path.starts_with("machine.install")),
+                    || e.path.starts_with("machine.install")
+                    || (*name == "w-1"
+                        && (e.path.starts_with("machine.certSANs")
+                            || e.path.starts_with("machine.time")))),
             "{name}: {:#?}",
             st.drift
         );
@@ -258,6 +268,60 @@ async fn scenario(shape: &Shape) {
         })
     })
     .await;
+
+    // ADR 0016: the node now carries the appending patch; rendered over it,
+    // the patch adds nothing again. Held again, w-1 shows no drift; released
+    // again, nothing more is written.
+    for hold in [true, false] {
+        let m = machines
+            .patch(
+                "w-1",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"hold": hold}})),
+            )
+            .await
+            .unwrap();
+        let generation = m.metadata.generation;
+        wait_for(
+            &format!("w-1 to be reconciled with hold {hold}"),
+            || async {
+                machines.get("w-1").await.is_ok_and(|m| {
+                    m.status
+                        .as_ref()
+                        .is_some_and(|s| s.observed_generation == generation)
+                })
+            },
+        )
+        .await;
+        let w1 = machines.get("w-1").await.unwrap();
+        let st = w1.status.clone().unwrap();
+        assert!(st.drift.is_empty(), "hold {hold}: {:#?}", st.drift);
+        assert_eq!(cond(&w1, types::DRIFTED).unwrap().reason, reasons::NO_DRIFT);
+        assert_eq!(emu.writes().len(), 1, "hold {hold}: {:?}", emu.writes());
+        assert_eq!(
+            String::from_utf8(emu.active_config(1).unwrap()).unwrap(),
+            expected
+        );
+    }
+    let applied_config = |c: &str, path: &[&str]| {
+        let docs = ichor_talos::config::MachineConfig::parse(c)
+            .unwrap()
+            .to_mappings()
+            .unwrap();
+        let mut v = serde_yaml_ng::Value::Mapping(docs[0].clone());
+        for k in path {
+            v = v.get(*k).cloned().unwrap_or(serde_yaml_ng::Value::Null);
+        }
+        v
+    };
+    assert_eq!(
+        applied_config(&expected, &["machine", "time", "servers"]),
+        serde_yaml_ng::Value::Sequence(vec!["time.cloudflare.com".into()])
+    );
+    assert_eq!(
+        applied_config(&expected, &["machine", "certSANs"]),
+        serde_yaml_ng::Value::Sequence(vec!["w-1.example.com".into()])
+    );
 
     // Release w-2: its class C drift stays unapplied, with a condition that says why.
     let w2 = machines

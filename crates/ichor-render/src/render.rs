@@ -125,8 +125,10 @@ pub fn render(input: &RenderInput<'_>) -> Result<Rendered, Error> {
             patch: patch.name.clone(),
             source: Box::new(source),
         })?;
+        // The base is the live config, which already carries the effect of
+        // every patch applied before: reapplied, a patch changes it once (ADR 0016).
         config = parsed
-            .apply(&config, &origin)
+            .reapply(&config, &origin)
             .map_err(|source| Error::Patch {
                 machine: input.machine_name.to_owned(),
                 patch: patch.name.clone(),

@@ -82,7 +82,9 @@ fn render_case(c: &Case, live: &ichor_talos::config::MachineConfig) -> ichor_ren
         Vec::new()
     } else {
         let mut p = String::from("machine:\n  nodeLabels:\n");
-        for (k, v) in &c.labels {
+        // a key generated twice would make the patch invalid YAML
+        let labels: std::collections::BTreeMap<_, _> = c.labels.iter().cloned().collect();
+        for (k, v) in &labels {
             p.push_str(&format!("    {k}: \"{v}\"\n"));
         }
         vec![p]
@@ -133,5 +135,122 @@ proptest! {
         sorted.sort();
         prop_assert_eq!(paths, sorted);
         prop_assert!(compare(&live, &live).expect("drift").entries.is_empty());
+    }
+}
+
+/// A strategic merge patch that appends to lists Talos appends to
+/// (`machine.certSANs`, `machine.time.servers`, `cluster.apiServer.certSANs`,
+/// `machine.kubelet.extraMounts`), or a JSON 6902 patch that adds to
+/// `machine.certSANs` at its end or at an index. Items may repeat.
+#[derive(Debug, Clone)]
+enum AppendingPatch {
+    Strategic {
+        list: usize,
+        items: Vec<String>,
+    },
+    Json6902 {
+        at_end: Vec<bool>,
+        items: Vec<String>,
+    },
+}
+
+const APPENDED_LISTS: &[&str] = &[
+    "machine:\n  certSANs:\n",
+    "machine:\n  time:\n    servers:\n",
+    "cluster:\n  apiServer:\n    certSANs:\n",
+    "machine:\n  kubelet:\n    extraMounts:\n",
+];
+
+impl AppendingPatch {
+    fn text(&self) -> String {
+        match self {
+            Self::Strategic { list, items } => {
+                let mut p = String::from(APPENDED_LISTS[*list]);
+                let indent = " ".repeat(2 * (p.lines().count() - 1));
+                for item in items {
+                    if *list == 3 {
+                        p.push_str(&format!(
+                            "{indent}- destination: /var/{item}\n{indent}  type: bind\n{indent}  source: /var/{item}\n{indent}  options: [bind, rw]\n"
+                        ));
+                    } else {
+                        p.push_str(&format!("{indent}- {item}.example.com\n"));
+                    }
+                }
+                p
+            }
+            Self::Json6902 { at_end, items } => {
+                let ops: Vec<serde_json::Value> = items
+                    .iter()
+                    .zip(at_end.iter().cycle())
+                    .map(|(item, end)| {
+                        serde_json::json!({
+                            "op": "add",
+                            "path": if *end { "/machine/certSANs/-" } else { "/machine/certSANs/0" },
+                            "value": format!("{item}.example.com"),
+                        })
+                    })
+                    .collect();
+                serde_json::to_string(&ops).expect("json")
+            }
+        }
+    }
+}
+
+fn appending_patch() -> impl Strategy<Value = AppendingPatch> {
+    let items = || proptest::collection::vec(prop_oneof!["[a-c]", "[a-z]{1,6}"], 1..4);
+    prop_oneof![
+        (0..APPENDED_LISTS.len(), items())
+            .prop_map(|(list, items)| AppendingPatch::Strategic { list, items }),
+        (proptest::collection::vec(any::<bool>(), 1..3), items())
+            .prop_map(|(at_end, items)| AppendingPatch::Json6902 { at_end, items }),
+    ]
+}
+
+/// The fixture as the live config; for a JSON 6902 patch only its
+/// `v1alpha1` document (Talos applies those to single-document configs).
+fn live_for(file: usize, patch: &AppendingPatch) -> ichor_talos::config::MachineConfig {
+    let (_, text) = load(file);
+    let live = parse(&text);
+    if !matches!(patch, AppendingPatch::Json6902 { .. }) {
+        return live;
+    }
+    let docs = live.to_mappings().expect("mappings");
+    let v1alpha1: Vec<_> = docs
+        .into_iter()
+        .filter(|d| d.get("kind").is_none())
+        .collect();
+    ichor_talos::config::MachineConfig::from_mappings(v1alpha1, "the fixture's v1alpha1 document")
+        .expect("v1alpha1 document")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// A patch that appends to a list is rendered once: rendering over the
+    /// render (the node after the apply) gives the same render, for strategic
+    /// merge appends and JSON 6902 adds, over every fixture. The first render
+    /// is what Talos gives for the patch on the live config.
+    /// Covers: R9.1, R10.2
+    #[test]
+    fn appending_patches_render_once(file in 0..FILES.len(), patch in appending_patch()) {
+        let (name, _) = load(file);
+        let live = live_for(file, &patch);
+        let mut spec = cluster(CniPreset::Unmanaged, KubeProxyMode::Enabled);
+        spec.network.pod_subnets = Vec::new();
+        spec.network.service_subnets = Vec::new();
+        let text = patch.text();
+        let m = machine(role_of(name), &[("appending", text.as_str())]);
+        let once = render(&spec, &m, &live, false, None);
+        let twice = render(&spec, &m, &once.config, false, None);
+        prop_assert_eq!(once.yaml().expect("yaml"), twice.yaml().expect("yaml"));
+        let drift = compare(&once.config, &twice.config).expect("drift");
+        prop_assert!(drift.entries.is_empty(), "{:?}", drift.entries);
+        // From a node without the patch's effect, the render applies it as Talos does.
+        let no_patch = render(&spec, &machine(role_of(name), &[]), &live, false, None);
+        let talos = ichor_talos::patch::ConfigPatch::parse(&text, "test")
+            .expect("patch")
+            .apply(&no_patch.config, "test")
+            .expect("talos apply");
+        prop_assert_eq!(once.yaml().expect("yaml"), talos.to_yaml().expect("yaml"));
     }
 }

@@ -661,3 +661,134 @@ fn taken_over_inline_manifest_is_removed_at_handover() {
         vec![("cluster.inlineManifests[my-cilium]", DriftClass::B)]
     );
 }
+
+/// Renders `patch` over the fixture, then over that render (the node after
+/// the apply), and returns both YAMLs.
+fn render_twice(live: &ichor_talos::config::MachineConfig, patch: &str) -> (String, String) {
+    let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
+    let m = machine(MachineRole::Controlplane, &[("appending", patch)]);
+    let once = render(&spec, &m, live, true, None);
+    let twice = render(&spec, &m, &once.config, true, None);
+    (once.yaml().expect("yaml"), twice.yaml().expect("yaml"))
+}
+
+/// The value at a dotted path of the v1alpha1 document of a rendered YAML.
+fn v1alpha1_at(yaml: &str, keys: &[&str]) -> Value {
+    let docs = parse(yaml).to_mappings().expect("mappings");
+    let doc = docs
+        .iter()
+        .find(|d| d.get("kind").is_none())
+        .expect("v1alpha1 document");
+    let mut v = Value::Mapping(doc.clone());
+    for k in keys {
+        v = v.get(*k).cloned().unwrap_or(Value::Null);
+    }
+    v
+}
+
+fn strings(items: &[&str]) -> Value {
+    Value::Sequence(items.iter().map(|s| Value::String((*s).into())).collect())
+}
+
+/// A patch appending NTP servers adds them once: the render over the
+/// applied config keeps exactly the servers the patch names, in both shapes.
+/// Covers: R9.1, R10.2
+#[test]
+fn appended_time_servers_render_once() {
+    let patch =
+        "machine:\n  time:\n    servers:\n      - time.cloudflare.com\n      - pool.ntp.org\n";
+    for file in [
+        "v1.12-cni-none-controlplane.yaml",
+        "v1.14-cni-none-controlplane.yaml",
+    ] {
+        let live = parse(&own_fixture(file));
+        let (once, twice) = render_twice(&live, patch);
+        assert_eq!(
+            v1alpha1_at(&once, &["machine", "time", "servers"]),
+            strings(&["time.cloudflare.com", "pool.ntp.org"]),
+            "{file}"
+        );
+        assert_eq!(once, twice, "{file}");
+    }
+}
+
+/// Certificate SANs appended to `machine.certSANs` and
+/// `cluster.apiServer.certSANs` by strategic merge, and to `machine.certSANs`
+/// by JSON 6902 `add`s at the end and at an index, are added once; SANs the node had before
+/// are kept, and a SAN the node already has is not added again.
+/// Covers: R9.1, R10.2
+#[test]
+fn appended_cert_sans_render_once() {
+    let live = parse(&own_fixture("v1.12-cni-none-controlplane.yaml"));
+    let patch = "machine:\n  certSANs:\n    - api.example.com\ncluster:\n  apiServer:\n    certSANs:\n      - api.example.com\n      - 10.0.0.10\n";
+    let (once, twice) = render_twice(&live, patch);
+    assert_eq!(once, twice);
+    assert_eq!(
+        v1alpha1_at(&once, &["machine", "certSANs"]),
+        strings(&["api.example.com"])
+    );
+    let api_sans = v1alpha1_at(&once, &["cluster", "apiServer", "certSANs"]);
+    let live_sans = v1alpha1_at(
+        &live.to_yaml().expect("yaml"),
+        &["cluster", "apiServer", "certSANs"],
+    );
+    let mut want: Vec<Value> = live_sans.as_sequence().cloned().unwrap_or_default();
+    want.extend([
+        Value::String("api.example.com".into()),
+        Value::String("10.0.0.10".into()),
+    ]);
+    assert_eq!(api_sans, Value::Sequence(want.clone()));
+
+    // JSON 6902, on the single v1alpha1 document Talos patches that way.
+    let docs = live.to_mappings().expect("mappings");
+    let single = ichor_talos::config::MachineConfig::from_mappings(
+        docs.into_iter()
+            .filter(|d| d.get("kind").is_none())
+            .collect(),
+        "test",
+    )
+    .expect("v1alpha1");
+    let json = r#"[{"op":"add","path":"/machine/certSANs/-","value":"api.example.com"},{"op":"add","path":"/machine/certSANs/0","value":"first.example.com"}]"#;
+    let (once, twice) = render_twice(&single, json);
+    assert_eq!(once, twice);
+    assert_eq!(
+        v1alpha1_at(&once, &["machine", "certSANs"]),
+        strings(&["first.example.com", "api.example.com"])
+    );
+}
+
+/// Kubelet extra mounts (a list of mappings) appended by a patch are added
+/// once, compared whole.
+/// Covers: R9.1, R10.2
+#[test]
+fn appended_kubelet_extra_mounts_render_once() {
+    let live = parse(&own_fixture("v1.12-cni-none-controlplane.yaml"));
+    let patch = "machine:\n  kubelet:\n    extraMounts:\n      - destination: /var/lib/longhorn\n        type: bind\n        source: /var/lib/longhorn\n        options: [bind, rshared, rw]\n";
+    let (once, twice) = render_twice(&live, patch);
+    assert_eq!(once, twice);
+    let mounts = v1alpha1_at(&once, &["machine", "kubelet", "extraMounts"]);
+    assert_eq!(mounts.as_sequence().map(Vec::len), Some(1), "{mounts:?}");
+}
+
+/// A delete whose item is already gone from the node (the apply of the
+/// render removed it) changes nothing on the next render instead of failing.
+/// Covers: R9.1, R10.2
+#[test]
+fn delete_of_an_item_already_gone_renders_the_same() {
+    let live = parse(&own_fixture("v1.12-cni-none-controlplane.yaml"));
+    let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
+    let mount = "machine:\n  kubelet:\n    extraMounts:\n      - destination: /x\n        type: bind\n        source: /x\n";
+    let with_mount = render(
+        &spec,
+        &machine(MachineRole::Controlplane, &[("mount", mount)]),
+        &live,
+        true,
+        None,
+    );
+    let delete =
+        "machine:\n  kubelet:\n    extraMounts:\n      - destination: /x\n        $patch: delete\n";
+    let (once, twice) = render_twice(&with_mount.config, delete);
+    assert_eq!(once, twice);
+    let mounts = v1alpha1_at(&once, &["machine", "kubelet", "extraMounts"]);
+    assert!(mounts.as_sequence().is_none_or(Vec::is_empty), "{mounts:?}");
+}

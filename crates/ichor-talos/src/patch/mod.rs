@@ -29,6 +29,11 @@
 //! JSON 6902 patches apply to the `v1alpha1` document of a config that has
 //! only that document; Talos refuses them on multi-document configs, and so
 //! does this module.
+//!
+//! [`ConfigPatch::apply`] is Talos's merge; [`ConfigPatch::reapply`] is the
+//! render's, for a config that may already carry the patch's effect: it adds
+//! no list item the list already holds and takes a delete whose target is
+//! gone as done (`docs/adr/0016-patches-are-reapplied-once.md`).
 
 use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
@@ -171,13 +176,46 @@ impl ConfigPatch {
         Ok(Self::StrategicMerge(docs))
     }
 
-    /// Applies the patch to a config, returning the patched config.
+    /// Applies the patch to a config, returning the patched config, exactly
+    /// as `talosctl machineconfig patch` does.
     pub fn apply(&self, config: &MachineConfig, origin: &str) -> Result<MachineConfig, PatchError> {
+        self.apply_in(config, origin, Application::Talos)
+    }
+
+    /// Applies the patch to a config that may already carry its effect
+    /// (the render starts from the node's live config): what the patch
+    /// would append or add to a list is not added again when the list
+    /// already holds an equal item, and a delete whose target is already
+    /// gone changes nothing. On a config without the patch's effect the
+    /// result is that of [`ConfigPatch::apply`]; applied to its own result
+    /// it changes nothing (ADR 0016).
+    pub fn reapply(
+        &self,
+        config: &MachineConfig,
+        origin: &str,
+    ) -> Result<MachineConfig, PatchError> {
+        self.apply_in(config, origin, Application::Reapply)
+    }
+
+    fn apply_in(
+        &self,
+        config: &MachineConfig,
+        origin: &str,
+        how: Application,
+    ) -> Result<MachineConfig, PatchError> {
         match self {
-            Self::StrategicMerge(docs) => apply_strategic_merge(config, docs, origin),
-            Self::Json6902(p) => apply_json6902(config, p, origin),
+            Self::StrategicMerge(docs) => apply_strategic_merge_in(config, docs, origin, how),
+            Self::Json6902(p) => apply_json6902_in(config, p, origin, how),
         }
     }
+}
+
+/// How a patch is applied: as Talos does, or again over a config that may
+/// already carry its effect (ADR 0016).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Application {
+    Talos,
+    Reapply,
 }
 
 /// Refuses what Talos refuses when it reads a strategic merge patch: two
@@ -220,6 +258,15 @@ pub fn apply_strategic_merge(
     patch_docs: &[Mapping],
     origin: &str,
 ) -> Result<MachineConfig, PatchError> {
+    apply_strategic_merge_in(config, patch_docs, origin, Application::Talos)
+}
+
+fn apply_strategic_merge_in(
+    config: &MachineConfig,
+    patch_docs: &[Mapping],
+    origin: &str,
+    how: Application,
+) -> Result<MachineConfig, PatchError> {
     let mut docs = config.to_mappings().map_err(|source| PatchError::Result {
         origin: origin.to_string(),
         source,
@@ -241,7 +288,7 @@ pub fn apply_strategic_merge(
             reason,
         })?;
         for delete in &deletes {
-            apply_delete(&mut docs, &id, delete).map_err(|reason| PatchError::Delete {
+            apply_delete(&mut docs, &id, delete, how).map_err(|reason| PatchError::Delete {
                 origin: origin.to_string(),
                 reason,
             })?;
@@ -251,10 +298,10 @@ pub fn apply_strategic_merge(
         }
         let path_root = id.path_root();
         match docs.iter_mut().find(|d| DocId::of(d) == id) {
-            Some(target) => merge_mapping(target, &rest, &[path_root.as_str()]),
+            Some(target) => merge_mapping(target, &rest, &[path_root.as_str()], how),
             None => {
                 let mut fresh = Mapping::new();
-                merge_mapping(&mut fresh, &rest, &[path_root.as_str()]);
+                merge_mapping(&mut fresh, &rest, &[path_root.as_str()], how);
                 docs.push(fresh);
             }
         }
@@ -271,6 +318,15 @@ pub fn apply_json6902(
     patch: &json_patch::Patch,
     origin: &str,
 ) -> Result<MachineConfig, PatchError> {
+    apply_json6902_in(config, patch, origin, Application::Talos)
+}
+
+fn apply_json6902_in(
+    config: &MachineConfig,
+    patch: &json_patch::Patch,
+    origin: &str,
+    how: Application,
+) -> Result<MachineConfig, PatchError> {
     let docs = config.to_mappings().map_err(|source| PatchError::Result {
         origin: origin.to_string(),
         source,
@@ -286,7 +342,11 @@ pub fn apply_json6902(
         reason: e.to_string(),
     };
     let mut json = serde_json::to_value(Value::Mapping(docs[0].clone())).map_err(|e| conv(&e))?;
+    let mut held = HeldItems::default();
     for op in &patch.0 {
+        if how == Application::Reapply && held.already_applied(&json, op) {
+            continue;
+        }
         let op = talos_json6902_operation(&json, op);
         json_patch::patch(&mut json, std::slice::from_ref(&op)).map_err(|source| {
             PatchError::Json6902Apply {
@@ -326,6 +386,51 @@ fn talos_json6902_operation(
         }
     }
     op.clone()
+}
+
+/// The items each list held when a reapplied JSON 6902 patch first touched
+/// it; each counts once, so a patch adding the same item twice keeps both.
+#[derive(Default)]
+struct HeldItems(Vec<(String, Vec<serde_json::Value>)>);
+
+impl HeldItems {
+    /// Whether an operation's effect is already in the document, so applying
+    /// it again would change what it changed once more: an `add` into a list
+    /// that held the value (appended with `-` or inserted at an index), and
+    /// a `remove` of a path that is already gone.
+    fn already_applied(
+        &mut self,
+        doc: &serde_json::Value,
+        op: &json_patch::PatchOperation,
+    ) -> bool {
+        match op {
+            json_patch::PatchOperation::Add(a) => {
+                let Some((parent, _)) = a.path.as_str().rsplit_once('/') else {
+                    return false;
+                };
+                let Some(list) = doc.pointer(parent).and_then(serde_json::Value::as_array) else {
+                    return false;
+                };
+                let i = match self.0.iter().position(|(p, _)| p == parent) {
+                    Some(i) => i,
+                    None => {
+                        self.0.push((parent.to_owned(), list.clone()));
+                        self.0.len() - 1
+                    }
+                };
+                let items = &mut self.0[i].1;
+                match items.iter().position(|v| *v == a.value) {
+                    Some(j) => {
+                        items.swap_remove(j);
+                        true
+                    }
+                    None => false,
+                }
+            }
+            json_patch::PatchOperation::Remove(r) => doc.pointer(r.path.as_str()).is_none(),
+            _ => false,
+        }
+    }
 }
 
 /// How a document is matched: (apiVersion, kind, name) for multi-document
@@ -547,7 +652,14 @@ fn is_empty_patch_document(m: &Mapping) -> bool {
     })
 }
 
-fn apply_delete(docs: &mut Vec<Mapping>, id: &DocId, delete: &Delete) -> Result<(), String> {
+fn apply_delete(
+    docs: &mut Vec<Mapping>,
+    id: &DocId,
+    delete: &Delete,
+    how: Application,
+) -> Result<(), String> {
+    // Reapplied, a delete whose target is already gone has its effect.
+    let gone_is_done = how == Application::Reapply;
     let Some(index) = docs.iter().position(|d| DocId::of(d) == *id) else {
         // Deleting from a document the config does not have changes nothing.
         return Ok(());
@@ -567,6 +679,7 @@ fn apply_delete(docs: &mut Vec<Mapping>, id: &DocId, delete: &Delete) -> Result<
     for (depth, key) in parents.iter().enumerate() {
         node = match node.get_mut(key.as_str()) {
             Some(Value::Mapping(m)) => m,
+            _ if gone_is_done => return Ok(()),
             _ => {
                 return Err(format!(
                     "`$patch: delete` on {}: the config has no {}; remove that delete from the patch",
@@ -584,6 +697,7 @@ fn apply_delete(docs: &mut Vec<Mapping>, id: &DocId, delete: &Delete) -> Result<
         Some((key, value)) => {
             let list = match node.get_mut(last.as_str()) {
                 Some(Value::Sequence(list)) => list,
+                _ if gone_is_done => return Ok(()),
                 _ => {
                     return Err(format!(
                         "`$patch: delete` of the item with {key}: {value} in {}: the config has no such list; remove that delete from the patch",
@@ -601,6 +715,7 @@ fn apply_delete(docs: &mut Vec<Mapping>, id: &DocId, delete: &Delete) -> Result<
                     list.remove(i);
                     Ok(())
                 }
+                None if gone_is_done => Ok(()),
                 None => Err(format!(
                     "`$patch: delete` of the item with {key}: {value} in {}: the list has no such item; remove that delete from the patch",
                     delete.path.join(".")
@@ -662,7 +777,7 @@ fn is_args_map(path: &[&str]) -> bool {
     path.last() == Some(&"extraArgs")
 }
 
-fn merge_mapping(target: &mut Mapping, patch: &Mapping, path: &[&str]) {
+fn merge_mapping(target: &mut Mapping, patch: &Mapping, path: &[&str], how: Application) {
     for (k, pv) in patch {
         let Some(key) = k.as_str() else {
             target.insert(k.clone(), strip(pv));
@@ -687,7 +802,7 @@ fn merge_mapping(target: &mut Mapping, patch: &Mapping, path: &[&str]) {
                 }
             }
             Some(tv) if !tv.is_null() && !replaces_whole_value(&child) => {
-                merge_value(tv, pv, &child)
+                merge_value(tv, pv, &child, how)
             }
             _ => {
                 target.insert(k.clone(), strip(pv));
@@ -696,22 +811,36 @@ fn merge_mapping(target: &mut Mapping, patch: &Mapping, path: &[&str]) {
     }
 }
 
-fn merge_value(target: &mut Value, patch: &Value, path: &[&str]) {
+fn merge_value(target: &mut Value, patch: &Value, path: &[&str], how: Application) {
     match (target, patch) {
-        (Value::Mapping(t), Value::Mapping(p)) => merge_mapping(t, p, path),
-        (Value::Sequence(t), Value::Sequence(p)) => merge_list(t, p, path),
+        (Value::Mapping(t), Value::Mapping(p)) => merge_mapping(t, p, path, how),
+        (Value::Sequence(t), Value::Sequence(p)) => merge_list(t, p, path, how),
         (t, p) => *t = strip(p),
     }
 }
 
-fn merge_list(target: &mut Vec<Value>, patch: &[Value], path: &[&str]) {
+fn merge_list(target: &mut Vec<Value>, patch: &[Value], path: &[&str], how: Application) {
     match list_rule(path) {
+        ListRule::Append if how == Application::Reapply => {
+            // Each item the list held before counts once: an item the patch
+            // appends is taken as already there when an equal item is left,
+            // so a patch appending the same item twice keeps both.
+            let mut held: Vec<Value> = target.clone();
+            for item in patch.iter().filter(|v| !is_delete_value(v)).map(strip) {
+                match held.iter().position(|h| *h == item) {
+                    Some(i) => {
+                        held.swap_remove(i);
+                    }
+                    None => target.push(item),
+                }
+            }
+        }
         ListRule::Append => target.extend(patch.iter().filter(|v| !is_delete_value(v)).map(strip)),
         ListRule::Replace => *target = patch.iter().map(strip).collect(),
         ListRule::Keyed { keys } => {
             for item in patch.iter().filter(|v| !is_delete_value(v)) {
                 match target.iter().position(|t| same_key(t, item, keys)) {
-                    Some(i) => merge_value(&mut target[i], item, path),
+                    Some(i) => merge_value(&mut target[i], item, path, how),
                     None => target.push(strip(item)),
                 }
             }

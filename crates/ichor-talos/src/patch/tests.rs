@@ -359,3 +359,80 @@ mod props {
         }
     }
 }
+
+fn reapplied(cfg: &MachineConfig, patch: &str) -> MachineConfig {
+    ConfigPatch::parse(patch, "test patch")
+        .unwrap()
+        .reapply(cfg, "test patch")
+        .unwrap()
+}
+
+fn v1alpha1_only(cfg: &MachineConfig) -> MachineConfig {
+    let docs = cfg.to_mappings().unwrap();
+    MachineConfig::from_mappings(
+        docs.into_iter()
+            .filter(|d| d.get("kind").is_none())
+            .collect(),
+        "test",
+    )
+    .unwrap()
+}
+
+/// `apply` appends again as Talos does; `reapply` gives the same result the
+/// first time and changes nothing the second (ADR 0016).
+/// Covers: R9.1
+#[test]
+fn reapply_appends_once_where_apply_appends_again() {
+    let cfg = v12_cp();
+    let patch = "machine:\n  certSANs:\n    - a.example.com\n    - a.example.com\n  time:\n    servers:\n      - pool.ntp.org\n";
+    let once = smp(&cfg, patch);
+    assert_eq!(reapplied(&cfg, patch), once);
+    assert_eq!(reapplied(&once, patch), once);
+    let again = smp(&once, patch);
+    assert_ne!(again, once, "Talos's merge appends again");
+    let sans = |c: &MachineConfig| {
+        c.to_mappings().unwrap()[0]["machine"]["certSANs"]
+            .as_sequence()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(sans(&once), 2, "a patch's own duplicates are kept");
+    assert_eq!(sans(&again), 4);
+}
+
+/// JSON 6902 adds into a list are skipped when the list holds the value;
+/// a `remove` of a path already gone changes nothing when reapplied.
+/// Covers: R9.1
+#[test]
+fn reapply_skips_json6902_adds_and_removes_already_done() {
+    let cfg = v1alpha1_only(&v12_cp());
+    let patch = r#"[{"op":"add","path":"/machine/certSANs/-","value":"a"},{"op":"add","path":"/machine/certSANs/0","value":"b"},{"op":"remove","path":"/machine/kubelet/image"}]"#;
+    let once = reapplied(&cfg, patch);
+    assert_eq!(once, smp(&cfg, patch));
+    assert_eq!(reapplied(&once, patch), once);
+    let err = ConfigPatch::parse(patch, "test patch")
+        .unwrap()
+        .apply(&once, "test patch");
+    assert!(err.is_err(), "Talos refuses the remove of a missing path");
+}
+
+/// A delete of a list item that is gone is refused by `apply` as Talos
+/// refuses it, and changes nothing when reapplied.
+/// Covers: R9.1
+#[test]
+fn reapply_of_a_delete_already_done_changes_nothing() {
+    let cfg = v12_cp();
+    let add = "machine:\n  kubelet:\n    extraMounts:\n      - destination: /x\n        type: bind\n        source: /x\n";
+    let delete =
+        "machine:\n  kubelet:\n    extraMounts:\n      - destination: /x\n        $patch: delete\n";
+    let with = smp(&cfg, add);
+    let once = reapplied(&with, delete);
+    assert_eq!(once, smp(&with, delete));
+    assert_eq!(reapplied(&once, delete), once);
+    assert!(
+        ConfigPatch::parse(delete, "test patch")
+            .unwrap()
+            .apply(&once, "test patch")
+            .is_err()
+    );
+}
