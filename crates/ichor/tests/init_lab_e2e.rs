@@ -400,12 +400,34 @@ async fn assert_handed_over(lab: &InitLab, out: &Path) {
         .get("cilium")
         .await
         .unwrap();
+    let annotations = cilium.metadata.annotations.unwrap_or_default();
     assert!(
-        !cilium
-            .metadata
-            .annotations
-            .unwrap_or_default()
-            .contains_key(OWNING_INVENTORY_ANNOTATION)
+        !annotations.contains_key(OWNING_INVENTORY_ANNOTATION),
+        "{annotations:?}"
+    );
+    // Cilium is Ichor's Helm release now: `cilium` in kube-system owns the
+    // DaemonSet, and its record lives in ichor-system.
+    assert_eq!(
+        annotations
+            .get("meta.helm.sh/release-name")
+            .map(String::as_str),
+        Some("cilium"),
+        "{annotations:?}"
+    );
+    assert_eq!(
+        annotations
+            .get("meta.helm.sh/release-namespace")
+            .map(String::as_str),
+        Some("kube-system"),
+        "{annotations:?}"
+    );
+    let records = Api::<Secret>::namespaced(client.clone(), "ichor-system")
+        .list(&ListParams::default().labels("owner=helm,name=cilium"))
+        .await
+        .unwrap();
+    assert!(
+        !records.items.is_empty(),
+        "no Helm record of cilium in ichor-system"
     );
 
     // The controller's render over each node's config as it runs now (read
