@@ -279,8 +279,10 @@ where
 /// `CNIHandover=True`, the inline entry gone from every control plane's
 /// config (the controller's one class-B apply per control plane, the only
 /// write after init's), Talos's inventory naming none of Cilium's objects
-/// and their owning-inventory annotation stripped; and the controller's
-/// render over every node's config as it runs now finds no drift.
+/// and their owning-inventory annotation stripped, so the real prune of
+/// `talosctl upgrade-k8s` (go-kubernetes's) leaves Cilium; and the
+/// controller's render over every node's config as it runs now finds no
+/// drift.
 async fn assert_handed_over(lab: &InitLab, out: &Path) {
     let client = client_of(lab, out).await;
     let nodes = Api::<Node>::all(client.clone());
@@ -428,6 +430,37 @@ async fn assert_handed_over(lab: &InitLab, out: &Path) {
     assert!(
         !records.items.is_empty(),
         "no Helm record of cilium in ichor-system"
+    );
+
+    // `talosctl upgrade-k8s`'s manifests step (go-kubernetes's real prune)
+    // with the control plane's manifests as they are now leaves Cilium.
+    let live = String::from_utf8(lab.emulator.active_config(0).unwrap()).unwrap();
+    let plan = ichor_lab::bootstrap_manifests::plan(&MachineConfig::parse(&live).unwrap()).unwrap();
+    let manifests = out.join("bootstrap-manifests.yaml");
+    std::fs::write(
+        &manifests,
+        ichor_lab::bootstrap_manifests::manifest_documents(&plan),
+    )
+    .unwrap();
+    let pruned = tokio::task::block_in_place(|| {
+        Command::new(Tool::SsaPrunePeer.path())
+            .arg("--kubeconfig")
+            .arg(out.join("kubeconfig"))
+            .arg(&manifests)
+            .output()
+            .unwrap()
+    });
+    let said = String::from_utf8_lossy(&pruned.stdout).to_string()
+        + &String::from_utf8_lossy(&pruned.stderr);
+    assert!(pruned.status.success(), "{said}");
+    assert!(!said.contains("deleted"), "{said}");
+    assert!(
+        Api::<DaemonSet>::namespaced(client.clone(), "kube-system")
+            .get_opt("cilium")
+            .await
+            .unwrap()
+            .is_some_and(|d| d.metadata.deletion_timestamp.is_none()),
+        "{said}"
     );
 
     // The controller's render over each node's config as it runs now (read
