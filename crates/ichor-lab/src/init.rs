@@ -10,9 +10,9 @@
 //! Talos's bootstrap-manifest apply (the inline Cilium) is played through
 //! [`InitLabOptions::bootstrap_manifests`], called with the API server's
 //! client and the bootstrapped control plane's config once the API server
-//! answers: the lab's `bootstrap_manifests` module (R6.1's work) plugs in
-//! there. Without it the inline manifests are not applied, no pod network
-//! comes up, and Ichor's pods stay Pending.
+//! answers; [`talos_bootstrap_manifests`] is the lab's play of it
+//! ([`crate::bootstrap_manifests`]). Without it the inline manifests are not
+//! applied, no pod network comes up, and Ichor's pods stay Pending.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
@@ -36,6 +36,28 @@ pub type BootstrapManifests = Arc<
         + Send
         + Sync,
 >;
+
+/// Talos's bootstrap-manifest apply as the lab plays it
+/// ([`crate::bootstrap_manifests::apply`]): what
+/// [`InitLabOptions::bootstrap_manifests`] takes for a lab that brings the
+/// inline Cilium up, as a Talos 1.13+ control plane does at boot.
+pub fn talos_bootstrap_manifests() -> BootstrapManifests {
+    Arc::new(|client, config| {
+        Box::pin(async move {
+            let config = MachineConfig::parse(&String::from_utf8_lossy(&config))
+                .map_err(|e| e.to_string())?;
+            let played = crate::bootstrap_manifests::apply(&client, &config)
+                .await
+                .map_err(|e| e.to_string())?;
+            tracing::info!(
+                "lab: Talos's bootstrap-manifest apply created {} objects, found {}",
+                played.created.len(),
+                played.found.len()
+            );
+            Ok(())
+        })
+    })
+}
 
 /// How the init lab looks.
 #[derive(Clone)]
@@ -275,6 +297,12 @@ async fn start_kubernetes(
         .active_config(node)
         .ok_or_else(|| LabError::Config("the bootstrapped node has no config".into()))?;
     let identity = cluster_identity(&config, port)?;
+    let facts = MachineConfig::parse_live(
+        &String::from_utf8_lossy(&config),
+        "the control plane's config",
+    )
+    .map_err(|e| LabError::Config(e.to_string()))?
+    .facts();
     let socket = options.state_dir.join("pod-network.sock");
     let network = pods::PodNetwork::bind(&socket).map_err(|source| LabError::Write {
         path: socket.clone(),
@@ -290,8 +318,12 @@ async fn start_kubernetes(
     lab_options.nodes = addresses.len();
     lab_options.talos_version = options.talos_version.clone();
     lab_options.cni = crate::LabCni::None;
-    lab_options.kube_proxy = false;
+    // Talos deploys kube-proxy itself (one of its own bootstrap manifests,
+    // which the lab does not play) unless the config disables it; the
+    // DaemonSet stands for it, and Cilium's agent is judged against it.
+    lab_options.kube_proxy = facts.kube_proxy_enabled.unwrap_or(true);
     crate::register_nodes(&client, hostnames, addresses, &lab_options).await?;
+    crate::seed_cni(&client, &lab_options).await?;
     let runner = options.ichor_bin.clone().map(|ichor| pods::ProcessRunner {
         ichor,
         helm: ichor_testenv::Tool::Helm4.path(),

@@ -601,7 +601,10 @@ async fn seed_hand_applied_cilium(
 }
 
 /// The workloads a cluster with a CNI already runs (and kube-proxy, when on).
-async fn seed_cni(client: &kube::Client, options: &LabOptions) -> Result<(), kube::Error> {
+pub(crate) async fn seed_cni(
+    client: &kube::Client,
+    options: &LabOptions,
+) -> Result<(), kube::Error> {
     let mut daemonsets = Vec::new();
     if options.kube_proxy {
         daemonsets.push((

@@ -234,6 +234,7 @@ async fn demo_init(nodes: usize, state_dir: PathBuf, shape: LabShape) -> anyhow:
     options.workers = nodes.saturating_sub(1);
     options.talos_version = shape.talos_version();
     options.ichor_bin = Some(bin.clone());
+    options.bootstrap_manifests = Some(ichor_lab::init::talos_bootstrap_manifests());
     eprintln!(
         "lab: starting {nodes} emulated Talos {} nodes in maintenance mode; the cluster's kube-apiserver and etcd start when ichor init bootstraps etcd",
         options.talos_version
@@ -279,8 +280,47 @@ async fn demo_init(nodes: usize, state_dir: PathBuf, shape: LabShape) -> anyhow:
             out.display()
         );
     }
+    let kubeconfig = out.join("kubeconfig");
+    wait_handed_over(&kubeconfig).await?;
+    eprintln!("lab: ichor cluster status");
+    let status = Command::new(&bin)
+        .args(["cluster", "status", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .status()
+        .context("running ichor cluster status")?;
+    if !status.success() {
+        bail!("ichor cluster status failed on the lab (exit {status})");
+    }
     eprintln!("lab: done; stopping everything the lab started");
     Ok(())
+}
+
+/// Waits (bounded) for the controller's hand-over of the inline Cilium after
+/// init: `CNIHandover=True` on the TalosCluster.
+async fn wait_handed_over(kubeconfig: &std::path::Path) -> anyhow::Result<()> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    let clusters: kube::Api<ichor_api::TalosCluster> =
+        kube::Api::namespaced(kube::Client::try_from(config)?, ichor_api::SYSTEM_NAMESPACE);
+    eprintln!("lab: waiting for the controller's hand-over of the inline Cilium (CNIHandover)");
+    let bound = std::time::Duration::from_secs(600);
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        if let Ok(c) = clusters.get("lab").await
+            && c.status.as_ref().is_some_and(|s| {
+                ichor_api::conditions::is_true(
+                    &s.conditions,
+                    ichor_api::conditions::types::CNI_HANDOVER,
+                )
+            })
+        {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("the controller did not finish the hand-over within {bound:?}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
 }
 
 /// Runs `ichor adopt` against the lab (the lab runs the controller adopt
