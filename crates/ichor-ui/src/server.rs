@@ -733,6 +733,7 @@ async fn start_operation(
             },
             concurrency: None,
             installer_image: None,
+            dry_run: false,
         },
         status: None,
     };

@@ -126,6 +126,7 @@ fn operation(name: &str, cluster: &str, phase: Option<OperationPhase>) -> Arc<Ta
             version: None,
             concurrency: None,
             installer_image: None,
+            dry_run: false,
         },
     );
     o.metadata.namespace = Some("lab".into());
