@@ -178,6 +178,21 @@ impl ConfigPatch {
             Self::Json6902(p) => apply_json6902(config, p, origin),
         }
     }
+
+    /// Applies the patch to a config's documents as YAML mappings, in place,
+    /// without decoding the result (a caller applying several patches
+    /// decodes once, at the end: [`MachineConfig::from_mappings`]). On an
+    /// error the documents may be partly patched.
+    pub fn apply_to_mappings(
+        &self,
+        docs: &mut Vec<Mapping>,
+        origin: &str,
+    ) -> Result<(), PatchError> {
+        match self {
+            Self::StrategicMerge(patch) => merge_documents(docs, patch, origin),
+            Self::Json6902(p) => json6902_documents(docs, p, origin),
+        }
+    }
 }
 
 /// Refuses what Talos refuses when it reads a strategic merge patch: two
@@ -224,6 +239,19 @@ pub fn apply_strategic_merge(
         origin: origin.to_string(),
         source,
     })?;
+    merge_documents(&mut docs, patch_docs, origin)?;
+    MachineConfig::from_mappings(docs, origin).map_err(|source| PatchError::Result {
+        origin: origin.to_string(),
+        source,
+    })
+}
+
+/// The strategic merge of [`apply_strategic_merge`] on the config's mappings.
+fn merge_documents(
+    docs: &mut Vec<Mapping>,
+    patch_docs: &[Mapping],
+    origin: &str,
+) -> Result<(), PatchError> {
     for patch in patch_docs {
         let id = DocId::of(patch);
         if id == DocId::Unmatched {
@@ -241,7 +269,7 @@ pub fn apply_strategic_merge(
             reason,
         })?;
         for delete in &deletes {
-            apply_delete(&mut docs, &id, delete).map_err(|reason| PatchError::Delete {
+            apply_delete(docs, &id, delete).map_err(|reason| PatchError::Delete {
                 origin: origin.to_string(),
                 reason,
             })?;
@@ -259,10 +287,7 @@ pub fn apply_strategic_merge(
             }
         }
     }
-    MachineConfig::from_mappings(docs, origin).map_err(|source| PatchError::Result {
-        origin: origin.to_string(),
-        source,
-    })
+    Ok(())
 }
 
 /// Applies a JSON 6902 patch to a config holding only the `v1alpha1` document.
@@ -271,10 +296,23 @@ pub fn apply_json6902(
     patch: &json_patch::Patch,
     origin: &str,
 ) -> Result<MachineConfig, PatchError> {
-    let docs = config.to_mappings().map_err(|source| PatchError::Result {
+    let mut docs = config.to_mappings().map_err(|source| PatchError::Result {
         origin: origin.to_string(),
         source,
     })?;
+    json6902_documents(&mut docs, patch, origin)?;
+    MachineConfig::from_mappings(docs, origin).map_err(|source| PatchError::Result {
+        origin: origin.to_string(),
+        source,
+    })
+}
+
+/// The JSON 6902 patch of [`apply_json6902`] on the config's mappings.
+fn json6902_documents(
+    docs: &mut [Mapping],
+    patch: &json_patch::Patch,
+    origin: &str,
+) -> Result<(), PatchError> {
     if docs.len() != 1 {
         return Err(PatchError::Json6902Multidoc {
             origin: origin.to_string(),
@@ -285,7 +323,7 @@ pub fn apply_json6902(
         origin: origin.to_string(),
         reason: e.to_string(),
     };
-    let mut json = serde_json::to_value(Value::Mapping(docs[0].clone())).map_err(|e| conv(&e))?;
+    let mut json = serde_json::to_value(&docs[0]).map_err(|e| conv(&e))?;
     for op in &patch.0 {
         let op = talos_json6902_operation(&json, op);
         json_patch::patch(&mut json, std::slice::from_ref(&op)).map_err(|source| {
@@ -299,10 +337,8 @@ pub fn apply_json6902(
     let Value::Mapping(m) = back else {
         return Err(conv(&"the patched document is no longer a mapping"));
     };
-    MachineConfig::from_mappings(vec![m], origin).map_err(|source| PatchError::Result {
-        origin: origin.to_string(),
-        source,
-    })
+    docs[0] = m;
+    Ok(())
 }
 
 /// The operation as Talos's JSON patch library applies it: a `replace` of a
