@@ -151,17 +151,32 @@ impl SecretStorage {
             .list(&lp)
             .await
             .map_err(self.api_err("listing", "list", release))?;
-        let mut out = list
-            .items
-            .iter()
-            .map(stored)
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut out = stored_all(&list.items)?;
         out.sort_by_key(|s| s.release.version);
         Ok(out)
     }
 
-    /// The newest `deployed` revision of `release`.
+    /// The newest `deployed` revision of `release`. Found as Helm's own
+    /// storage finds it, by the `status=deployed` label, so that only the
+    /// deployed record is read and decoded, not the whole history; when no
+    /// record with that label is deployed (labels written by another tool),
+    /// the whole history is read.
     pub async fn deployed(&self, release: &str) -> Result<Option<Release>, StorageError> {
+        let lp = ListParams::default().labels(&format!(
+            "{},status={}",
+            release_selector(release),
+            Status::Deployed.as_str()
+        ));
+        let list = self
+            .api
+            .list(&lp)
+            .await
+            .map_err(self.api_err("listing", "list", release))?;
+        let mut labelled = stored_all(&list.items)?;
+        labelled.sort_by_key(|s| s.release.version);
+        if let Some(s) = newest_deployed(&labelled) {
+            return Ok(Some(s.release.clone()));
+        }
         let history = self.history(release).await?;
         Ok(newest_deployed(&history).map(|s| s.release.clone()))
     }
@@ -174,7 +189,7 @@ impl SecretStorage {
             .list(&lp)
             .await
             .map_err(self.api_err("listing", "list", "*"))?;
-        list.items.iter().map(stored).collect()
+        stored_all(&list.items)
     }
 
     /// One revision, `None` when it does not exist.
@@ -270,6 +285,38 @@ fn record_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> 
         .filter(|(k, _)| !record::SYSTEM_LABELS.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
+}
+
+/// Records this many or more are decoded on every core the process may use.
+const PARALLEL_DECODE_FROM: usize = 8;
+
+/// Every record of a list, decoded, in the list's order. A real release's
+/// records are large (Cilium's: 1.8 MiB of JSON each, gunzipped), and a
+/// history holds up to Helm's ten by default, hundreds when unbounded: the
+/// records are shared out over the available cores.
+fn stored_all(items: &[Secret]) -> Result<Vec<StoredRelease>, StorageError> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    if cores < 2 || items.len() < PARALLEL_DECODE_FROM {
+        return items.iter().map(stored).collect();
+    }
+    let chunk = items.len().div_ceil(cores);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = items
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(stored).collect::<Vec<_>>()))
+            .collect();
+        let mut out = Vec::with_capacity(items.len());
+        for worker in workers {
+            // A decode does not panic; should one, the panic goes on here.
+            let part = worker
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            for s in part {
+                out.push(s?);
+            }
+        }
+        Ok(out)
+    })
 }
 
 fn stored(s: &Secret) -> Result<StoredRelease, StorageError> {
