@@ -2,7 +2,7 @@
 //! assertions anywhere). Run: `cargo bench -p ichor-render --bench render`.
 //! Measures, per fixture, one render, one drift comparison, and both as the
 //! controller runs them per machine and reconcile (`render_machine`: the
-//! render, its YAML and hash, the drift), and leaves the row of `make
+//! render, the config's digest, the drift), and leaves the row of `make
 //! bench`'s table: machines per second on one core, goal 50,000.
 
 // A bench's figures are its output: it prints them (docs/STYLE.md's lint
@@ -115,7 +115,7 @@ fn main() {
             b.iter(|| compare(&live, std::hint::black_box(&desired.config)).expect("drift"))
         });
         // What the controller runs per machine and reconcile
-        // (`decide_apply`): render, the YAML and its hash, the drift.
+        // (`decide_apply`): render, the digest, the drift (the YAML only for an apply).
         group.bench_function(format!("both/{id}"), |b| {
             b.iter(|| render_machine(std::hint::black_box(&input)).expect("render"))
         });
@@ -154,7 +154,7 @@ fn main() {
             "render",
             &[Figure::alone(
                 format!(
-                    "render + drift per machine as the controller runs it (render, YAML, hash, drift), one core (slowest fixture: {id})"
+                    "render + drift per machine as the controller runs it (render, digest, drift), one core (slowest fixture: {id})"
                 ),
                 "≥ 50,000 machines/s",
                 format!("{per_second:.0} machines/s ({} each)", duration(both)),
