@@ -287,36 +287,9 @@ fn record_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> 
         .collect()
 }
 
-/// Records this many or more are decoded on every core the process may use.
-const PARALLEL_DECODE_FROM: usize = 8;
-
-/// Every record of a list, decoded, in the list's order. A real release's
-/// records are large (Cilium's: 1.8 MiB of JSON each, gunzipped), and a
-/// history holds up to Helm's ten by default, hundreds when unbounded: the
-/// records are shared out over the available cores.
+/// Every record of a list, decoded, in the list's order.
 fn stored_all(items: &[Secret]) -> Result<Vec<StoredRelease>, StorageError> {
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    if cores < 2 || items.len() < PARALLEL_DECODE_FROM {
-        return items.iter().map(stored).collect();
-    }
-    let chunk = items.len().div_ceil(cores);
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = items
-            .chunks(chunk)
-            .map(|part| scope.spawn(move || part.iter().map(stored).collect::<Vec<_>>()))
-            .collect();
-        let mut out = Vec::with_capacity(items.len());
-        for worker in workers {
-            // A decode does not panic; should one, the panic goes on here.
-            let part = worker
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            for s in part {
-                out.push(s?);
-            }
-        }
-        Ok(out)
-    })
+    items.iter().map(stored).collect()
 }
 
 fn stored(s: &Secret) -> Result<StoredRelease, StorageError> {
