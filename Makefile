@@ -38,10 +38,14 @@ fuzz:
 # Each bench leaves its rows in target/bench-figures/<bench>.json; the table
 # gathers them (docs/benchmarks.md). Figures are printed, never asserted. One
 # cargo command for all: the release build is shared (one feature set).
-BENCHES = -p ichor-talos --bench config -p ichor-render --bench render -p ichor-cilium --bench values -p ichor-helm --bench records -p ichor-ui --bench machines_page
+# The process start of `ichor --version` is measured by hyperfine (Debian's
+# package) on the release binary (tools/bench-startup.py).
+BENCHES = -p ichor-talos --bench config -p ichor-render --bench render -p ichor-cilium --bench values -p ichor-helm --bench records -p ichor-adopt-run --bench inspection -p ichor-ui --bench machines_page
 bench: testbin
 	rm -rf target/bench-figures
 	$(CARGO) bench --locked $(BENCHES)
+	$(CARGO) build --locked --release -p ichor --bin ichor
+	python3 tools/bench-startup.py target/release/ichor target/bench-figures
 	@echo; python3 tools/bench-table.py target/bench-figures
 
 ## bench-scale: BENCH_SIZES=1000/10,5000/50 — the controller at scale, each part in its own process (release; prints a table)

@@ -446,13 +446,12 @@ pub fn decide_apply(
     now: &Time,
 ) -> Result<Option<ApplyPlan>> {
     let generation = machine.metadata.generation;
-    let rendered = ichor_render::render(&RenderInput::from_objects(cluster, machine, live))?;
-    let desired_yaml = rendered.yaml()?;
-    status.config_hash = Some(rendered.hash()?);
+    let render = ichor_render::render_machine(&RenderInput::from_objects(cluster, machine, live))?;
+    status.config_hash = Some(render.hash.clone());
     status.inline_manifests = Some(inline_manifest_names(live));
-    let drift = ichor_render::compare(live, &rendered.config)?;
+    let drift = &render.drift;
     status.drift = drift.entries.clone();
-    conditions::set(&mut status.conditions, drifted(&drift, generation, now));
+    conditions::set(&mut status.conditions, drifted(drift, generation, now));
 
     if machine.spec.hold {
         return Ok(None);
@@ -464,7 +463,7 @@ pub fn decide_apply(
                 types::APPLIED,
                 Status::False,
                 reasons::UNSAFE_DRIFT,
-                format!("not applied: {}", class_c_message(&drift)),
+                format!("not applied: {}", class_c_message(drift)),
                 generation,
                 now.clone(),
             ),
@@ -478,9 +477,11 @@ pub fn decide_apply(
         .of_class(DriftClass::B)
         .map(|e| e.path.clone())
         .collect();
+    // The YAML only now: a reconcile that applies nothing never writes it.
+    let desired_yaml = render.yaml()?;
     Ok(Some(ApplyPlan {
         desired_yaml,
-        desired: rendered.config,
+        desired: render.rendered.config,
         paths,
     }))
 }

@@ -23,7 +23,7 @@ pub mod storage;
 pub mod wait;
 
 pub use engine::{ApplyOptions, Engine, Error, Operation, ReleaseRequest, WaitReporter};
-pub use record::{Info, Release, Status};
+pub use record::{Info, Release, Status, StoredChart};
 pub use render::{ChartRef, Renderer};
 pub use storage::{SecretStorage, StoredRelease};
 pub use wait::{Wait, WaitError, wait_until};

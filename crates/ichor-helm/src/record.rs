@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{Read as _, Write as _};
+use std::sync::OnceLock;
 
 use base64::Engine as _;
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -18,6 +19,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::ObjectMeta;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// Prefix of every record Secret's name, and Helm's storage type version.
@@ -138,7 +140,7 @@ pub struct Release {
     pub info: Option<Info>,
     /// The whole chart as Helm stores it (metadata, templates, values, files...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub chart: Option<Value>,
+    pub chart: Option<StoredChart>,
     /// The values the user supplied (not merged with the chart's defaults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<Map<String, Value>>,
@@ -179,25 +181,114 @@ impl Release {
 
     /// `chart.metadata.version`, when the record holds a chart.
     pub fn chart_version(&self) -> Option<&str> {
-        self.chart.as_ref()?.pointer("/metadata/version")?.as_str()
+        self.chart.as_ref()?.metadata().version.as_deref()
     }
 
     /// `chart.metadata.name`, when the record holds a chart.
     pub fn chart_name(&self) -> Option<&str> {
-        self.chart.as_ref()?.pointer("/metadata/name")?.as_str()
+        self.chart.as_ref()?.metadata().name.as_deref()
     }
 
     /// `chart.metadata.appVersion`.
     pub fn app_version(&self) -> Option<&str> {
-        self.chart
-            .as_ref()?
-            .pointer("/metadata/appVersion")?
-            .as_str()
+        self.chart.as_ref()?.metadata().app_version.as_deref()
     }
 
     /// The name of this revision's Secret.
     pub fn secret_name(&self) -> String {
         secret_name(&self.name, self.version)
+    }
+}
+
+/// The chart a record holds, kept as its JSON text. A record is mostly its
+/// chart (templates, values, files), and what reads records — a history, the
+/// deployed revision — needs the chart's metadata at most: the text is
+/// checked and copied when a record is decoded, written back as it was, and
+/// parsed only when asked ([`StoredChart::value`]; the metadata once, on the
+/// first [`Release::chart_name`] or the like).
+#[derive(Debug, Clone)]
+pub struct StoredChart {
+    json: Box<RawValue>,
+    metadata: OnceLock<ChartMetadata>,
+}
+
+/// The fields of `chart.metadata` Ichor reads.
+#[derive(Debug, Clone, Default, Deserialize)]
+struct ChartMetadata {
+    #[serde(default, deserialize_with = "string_or_none")]
+    name: Option<String>,
+    #[serde(default, deserialize_with = "string_or_none")]
+    version: Option<String>,
+    #[serde(default, rename = "appVersion", deserialize_with = "string_or_none")]
+    app_version: Option<String>,
+}
+
+/// A string, or `None` for any other JSON value (a chart is Helm's to
+/// shape: an odd metadata field must not make its record unreadable).
+fn string_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => Some(s),
+        _ => None,
+    })
+}
+
+impl StoredChart {
+    /// The chart as a JSON value, written compactly.
+    pub fn from_value(chart: &Value) -> Result<Self, serde_json::Error> {
+        Ok(Self {
+            json: RawValue::from_string(serde_json::to_string(chart)?)?,
+            metadata: OnceLock::new(),
+        })
+    }
+
+    /// The chart's JSON text, as stored.
+    pub fn json(&self) -> &str {
+        self.json.get()
+    }
+
+    /// The whole chart, parsed.
+    pub fn value(&self) -> Result<Value, serde_json::Error> {
+        serde_json::from_str(self.json.get())
+    }
+
+    fn metadata(&self) -> &ChartMetadata {
+        self.metadata.get_or_init(|| {
+            #[derive(Deserialize)]
+            struct Head {
+                #[serde(default)]
+                metadata: Option<Value>,
+            }
+            serde_json::from_str::<Head>(self.json.get())
+                .ok()
+                .and_then(|h| h.metadata)
+                .and_then(|m| serde_json::from_value(m).ok())
+                .unwrap_or_default()
+        })
+    }
+}
+
+/// Equal when the texts are, or else when they parse to equal values.
+impl PartialEq for StoredChart {
+    fn eq(&self, other: &Self) -> bool {
+        self.json() == other.json()
+            || matches!((self.value(), other.value()), (Ok(a), Ok(b)) if a == b)
+    }
+}
+
+impl Serialize for StoredChart {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.json.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for StoredChart {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // `null` is no chart: `Option<StoredChart>` reads it as `None`
+        // before this is called, as it did for a parsed chart.
+        Ok(Self {
+            json: Box::<RawValue>::deserialize(d)?,
+            metadata: OnceLock::new(),
+        })
     }
 }
 
@@ -458,7 +549,10 @@ mod tests {
                 extra: Map::new(),
             }),
             chart: Some(
-                serde_json::json!({"metadata": {"name": "cilium", "version": "1.18.0"}, "values": {}}),
+                StoredChart::from_value(
+                    &serde_json::json!({"metadata": {"name": "cilium", "version": "1.18.0"}, "values": {}}),
+                )
+                .unwrap(),
             ),
             config: Some(serde_json::json!({"a": 1}).as_object().unwrap().clone()),
             manifest: "---\n# Source: x\nkind: ConfigMap\n".into(),
@@ -675,7 +769,8 @@ mod tests {
             extra in arb_map(&[]),
         ) -> Release {
             Release {
-                name, info, chart: chart.filter(|c| !c.is_null()),
+                name, info,
+                chart: chart.filter(|c| !c.is_null()).map(|c| StoredChart::from_value(&c).unwrap()),
                 config: config.map(|c| c.into_iter().collect()),
                 manifest, hooks, version, namespace, apply_method, extra,
             }

@@ -151,17 +151,32 @@ impl SecretStorage {
             .list(&lp)
             .await
             .map_err(self.api_err("listing", "list", release))?;
-        let mut out = list
-            .items
-            .iter()
-            .map(stored)
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut out = stored_all(&list.items)?;
         out.sort_by_key(|s| s.release.version);
         Ok(out)
     }
 
-    /// The newest `deployed` revision of `release`.
+    /// The newest `deployed` revision of `release`. Found as Helm's own
+    /// storage finds it, by the `status=deployed` label, so that only the
+    /// deployed record is read and decoded, not the whole history; when no
+    /// record with that label is deployed (labels written by another tool),
+    /// the whole history is read.
     pub async fn deployed(&self, release: &str) -> Result<Option<Release>, StorageError> {
+        let lp = ListParams::default().labels(&format!(
+            "{},status={}",
+            release_selector(release),
+            Status::Deployed.as_str()
+        ));
+        let list = self
+            .api
+            .list(&lp)
+            .await
+            .map_err(self.api_err("listing", "list", release))?;
+        let mut labelled = stored_all(&list.items)?;
+        labelled.sort_by_key(|s| s.release.version);
+        if let Some(s) = newest_deployed(&labelled) {
+            return Ok(Some(s.release.clone()));
+        }
         let history = self.history(release).await?;
         Ok(newest_deployed(&history).map(|s| s.release.clone()))
     }
@@ -174,7 +189,7 @@ impl SecretStorage {
             .list(&lp)
             .await
             .map_err(self.api_err("listing", "list", "*"))?;
-        list.items.iter().map(stored).collect()
+        stored_all(&list.items)
     }
 
     /// One revision, `None` when it does not exist.
@@ -270,6 +285,11 @@ fn record_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> 
         .filter(|(k, _)| !record::SYSTEM_LABELS.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
+}
+
+/// Every record of a list, decoded, in the list's order.
+fn stored_all(items: &[Secret]) -> Result<Vec<StoredRelease>, StorageError> {
+    items.iter().map(stored).collect()
 }
 
 fn stored(s: &Secret) -> Result<StoredRelease, StorageError> {

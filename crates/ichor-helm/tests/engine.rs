@@ -10,9 +10,9 @@ use common::*;
 use ichor_helm::{ApplyOptions, Error, Status};
 use ichor_testenv::{TestEnv, Tool};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const HELMS: [Tool; 2] = [Tool::Helm3, Tool::Helm4];
@@ -174,6 +174,9 @@ async fn records_written_by_real_helm_are_read_and_upgraded() {
         );
         assert_eq!(rel.chart_version(), Some("0.1.0"));
         assert!(rel.manifest.contains("demo-config"));
+        // The deployed revision, found by the status label helm wrote.
+        let deployed = engine.deployed("demo").await.unwrap();
+        assert_eq!(deployed.as_ref(), Some(&rel), "{tool:?}");
 
         let up = engine
             .upgrade(
@@ -193,6 +196,21 @@ async fn records_written_by_real_helm_are_read_and_upgraded() {
         assert_eq!(h, vec![Status::Superseded, Status::Deployed], "{tool:?}");
         let status = home.json(tool, &["status", "demo", "--namespace", &ns]);
         assert_eq!(status["version"], 2, "{tool:?}");
+        let deployed = engine.deployed("demo").await.unwrap();
+        assert_eq!(deployed.map(|r| r.version), Some(2), "{tool:?}");
+        // A deployed record whose status label is gone (another tool's
+        // write) is still found: the whole history is read then.
+        let secrets = Api::<Secret>::namespaced(env.client().await, &ns);
+        secrets
+            .patch(
+                "sh.helm.release.v1.demo.v2",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"status": null}}})),
+            )
+            .await
+            .unwrap();
+        let deployed = engine.deployed("demo").await.unwrap();
+        assert_eq!(deployed.map(|r| r.version), Some(2), "{tool:?}");
     }
 }
 

@@ -15,8 +15,8 @@
 pub mod bootstrap_manifests;
 pub mod cilium_on_talos;
 pub mod daemonsets;
-pub mod init;
 pub mod disruption;
+pub mod init;
 pub mod pods;
 pub mod simulator;
 

@@ -18,7 +18,10 @@ mod render;
 pub use cni::{CniInput, INLINE_CNI_NAME, KUBEPRISM_PORT};
 pub use drift::{Drift, compare};
 pub use path::{ConfigPath, Segment};
-pub use render::{ComponentStep, RenderInput, Rendered, component_step, render, retag};
+pub use render::{
+    ComponentStep, MachineRender, RenderInput, Rendered, component_step, config_digest, render,
+    render_machine, render_stepwise, retag,
+};
 
 /// What can go wrong in a render or a drift comparison.
 #[derive(Debug, thiserror::Error)]

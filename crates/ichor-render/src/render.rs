@@ -7,17 +7,19 @@
 
 use ichor_api::conditions;
 use ichor_api::{
-    KubernetesComponent, MachineRole, TalosCluster, TalosClusterSpec, TalosMachine,
+    KubernetesComponent, MachinePatch, MachineRole, TalosCluster, TalosClusterSpec, TalosMachine,
     TalosMachineSpec,
 };
 use ichor_talos::config::MachineConfig;
-use ichor_talos::patch::ConfigPatch;
+use ichor_talos::patch::{ConfigPatch, PatchError};
 use serde_yaml_ng::{Mapping, Value};
 use sha2::{Digest, Sha256};
 
 use crate::Error;
 use crate::cni::{self, CniInput};
+use crate::drift::{Drift, compare_documents};
 use crate::path::{get, is_v1alpha1, kind_of, set, set_existing};
+use crate::redact::Redactor;
 
 /// Everything a render needs. Build it with [`RenderInput::from_objects`] or by hand.
 #[derive(Debug, Clone, Copy)]
@@ -84,25 +86,186 @@ impl Rendered {
         })
     }
 
-    /// SHA-256 of [`Rendered::yaml`], hex (for `status.configHash`).
+    /// The digest of the desired config, hex (for `status.configHash`):
+    /// [`config_digest`] of its documents.
     pub fn hash(&self) -> Result<String, Error> {
-        Ok(hex::encode(Sha256::digest(self.yaml()?.as_bytes())))
+        let docs = self
+            .config
+            .to_mappings()
+            .map_err(|source| Error::Serialise {
+                what: "desired",
+                source,
+            })?;
+        Ok(config_digest(&docs))
+    }
+}
+
+/// SHA-256, hex, of the desired config's documents in an unambiguous
+/// binary form (each value's type, length and content, keys in the order
+/// they are written): documents that differ have different digests.
+/// Computing it costs a walk of the documents, not the YAML text, which a
+/// reconcile needs only when it applies.
+pub fn config_digest(docs: &[Mapping]) -> String {
+    let mut h = Sha256::new();
+    h.update((docs.len() as u64).to_le_bytes());
+    for doc in docs {
+        digest_mapping(&mut h, doc);
+    }
+    hex::encode(h.finalize())
+}
+
+fn digest_bytes(h: &mut Sha256, tag: u8, bytes: &[u8]) {
+    h.update([tag]);
+    h.update((bytes.len() as u64).to_le_bytes());
+    h.update(bytes);
+}
+
+fn digest_mapping(h: &mut Sha256, m: &Mapping) {
+    h.update([b'm']);
+    h.update((m.len() as u64).to_le_bytes());
+    for (k, v) in m {
+        digest_value(h, k);
+        digest_value(h, v);
+    }
+}
+
+fn digest_value(h: &mut Sha256, v: &Value) {
+    match v {
+        Value::Null => h.update([b'n']),
+        Value::Bool(b) => h.update([b'b', u8::from(*b)]),
+        Value::Number(n) => digest_bytes(h, b'#', n.to_string().as_bytes()),
+        Value::String(s) => digest_bytes(h, b's', s.as_bytes()),
+        Value::Sequence(items) => {
+            h.update([b'l']);
+            h.update((items.len() as u64).to_le_bytes());
+            for item in items {
+                digest_value(h, item);
+            }
+        }
+        Value::Mapping(m) => digest_mapping(h, m),
+        Value::Tagged(t) => {
+            digest_bytes(h, b't', t.tag.to_string().as_bytes());
+            digest_value(h, &t.value);
+        }
     }
 }
 
 /// Renders the desired config of one node.
 pub fn render(input: &RenderInput<'_>) -> Result<Rendered, Error> {
-    let mut docs = input
-        .live
-        .to_mappings()
-        .map_err(|source| Error::Serialise {
-            what: "live",
+    let live = live_mappings(input.live)?;
+    let config = desired_config(input, live)?;
+    Ok(Rendered { config })
+}
+
+/// One machine's render as a reconcile uses it: the desired config, its
+/// digest, the drift from the live config, and the YAML Ichor applies
+/// (written only when asked: most reconciles apply nothing).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MachineRender {
+    /// The desired config.
+    pub rendered: Rendered,
+    /// The desired config's documents, as [`MachineConfig::to_mappings`] gives them.
+    pub desired: Vec<Mapping>,
+    /// [`Rendered::hash`] (for `status.configHash`).
+    pub hash: String,
+    /// [`crate::compare`] of the live config with the desired one.
+    pub drift: Drift,
+}
+
+impl MachineRender {
+    /// [`Rendered::yaml`], from the documents already at hand.
+    pub fn yaml(&self) -> Result<String, Error> {
+        ichor_talos::config::mappings_to_yaml(&self.desired).map_err(|source| Error::Serialise {
+            what: "desired",
+            source,
+        })
+    }
+}
+
+/// [`render`], [`Rendered::hash`] and [`crate::compare`] in one pass: the
+/// live config is turned into YAML mappings once, the rules and every patch
+/// work on those mappings, the result is decoded into the typed config once,
+/// and its mappings give both the digest and the drift (the same values the
+/// separate calls give; a test holds them equal).
+pub fn render_machine(input: &RenderInput<'_>) -> Result<MachineRender, Error> {
+    let live = live_mappings(input.live)?;
+    let config = desired_config(input, live.clone())?;
+    let desired = config.to_mappings().map_err(|source| Error::Serialise {
+        what: "desired",
+        source,
+    })?;
+    let hash = config_digest(&desired);
+    let drift = compare_documents(&live, &desired, &Redactor::default());
+    Ok(MachineRender {
+        rendered: Rendered { config },
+        desired,
+        hash,
+        drift,
+    })
+}
+
+fn live_mappings(live: &MachineConfig) -> Result<Vec<Mapping>, Error> {
+    live.to_mappings().map_err(|source| Error::Serialise {
+        what: "live",
+        source,
+    })
+}
+
+/// The live config's mappings with Ichor's paths and the machine's patches,
+/// decoded once at the end. Should that decode fail, the render is done
+/// again a step at a time, decoding after Ichor's paths and after each
+/// patch, so the error names the step that broke the config.
+fn desired_config(input: &RenderInput<'_>, mut docs: Vec<Mapping>) -> Result<MachineConfig, Error> {
+    owned_paths(&mut docs, input);
+    let origin = format!("the render of TalosMachine {}", input.machine_name);
+    if input.machine.patches.is_empty() {
+        return MachineConfig::from_mappings(docs, &origin).map_err(|source| Error::Rendered {
+            machine: input.machine_name.to_owned(),
+            source,
+        });
+    }
+    for patch in &input.machine.patches {
+        let (parsed, patch_origin) = parse_patch(input, patch)?;
+        // The base is the live config, which already carries the effect of
+        // every patch applied before: reapplied, a patch changes it once (ADR 0016).
+        parsed
+            .reapply_to_mappings(&mut docs, &patch_origin)
+            .map_err(|source| patch_error(input, patch, source))?;
+    }
+    match MachineConfig::from_mappings(docs, &origin) {
+        Ok(config) => Ok(config),
+        Err(_) => render_stepwise(input).map(|r| r.config),
+    }
+}
+
+/// [`render`] a step at a time: the config is decoded after Ichor's paths
+/// and after each patch, so an error names the step that broke it. Slower;
+/// [`render`] gives the same config (a test holds the two equal) and falls
+/// back to this one only to name an error.
+pub fn render_stepwise(input: &RenderInput<'_>) -> Result<Rendered, Error> {
+    let mut docs = live_mappings(input.live)?;
+    owned_paths(&mut docs, input);
+    let origin = format!("the render of TalosMachine {}", input.machine_name);
+    let mut config =
+        MachineConfig::from_mappings(docs, &origin).map_err(|source| Error::Rendered {
+            machine: input.machine_name.to_owned(),
             source,
         })?;
-    cluster_paths(&mut docs, input.cluster);
-    machine_paths(&mut docs, input.machine);
+    for patch in &input.machine.patches {
+        let (parsed, patch_origin) = parse_patch(input, patch)?;
+        config = parsed
+            .reapply(&config, &patch_origin)
+            .map_err(|source| patch_error(input, patch, source))?;
+    }
+    Ok(Rendered { config })
+}
+
+/// The paths Ichor owns: the cluster's, the machine's, the CNI rules.
+fn owned_paths(docs: &mut Vec<Mapping>, input: &RenderInput<'_>) {
+    cluster_paths(docs, input.cluster);
+    machine_paths(docs, input.machine);
     cni::apply(
-        &mut docs,
+        docs,
         &CniInput {
             preset: input.cluster.cni.preset,
             kube_proxy: input.cluster.cni.kube_proxy,
@@ -112,30 +275,24 @@ pub fn render(input: &RenderInput<'_>) -> Result<Rendered, Error> {
             taken_over_inline: input.taken_over_inline,
         },
     );
-    let origin = format!("the render of TalosMachine {}", input.machine_name);
-    let mut config =
-        MachineConfig::from_mappings(docs, &origin).map_err(|source| Error::Rendered {
-            machine: input.machine_name.to_owned(),
-            source,
-        })?;
-    for patch in &input.machine.patches {
-        let origin = format!("{:?} of TalosMachine {}", patch.name, input.machine_name);
-        let parsed = ConfigPatch::parse(&patch.inline, &origin).map_err(|source| Error::Patch {
-            machine: input.machine_name.to_owned(),
-            patch: patch.name.clone(),
-            source: Box::new(source),
-        })?;
-        // The base is the live config, which already carries the effect of
-        // every patch applied before: reapplied, a patch changes it once (ADR 0016).
-        config = parsed
-            .reapply(&config, &origin)
-            .map_err(|source| Error::Patch {
-                machine: input.machine_name.to_owned(),
-                patch: patch.name.clone(),
-                source: Box::new(source),
-            })?;
+}
+
+fn parse_patch(
+    input: &RenderInput<'_>,
+    patch: &MachinePatch,
+) -> Result<(ConfigPatch, String), Error> {
+    let origin = format!("{:?} of TalosMachine {}", patch.name, input.machine_name);
+    let parsed = ConfigPatch::parse(&patch.inline, &origin)
+        .map_err(|source| patch_error(input, patch, source))?;
+    Ok((parsed, origin))
+}
+
+fn patch_error(input: &RenderInput<'_>, patch: &MachinePatch, source: PatchError) -> Error {
+    Error::Patch {
+        machine: input.machine_name.to_owned(),
+        patch: patch.name.clone(),
+        source: Box::new(source),
     }
-    Ok(Rendered { config })
 }
 
 /// The image paths that carry the Kubernetes version: (legacy keys, multi-document kind).

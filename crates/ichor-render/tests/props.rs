@@ -72,6 +72,13 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 fn render_case(c: &Case, live: &ichor_talos::config::MachineConfig) -> ichor_render::Rendered {
+    let (spec, m) = case_objects(c);
+    render(&spec, &m, live, c.handover, c.inline.as_deref())
+}
+
+/// The TalosCluster and TalosMachine specs of a case: a patch of labels and
+/// a second patch when the case has labels.
+fn case_objects(c: &Case) -> (ichor_api::TalosClusterSpec, ichor_api::TalosMachineSpec) {
     let (file, _) = load(c.file);
     let mut spec = cluster(c.preset, c.kube_proxy);
     spec.kubernetes_version = c.version.clone();
@@ -89,9 +96,14 @@ fn render_case(c: &Case, live: &ichor_talos::config::MachineConfig) -> ichor_ren
         }
         vec![p]
     };
-    let patches: Vec<(&str, &str)> = patch.iter().map(|p| ("labels", p.as_str())).collect();
-    let m = machine(role_of(file), &patches);
-    render(&spec, &m, live, c.handover, c.inline.as_deref())
+    let mut patches: Vec<(&str, &str)> = patch.iter().map(|p| ("labels", p.as_str())).collect();
+    if !patches.is_empty() {
+        patches.push((
+            "sysctls",
+            "machine:\n  sysctls:\n    net.core.somaxconn: \"65535\"\n",
+        ));
+    }
+    (spec, machine(role_of(file), &patches))
 }
 
 proptest! {
@@ -119,6 +131,32 @@ proptest! {
         prop_assert_eq!(once.yaml().expect("yaml"), twice.yaml().expect("yaml"));
         let drift = compare(&once.config, &twice.config).expect("drift");
         prop_assert!(drift.entries.is_empty(), "{:?}", drift.entries);
+    }
+
+    /// The one-pass render the controller runs gives what the separate
+    /// calls give: the config of a render a step at a time (decoded after
+    /// each patch), its YAML, its hash, and its drift from the live config.
+    #[test]
+    fn one_pass_render_equals_the_steps(c in case()) {
+        let (_, text) = load(c.file);
+        let live = parse(&text);
+        let (spec, m) = case_objects(&c);
+        let input = ichor_render::RenderInput {
+            machine_name: "m1",
+            cluster: &spec,
+            cni_handover: c.handover,
+            machine: &m,
+            live: &live,
+            inline_cni: c.inline.as_deref(),
+            taken_over_inline: None,
+        };
+        let steps = ichor_render::render_stepwise(&input).expect("render");
+        let one = ichor_render::render_machine(&input).expect("render");
+        prop_assert_eq!(&one.rendered, &steps);
+        prop_assert_eq!(&one.rendered, &ichor_render::render(&input).expect("render"));
+        prop_assert_eq!(one.yaml().expect("yaml"), steps.yaml().expect("yaml"));
+        prop_assert_eq!(one.hash, steps.hash().expect("hash"));
+        prop_assert_eq!(one.drift, compare(&live, &steps.config).expect("drift"));
     }
 
     /// Drift is deterministic and sorted, and a config never drifts from itself.

@@ -170,25 +170,7 @@ impl MachineConfig {
 
     /// Serialises the config: documents separated by `---`, deterministic.
     pub fn to_yaml(&self) -> Result<String, ConfigError> {
-        let mut out = String::new();
-        for (i, doc) in self.documents.iter().enumerate() {
-            if i > 0 {
-                out.push_str("---\n");
-            }
-            let mapping = doc.to_mapping().map_err(|source| ConfigError::Serialise {
-                index: i + 1,
-                kind: doc.kind_name().to_string(),
-                source,
-            })?;
-            let text =
-                serde_yaml_ng::to_string(&mapping).map_err(|source| ConfigError::Serialise {
-                    index: i + 1,
-                    kind: doc.kind_name().to_string(),
-                    source,
-                })?;
-            out.push_str(&text);
-        }
-        Ok(out)
+        mappings_to_yaml(&self.to_mappings()?)
     }
 
     /// Every document as a YAML mapping, in order (what [`Self::to_yaml`] writes).
@@ -273,6 +255,33 @@ impl MachineConfig {
     /// What adopt needs to know, whatever the shape. See [`ConfigFacts`].
     pub fn facts(&self) -> ConfigFacts {
         facts::compute(self)
+    }
+}
+
+/// The YAML text of documents given as mappings, separated by `---` (what
+/// [`MachineConfig::to_yaml`] writes, from [`MachineConfig::to_mappings`]).
+pub fn mappings_to_yaml(mappings: &[Mapping]) -> Result<String, ConfigError> {
+    let mut out = String::new();
+    for (i, mapping) in mappings.iter().enumerate() {
+        if i > 0 {
+            out.push_str("---\n");
+        }
+        let text = serde_yaml_ng::to_string(mapping).map_err(|source| ConfigError::Serialise {
+            index: i + 1,
+            kind: mapping_kind_name(mapping).to_string(),
+            source,
+        })?;
+        out.push_str(&text);
+    }
+    Ok(out)
+}
+
+/// The kind a mapping's document has, as [`Document::kind_name`] says it.
+fn mapping_kind_name(m: &Mapping) -> &str {
+    match m.get("kind").and_then(Value::as_str) {
+        Some(kind) => kind,
+        None if is_v1alpha1_mapping(m) => "v1alpha1",
+        None => "<no kind>",
     }
 }
 

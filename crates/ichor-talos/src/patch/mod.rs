@@ -208,6 +208,40 @@ impl ConfigPatch {
             Self::Json6902(p) => apply_json6902_in(config, p, origin, how),
         }
     }
+
+    /// Applies the patch to a config's documents as YAML mappings, in place,
+    /// without decoding the result (a caller applying several patches
+    /// decodes once, at the end: [`MachineConfig::from_mappings`]). On an
+    /// error the documents may be partly patched.
+    pub fn apply_to_mappings(
+        &self,
+        docs: &mut Vec<Mapping>,
+        origin: &str,
+    ) -> Result<(), PatchError> {
+        self.mappings_in(docs, origin, Application::Talos)
+    }
+
+    /// [`ConfigPatch::reapply`] on a config's documents as YAML mappings, in
+    /// place, as [`ConfigPatch::apply_to_mappings`] does for `apply`.
+    pub fn reapply_to_mappings(
+        &self,
+        docs: &mut Vec<Mapping>,
+        origin: &str,
+    ) -> Result<(), PatchError> {
+        self.mappings_in(docs, origin, Application::Reapply)
+    }
+
+    fn mappings_in(
+        &self,
+        docs: &mut Vec<Mapping>,
+        origin: &str,
+        how: Application,
+    ) -> Result<(), PatchError> {
+        match self {
+            Self::StrategicMerge(patch) => merge_documents(docs, patch, origin, how),
+            Self::Json6902(p) => json6902_documents(docs, p, origin, how),
+        }
+    }
 }
 
 /// How a patch is applied: as Talos does, or again over a config that may
@@ -271,6 +305,20 @@ fn apply_strategic_merge_in(
         origin: origin.to_string(),
         source,
     })?;
+    merge_documents(&mut docs, patch_docs, origin, how)?;
+    MachineConfig::from_mappings(docs, origin).map_err(|source| PatchError::Result {
+        origin: origin.to_string(),
+        source,
+    })
+}
+
+/// The strategic merge of [`apply_strategic_merge`] on the config's mappings.
+fn merge_documents(
+    docs: &mut Vec<Mapping>,
+    patch_docs: &[Mapping],
+    origin: &str,
+    how: Application,
+) -> Result<(), PatchError> {
     for patch in patch_docs {
         let id = DocId::of(patch);
         if id == DocId::Unmatched {
@@ -288,7 +336,7 @@ fn apply_strategic_merge_in(
             reason,
         })?;
         for delete in &deletes {
-            apply_delete(&mut docs, &id, delete, how).map_err(|reason| PatchError::Delete {
+            apply_delete(docs, &id, delete, how).map_err(|reason| PatchError::Delete {
                 origin: origin.to_string(),
                 reason,
             })?;
@@ -306,10 +354,7 @@ fn apply_strategic_merge_in(
             }
         }
     }
-    MachineConfig::from_mappings(docs, origin).map_err(|source| PatchError::Result {
-        origin: origin.to_string(),
-        source,
-    })
+    Ok(())
 }
 
 /// Applies a JSON 6902 patch to a config holding only the `v1alpha1` document.
@@ -327,10 +372,24 @@ fn apply_json6902_in(
     origin: &str,
     how: Application,
 ) -> Result<MachineConfig, PatchError> {
-    let docs = config.to_mappings().map_err(|source| PatchError::Result {
+    let mut docs = config.to_mappings().map_err(|source| PatchError::Result {
         origin: origin.to_string(),
         source,
     })?;
+    json6902_documents(&mut docs, patch, origin, how)?;
+    MachineConfig::from_mappings(docs, origin).map_err(|source| PatchError::Result {
+        origin: origin.to_string(),
+        source,
+    })
+}
+
+/// The JSON 6902 patch of [`apply_json6902`] on the config's mappings.
+fn json6902_documents(
+    docs: &mut [Mapping],
+    patch: &json_patch::Patch,
+    origin: &str,
+    how: Application,
+) -> Result<(), PatchError> {
     if docs.len() != 1 {
         return Err(PatchError::Json6902Multidoc {
             origin: origin.to_string(),
@@ -341,7 +400,7 @@ fn apply_json6902_in(
         origin: origin.to_string(),
         reason: e.to_string(),
     };
-    let mut json = serde_json::to_value(Value::Mapping(docs[0].clone())).map_err(|e| conv(&e))?;
+    let mut json = serde_json::to_value(&docs[0]).map_err(|e| conv(&e))?;
     let mut held = HeldItems::default();
     for op in &patch.0 {
         if how == Application::Reapply && held.already_applied(&json, op) {
@@ -359,10 +418,8 @@ fn apply_json6902_in(
     let Value::Mapping(m) = back else {
         return Err(conv(&"the patched document is no longer a mapping"));
     };
-    MachineConfig::from_mappings(vec![m], origin).map_err(|source| PatchError::Result {
-        origin: origin.to_string(),
-        source,
-    })
+    docs[0] = m;
+    Ok(())
 }
 
 /// The operation as Talos's JSON patch library applies it: a `replace` of a
