@@ -42,6 +42,7 @@ pub mod installation;
 pub mod machine;
 pub mod operation;
 mod schema;
+pub mod selector;
 pub mod validation;
 
 pub use cluster::{

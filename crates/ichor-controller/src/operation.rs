@@ -26,11 +26,12 @@ use ichor_api::operation::{
     MachineProgress, MachineStep, OperationKind, OperationPhase, PlanEntry, TalosOperation,
     TalosOperationStatus,
 };
+use ichor_api::selector::selects;
 use ichor_api::{TalosCluster, TalosMachine};
 use ichor_talos_client::{ClientOptions, TalosClient};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt as _;
 use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
@@ -1087,29 +1088,6 @@ fn evictable(pod: &Pod) -> bool {
     !daemon && !mirror && !done
 }
 
-/// Whether a label selector selects these labels.
-pub fn selects(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let by_labels = sel
-        .match_labels
-        .as_ref()
-        .is_none_or(|ml| ml.iter().all(|(k, v)| labels.get(k) == Some(v)));
-    let by_expressions = sel.match_expressions.as_ref().is_none_or(|exprs| {
-        exprs.iter().all(|e| {
-            let value = labels.get(&e.key);
-            let values = e.values.clone().unwrap_or_default();
-            match e.operator.as_str() {
-                "In" => value.is_some_and(|v| values.contains(v)),
-                "NotIn" => value.is_none_or(|v| !values.contains(v)),
-                "Exists" => value.is_some(),
-                "DoesNotExist" => value.is_none(),
-                _ => false,
-            }
-        })
-    });
-    // An empty selector selects every pod (policy/v1).
-    by_labels && by_expressions
-}
-
 /// The message of a succeeded operation, naming the machines it skipped.
 fn succeeded_message(status: &TalosOperationStatus) -> String {
     let skipped = skipped_now(status);
@@ -1257,42 +1235,6 @@ fn talos_error(machine: &TalosMachine, source: ichor_talos_client::Error) -> Err
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
-
-    #[test]
-    fn selectors_select() {
-        let labels: BTreeMap<String, String> = [("app".to_string(), "web".to_string())]
-            .into_iter()
-            .collect();
-        let by_label = LabelSelector {
-            match_labels: Some(
-                [("app".to_string(), "web".to_string())]
-                    .into_iter()
-                    .collect(),
-            ),
-            match_expressions: None,
-        };
-        assert!(selects(&by_label, &labels));
-        let other = LabelSelector {
-            match_labels: Some(
-                [("app".to_string(), "db".to_string())]
-                    .into_iter()
-                    .collect(),
-            ),
-            match_expressions: None,
-        };
-        assert!(!selects(&other, &labels));
-        let expr = LabelSelector {
-            match_labels: None,
-            match_expressions: Some(vec![LabelSelectorRequirement {
-                key: "app".into(),
-                operator: "In".into(),
-                values: Some(vec!["web".into(), "api".into()]),
-            }]),
-        };
-        assert!(selects(&expr, &labels));
-        assert!(selects(&LabelSelector::default(), &labels));
-    }
 
     #[test]
     fn install_images_from_both_shapes() {

@@ -16,36 +16,12 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-/// Whether `selector` selects `labels` (policy/v1: an empty selector selects every pod).
-pub fn selects(
-    selector: &LabelSelector,
-    labels: &std::collections::BTreeMap<String, String>,
-) -> bool {
-    let by_labels = selector
-        .match_labels
-        .as_ref()
-        .is_none_or(|ml| ml.iter().all(|(k, v)| labels.get(k) == Some(v)));
-    let by_expressions = selector.match_expressions.as_ref().is_none_or(|exprs| {
-        exprs.iter().all(|e| {
-            let value = labels.get(&e.key);
-            let values = e.values.clone().unwrap_or_default();
-            match e.operator.as_str() {
-                "In" => value.is_some_and(|v| values.contains(v)),
-                "NotIn" => value.is_none_or(|v| !values.contains(v)),
-                "Exists" => value.is_some(),
-                "DoesNotExist" => value.is_none(),
-                _ => false,
-            }
-        })
-    });
-    by_labels && by_expressions
-}
+use ichor_api::selector::selects;
 
 fn ready(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none()
