@@ -427,14 +427,12 @@ pub fn plan(
     let mut configs = Vec::new();
     let mut planned = Vec::new();
     for (address, role, hostname, node_version, disk) in &nodes {
-        let machine = init_machine(&request.cluster, hostname, address, *role);
-        // The `--config-patch` files are rendered into the config through a
-        // machine that carries them; the TalosMachine written does not, as
-        // the patches are then part of the node's own config (the render
-        // applies a machine's patches over the live config on every
-        // reconcile, and a patch that appends to a list would append again).
-        let mut patched = machine.clone();
-        patched.spec.patches = patches.clone();
+        // The TalosMachine carries the `--config-patch` files, so they stay
+        // the machine's own after init: the controller reapplies them over
+        // the live config, which already holds their effect, and finds no
+        // drift (ADR 0016: an appended item is not appended again).
+        let mut machine = init_machine(&request.cluster, hostname, address, *role);
+        machine.spec.patches = patches.clone();
         let base = base_config(
             bundle,
             &BaseInput {
@@ -453,7 +451,7 @@ pub fn plan(
                 "{origin}: {e} (a bug in ichor, please report it)"
             ))]
         })?;
-        let mut input = RenderInput::from_objects(&cluster, &patched, &live);
+        let mut input = RenderInput::from_objects(&cluster, &machine, &live);
         if *role == MachineRole::Controlplane {
             input.inline_cni = Some(cilium_manifest);
         }

@@ -208,6 +208,13 @@ fn the_controllers_first_reconcile_finds_no_drift_in_both_shapes() {
         }];
         let (_, w) = plan(&req, &probes(version), &bundle(), CILIUM).unwrap();
         for machine in &w.machines {
+            let patches: Vec<_> = machine
+                .spec
+                .patches
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
+            assert_eq!(patches, ["ntp.yaml"], "the machine keeps init's patch");
             let live = rendered(&w, &machine.spec.address);
             let desired =
                 ichor_render::render(&RenderInput::from_objects(&w.cluster, machine, &live))
