@@ -470,92 +470,77 @@ async fn signout() -> Response {
     res
 }
 
-async fn clusters_page(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let who = match state.who(&headers).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
+async fn clusters_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, Response> {
+    let who = state.who(&headers).await?;
     let page = view::clusters_page(&state.cache.inventory());
-    ok_html(html::clusters(&page, &state.viewer(&who)))
+    Ok(ok_html(html::clusters(&page, &state.viewer(&who))))
 }
 
 async fn cluster_page(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((ns, name)): Path<(String, String)>,
-) -> Response {
-    let who = match state.who(&headers).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    let perms = match state.permissions(&who, &ns).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    match view::cluster_page(&state.cache.inventory(), &ns, &name, perms) {
-        Some(p) => ok_html(html::cluster(&p, &state.viewer(&who))),
-        None => not_found(&format!("TalosCluster {ns}/{name}")),
-    }
+) -> Result<Response, Response> {
+    let who = state.who(&headers).await?;
+    let perms = state.permissions(&who, &ns).await?;
+    Ok(
+        match view::cluster_page(&state.cache.inventory(), &ns, &name, perms) {
+            Some(p) => ok_html(html::cluster(&p, &state.viewer(&who))),
+            None => not_found(&format!("TalosCluster {ns}/{name}")),
+        },
+    )
 }
 
 async fn machines_page(
     State(state): State<AppState>,
     headers: HeaderMap,
     Query(query): Query<MachineQuery>,
-) -> Response {
-    let who = match state.who(&headers).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
+) -> Result<Response, Response> {
+    let who = state.who(&headers).await?;
     let page = view::machines_page(&state.cache.inventory(), query);
-    ok_html(html::machines(&page, &state.viewer(&who)))
+    Ok(ok_html(html::machines(&page, &state.viewer(&who))))
 }
 
 async fn machine_page(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((ns, name)): Path<(String, String)>,
-) -> Response {
-    let who = match state.who(&headers).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    let perms = match state.permissions(&who, &ns).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    match view::machine_page(&state.cache.inventory(), &ns, &name, perms) {
-        Some(p) => ok_html(html::machine(&p, &state.viewer(&who))),
-        None => not_found(&format!("TalosMachine {ns}/{name}")),
-    }
+) -> Result<Response, Response> {
+    let who = state.who(&headers).await?;
+    let perms = state.permissions(&who, &ns).await?;
+    Ok(
+        match view::machine_page(&state.cache.inventory(), &ns, &name, perms) {
+            Some(p) => ok_html(html::machine(&p, &state.viewer(&who))),
+            None => not_found(&format!("TalosMachine {ns}/{name}")),
+        },
+    )
 }
 
-async fn operations_page(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let who = match state.who(&headers).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
+async fn operations_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, Response> {
+    let who = state.who(&headers).await?;
     let rows = view::operations_page(&state.cache.inventory());
-    ok_html(html::operations(&rows, &state.viewer(&who)))
+    Ok(ok_html(html::operations(&rows, &state.viewer(&who))))
 }
 
 async fn operation_page(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((ns, name)): Path<(String, String)>,
-) -> Response {
-    let who = match state.who(&headers).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    let perms = match state.permissions(&who, &ns).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    match view::operation_page(&state.cache.inventory(), &ns, &name, perms) {
-        Some(p) => ok_html(html::operation(&p, &state.viewer(&who))),
-        None => not_found(&format!("TalosOperation {ns}/{name}")),
-    }
+) -> Result<Response, Response> {
+    let who = state.who(&headers).await?;
+    let perms = state.permissions(&who, &ns).await?;
+    Ok(
+        match view::operation_page(&state.cache.inventory(), &ns, &name, perms) {
+            Some(p) => ok_html(html::operation(&p, &state.viewer(&who))),
+            None => not_found(&format!("TalosOperation {ns}/{name}")),
+        },
+    )
 }
 
 /// The signed-in user, after a SubjectAccessReview says they may do `access`.
