@@ -82,7 +82,10 @@ fn with_inline(config: &str, multidoc: bool, inline: &[(&str, &str)]) -> String 
 }
 
 async fn scenario(name: &str, talos: &str, fixture: &str, multidoc: bool) {
-    let env = TestEnv::shared();
+    // Its own API server: Talos's inventory is one ConfigMap per cluster, and
+    // the peer's prune reads all of it, so two shapes on one API server would
+    // prune each other's objects.
+    let env = TestEnv::start().expect("test control plane");
     let client = env.client().await;
     let ns = env.namespace(&format!("r61-{name}")).await;
     let rel = env.namespace(&format!("r61-{name}-kube")).await;
@@ -127,9 +130,7 @@ async fn scenario(name: &str, talos: &str, fixture: &str, multidoc: bool) {
         NodeSpec::new("cp-1", node_config.clone()).with_version(talos),
     ])
     .await;
-    // No Node registers (the effective values count the TalosMachines
-    // then), so the two shapes' runs on one API server do not change each
-    // other's values.
+    // No Node registers: the effective values count the TalosMachines then.
     let clusters = Api::<TalosCluster>::namespaced(client.clone(), &ns);
     let written = clusters
         .create(&PostParams::default(), &cluster)
