@@ -27,7 +27,10 @@ const PERIOD: Duration = Duration::from_millis(500);
 /// the `k8s-app` label Talos gives them.
 const STATIC_PODS: [(KubernetesComponent, &str); 3] = [
     (KubernetesComponent::ApiServer, "kube-apiserver"),
-    (KubernetesComponent::ControllerManager, "kube-controller-manager"),
+    (
+        KubernetesComponent::ControllerManager,
+        "kube-controller-manager",
+    ),
     (KubernetesComponent::Scheduler, "kube-scheduler"),
 ];
 
@@ -79,7 +82,10 @@ async fn sync(client: &kube::Client, k: &LabKubelet) -> Result<(), Failure> {
     let Some(node) = nodes.get_opt(&k.node).await? else {
         return Ok(());
     };
-    if let Some(image) = k.talos.component_image("", KubernetesComponent::Kubelet).await?
+    if let Some(image) = k
+        .talos
+        .component_image("", KubernetesComponent::Kubelet)
+        .await?
         && let Some(version) = image_version(&image)
     {
         let reported = node
@@ -171,7 +177,12 @@ mod tests {
 
     #[test]
     fn a_mirror_pod_is_labelled_as_talos_labels_it() {
-        let p = mirror_pod("kube-apiserver", "cp-1", "u", "registry.k8s.io/kube-apiserver:v1.37.2");
+        let p = mirror_pod(
+            "kube-apiserver",
+            "cp-1",
+            "u",
+            "registry.k8s.io/kube-apiserver:v1.37.2",
+        );
         assert_eq!(p["metadata"]["name"], "kube-apiserver-cp-1");
         assert_eq!(p["metadata"]["labels"]["k8s-app"], "kube-apiserver");
         assert_eq!(p["spec"]["nodeName"], "cp-1");

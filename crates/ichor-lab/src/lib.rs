@@ -393,14 +393,13 @@ impl Lab {
         })?;
         let env = TestEnv::start_with_cluster_egress(Some(network.socket()))?;
 
-        let (kubeconfig, talosconfig, bundle_path) =
-            write_operator_files(
-                &options.state_dir,
-                &env,
-                &bundle,
-                &addresses,
-                options.control_planes,
-            )?;
+        let (kubeconfig, talosconfig, bundle_path) = write_operator_files(
+            &options.state_dir,
+            &env,
+            &bundle,
+            &addresses,
+            options.control_planes,
+        )?;
 
         let client = env.client().await;
         register_nodes(&client, &hostnames, &addresses, &options).await?;
