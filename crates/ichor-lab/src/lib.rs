@@ -467,9 +467,8 @@ impl Lab {
             self.talosconfig.display(),
             self.bundle.display(),
             ichor_testenv::Tool::Helm4.path().display(),
-            ichor_testenv::tools::repo_root()
-                .join("dist/cilium-standin")
-                .display(),
+            // The chart the lab gives Ichor (the real one when cached).
+            self.options.cilium_chart.path().display(),
         )
     }
 
