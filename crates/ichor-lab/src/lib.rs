@@ -761,6 +761,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn control_planes_come_first_and_are_named_so() {
+        let (addresses, hostnames) = node_names(5, 3);
+        assert_eq!(
+            hostnames,
+            [
+                "lab-cp-1",
+                "lab-cp-2",
+                "lab-cp-3",
+                "lab-worker-1",
+                "lab-worker-2"
+            ]
+        );
+        assert_eq!(addresses.len(), 5);
+        // One control plane: the names every single-control-plane lab had.
+        assert_eq!(
+            node_names(3, 1).1,
+            ["lab-cp-1", "lab-worker-1", "lab-worker-2"]
+        );
+    }
+
+    #[test]
     fn the_stand_in_is_named_as_such() {
         let standin = ichor_testenv::tools::repo_root().join("dist/cilium-standin");
         assert!(is_standin(&standin));
