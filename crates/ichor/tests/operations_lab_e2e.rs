@@ -625,8 +625,8 @@ fn next_minor(version: &str) -> String {
 
 /// On 3 control planes + 2 workers (the lab playing each control plane's
 /// mirror pods and each kubelet's version from its node's Talos API), with
-/// the controller's etcd bound short (`--etcd-timeout 5s` added to the
-/// installed Deployment):
+/// the controller's etcd and drain bounds short (`--etcd-timeout 5s
+/// --drain-timeout 5s` added to the installed Deployment):
 ///
 /// - a held control plane: `ichor upgrade kubernetes` is refused at plan
 ///   time (`ControlPlaneHeld`, naming it), nothing written;
@@ -634,6 +634,9 @@ fn next_minor(version: &str) -> String {
 ///   of another control plane waits (the Waiting condition names the
 ///   member), then fails `EtcdUnhealthy` naming it; nothing written, the
 ///   node not cordoned;
+/// - a budget of `minAvailable: 1` over a worker's one pod: `ichor reboot`
+///   of that worker fails `DrainTimeout` naming the budget; the pod stays,
+///   nothing written, the node uncordoned;
 /// - `ichor upgrade kubernetes --dry-run`: the plan's steps printed and in
 ///   status, nothing written;
 /// - `ichor upgrade kubernetes --to` the next minor `--wait`: every
@@ -648,7 +651,7 @@ fn next_minor(version: &str) -> String {
 /// (the version path allows +1). The lab's own kube-apiserver stays at its
 /// version: it stands in for the control planes and is not restarted.
 ///
-/// Covers: issue 14 "Must show" (3 control planes + 2 workers: Kubernetes upgrade end to end with every component's image changed per node, and a dry-run plan; etcd unhealthy waits then fails bounded; held control plane refuses kubernetes-upgrade), issue 14 items 2, 3, 4
+/// Covers: issue 14 "Must show" (3 control planes + 2 workers: Kubernetes upgrade end to end with every component's image changed per node, and a dry-run plan; etcd unhealthy waits then fails bounded; PDB blocks a drain; held control plane refuses kubernetes-upgrade), issue 14 items 2, 3, 4
 #[tokio::test(flavor = "multi_thread")]
 async fn kubernetes_upgrade_and_refusals_on_three_control_planes() {
     let h = adopted_lab(true).await;
@@ -664,14 +667,14 @@ async fn kubernetes_upgrade_and_refusals_on_three_control_planes() {
     d.spec.template.spec.as_mut().unwrap().containers[0]
         .args
         .get_or_insert_with(Vec::new)
-        .extend(["--etcd-timeout".to_string(), "5s".to_string()]);
+        .extend(["--etcd-timeout", "5s", "--drain-timeout", "5s"].map(String::from));
     deployments
         .replace("ichor-controller", &PostParams::default(), &d)
         .await
         .unwrap();
     wait_for(
         &h,
-        "the controller rolled out with --etcd-timeout",
+        "the controller rolled out with its short bounds",
         || async {
             let d = deployments.get("ichor-controller").await.unwrap();
             let s = d.status.unwrap_or_default();
@@ -774,6 +777,67 @@ async fn kubernetes_upgrade_and_refusals_on_three_control_planes() {
     let node = Api::<Node>::all(client.clone()).get(&cps[0]).await.unwrap();
     assert_ne!(node.spec.and_then(|s| s.unschedulable), Some(true));
     h.lab.emulator.set_etcd_unhealthy(sick_node, false);
+
+    // A budget that allows no disruption blocks a worker's drain: the step
+    // fails at the bound naming the budget; the pod stays, nothing written.
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "demo"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let worker = hosts[3].clone();
+    ready_pod(&client, "demo", "db-1", "db", &worker).await;
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "db", "namespace": "demo"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}
+    }))
+    .unwrap();
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), "demo")
+        .create(&PostParams::default(), &pdb)
+        .await
+        .unwrap();
+    let out = ichor(
+        &h,
+        &[
+            "reboot",
+            &worker,
+            "--cluster",
+            "lab",
+            "--name",
+            "blocked",
+            "--wait",
+        ],
+    )
+    .await;
+    assert!(!out.status.success(), "{}", text(&out));
+    let op = finished(&h, "blocked").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", reasons::DRAIN_TIMEOUT),
+        "{message}"
+    );
+    assert!(
+        message.contains("PodDisruptionBudget demo/db does not allow evicting pod demo/db-1"),
+        "{message}"
+    );
+    assert!(
+        written_nodes(&h, start).is_empty(),
+        "{:?}",
+        node_writes(&h, start)
+    );
+    let node = Api::<Node>::all(client.clone()).get(&worker).await.unwrap();
+    assert_ne!(node.spec.and_then(|s| s.unschedulable), Some(true));
+    let db = Api::<Pod>::namespaced(client.clone(), "demo")
+        .get("db-1")
+        .await
+        .unwrap();
+    assert!(
+        db.metadata.deletion_timestamp.is_none(),
+        "the budget's pod was evicted"
+    );
 
     // The dry run: the plan, nothing touched.
     let out = ichor(
