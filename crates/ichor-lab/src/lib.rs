@@ -5,7 +5,9 @@
 //!   and port 50000, configured from the real Talos fixtures and trusting the
 //!   cluster's own OS CA (so a bundle recovered from a node works against it);
 //! - a Node object per node, NotReady with the kubelet's network-plugin message,
-//!   each with a pod CIDR;
+//!   each with a pod CIDR; the first [`LabOptions::control_planes`] nodes are
+//!   control planes (one etcd member each, as the emulator lists them), the
+//!   rest workers;
 //! - the node simulator ([`simulator`]), which stands in for the kubelets, the
 //!   scheduler and Cilium's operator — and says so.
 //!
@@ -14,6 +16,7 @@
 
 pub mod bootstrap_manifests;
 pub mod cilium_on_talos;
+pub mod components;
 pub mod daemonsets;
 pub mod disruption;
 pub mod init;
@@ -102,8 +105,20 @@ fn is_standin(chart: &Path) -> bool {
 /// How the lab's cluster looks.
 #[derive(Debug, Clone)]
 pub struct LabOptions {
-    /// Nodes; the first is the control plane.
+    /// Nodes, control planes first: the first `control_planes` of them are
+    /// control planes, the rest workers.
     pub nodes: usize,
+    /// How many of the nodes are control planes (default 1). Each runs the
+    /// control-plane config and is an etcd member; every control plane's
+    /// Talos API lists all of them (EtcdMemberList), as a real cluster's do.
+    /// The lab's one kube-apiserver stands in for all of them.
+    pub control_planes: usize,
+    /// Play the kubelet's side of Talos's Kubernetes components: a mirror
+    /// pod per control-plane component on each control plane, with the image
+    /// that node's Talos API reports, and each Node's kubelet version from
+    /// its kubelet image — so that a kubernetes-upgrade has something to
+    /// wait for. Off by default (the pods would show in every lab).
+    pub components: bool,
     /// The machine-config shape of the nodes.
     pub shape: LabShape,
     /// The Talos version the nodes report (by default the shape's).
@@ -186,6 +201,8 @@ impl LabOptions {
     pub fn new(state_dir: impl Into<PathBuf>) -> LabOptions {
         LabOptions {
             nodes: 3,
+            control_planes: 1,
+            components: false,
             shape: LabShape::V1alpha1,
             talos_version: LabShape::V1alpha1.talos_version(),
             kubernetes_version: ichor_testenv::Tool::KubeApiserver.version(),
@@ -229,11 +246,15 @@ pub struct Lab {
     pub talosconfig: PathBuf,
     pub bundle: PathBuf,
     simulator: Option<tokio::task::JoinHandle<()>>,
+    components: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Lab {
     fn drop(&mut self) {
         if let Some(s) = self.simulator.take() {
+            s.abort();
+        }
+        if let Some(s) = self.components.take() {
             s.abort();
         }
     }
@@ -248,8 +269,9 @@ fn fixture(shape: LabShape, name: &str) -> PathBuf {
 }
 
 /// The nodes' loopback addresses (a /24 of the lab's own, so labs and
-/// tests can run side by side) and hostnames (the first is the control plane).
-fn node_names(nodes: usize) -> (Vec<IpAddr>, Vec<String>) {
+/// tests can run side by side) and hostnames: `lab-cp-1`… for the first
+/// `control_planes`, then `lab-worker-1`….
+fn node_names(nodes: usize, control_planes: usize) -> (Vec<IpAddr>, Vec<String>) {
     let net: u8 = rand::random_range(16..=250);
     let sub: u8 = rand::random_range(1..=250);
     let addresses: Vec<IpAddr> = (0..nodes)
@@ -257,10 +279,10 @@ fn node_names(nodes: usize) -> (Vec<IpAddr>, Vec<String>) {
         .collect();
     let hostnames: Vec<String> = (0..nodes)
         .map(|i| {
-            if i == 0 {
-                "lab-cp-1".to_string()
+            if i < control_planes {
+                format!("lab-cp-{}", i + 1)
             } else {
-                format!("lab-worker-{i}")
+                format!("lab-worker-{}", i + 1 - control_planes)
             }
         })
         .collect();
@@ -290,6 +312,7 @@ fn write_operator_files(
     env: &TestEnv,
     bundle: &SecretsBundle,
     addresses: &[IpAddr],
+    control_planes: usize,
 ) -> Result<(PathBuf, PathBuf, PathBuf), LabError> {
     let kubeconfig = state_dir.join("kubeconfig");
     let text =
@@ -301,7 +324,11 @@ fn write_operator_files(
         path: kubeconfig.clone(),
         source,
     })?;
-    let endpoints = vec![addresses[0].to_string()];
+    // Every control plane is an endpoint, as `talosctl gen config` writes it.
+    let endpoints: Vec<String> = addresses[..control_planes]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     let nodes: Vec<String> = addresses.iter().map(ToString::to_string).collect();
     let tc = Talosconfig::generate(
         bundle,
@@ -329,7 +356,13 @@ impl Lab {
             path: options.state_dir.clone(),
             source,
         })?;
-        let (addresses, hostnames) = node_names(options.nodes);
+        if options.control_planes == 0 || options.control_planes > options.nodes {
+            return Err(LabError::Config(format!(
+                "{} control planes among {} nodes: give at least one control plane and no more than the nodes",
+                options.control_planes, options.nodes
+            )));
+        }
+        let (addresses, hostnames) = node_names(options.nodes, options.control_planes);
         let configs = node_configs(&options, &addresses)?;
         let (bundle, pki) = cluster_pki(&configs[0])?;
 
@@ -360,8 +393,13 @@ impl Lab {
         })?;
         let env = TestEnv::start_with_cluster_egress(Some(network.socket()))?;
 
-        let (kubeconfig, talosconfig, bundle_path) =
-            write_operator_files(&options.state_dir, &env, &bundle, &addresses)?;
+        let (kubeconfig, talosconfig, bundle_path) = write_operator_files(
+            &options.state_dir,
+            &env,
+            &bundle,
+            &addresses,
+            options.control_planes,
+        )?;
 
         let client = env.client().await;
         register_nodes(&client, &hostnames, &addresses, &options).await?;
@@ -380,6 +418,20 @@ impl Lab {
             tracing::warn!("lab: Ichor installs {}", options.cilium_chart.describe());
         }
         let simulator = Some(simulator::spawn(client.clone(), runner));
+        let components = if options.components {
+            let nodes = (0..options.nodes)
+                .map(|i| {
+                    Ok(components::LabKubelet {
+                        node: hostnames[i].clone(),
+                        control_plane: i < options.control_planes,
+                        talos: emulator.admin_client(i)?,
+                    })
+                })
+                .collect::<Result<Vec<_>, LabError>>()?;
+            Some(components::spawn(client.clone(), nodes))
+        } else {
+            None
+        };
         if options.cni != LabCni::None {
             // A cluster that already runs a CNI starts with Ready nodes.
             wait_nodes_ready(&client, std::time::Duration::from_secs(60)).await?;
@@ -394,6 +446,7 @@ impl Lab {
             talosconfig,
             bundle: bundle_path,
             simulator,
+            components,
         })
     }
 
@@ -414,9 +467,8 @@ impl Lab {
             self.talosconfig.display(),
             self.bundle.display(),
             ichor_testenv::Tool::Helm4.path().display(),
-            ichor_testenv::tools::repo_root()
-                .join("dist/cilium-standin")
-                .display(),
+            // The chart the lab gives Ichor (the real one when cached).
+            self.options.cilium_chart.path().display(),
         )
     }
 
@@ -492,7 +544,7 @@ pub fn node_configs(options: &LabOptions, addresses: &[IpAddr]) -> Result<Vec<St
     };
     (0..options.nodes)
         .map(|i| {
-            let (base, patch) = if i == 0 {
+            let (base, patch) = if i < options.control_planes {
                 (&cp, &cp_patch)
             } else {
                 (&worker, &worker_patch)
@@ -516,7 +568,7 @@ async fn register_nodes(
 ) -> Result<(), kube::Error> {
     let api: Api<Node> = Api::all(client.clone());
     for (i, (name, address)) in hostnames.iter().zip(addresses).enumerate() {
-        let role_label = if i == 0 {
+        let role_label = if i < options.control_planes {
             "node-role.kubernetes.io/control-plane"
         } else {
             "node-role.kubernetes.io/worker"
@@ -707,6 +759,27 @@ async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), kube:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_planes_come_first_and_are_named_so() {
+        let (addresses, hostnames) = node_names(5, 3);
+        assert_eq!(
+            hostnames,
+            [
+                "lab-cp-1",
+                "lab-cp-2",
+                "lab-cp-3",
+                "lab-worker-1",
+                "lab-worker-2"
+            ]
+        );
+        assert_eq!(addresses.len(), 5);
+        // One control plane: the names every single-control-plane lab had.
+        assert_eq!(
+            node_names(3, 1).1,
+            ["lab-cp-1", "lab-worker-1", "lab-worker-2"]
+        );
+    }
 
     #[test]
     fn the_stand_in_is_named_as_such() {

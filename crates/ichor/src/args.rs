@@ -507,6 +507,11 @@ pub struct ControllerArgs {
     /// refuses before the step fails (the node is uncordoned, not rebooted).
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     pub drain_timeout: std::time::Duration,
+    /// How long an operation waits, before a control plane's reboot, for
+    /// etcd to be healthy (every member started, none a learner, quorum
+    /// without this one) before the operation fails naming the member.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub etcd_timeout: std::time::Duration,
 }
 
 #[derive(Debug, Subcommand)]

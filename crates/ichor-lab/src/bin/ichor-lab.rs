@@ -55,8 +55,20 @@ enum Cmd {
     /// Start the lab and keep it running until Ctrl-C or `ichor-lab down`;
     /// prints how to reach it (run it in the background with `&`).
     Up {
+        /// Emulated Talos nodes in all, control planes first (their hostnames
+        /// lab-cp-1…, then lab-worker-1…).
         #[arg(long, default_value_t = 3)]
         nodes: usize,
+        /// How many of --nodes are control planes. Each runs Talos's
+        /// control-plane config and is an etcd member that every control
+        /// plane's Talos API lists (talosctl etcd members), so an upgrade
+        /// goes through them one at a time as on a real cluster; the lab's
+        /// one kube-apiserver stands in for theirs. The lab also shows each
+        /// control plane's kube-apiserver, kube-controller-manager and
+        /// kube-scheduler as mirror pods with the images its Talos API
+        /// reports. Example: --control-planes 3 --nodes 5.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        control_planes: usize,
         #[arg(long, default_value = "target/lab")]
         state_dir: PathBuf,
         /// The nodes' machine-config shape: v1alpha1 (Talos v1.12/v1.13) or
@@ -82,10 +94,15 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Cmd::Up {
                 nodes,
+                control_planes,
                 state_dir,
                 shape,
             } => {
-                let lab = start(nodes, state_dir, shape).await?;
+                let lab = start_with(nodes, state_dir, shape, |o| {
+                    o.control_planes = control_planes;
+                    o.components = true;
+                })
+                .await?;
                 let pid_file = lab.state_dir().join("lab.pid");
                 std::fs::write(&pid_file, std::process::id().to_string())?;
                 println!("{}", lab.env_lines());
@@ -173,6 +190,15 @@ async fn down(state_dir: &std::path::Path) -> anyhow::Result<()> {
 }
 
 async fn start(nodes: usize, state_dir: PathBuf, shape: LabShape) -> anyhow::Result<Lab> {
+    start_with(nodes, state_dir, shape, |_| {}).await
+}
+
+async fn start_with(
+    nodes: usize,
+    state_dir: PathBuf,
+    shape: LabShape,
+    shape_options: impl FnOnce(&mut LabOptions),
+) -> anyhow::Result<Lab> {
     eprintln!(
         "lab: starting a real kube-apiserver and etcd, {nodes} emulated Talos nodes with no CNI, and the node simulator"
     );
@@ -182,6 +208,13 @@ async fn start(nodes: usize, state_dir: PathBuf, shape: LabShape) -> anyhow::Res
     let mut options =
         LabOptions::new(std::fs::canonicalize(".")?.join(state_dir)).with_shape(shape);
     options.nodes = nodes;
+    shape_options(&mut options);
+    if options.control_planes > 1 {
+        eprintln!(
+            "lab: {} of the nodes are control planes (etcd members of one cluster); one kube-apiserver stands in for theirs",
+            options.control_planes
+        );
+    }
     // The lab runs the Ichor that `ichor adopt` installs (its controller
     // Deployment's pod, its ichor-cni Jobs) as this `ichor` binary.
     let bin = std::env::current_exe()?.with_file_name("ichor");

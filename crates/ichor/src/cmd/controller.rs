@@ -24,6 +24,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         cni_job_image: args.cni_job_image,
         operation_bounds: ichor_controller::operation::OperationBounds {
             drain: args.drain_timeout,
+            etcd: args.etcd_timeout,
             ..Default::default()
         },
         ..Config::default()
