@@ -150,6 +150,34 @@ const JUSTIFIED_UNUSED: &[(&str, &str, &str, &str, &str)] = &[
         "patch",
         "the CNI hand-over's inventory step (R6.1) strips Talos's owning-inventory annotation from the Cilium release's objects; this run adopts a cluster without Talos's bootstrap-manifests inventory (the inline-Cilium case is init's: crates/ichor-lab/tests/cilium_handover_prune.rs)",
     ),
+    (
+        "ichor-controller",
+        "",
+        "serviceaccounts",
+        "get",
+        "the bootstrap-manifests sync that ends a kubernetes-upgrade reads each object of Talos's manifests before applying it (ADR 0014); this run has no kubernetes-upgrade (the sync runs against the real API server in ichor-controller's tests/operations.rs)",
+    ),
+    (
+        "ichor-controller",
+        "",
+        "configmaps",
+        "get",
+        "the bootstrap-manifests sync that ends a kubernetes-upgrade reads each object of Talos's manifests before applying it (ADR 0014); this run has no kubernetes-upgrade (the sync runs against the real API server in ichor-controller's tests/operations.rs)",
+    ),
+    (
+        "ichor-controller",
+        "",
+        "services",
+        "get",
+        "the bootstrap-manifests sync that ends a kubernetes-upgrade reads each object of Talos's manifests before applying it (ADR 0014); this run has no kubernetes-upgrade (the sync runs against the real API server in ichor-controller's tests/operations.rs)",
+    ),
+    (
+        "ichor-controller",
+        "apps",
+        "deployments",
+        "get",
+        "the bootstrap-manifests sync that ends a kubernetes-upgrade reads each object of Talos's manifests before applying it (ADR 0014); this run has no kubernetes-upgrade (the sync runs against the real API server in ichor-controller's tests/operations.rs)",
+    ),
 ];
 
 fn repo_root() -> PathBuf {
