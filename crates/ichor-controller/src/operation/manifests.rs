@@ -200,7 +200,7 @@ pub fn objects(
                 }
             }
             let namespace = match text("/metadata/namespace") {
-                "" if writable(group, &kind.to_string()).is_some() => "default".to_string(),
+                "" if writable(group, kind).is_some() => "default".to_string(),
                 ns => ns.to_string(),
             };
             out.push(ManifestObject {

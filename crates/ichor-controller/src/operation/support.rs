@@ -6,9 +6,12 @@
 
 use crate::operation_decide::semver;
 
+/// A `major.minor` version.
+pub type Minor = (u64, u64);
+
 /// Per Talos minor: the lowest and the highest Kubernetes minor it runs
 /// (the highest meaning any patch of it).
-pub const SUPPORT: &[((u64, u64), (u64, u64), (u64, u64))] = &[
+pub const SUPPORT: &[(Minor, Minor, Minor)] = &[
     ((1, 10), (1, 28), (1, 33)),
     ((1, 11), (1, 29), (1, 34)),
     ((1, 12), (1, 30), (1, 35)),
@@ -45,7 +48,7 @@ pub fn unsupported(talos: &str, kubernetes: &str) -> Option<String> {
     None
 }
 
-fn minor((major, minor): (u64, u64)) -> String {
+fn minor((major, minor): Minor) -> String {
     format!("{major}.{minor}")
 }
 
