@@ -19,7 +19,7 @@ use ichor_controller::operation::{CANCEL_ANNOTATION, OperationBounds};
 use ichor_talemu::{Emulator, NodeSpec, WriteAction};
 use ichor_talos::bootstrap_inventory::{INVENTORY_NAME, OWNING_INVENTORY_ANNOTATION};
 use ichor_talos_client::resources::KubernetesComponent;
-use ichor_testenv::TestEnv;
+use ichor_testenv::{TestEnv, Tool};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -1080,7 +1080,9 @@ fn kubernetes_operation(ns: &str, name: &str, version: &str, dry_run: bool) -> T
 /// by the test playing Talos's apply at boot) runs the new image, while the
 /// Cilium a Helm release owns — whose stale inline copy is in the
 /// manifests — is not written at all; a rerun of the sync (a controller
-/// killed mid-step) changes nothing.
+/// killed mid-step) changes nothing. The real peer of talosctl's manifests
+/// step, run on the same manifests after, shows the difference: it reverts
+/// that Cilium to the inline copy.
 /// Covers: issue 14 items 1, 3, 4 (kubernetes-upgrade end to end, dry-run plan,
 /// version path, each node's Talos supports the target, the bootstrap-manifests
 /// sync never overwrites Ichor's Cilium), R6.1
@@ -1403,6 +1405,42 @@ async fn kubernetes_upgrade_component_by_component() {
         "a rerun of the sync changed what it had applied"
     );
     s.running.stop().await.unwrap();
+
+    // The contrast, with the real peer: talosctl upgrade-k8s's manifests
+    // step (go-kubernetes's server-side apply, `tools/ssa-prune-peer`, prune
+    // off) applied to the same manifests puts kube-proxy where Ichor's sync
+    // did, and reverts the Helm-owned Cilium to the stale inline copy
+    // (talos#5640) — what Ichor's sync never does.
+    let documents: String = served_manifests(&s.lab, s.lab.index("cp-2"))
+        .await
+        .iter()
+        .flat_map(|(_, objects)| objects.iter())
+        .map(|o| serde_yaml_ng::to_string(o).unwrap())
+        .collect::<Vec<_>>()
+        .join("---\n");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("manifests.yaml");
+    std::fs::write(&file, documents).unwrap();
+    let out = std::process::Command::new(Tool::SsaPrunePeer.path())
+        .arg("--kubeconfig")
+        .arg(env.kubeconfig_path())
+        .arg("--no-prune")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert_eq!(
+        first_image_of(&daemonsets.get("kube-proxy").await.unwrap()),
+        "registry.k8s.io/kube-proxy:v1.37.0",
+        "{said}"
+    );
+    assert_eq!(
+        first_image_of(&daemonsets.get("cilium").await.unwrap()),
+        "quay.io/cilium/cilium:v1.16.0",
+        "the peer was expected to overwrite Helm's Cilium: {said}"
+    );
 }
 
 /// Kind ichor on an install-manifest install: a dry run names the installer
