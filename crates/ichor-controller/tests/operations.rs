@@ -1443,6 +1443,71 @@ async fn kubernetes_upgrade_component_by_component() {
     );
 }
 
+/// The lab's nodes at Kubernetes v1.35.0, kube-apiserver given a feature
+/// gate Kubernetes 1.36 removes.
+fn at_v1_35_with_a_removed_gate(config: String) -> String {
+    config.replace(":v1.28.0", ":v1.35.0").replacen(
+        "        image: registry.k8s.io/kube-apiserver:v1.35.0\n",
+        "        image: registry.k8s.io/kube-apiserver:v1.35.0\n        extraArgs:\n            feature-gates: WatchFromStorageWithoutResourceVersion=true,Other=false\n",
+        1,
+    )
+}
+
+/// A kubernetes-upgrade from 1.35 to 1.36 while a control plane's config
+/// still gives kube-apiserver a feature gate 1.36 removes: refused at plan
+/// time, naming the machine and the gate, nothing written.
+/// Covers: issue 14 item 4 (talosctl's removed flags / admission plugins / feature gates check)
+#[tokio::test]
+async fn a_removed_feature_gate_refuses_a_kubernetes_upgrade() {
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("op-gate").await;
+    crds(&client, &ns).await;
+    bundle_secret(&client, &ns).await;
+    Api::<TalosCluster>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &cluster(&ns))
+        .await
+        .unwrap();
+    let machines: &[(&str, &str)] = &[("cp-1", "controlplane"), ("w-1", "worker")];
+    let lab = lab_talos(
+        &client,
+        &ns,
+        machines,
+        &[],
+        at_v1_35_with_a_removed_gate,
+        |_| "v1.13.9",
+    )
+    .await;
+    let mut config = config(&ns, &ns);
+    config.operation_bounds = quick();
+    let running = start(client.clone(), config);
+    let ops = Api::<TalosOperation>::namespaced(client.clone(), &ns);
+    ops.create(
+        &PostParams::default(),
+        &kubernetes_operation(&ns, "gate", "1.36.0", false),
+    )
+    .await
+    .unwrap();
+    let op = finished(&ops, "gate").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", reasons::REMOVED_SETTING_IN_USE),
+        "{message}"
+    );
+    assert!(
+        message.contains("TalosMachine cp-1: kube-apiserver feature gate WatchFromStorageWithoutResourceVersion (removed in Kubernetes 1.36)")
+            && !message.contains("Other")
+            && !message.contains("w-1"),
+        "{message}"
+    );
+    assert!(
+        lab.emu.writes().is_empty(),
+        "nothing is written at plan time"
+    );
+    running.stop().await.unwrap();
+}
+
 /// Kind ichor on an install-manifest install: a dry run names the installer
 /// Job and starts nothing; the operation starts the installer Job (Ichor's
 /// own image at the target tag, `ichor install --to`, the
