@@ -2,14 +2,17 @@
 //! items 2 and 3), on the lab: the installed Ichor (its controller under its
 //! ServiceAccount, its ichor-cni Job under its own) does its real work —
 //! adopt end to end with a Cilium take-over (the Job), the hand-over, the
-//! webhooks, a released machine's apply, a reboot through `ichor reboot` —
-//! and then:
+//! webhooks, a released machine's apply, a reboot through `ichor reboot`,
+//! an `ichor upgrade ichor` (the installer Job under the ichor-installer
+//! identity) — and then:
 //!
 //! - every request its identities made (the API server's audit log) is set
 //!   grant by grant against the roles of `dist/install.yaml` and of the chart
 //!   (rendered by the real helm): nothing refused, no grant unused except a
 //!   short list with reasons, no `*` in Ichor's own roles, Secrets only where
-//!   needed;
+//!   needed; the installer identity, which holds cluster-admin (the install
+//!   creates ClusterRoles and cluster-admin bindings), judged by what it did:
+//!   only the kinds of the install manifest, no delete;
 //! - the installed Ichor without a needed grant fails visibly (the API server
 //!   refuses it, its log says so);
 //! - secret markers seeded on the nodes and in a machine's patches reach
@@ -409,7 +412,8 @@ fn every_log(h: &LabHarness) -> Vec<(String, String)> {
 }
 
 /// Covers: R5.1, issue 12 (least privilege from the audit log; no secret in
-/// Events, logs, adopt's plan and progress, `ichor cluster status`)
+/// Events, logs, adopt's plan and progress, `ichor cluster status`), issue 14
+/// (the ichor-installer identity of a kind ichor operation, measured)
 #[tokio::test(flavor = "multi_thread")]
 async fn the_installed_ichor_uses_every_grant_it_has_and_leaks_no_secret() {
     let h = LabHarness::up(|o: &mut LabOptions| {
