@@ -82,7 +82,13 @@ pub fn controller_cluster_rules() -> Value {
         // not hold).
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [ichor_talos::bootstrap_inventory::INVENTORY_NAME], "verbs": ["get", "update"]},
         {"apiGroups": [""], "resources": ["namespaces", "serviceaccounts", "configmaps", "services"], "verbs": ["patch"]},
-        {"apiGroups": ["apps"], "resources": ["daemonsets", "deployments"], "verbs": ["patch"]}
+        {"apiGroups": ["apps"], "resources": ["daemonsets", "deployments"], "verbs": ["patch"]},
+        // A kubernetes-upgrade's last step, the bootstrap-manifests sync
+        // (ADR 0014): each object of Talos's manifests of a kind it writes
+        // is read first (to leave a missing one to Talos and one a Helm
+        // release owns to Helm), then applied with the patch rights above.
+        {"apiGroups": [""], "resources": ["serviceaccounts", "configmaps", "services"], "verbs": ["get"]},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]}
     ])
 }
 

@@ -119,6 +119,12 @@ pub mod reasons {
     pub const UNSUPPORTED_VERSION_PATH: &str = "UnsupportedVersionPath";
     /// kubernetes-upgrade refused at plan time: objects of an API removed on the path still exist.
     pub const REMOVED_API_IN_USE: &str = "RemovedAPIInUse";
+    /// A kubernetes-upgrade refused at plan time: the Talos of a machine it
+    /// would reach does not run the target Kubernetes version.
+    pub const UNSUPPORTED_BY_TALOS: &str = "UnsupportedByTalos";
+    /// A kubernetes-upgrade refused at plan time: a machine's config still
+    /// gives a flag, admission plugin or feature gate the path removes.
+    pub const REMOVED_SETTING_IN_USE: &str = "RemovedSettingInUse";
     /// A node did not run a component's new image within the bound.
     pub const COMPONENT_TIMEOUT: &str = "ComponentTimeout";
 

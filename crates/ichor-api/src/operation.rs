@@ -142,8 +142,9 @@ pub struct TalosOperationStatus {
     pub machines: Vec<MachineProgress>,
     /// kubernetes-upgrade: the component steps in the order they run
     /// (kube-apiserver on each control plane, then kube-controller-manager,
-    /// kube-scheduler, kube-proxy, then the kubelets node by node), written
-    /// with the plan, before anything is touched.
+    /// kube-scheduler, kube-proxy, then the kubelets node by node, then the
+    /// bootstrap-manifests sync on one control plane), written with the
+    /// plan, before anything is touched.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 5000))]
     pub components: Vec<ComponentProgress>,
@@ -162,6 +163,11 @@ pub enum KubernetesComponent {
     KubeProxy,
     #[serde(rename = "kubelet")]
     Kubelet,
+    /// The last step, on one control plane: the objects of the bootstrap
+    /// manifests Talos renders for the new version, brought up to date in
+    /// the cluster (never pruned, never one a Helm release owns).
+    #[serde(rename = "bootstrap-manifests")]
+    BootstrapManifests,
 }
 
 impl KubernetesComponent {
@@ -173,6 +179,7 @@ impl KubernetesComponent {
             KubernetesComponent::Scheduler => "kube-scheduler",
             KubernetesComponent::KubeProxy => "kube-proxy",
             KubernetesComponent::Kubelet => "kubelet",
+            KubernetesComponent::BootstrapManifests => "bootstrap-manifests",
         }
     }
 }
@@ -194,7 +201,8 @@ pub enum ComponentPhase {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ComponentProgress {
-    /// kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy or kubelet.
+    /// kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy,
+    /// kubelet or bootstrap-manifests.
     pub component: KubernetesComponent,
     /// The TalosMachine.
     pub machine: String,

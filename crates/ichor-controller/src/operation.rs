@@ -47,6 +47,9 @@ use crate::{Context, Error, Result, pipeline};
 
 pub mod ichor;
 mod kubernetes;
+pub mod manifests;
+pub mod removed;
+pub mod support;
 
 /// The controller's name in metrics.
 pub const CONTROLLER: &str = "talosoperation";

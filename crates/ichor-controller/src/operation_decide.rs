@@ -617,8 +617,9 @@ pub fn removed_api_refusal(to: &str, in_use: &[(String, Vec<String>)]) -> Option
 /// The component steps of a kubernetes-upgrade, in the order they run:
 /// kube-apiserver on each control plane one at a time, then
 /// kube-controller-manager, kube-scheduler and kube-proxy the same way,
-/// then the kubelet of every machine (control planes first) node by node.
-/// Machines the plan skips get no step.
+/// then the kubelet of every machine (control planes first) node by node,
+/// then the bootstrap-manifests sync on the first control plane. Machines
+/// the plan skips get no step.
 pub fn component_plan(plan: &[PlanEntry]) -> Vec<ComponentProgress> {
     let acting: Vec<&PlanEntry> = plan
         .iter()
@@ -649,6 +650,11 @@ pub fn component_plan(plan: &[PlanEntry]) -> Vec<ComponentProgress> {
         steps.extend(control_planes.iter().map(|e| step(component, e)));
     }
     steps.extend(acting.iter().map(|e| step(KubernetesComponent::Kubelet, e)));
+    // Last, as talosctl ends: the bootstrap manifests, read from the first
+    // control plane of the plan once every node runs the new version.
+    if let Some(first) = control_planes.first() {
+        steps.push(step(KubernetesComponent::BootstrapManifests, first));
+    }
     steps
 }
 
@@ -1250,8 +1256,8 @@ mod tests {
     }
 
     /// The component steps: each control-plane component on every control
-    /// plane in plan order, kube-proxy on control planes, then every kubelet;
-    /// held machines get none.
+    /// plane in plan order, kube-proxy on control planes, then every kubelet,
+    /// then the bootstrap-manifests sync; held machines get none.
     /// Covers: issue 14 item 4 (apiserver, controller-manager, scheduler per control plane, kube-proxy, kubelets node by node), item 3
     #[test]
     fn component_steps_in_order() {
@@ -1280,6 +1286,8 @@ mod tests {
         for m in ["prod-cp-2", "prod-cp-3", "prod-cp-1", "prod-w-1"] {
             want.push(format!("kubelet {m}"));
         }
+        // Last, the bootstrap-manifests sync on the first control plane.
+        want.push("bootstrap-manifests prod-cp-2".to_string());
         assert_eq!(steps, want);
     }
 

@@ -14,13 +14,16 @@ use common::*;
 use ichor_api::conditions::{self, reasons, types};
 use ichor_api::operation::{ComponentPhase, MachineStep, OperationPhase, TalosOperation};
 use ichor_api::{TalosCluster, TalosMachine};
+use ichor_controller::operation::manifests;
 use ichor_controller::operation::{CANCEL_ANNOTATION, OperationBounds};
 use ichor_talemu::{Emulator, NodeSpec, WriteAction};
+use ichor_talos::bootstrap_inventory::{INVENTORY_NAME, OWNING_INVENTORY_ANNOTATION};
 use ichor_talos_client::resources::KubernetesComponent;
-use ichor_testenv::TestEnv;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use ichor_testenv::{TestEnv, Tool};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const TARGET: &str = "v1.14.0";
@@ -102,6 +105,18 @@ async fn lab_with(
     held: &[&str],
     edit: fn(String) -> String,
 ) -> Lab {
+    lab_talos(client, ns, machines, held, edit, |_| "v1.13.9").await
+}
+
+/// [`lab_with`], each machine's node on the Talos version `talos` names.
+async fn lab_talos(
+    client: &kube::Client,
+    ns: &str,
+    machines: &[(&str, &'static str)],
+    held: &[&str],
+    edit: fn(String) -> String,
+    talos: fn(&str) -> &'static str,
+) -> Lab {
     let suffix = ns.rsplit('-').next().unwrap_or(ns).to_string();
     let cp = edit(cni_none_fixture("v1.12-cni-none-controlplane.yaml"));
     let worker = edit(cni_none_fixture("v1.12-cni-none-worker.yaml"));
@@ -116,7 +131,7 @@ async fn lab_with(
         };
         specs.push(
             NodeSpec::new(host.clone(), config.clone())
-                .with_version("v1.13.9")
+                .with_version(talos(name))
                 .with_address(std::net::IpAddr::from([127, 0, 1, i as u8 + 1])),
         );
         named.push((name.to_string(), *role, host));
@@ -715,6 +730,165 @@ fn at_v1_36(config: String) -> String {
     config.replace(":v1.28.0", ":v1.36.0")
 }
 
+/// A stale inline copy of Cilium in the control planes' configs (the
+/// talos#5640 case): an older agent image than the Helm release that owns
+/// the live Cilium, and a ConfigMap that says so.
+const INLINE_CILIUM: &str = "    inlineManifests:
+        - name: cilium
+          contents: |
+            apiVersion: v1
+            kind: ConfigMap
+            metadata:
+              name: cilium-config
+              namespace: kube-system
+            data:
+              from: inline
+            ---
+            apiVersion: apps/v1
+            kind: DaemonSet
+            metadata:
+              name: cilium
+              namespace: kube-system
+            spec:
+              selector:
+                matchLabels: {k8s-app: cilium}
+              template:
+                metadata:
+                  labels: {k8s-app: cilium}
+                spec:
+                  containers:
+                    - name: cilium-agent
+                      image: quay.io/cilium/cilium:v1.16.0
+";
+
+/// [`at_v1_36`] with [`INLINE_CILIUM`] in the config.
+fn at_v1_36_with_inline_cilium(config: String) -> String {
+    at_v1_36(config).replacen(
+        "    clusterName: base\n",
+        &format!("    clusterName: base\n{INLINE_CILIUM}"),
+        1,
+    )
+}
+
+/// The Kubernetes version's machines: control planes on Talos 1.14 (which
+/// runs Kubernetes up to 1.37), the workers on Talos 1.13 (up to 1.36).
+fn talos_of(machine: &str) -> &'static str {
+    if machine.starts_with("cp-") {
+        "v1.14.0"
+    } else {
+        "v1.13.9"
+    }
+}
+
+/// The live Cilium a Helm release owns (what Ichor's release holds after
+/// the CNI hand-over): its agent at a newer image than the inline copy.
+async fn helm_owned_cilium(client: &kube::Client) {
+    let meta = |name: &str| {
+        json!({"name": name, "namespace": "kube-system",
+            "labels": {"app.kubernetes.io/managed-by": "Helm"},
+            "annotations": {"meta.helm.sh/release-name": "cilium", "meta.helm.sh/release-namespace": "kube-system"}})
+    };
+    let cm: ConfigMap = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta("cilium-config"), "data": {"from": "helm"}}),
+    )
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), "kube-system")
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let ds: DaemonSet = serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta("cilium"),
+        "spec": {"selector": {"matchLabels": {"k8s-app": "cilium"}},
+            "template": {"metadata": {"labels": {"k8s-app": "cilium"}},
+                "spec": {"containers": [{"name": "cilium-agent", "image": "quay.io/cilium/cilium:v1.18.0"}]}}}}))
+    .unwrap();
+    Api::<DaemonSet>::namespaced(client.clone(), "kube-system")
+        .create(&PostParams::default(), &ds)
+        .await
+        .unwrap();
+}
+
+/// The manifests control plane `i` serves, as JSON objects.
+async fn served_manifests(lab: &Lab, i: usize) -> Vec<(String, Vec<serde_json::Value>)> {
+    let talos = lab.emu.admin_client(i).unwrap();
+    talos
+        .manifests("")
+        .await
+        .unwrap()
+        .iter()
+        .map(|(id, objects)| {
+            (
+                id.clone(),
+                objects.iter().map(manifests::struct_to_json).collect(),
+            )
+        })
+        .collect()
+}
+
+/// Plays Talos's apply at boot of the manifests control plane `i` renders
+/// (as its ManifestApplyController does): each missing object created and
+/// stamped with the owning-inventory annotation, an existing one left as it
+/// is. Returns the names of the objects it created.
+async fn play_talos_apply(client: &kube::Client, lab: &Lab, i: usize) -> Vec<String> {
+    let mut created = Vec::new();
+    for (_, objects) in served_manifests(lab, i).await {
+        for mut v in objects {
+            v["metadata"]["annotations"][OWNING_INVENTORY_ANNOTATION] = json!(INVENTORY_NAME);
+            let obj: DynamicObject = serde_json::from_value(v).unwrap();
+            let types = obj.types.clone().unwrap();
+            let (group, version) = types
+                .api_version
+                .split_once('/')
+                .unwrap_or(("", &types.api_version));
+            let gvk = kube::api::GroupVersionKind::gvk(group, version, &types.kind);
+            let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+            let api: Api<DynamicObject> = match caps.scope {
+                kube::discovery::Scope::Namespaced => Api::namespaced_with(
+                    client.clone(),
+                    obj.metadata.namespace.as_deref().unwrap_or("default"),
+                    &resource,
+                ),
+                kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &resource),
+            };
+            match api.create(&PostParams::default(), &obj).await {
+                Ok(_) => created.push(format!(
+                    "{} {}",
+                    types.kind,
+                    obj.metadata.name.unwrap_or_default()
+                )),
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => panic!("creating {}: {e}", types.kind),
+            }
+        }
+    }
+    created
+}
+
+/// The resource version of an object of kube-system.
+async fn version_of<K>(client: &kube::Client, name: &str) -> String
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    Api::<K>::namespaced(client.clone(), "kube-system")
+        .get(name)
+        .await
+        .unwrap()
+        .meta()
+        .resource_version
+        .clone()
+        .unwrap()
+}
+
+fn first_image_of(ds: &DaemonSet) -> String {
+    ds.spec.template.spec.as_ref().unwrap().containers[0]
+        .image
+        .clone()
+        .unwrap()
+}
+
 const COMPONENTS: &[(KubernetesComponent, &str)] = &[
     (KubernetesComponent::ApiServer, "kube-apiserver"),
     (
@@ -892,15 +1066,26 @@ fn kubernetes_operation(ns: &str, name: &str, version: &str, dry_run: bool) -> T
 }
 
 /// A kubernetes-upgrade of 3 control planes + 2 workers (one held) from
-/// v1.36.0 to v1.37.0, after a refusal at plan time: a version two minors
-/// ahead. Then a dry run writes the plan and its component steps and
-/// touches nothing. Then the upgrade: the write log shows kube-apiserver
-/// on each control plane one at a time, then kube-controller-manager,
-/// kube-scheduler and kube-proxy the same way, then each kubelet node by
-/// node (Ichor's node last of the workers' turn), every step a no-reboot
-/// apply; nothing is written to the held worker; every node's Talos API
-/// reports each component's new image, and its pods and Node show it.
-/// Covers: issue 14 items 1, 3, 4 (kubernetes-upgrade end to end, dry-run plan, version path)
+/// v1.36.0 to v1.37.0, after refusals at plan time: a version two minors
+/// ahead, then a worker whose Talos (1.13) does not run 1.37 — named with
+/// its version; the held worker, also on 1.13, is not named since it keeps
+/// its kubelet. The worker's Talos is upgraded (a talos-upgrade), then a dry
+/// run writes the plan and its component steps and touches nothing. Then
+/// the upgrade: the write log shows kube-apiserver on each control plane
+/// one at a time, then kube-controller-manager, kube-scheduler and
+/// kube-proxy the same way, then each kubelet node by node, every step a
+/// no-reboot apply; nothing is written to the held worker; every node's
+/// Talos API reports each component's new image, and its pods and Node show
+/// it. Last, the bootstrap-manifests sync: kube-proxy's DaemonSet (created
+/// by the test playing Talos's apply at boot) runs the new image, while the
+/// Cilium a Helm release owns — whose stale inline copy is in the
+/// manifests — is not written at all; a rerun of the sync (a controller
+/// killed mid-step) changes nothing. The real peer of talosctl's manifests
+/// step, run on the same manifests after, shows the difference: it reverts
+/// that Cilium to the inline copy.
+/// Covers: issue 14 items 1, 3, 4 (kubernetes-upgrade end to end, dry-run plan,
+/// version path, each node's Talos supports the target, the bootstrap-manifests
+/// sync never overwrites Ichor's Cilium), R6.1
 #[tokio::test]
 async fn kubernetes_upgrade_component_by_component() {
     let env = TestEnv::shared();
@@ -912,7 +1097,15 @@ async fn kubernetes_upgrade_component_by_component() {
         .create(&PostParams::default(), &cluster(&ns))
         .await
         .unwrap();
-    let lab = lab_with(&client, &ns, LAB, &["w-2"], at_v1_36).await;
+    let lab = lab_talos(
+        &client,
+        &ns,
+        LAB,
+        &["w-2"],
+        at_v1_36_with_inline_cilium,
+        talos_of,
+    )
+    .await;
     let mut config = config(&ns, &ns);
     config.operation_bounds = quick();
     config.node_name = Some(lab.host("cp-1"));
@@ -945,6 +1138,44 @@ async fn kubernetes_upgrade_component_by_component() {
         message.contains("v1.36.0") && message.contains("v1.37.x first"),
         "{message}"
     );
+
+    // w-1 runs Talos 1.13, which does not run Kubernetes 1.37: refused,
+    // naming it and its version (the held w-2 keeps its kubelet: not named).
+    s.ops
+        .create(
+            &PostParams::default(),
+            &kubernetes_operation(&s.ns, "old-talos", "1.37.0", false),
+        )
+        .await
+        .unwrap();
+    let op = finished_playing(&s, "old-talos").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", reasons::UNSUPPORTED_BY_TALOS),
+        "{message}"
+    );
+    assert!(
+        message.contains("TalosMachine w-1 (Talos v1.13.9)")
+            && message.contains("runs Kubernetes 1.31 to 1.36.x")
+            && !message.contains("w-2")
+            && !message.contains("cp-"),
+        "{message}"
+    );
+    assert!(s.lab.component_writes().is_empty());
+
+    // As the refusal says: Talos first.
+    s.ops
+        .create(
+            &PostParams::default(),
+            &operation(&s.ns, "talos-w1", "talos-upgrade", &["w-1"]),
+        )
+        .await
+        .unwrap();
+    let op = finished_playing(&s, "talos-w1").await;
+    assert_eq!(complete(&op).1, reasons::SUCCEEDED, "{:?}", op.status);
+    assert_eq!(s.lab.emu.talos_version(s.lab.index("w-1")), TARGET);
+    let mark = s.lab.emu.writes().len();
 
     // The removed-API check lists workloads.v1alpha2.scheduling.k8s.io and
     // podgroups.v1alpha2.scheduling.k8s.io: this API server does not serve
@@ -987,13 +1218,35 @@ async fn kubernetes_upgrade_component_by_component() {
     for m in ["cp-2", "cp-3", "cp-1", "w-1"] {
         want.push(format!("{m}: kubelet"));
     }
-    assert_eq!(steps, want);
+    let mut planned = want.clone();
+    planned.push("cp-2: bootstrap-manifests".to_string());
+    assert_eq!(steps, planned);
     assert!(
         st.components
             .iter()
             .all(|c| c.phase == ComponentPhase::Pending)
     );
     assert!(s.lab.component_writes().is_empty());
+
+    // The cluster as Talos and Helm left it: Cilium owned by a Helm release
+    // (created first), then Talos's apply at boot of cp-2's manifests, which
+    // creates kube-proxy's and CoreDNS's objects and finds Cilium's.
+    helm_owned_cilium(&s.client).await;
+    let created = play_talos_apply(&s.client, &s.lab, s.lab.index("cp-2")).await;
+    assert!(
+        created.contains(&"DaemonSet kube-proxy".to_string())
+            && !created.iter().any(|c| c.contains("cilium")),
+        "{created:?}"
+    );
+    let daemonsets = Api::<DaemonSet>::namespaced(s.client.clone(), "kube-system");
+    assert_eq!(
+        first_image_of(&daemonsets.get("kube-proxy").await.unwrap()),
+        "registry.k8s.io/kube-proxy:v1.36.0"
+    );
+    let cilium_versions = (
+        version_of::<DaemonSet>(&s.client, "cilium").await,
+        version_of::<ConfigMap>(&s.client, "cilium-config").await,
+    );
 
     // The upgrade.
     s.ops
@@ -1017,16 +1270,21 @@ async fn kubernetes_upgrade_component_by_component() {
     let st = op.status.unwrap();
     for c in &st.components {
         assert_eq!(c.phase, ComponentPhase::Succeeded, "{c:?}");
+        let name = match c.component.as_str() {
+            // The sync's image is kube-proxy's DaemonSet's.
+            "bootstrap-manifests" => "kube-proxy",
+            other => other,
+        };
         assert!(
             c.image_before
                 .as_deref()
-                .is_some_and(|i| i.ends_with(":v1.36.0")),
+                .is_some_and(|i| i.ends_with(&format!("{name}:v1.36.0"))),
             "{c:?}"
         );
         assert!(
             c.image
                 .as_deref()
-                .is_some_and(|i| i.ends_with(&format!("{}:v1.37.0", c.component.as_str()))),
+                .is_some_and(|i| i.ends_with(&format!("{name}:v1.37.0"))),
             "{c:?}"
         );
     }
@@ -1070,21 +1328,184 @@ async fn kubernetes_upgrade_component_by_component() {
         }
     }
     assert!(
-        s.lab.emu.writes().iter().all(|w| match &w.action {
+        s.lab.emu.writes()[mark..].iter().all(|w| match &w.action {
             WriteAction::ApplyConfiguration { mode, .. } => mode == "no_reboot",
             WriteAction::Reboot { .. } | WriteAction::Upgrade { .. } => false,
             _ => true,
         }),
-        "{:?}",
-        s.lab
-            .emu
-            .writes()
-            .iter()
-            .map(|w| format!("{:?}", w.action))
-            .collect::<Vec<_>>()
-            .len()
+        "a write of the kubernetes-upgrade that is not a no-reboot apply"
+    );
+
+    // The bootstrap-manifests sync: kube-proxy's DaemonSet runs the new
+    // image and keeps Talos's owning-inventory annotation; Cilium, whose
+    // inline copy is among the manifests, is not written (same resource
+    // versions, Helm's image and data), and the step says why.
+    let proxy = daemonsets.get("kube-proxy").await.unwrap();
+    assert_eq!(first_image_of(&proxy), "registry.k8s.io/kube-proxy:v1.37.0");
+    assert_eq!(
+        proxy
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(OWNING_INVENTORY_ANNOTATION))
+            .map(String::as_str),
+        Some(INVENTORY_NAME)
+    );
+    assert_eq!(
+        (
+            version_of::<DaemonSet>(&s.client, "cilium").await,
+            version_of::<ConfigMap>(&s.client, "cilium-config").await,
+        ),
+        cilium_versions,
+        "Ichor's sync wrote the Cilium a Helm release owns"
+    );
+    assert_eq!(
+        first_image_of(&daemonsets.get("cilium").await.unwrap()),
+        "quay.io/cilium/cilium:v1.18.0"
+    );
+    let sync = st.components.last().unwrap();
+    let said = sync.message.clone().unwrap_or_default();
+    assert!(
+        said.contains("DaemonSet kube-system/cilium (Helm release kube-system/cilium)")
+            && said
+                .contains("ConfigMap kube-system/cilium-config (Helm release kube-system/cilium)")
+            && said.contains("nothing pruned"),
+        "{said}"
+    );
+    // Nothing was deleted: every object Talos's apply created is there.
+    assert!(
+        Api::<Deployment>::namespaced(s.client.clone(), "kube-system")
+            .get_opt("coredns")
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // A controller killed mid-step reruns the step's apply: the same
+    // objects applied again change nothing.
+    let before = (
+        version_of::<DaemonSet>(&s.client, "kube-proxy").await,
+        version_of::<Deployment>(&s.client, "coredns").await,
+        version_of::<ConfigMap>(&s.client, "coredns").await,
+    );
+    let objects = manifests::objects(&served_manifests(&s.lab, s.lab.index("cp-2")).await).unwrap();
+    let plan = manifests::read(&s.client, objects).await.unwrap();
+    assert_eq!(
+        plan.kube_proxy_image().as_deref(),
+        Some("registry.k8s.io/kube-proxy:v1.37.0")
+    );
+    manifests::sync(&s.client, &plan).await.unwrap();
+    let after = (
+        version_of::<DaemonSet>(&s.client, "kube-proxy").await,
+        version_of::<Deployment>(&s.client, "coredns").await,
+        version_of::<ConfigMap>(&s.client, "coredns").await,
+    );
+    assert_eq!(
+        before, after,
+        "a rerun of the sync changed what it had applied"
     );
     s.running.stop().await.unwrap();
+
+    // The contrast, with the real peer: talosctl upgrade-k8s's manifests
+    // step (go-kubernetes's server-side apply, `tools/ssa-prune-peer`, prune
+    // off) applied to the same manifests puts kube-proxy where Ichor's sync
+    // did, and reverts the Helm-owned Cilium to the stale inline copy
+    // (talos#5640) — what Ichor's sync never does.
+    let documents: String = served_manifests(&s.lab, s.lab.index("cp-2"))
+        .await
+        .iter()
+        .flat_map(|(_, objects)| objects.iter())
+        .map(|o| serde_yaml_ng::to_string(o).unwrap())
+        .collect::<Vec<_>>()
+        .join("---\n");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("manifests.yaml");
+    std::fs::write(&file, documents).unwrap();
+    let out = std::process::Command::new(Tool::SsaPrunePeer.path())
+        .arg("--kubeconfig")
+        .arg(env.kubeconfig_path())
+        .arg("--no-prune")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert_eq!(
+        first_image_of(&daemonsets.get("kube-proxy").await.unwrap()),
+        "registry.k8s.io/kube-proxy:v1.37.0",
+        "{said}"
+    );
+    assert_eq!(
+        first_image_of(&daemonsets.get("cilium").await.unwrap()),
+        "quay.io/cilium/cilium:v1.16.0",
+        "the peer was expected to overwrite Helm's Cilium: {said}"
+    );
+}
+
+/// The lab's nodes at Kubernetes v1.35.0, kube-apiserver given a feature
+/// gate Kubernetes 1.36 removes.
+fn at_v1_35_with_a_removed_gate(config: String) -> String {
+    config.replace(":v1.28.0", ":v1.35.0").replacen(
+        "        image: registry.k8s.io/kube-apiserver:v1.35.0\n",
+        "        image: registry.k8s.io/kube-apiserver:v1.35.0\n        extraArgs:\n            feature-gates: WatchFromStorageWithoutResourceVersion=true,Other=false\n",
+        1,
+    )
+}
+
+/// A kubernetes-upgrade from 1.35 to 1.36 while a control plane's config
+/// still gives kube-apiserver a feature gate 1.36 removes: refused at plan
+/// time, naming the machine and the gate, nothing written.
+/// Covers: issue 14 item 4 (talosctl's removed flags / admission plugins / feature gates check)
+#[tokio::test]
+async fn a_removed_feature_gate_refuses_a_kubernetes_upgrade() {
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("op-gate").await;
+    crds(&client, &ns).await;
+    bundle_secret(&client, &ns).await;
+    Api::<TalosCluster>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &cluster(&ns))
+        .await
+        .unwrap();
+    let machines: &[(&str, &str)] = &[("cp-1", "controlplane"), ("w-1", "worker")];
+    let lab = lab_talos(
+        &client,
+        &ns,
+        machines,
+        &[],
+        at_v1_35_with_a_removed_gate,
+        |_| "v1.13.9",
+    )
+    .await;
+    let mut config = config(&ns, &ns);
+    config.operation_bounds = quick();
+    let running = start(client.clone(), config);
+    let ops = Api::<TalosOperation>::namespaced(client.clone(), &ns);
+    ops.create(
+        &PostParams::default(),
+        &kubernetes_operation(&ns, "gate", "1.36.0", false),
+    )
+    .await
+    .unwrap();
+    let op = finished(&ops, "gate").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", reasons::REMOVED_SETTING_IN_USE),
+        "{message}"
+    );
+    assert!(
+        message.contains("TalosMachine cp-1: kube-apiserver feature gate WatchFromStorageWithoutResourceVersion (removed in Kubernetes 1.36)")
+            && !message.contains("Other")
+            && !message.contains("w-1"),
+        "{message}"
+    );
+    assert!(
+        lab.emu.writes().is_empty(),
+        "nothing is written at plan time"
+    );
+    running.stop().await.unwrap();
 }
 
 /// Kind ichor on an install-manifest install: a dry run names the installer

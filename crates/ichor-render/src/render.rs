@@ -381,11 +381,13 @@ fn machine_paths(docs: &mut [Mapping], machine: &TalosMachineSpec) {
 }
 
 /// Where a component's image lives: (legacy keys, multi-document kind, the
-/// repository Talos uses when the config names none).
+/// repository Talos uses when the config names none). `None` for the
+/// bootstrap-manifests step, which writes no machine config.
 fn component_paths(
     component: KubernetesComponent,
-) -> (&'static [&'static str], &'static str, &'static str) {
-    match component {
+) -> Option<(&'static [&'static str], &'static str, &'static str)> {
+    Some(match component {
+        KubernetesComponent::BootstrapManifests => return None,
         KubernetesComponent::Kubelet => (
             &["machine", "kubelet", "image"],
             "KubeletConfig",
@@ -411,7 +413,7 @@ fn component_paths(
             "KubeProxyConfig",
             "registry.k8s.io/kube-proxy",
         ),
-    }
+    })
 }
 
 /// One step of a kubernetes-upgrade, rendered: the node's live config with
@@ -436,7 +438,12 @@ pub fn component_step(
         machine: machine_name.to_owned(),
         source,
     };
-    let (keys, kind, default_repository) = component_paths(component);
+    let Some((keys, kind, default_repository)) = component_paths(component) else {
+        return Ok(ComponentStep {
+            image: None,
+            config: None,
+        });
+    };
     let mut docs = live.to_mappings().map_err(rendered)?;
     let mut image = None;
     let mut changed = false;

@@ -28,6 +28,7 @@
 pub mod derive;
 pub mod diff;
 mod error;
+pub mod manifests;
 mod node;
 pub mod pki;
 pub mod resources;

@@ -186,6 +186,7 @@ pub const DEFINITIONS: &[Definition] = &[
         sensitive: false,
         columns: &[],
     },
+    crate::manifests::DEFINITION,
 ];
 
 /// The namespaces the emulator serves.
@@ -428,6 +429,9 @@ pub fn node_items(view: &NodeView<'_>) -> Vec<Item> {
     }
     if facts.machine_type.is_control_plane() && facts.has_kubernetes_network {
         items.push(bootstrap_manifests_config_item(facts, view.v1_13_or_later));
+    }
+    if facts.machine_type.is_control_plane() {
+        items.extend(crate::manifests::manifest_items(facts, active));
     }
     items.extend(component_items(facts));
     items

@@ -935,6 +935,38 @@ impl TalosClient {
             .collect()
     }
 
+    /// The bootstrap manifests the node renders (`Manifests.kubernetes.talos.dev`,
+    /// control planes only; none on a worker), by id in Talos's order (the id
+    /// sorts them: `05-…` before `10-…`), each the objects of that manifest.
+    pub async fn manifests(
+        &self,
+        node: &str,
+    ) -> Result<Vec<(String, Vec<prost_types::Struct>)>, Error> {
+        let mut items = self
+            .cosi_list(
+                node,
+                resources::MANIFESTS.namespace,
+                resources::MANIFESTS.r#type,
+            )
+            .await?;
+        items.sort_by(|a, b| a.id.cmp(&b.id));
+        items
+            .into_iter()
+            .map(|r| {
+                let spec = r
+                    .decode_spec::<specs::ManifestSpec>()
+                    .map_err(|e| Error::Decode {
+                        node: self.node_label(node),
+                        call: format!("COSI List {}", resources::MANIFESTS.r#type),
+                        what: format!("manifest {}", r.id),
+                        reason: e.to_string(),
+                    })?;
+                let objects = spec.items.into_iter().filter_map(|i| i.object).collect();
+                Ok((r.id.clone(), objects))
+            })
+            .collect()
+    }
+
     /// The node's machine stage (`MachineStatuses.runtime.talos.dev`):
     /// `MAINTENANCE` for a node waiting for its first config.
     pub async fn machine_status(&self, node: &str) -> Result<specs::MachineStatusSpec, Error> {

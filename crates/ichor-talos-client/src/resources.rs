@@ -122,6 +122,15 @@ pub const KUBELET_CONFIG: Kind = Kind {
     id: "kubelet",
 };
 
+/// The bootstrap manifests Talos renders from the machine config (control
+/// planes): one resource per manifest, what `talosctl upgrade-k8s`'s
+/// manifests step applies.
+pub const MANIFESTS: Kind = Kind {
+    namespace: "controlplane",
+    r#type: "Manifests.kubernetes.talos.dev",
+    id: "",
+};
+
 /// A Kubernetes component Talos runs from the machine config, as the
 /// Talos API reports its image ([`crate::TalosClient::component_image`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -122,6 +122,20 @@
   - deployments
   verbs:
   - patch
+- apiGroups:
+  - ''
+  resources:
+  - serviceaccounts
+  - configmaps
+  - services
+  verbs:
+  - get
+- apiGroups:
+  - apps
+  resources:
+  - deployments
+  verbs:
+  - get
 {{- end }}
 
 {{- /* The rules of the controller's Role in its own namespace, the same as the installer path's. */}}

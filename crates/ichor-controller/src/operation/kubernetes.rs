@@ -18,6 +18,7 @@ use ichor_api::{MachineRole, TalosCluster, TalosMachine};
 use ichor_talos::config::MachineConfig;
 use ichor_talos_client::resources::KubernetesComponent as WireComponent;
 use ichor_talos_client::{ApplyMode, ApplyRequest};
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt as _;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -27,20 +28,65 @@ use super::{Run, StepOutcome, talos_error};
 use crate::operation_decide::{self as decide, NextComponent};
 use crate::{Error, Result};
 
-fn wire(c: KubernetesComponent) -> WireComponent {
-    match c {
+/// The component as the Talos API names its config resource; `None` for
+/// the bootstrap-manifests step, which has none.
+fn wire(c: KubernetesComponent) -> Option<WireComponent> {
+    Some(match c {
         KubernetesComponent::ApiServer => WireComponent::ApiServer,
         KubernetesComponent::ControllerManager => WireComponent::ControllerManager,
         KubernetesComponent::Scheduler => WireComponent::Scheduler,
         KubernetesComponent::KubeProxy => WireComponent::KubeProxy,
         KubernetesComponent::Kubelet => WireComponent::Kubelet,
+        KubernetesComponent::BootstrapManifests => return None,
+    })
+}
+
+/// The image a node's Talos API reports for a component (`None` for the
+/// bootstrap-manifests step).
+async fn image_on(
+    talos: &ichor_talos_client::TalosClient,
+    c: KubernetesComponent,
+) -> std::result::Result<Option<String>, ichor_talos_client::Error> {
+    match wire(c) {
+        Some(w) => talos.component_image("", w).await,
+        None => Ok(None),
     }
+}
+
+/// The components' extra arguments in a machine's live config.
+fn component_args(
+    m: &TalosMachine,
+    live: &[u8],
+) -> Result<
+    std::collections::BTreeMap<
+        super::removed::Component,
+        std::collections::BTreeMap<String, String>,
+    >,
+> {
+    let name = m.metadata.name.clone().unwrap_or_default();
+    let bad = |reason: String| Error::LiveConfig {
+        namespace: m.metadata.namespace.clone().unwrap_or_default(),
+        machine: name.clone(),
+        address: m.spec.address.clone(),
+        reason,
+    };
+    let text = String::from_utf8_lossy(live);
+    let config = MachineConfig::parse_live(&text, &format!("the live config of {name}"))
+        .map_err(|e| bad(e.to_string()))?;
+    let docs = config.to_mappings().map_err(|e| bad(e.to_string()))?;
+    let docs: Vec<serde_json::Value> = docs
+        .iter()
+        .filter_map(|d| serde_json::to_value(d).ok())
+        .collect();
+    Ok(super::removed::component_args(&docs))
 }
 
 impl Run<'_> {
     /// The plan-time refusal of a kubernetes-upgrade, if any: the version
-    /// path from the lowest version the nodes run, then the objects of APIs
-    /// the path removes. `(reason, message)`.
+    /// path from the lowest version the nodes run, then each machine's
+    /// Talos against the target, then the settings and the objects of APIs
+    /// the path removes.
+    /// `(reason, message)`.
     pub(super) async fn kubernetes_refusal(
         &mut self,
         plan: &[PlanEntry],
@@ -48,6 +94,8 @@ impl Run<'_> {
     ) -> Result<Option<(&'static str, String)>> {
         let to = decide::kubernetes_tag(self.op.spec.version.as_deref().unwrap_or_default());
         let mut images = Vec::new();
+        let mut talos_versions = Vec::new();
+        let mut settings = Vec::new();
         for e in plan
             .iter()
             .filter(|e| e.action != ichor_api::PlannedAction::Skip)
@@ -69,12 +117,20 @@ impl Run<'_> {
                 Ok(t) => t,
                 Err(err) => return Ok(unreadable(err.to_string())),
             };
+            match talos.version("").await {
+                Ok(v) => talos_versions.push((e.machine.clone(), v.tag)),
+                Err(err) => return Ok(unreadable(talos_error(&m, err).to_string())),
+            }
+            match talos.machine_config("").await {
+                Ok(live) => settings.push((e.machine.clone(), component_args(&m, &live)?)),
+                Err(err) => return Ok(unreadable(talos_error(&m, err).to_string())),
+            }
             let mut components = vec![KubernetesComponent::Kubelet];
             if e.role == MachineRole::Controlplane {
                 components.push(KubernetesComponent::ApiServer);
             }
             for c in components {
-                match talos.component_image("", wire(c)).await {
+                match image_on(&talos, c).await {
                     Ok(image) => images.extend(image.filter(|i| !i.is_empty())),
                     Err(err) => return Ok(unreadable(talos_error(&m, err).to_string())),
                 }
@@ -88,6 +144,20 @@ impl Run<'_> {
         };
         if let Err(why) = decide::kubernetes_path(&from, &to) {
             return Ok(Some((reasons::UNSUPPORTED_VERSION_PATH, why)));
+        }
+        // Every machine the new version reaches must run it on its Talos,
+        // as talosctl checks each node's Version first.
+        if let Some(why) = super::support::refusal(&to, &talos_versions) {
+            return Ok(Some((reasons::UNSUPPORTED_BY_TALOS, why)));
+        }
+        // The flags, admission plugins and feature gates the path removes:
+        // a component given one would not start.
+        let in_use: Vec<(String, Vec<String>)> = settings
+            .iter()
+            .map(|(m, args)| (m.clone(), super::removed::removed_in_use(&from, &to, args)))
+            .collect();
+        if let Some(why) = super::removed::refusal(&to, &in_use) {
+            return Ok(Some((reasons::REMOVED_SETTING_IN_USE, why)));
         }
         let mut in_use = Vec::new();
         for (plural, version, group) in decide::removed_on_path(&from, &to) {
@@ -277,6 +347,9 @@ impl Run<'_> {
             ));
         }
         let talos = self.client(&m, &cluster).await?;
+        if component == KubernetesComponent::BootstrapManifests {
+            return self.manifests_step(status, i, &m, &talos).await;
+        }
         let version = decide::kubernetes_tag(self.op.spec.version.as_deref().unwrap_or_default());
         let node_name = status
             .machines
@@ -287,8 +360,7 @@ impl Run<'_> {
         let c = &mut status.components[i];
         match c.phase {
             ComponentPhase::Pending => {
-                c.image_before = talos
-                    .component_image("", wire(component))
+                c.image_before = image_on(&talos, component)
                     .await
                     .map_err(|e| talos_error(&m, e))?;
                 c.start_time = Some(now);
@@ -343,8 +415,7 @@ impl Run<'_> {
             }
             ComponentPhase::Waiting => {
                 let expected = c.image.clone().unwrap_or_default();
-                let on_node = talos
-                    .component_image("", wire(component))
+                let on_node = image_on(&talos, component)
                     .await
                     .map_err(|e| talos_error(&m, e))?;
                 let kube = self
@@ -390,6 +461,100 @@ impl Run<'_> {
             }
             ComponentPhase::Succeeded | ComponentPhase::Failed => Ok(StepOutcome::Advanced),
         }
+    }
+
+    /// The bootstrap-manifests step (see [`super::manifests`]): Pending
+    /// records kube-proxy's image in the cluster; Applying reads the
+    /// manifests the control plane renders for its new config, decides and
+    /// applies (a rerun after a kill applies the same objects again, which
+    /// changes nothing); Waiting reads kube-proxy's DaemonSet back.
+    async fn manifests_step(
+        &mut self,
+        status: &mut TalosOperationStatus,
+        i: usize,
+        m: &TalosMachine,
+        talos: &ichor_talos_client::TalosClient,
+    ) -> Result<StepOutcome> {
+        let now = self.now();
+        let machine = status.components[i].machine.clone();
+        match status.components[i].phase {
+            ComponentPhase::Pending => {
+                let before = self.kube_proxy_image().await?;
+                let c = &mut status.components[i];
+                c.image_before = before;
+                c.start_time = Some(now);
+                c.phase = ComponentPhase::Applying;
+                c.message = Some(format!(
+                    "reading the bootstrap manifests {machine} renders for its new config"
+                ));
+                Ok(StepOutcome::Advanced)
+            }
+            ComponentPhase::Applying => {
+                let rendered = talos.manifests("").await.map_err(|e| talos_error(m, e))?;
+                let rendered: Vec<(String, Vec<serde_json::Value>)> = rendered
+                    .iter()
+                    .map(|(id, objects)| {
+                        (
+                            id.clone(),
+                            objects
+                                .iter()
+                                .map(super::manifests::struct_to_json)
+                                .collect(),
+                        )
+                    })
+                    .collect();
+                let objects = match super::manifests::objects(&rendered) {
+                    Ok(o) => o,
+                    Err(why) => {
+                        let message = format!(
+                            "{machine} serves a bootstrap manifest Ichor cannot apply: {why}; nothing was written"
+                        );
+                        return Ok(self.fail_component(status, i, reasons::STEP_FAILED, message));
+                    }
+                };
+                let plan = super::manifests::read(&self.ctx.client, objects).await?;
+                super::manifests::sync(&self.ctx.client, &plan).await?;
+                let summary = plan.summary();
+                tracing::info!(machine = %machine, summary = %summary, "kubernetes-upgrade: bootstrap manifests synced");
+                let c = &mut status.components[i];
+                c.image = plan.kube_proxy_image();
+                c.phase = ComponentPhase::Waiting;
+                c.message = Some(summary);
+                Ok(StepOutcome::Advanced)
+            }
+            ComponentPhase::Waiting => {
+                let expected = status.components[i].image.clone();
+                let live = self.kube_proxy_image().await?;
+                if expected.is_none() || live == expected {
+                    let c = &mut status.components[i];
+                    c.phase = ComponentPhase::Succeeded;
+                    c.completion_time = Some(now);
+                    return Ok(StepOutcome::Advanced);
+                }
+                let why = format!(
+                    "DaemonSet kube-system/kube-proxy runs {}, not {}",
+                    live.as_deref().unwrap_or("nothing"),
+                    expected.unwrap_or_default()
+                );
+                Ok(StepOutcome::Wait(
+                    reasons::WAITING_FOR_COMPONENT,
+                    format!("{machine}: {why}"),
+                ))
+            }
+            ComponentPhase::Succeeded | ComponentPhase::Failed => Ok(StepOutcome::Advanced),
+        }
+    }
+
+    /// The image of kube-proxy's DaemonSet in the cluster, if there is one.
+    async fn kube_proxy_image(&self) -> Result<Option<String>> {
+        let ds = Api::<DaemonSet>::namespaced(self.ctx.client.clone(), "kube-system")
+            .get_opt("kube-proxy")
+            .await
+            .map_err(Error::kube("reading DaemonSet kube-system/kube-proxy"))?;
+        Ok(ds
+            .and_then(|d| d.spec.template.spec)
+            .and_then(|s| s.containers.into_iter().next())
+            .and_then(|c| c.image))
     }
 
     fn fail_component(
@@ -512,5 +677,8 @@ fn component_step_name(component: KubernetesComponent, phase: ComponentPhase) ->
         (Kubelet, Pending) => "kubelet/start",
         (Kubelet, Applying) => "kubelet/apply",
         (Kubelet, _) => "kubelet/wait",
+        (BootstrapManifests, Pending) => "bootstrap-manifests/start",
+        (BootstrapManifests, Applying) => "bootstrap-manifests/apply",
+        (BootstrapManifests, _) => "bootstrap-manifests/wait",
     }
 }
