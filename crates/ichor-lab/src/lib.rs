@@ -697,11 +697,19 @@ pub(crate) async fn seed_cni(
                     "IPC_LOCK", "SYS_ADMIN", "SYS_RESOURCE", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"],
                     "drop": ["ALL"]}}});
         }
+        // kube-proxy's labels and selector as Talos's bootstrap manifest
+        // makes them (Talos created it; a kubernetes-upgrade's sync applies
+        // that manifest over it, and a selector is immutable).
+        let labels = if name == "kube-proxy" {
+            json!({"k8s-app": name, "tier": "node"})
+        } else {
+            json!({"k8s-app": name})
+        };
         let ds: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(json!({
             "apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": name, "namespace": ns, "labels": {"k8s-app": name}},
-            "spec": {"selector": {"matchLabels": {"k8s-app": name}},
-                "template": {"metadata": {"labels": {"k8s-app": name}},
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "spec": {"selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels},
                     "spec": {"hostNetwork": true, "tolerations": [{"operator": "Exists"}],
                         "containers": [container]}}}
         }))

@@ -31,12 +31,18 @@ use serde_json::json;
 /// The bound of every wait here (the operations take seconds on the lab).
 const WAIT: Duration = Duration::from_secs(300);
 
-/// A lab of 3 control planes + 2 workers, adopted by the real `ichor adopt`.
-async fn adopted_lab(components: bool) -> LabHarness {
+/// A lab of 3 control planes + 2 workers, adopted by the real `ichor adopt`;
+/// `versions`: the Talos and Kubernetes versions its nodes run, else the
+/// lab's.
+async fn adopted_lab(components: bool, versions: Option<(&str, &str)>) -> LabHarness {
     let h = LabHarness::up(|o| {
         o.nodes = 5;
         o.control_planes = 3;
         o.components = components;
+        if let Some((talos, kubernetes)) = versions {
+            o.talos_version = talos.into();
+            o.kubernetes_version = kubernetes.into();
+        }
     })
     .await;
     let out = run(h.adopt(&[]));
@@ -232,7 +238,7 @@ fn controller_pid(h: &LabHarness) -> Option<u32> {
 /// Covers: issue 14 "Must show" (3 control planes + 2 workers: Talos upgrade order, drains before reboots, boot ids and versions; node on its old version; held worker skipped; cancel mid-operation; controller SIGKILLed resumes), issue 14 items 2, 3, 6, 8
 #[tokio::test(flavor = "multi_thread")]
 async fn talos_upgrade_on_three_control_planes_then_stops() {
-    let h = adopted_lab(false).await;
+    let h = adopted_lab(false, None).await;
     let client = h.client().await;
     let hosts = h.lab.hostnames.clone();
     let cps: Vec<String> = hosts[..3].to_vec();
@@ -615,7 +621,13 @@ async fn image_on(h: &LabHarness, i: usize, component: Wire) -> Option<String> {
         .unwrap()
 }
 
-/// The next minor of the lab's Kubernetes version, `.0` (v1.37.2 → 1.38.0).
+/// The nodes of the kubernetes-upgrade test: Talos v1.14 runs Kubernetes
+/// 1.32–1.37, so from 1.36 the next minor is one every node supports (the
+/// plan refuses a target a node's Talos does not run).
+const TALOS_FOR_UPGRADE: &str = "v1.14.0";
+const KUBERNETES_BEFORE_UPGRADE: &str = "v1.36.4";
+
+/// The next minor of a Kubernetes version, `.0` (v1.36.4 → 1.37.0).
 fn next_minor(version: &str) -> String {
     let mut parts = version.trim_start_matches('v').split('.');
     let major: u64 = parts.next().unwrap().parse().unwrap();
@@ -646,15 +658,16 @@ fn next_minor(version: &str) -> String {
 ///   planes; kubelet everywhere), and Kubernetes shows it (mirror pods,
 ///   Nodes' kubelet versions).
 ///
-/// Versions: the lab's nodes carry the real API server's version
-/// (`KUBERNETES_VERSION`, v1.37.2); the target is the next minor's `.0`
-/// (the version path allows +1). The lab's own kube-apiserver stays at its
-/// version: it stands in for the control planes and is not restarted.
+/// Versions: the nodes run Talos v1.14.0 and Kubernetes v1.36.4 (their
+/// configs, mirror pods and kubelets); the target is the next minor's `.0`,
+/// 1.37.0 (the version path allows +1, and Talos v1.14 runs it). The lab's
+/// own kube-apiserver stays at its version (v1.37.2): it stands in for the
+/// control planes and is not restarted.
 ///
 /// Covers: issue 14 "Must show" (3 control planes + 2 workers: Kubernetes upgrade end to end with every component's image changed per node, and a dry-run plan; etcd unhealthy waits then fails bounded; PDB blocks a drain; held control plane refuses kubernetes-upgrade), issue 14 items 2, 3, 4
 #[tokio::test(flavor = "multi_thread")]
 async fn kubernetes_upgrade_and_refusals_on_three_control_planes() {
-    let h = adopted_lab(true).await;
+    let h = adopted_lab(true, Some((TALOS_FOR_UPGRADE, KUBERNETES_BEFORE_UPGRADE))).await;
     let client = h.client().await;
     let hosts = h.lab.hostnames.clone();
     let cps: Vec<String> = hosts[..3].to_vec();
@@ -921,14 +934,33 @@ async fn kubernetes_upgrade_and_refusals_on_three_control_planes() {
         assert_eq!(mode, "no_reboot", "{}", w.node);
     }
     // One write per component step, in the steps' order (machines are
-    // named after their nodes).
+    // named after their nodes); the last step, the bootstrap-manifests
+    // sync, writes to Kubernetes, not to a node.
+    use ichor_api::KubernetesComponent;
+    assert_eq!(
+        st.components.last().map(|c| c.component),
+        Some(KubernetesComponent::BootstrapManifests)
+    );
     assert_eq!(
         applies.iter().map(|w| w.node.as_str()).collect::<Vec<_>>(),
         st.components
             .iter()
+            .filter(|c| c.component != KubernetesComponent::BootstrapManifests)
             .map(|c| c.machine.as_str())
             .collect::<Vec<_>>()
     );
+    // The sync brought kube-proxy's DaemonSet (Talos's bootstrap manifest,
+    // created with the lab) to the target's image.
+    let proxy =
+        Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(client.clone(), "kube-system")
+            .get("kube-proxy")
+            .await
+            .unwrap();
+    let proxy_image = proxy.spec.template.spec.unwrap().containers[0]
+        .image
+        .clone()
+        .unwrap();
+    assert!(proxy_image.ends_with(&format!(":v{to}")), "{proxy_image}");
     // One step at a time: each component on each control plane (three
     // kube-apiserver steps), each finished before the next started.
     let api_steps = st

@@ -187,14 +187,39 @@ impl Run<'_> {
                 .collect()),
             // Not served: nothing can use it.
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(Vec::new()),
-            // Served, but this controller may not read it: the check cannot
-            // say it is unused, so the plan names it as a possible user.
-            Err(kube::Error::Api(e)) if e.code == 403 => Ok(vec![format!(
-                "objects Ichor may not list (grant the controller list on {plural}.{group}, or check them yourself and delete them)"
-            )]),
+            // The API server authorizes before it looks the resource up, so
+            // a 403 says nothing of whether it is served: discovery (open to
+            // every authenticated user) says.
+            Err(kube::Error::Api(e)) if e.code == 403 => {
+                if !self.serves(group, version, plural).await? {
+                    return Ok(Vec::new());
+                }
+                // Served, but this controller may not read it: the check
+                // cannot say it is unused, so the plan names it.
+                Ok(vec![format!(
+                    "objects Ichor may not list (grant the controller list on {plural}.{group}, or check them yourself and delete them)"
+                )])
+            }
             Err(e) => Err(Error::kube(format!(
                 "listing {plural}.{version}.{group}, an API that Kubernetes {} removes",
                 self.op.spec.version.as_deref().unwrap_or_default()
+            ))(e)),
+        }
+    }
+
+    /// Whether the API server serves `plural` in `group/version` (its
+    /// discovery document lists it).
+    async fn serves(&self, group: &str, version: &str, plural: &str) -> Result<bool> {
+        match self
+            .ctx
+            .client
+            .list_api_group_resources(&format!("{group}/{version}"))
+            .await
+        {
+            Ok(list) => Ok(list.resources.iter().any(|r| r.name == plural)),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+            Err(e) => Err(Error::kube(format!(
+                "reading the API server's discovery of {group}/{version}"
             ))(e)),
         }
     }
@@ -513,7 +538,9 @@ impl Run<'_> {
                     }
                 };
                 let plan = super::manifests::read(&self.ctx.client, objects).await?;
-                super::manifests::sync(&self.ctx.client, &plan).await?;
+                if let Some(why) = super::manifests::sync(&self.ctx.client, &plan).await? {
+                    return Ok(self.fail_component(status, i, reasons::STEP_FAILED, why));
+                }
                 let summary = plan.summary();
                 tracing::info!(machine = %machine, summary = %summary, "kubernetes-upgrade: bootstrap manifests synced");
                 let c = &mut status.components[i];

@@ -346,26 +346,41 @@ pub async fn read(client: &kube::Client, objects: Vec<ManifestObject>) -> Result
 /// Applies the plan's objects (server-side, forced, the controller's field
 /// manager). Only objects [`read`] found are in the plan; one deleted in
 /// the moment between the read and its apply would be created again, as
-/// Talos's own apply would create it.
-pub async fn sync(client: &kube::Client, plan: &Plan) -> Result<()> {
+/// Talos's own apply would create it. `Ok(Some(why))`: the API server
+/// rejects an object as invalid (an immutable field such as a selector made
+/// otherwise than Talos makes it) — retrying cannot help, so the step fails
+/// with `why`.
+pub async fn sync(client: &kube::Client, plan: &Plan) -> Result<Option<String>> {
     for o in &plan.apply {
         let Some(api) = api(client, o) else { continue };
         let mut body = o.body.clone();
         if let Some(md) = body.get_mut("metadata").and_then(Value::as_object_mut) {
             md.insert("namespace".into(), Value::String(o.namespace.clone()));
         }
-        api.patch(
-            &o.name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .map_err(Error::kube(format!(
-            "applying {o} from Talos's bootstrap manifest {}",
-            o.manifest
-        )))?;
+        match api
+            .patch(
+                &o.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 422 => {
+                return Ok(Some(format!(
+                    "the API server rejects {o} as Talos's bootstrap manifest {} has it: {}; Talos creates this object only when it is missing, so the live one was made another way — make it match Talos's manifest (or delete it for Talos to create it at the next boot), then create the operation again",
+                    o.manifest, e.message
+                )));
+            }
+            Err(e) => {
+                return Err(Error::kube(format!(
+                    "applying {o} from Talos's bootstrap manifest {}",
+                    o.manifest
+                ))(e));
+            }
+        }
     }
-    Ok(())
+    Ok(None)
 }
 
 #[cfg(test)]
