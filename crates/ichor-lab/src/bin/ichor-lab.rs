@@ -75,6 +75,17 @@ enum Cmd {
         /// multidoc (Talos v1.14).
         #[arg(long, default_value = "v1alpha1")]
         shape: LabShape,
+        /// The Talos version the nodes report (default: the shape's).
+        /// Example: --talos-version v1.14.0.
+        #[arg(long, value_name = "VERSION")]
+        talos_version: Option<String>,
+        /// The Kubernetes version of the nodes' configs and kubelets
+        /// (default: the lab's kube-apiserver's). A kubernetes-upgrade needs
+        /// a target the nodes' Talos runs: Talos v1.14 runs 1.32–1.37, so
+        /// --talos-version v1.14.0 --kubernetes-version v1.36.4 allows an
+        /// upgrade to 1.37.
+        #[arg(long, value_name = "VERSION")]
+        kubernetes_version: Option<String>,
     },
     /// Stop a lab started by `ichor-lab up`, and everything it started.
     Down {
@@ -97,10 +108,18 @@ fn main() -> anyhow::Result<()> {
                 control_planes,
                 state_dir,
                 shape,
+                talos_version,
+                kubernetes_version,
             } => {
                 let lab = start_with(nodes, state_dir, shape, |o| {
                     o.control_planes = control_planes;
                     o.components = true;
+                    if let Some(v) = talos_version {
+                        o.talos_version = v;
+                    }
+                    if let Some(v) = kubernetes_version {
+                        o.kubernetes_version = v;
+                    }
                 })
                 .await?;
                 let pid_file = lab.state_dir().join("lab.pid");
