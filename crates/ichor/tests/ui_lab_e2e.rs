@@ -204,6 +204,7 @@ async fn operator_token(client: &kube::Client) -> String {
         .status
         .unwrap()
         .token
+        .expect("a token in the TokenRequest's status")
 }
 
 /// Waits until the UI Deployment has a Ready pod of template generation
@@ -307,7 +308,7 @@ async fn f1_helm_install_with_the_ui_serves_tls_and_chromium_releases_a_hold() {
         .get("ichor-ui")
         .await
         .unwrap();
-    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let pod = deployment.spec.template.spec.unwrap();
     assert_eq!(pod.service_account_name.as_deref(), Some("ichor-ui"));
     assert!(
         pod.containers[0]
