@@ -126,8 +126,17 @@ async fn https(
     ca: &TestCa,
     request: &str,
 ) -> (Answer, CertificateDer<'static>) {
+    https_with(forward, &trusting(ca), request).await
+}
+
+/// The same with any TLS client (a self-signed UI: one that verifies nothing).
+async fn https_with(
+    forward: &ServiceForward,
+    connector: &tokio_rustls::TlsConnector,
+    request: &str,
+) -> (Answer, CertificateDer<'static>) {
     let tcp = tokio::net::TcpStream::connect(forward.addr).await.unwrap();
-    let mut tls = trusting(ca)
+    let mut tls = connector
         .connect(ServerName::try_from(UI_HOST).unwrap(), tcp)
         .await
         .expect("a TLS handshake that verifies the UI's certificate for its Service's name");
@@ -472,4 +481,121 @@ async fn f1_helm_install_with_the_ui_serves_tls_and_chromium_releases_a_hold() {
     .await;
     assert_eq!(page.status, 200);
     assert!(!page.body.contains("id=\"release\""), "{}", page.body);
+}
+
+/// `kubectl apply --server-side -f FILE`: every document of the file.
+async fn apply_file(client: &kube::Client, path: &std::path::Path) {
+    use kube::api::{DynamicObject, GroupVersionKind};
+    use serde::Deserialize as _;
+    let text = std::fs::read_to_string(path).unwrap();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let Ok(obj) = serde_json::Value::deserialize(doc) else {
+            continue;
+        };
+        if obj.is_null() {
+            continue;
+        }
+        let (group, version) = match obj["apiVersion"].as_str().unwrap().split_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (
+                String::new(),
+                obj["apiVersion"].as_str().unwrap().to_string(),
+            ),
+        };
+        let gvk = GroupVersionKind::gvk(&group, &version, obj["kind"].as_str().unwrap());
+        let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+        let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+            Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+                Api::namespaced_with(client.clone(), ns, &ar)
+            }
+            _ => Api::all_with(client.clone(), &ar),
+        };
+        let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+        api.patch(
+            &name,
+            &PatchParams::apply("kubectl").force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply {} {name}: {e}", gvk.kind));
+    }
+}
+
+/// Covers: issue 15 ("the install manifest deploys the UI with TLS"), R5.3
+/// (HTTPS on ichorUI.port; self-signed without a certificate, with a warning)
+///
+/// The installer path: `ichor adopt --cni-unmanaged` installs Ichor, then
+/// the user applies `dist/install-ui.yaml` (server-side, as `kubectl apply
+/// --server-side`). The UI pod runs as `ichor ui` under the manifest's
+/// ServiceAccount, is Ready by its HTTPS probe, logs that its certificate
+/// is self-signed, serves HTTPS through its Service (a client that trusts
+/// nothing: the certificate is one the pod made) and takes a
+/// ServiceAccount token's sign-in; plain HTTP on its port gets no page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn install_ui_yaml_deploys_the_ui_over_https_with_a_self_signed_certificate() {
+    let h = LabHarness::up(|o| o.cni = LabCni::Cilium).await;
+    let client = h.client().await;
+    let out = h.adopt(&["--cni-unmanaged"]).output().unwrap();
+    assert!(out.status.success(), "adopt: {}", text(&out));
+    apply_file(
+        &client,
+        &ichor_testenv::tools::repo_root().join("dist/install-ui.yaml"),
+    )
+    .await;
+    ui_ready(&h, 1).await;
+    let pod = Api::<Deployment>::namespaced(client.clone(), NS)
+        .get("ichor-ui")
+        .await
+        .unwrap()
+        .spec
+        .template
+        .spec
+        .unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some("ichor-ui"));
+    let log = ui_log(&h, 1);
+    assert!(
+        log.contains("self-signed certificate made now; browsers will warn"),
+        "{log}"
+    );
+
+    let forward = ServiceForward::start(
+        client.clone(),
+        &h.lab.state_dir().join(NETWORK_SOCKET),
+        NS,
+        "ichor-ui",
+        "https",
+    )
+    .await
+    .unwrap();
+    let any = ichor_lab::pods::unverified_tls();
+    let (health, _) = https_with(&forward, &any, &get("/healthz", None)).await;
+    assert_eq!(health.status, 200, "{}", health.body);
+    let token = operator_token(&client).await;
+    let (signed, _) = https_with(
+        &forward,
+        &any,
+        &post("/signin", None, &format!("token={token}")),
+    )
+    .await;
+    assert_eq!(signed.status, 303, "{}", signed.body);
+    let cookie = format!("ichor_session={token}");
+    let (clusters, _) = https_with(&forward, &any, &get("/clusters", Some(&cookie))).await;
+    assert_eq!(clusters.status, 200);
+    assert!(
+        clusters.body.contains("ichor-system/lab"),
+        "{}",
+        clusters.body
+    );
+
+    // No plain HTTP: the port speaks TLS only.
+    let mut tcp = tokio::net::TcpStream::connect(forward.addr).await.unwrap();
+    tcp.write_all(get("/clusters", None).as_bytes())
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    let _ = tcp.read_to_end(&mut raw).await;
+    assert!(
+        !String::from_utf8_lossy(&raw).starts_with("HTTP/1.1 200"),
+        "the UI answered plain HTTP on its HTTPS port"
+    );
 }
