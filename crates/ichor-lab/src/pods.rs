@@ -339,6 +339,9 @@ pub struct Mount {
     pub mount_path: String,
     pub dir: PathBuf,
     pub source: VolumeSource,
+    /// A Secret or ConfigMap the volume may lack (`optional: true`): then
+    /// the folder is empty instead of the container not starting.
+    pub optional: bool,
 }
 
 /// The container's volume mounts, each projected into `base/<volume>`.
@@ -360,6 +363,13 @@ pub fn mounts(pod_spec: &PodSpec, container: &Container, base: &Path) -> Vec<Mou
                 .iter()
                 .flatten()
                 .find(|v| v.name == vm.name);
+            let optional = volume.is_some_and(|v| {
+                v.secret.as_ref().and_then(|s| s.optional).unwrap_or(false)
+                    || v.config_map
+                        .as_ref()
+                        .and_then(|c| c.optional)
+                        .unwrap_or(false)
+            });
             let source = match volume {
                 Some(v) if v.secret.is_some() => {
                     let s = v.secret.as_ref().expect("checked");
@@ -382,6 +392,7 @@ pub fn mounts(pod_spec: &PodSpec, container: &Container, base: &Path) -> Vec<Mou
                 mount_path: vm.mount_path.clone(),
                 dir: base.join(&vm.name),
                 source,
+                optional,
             }
         })
         .collect()
@@ -410,6 +421,7 @@ async fn project_volume(client: &kube::Client, ns: &str, m: &Mount) -> Result<()
                 .get_opt(name)
                 .await
                 .map_err(|e| format!("MountVolume.SetUp failed for volume \"{}\": reading secret \"{name}\": {e}", m.volume))?
+                .or_else(|| m.optional.then(Default::default))
                 .ok_or_else(|| format!("MountVolume.SetUp failed for volume \"{}\": secret \"{name}\" not found", m.volume))?;
             let data = secret
                 .data
@@ -424,6 +436,7 @@ async fn project_volume(client: &kube::Client, ns: &str, m: &Mount) -> Result<()
                 .get_opt(name)
                 .await
                 .map_err(|e| format!("MountVolume.SetUp failed for volume \"{}\": reading configmap \"{name}\": {e}", m.volume))?
+                .or_else(|| m.optional.then(Default::default))
                 .ok_or_else(|| format!("MountVolume.SetUp failed for volume \"{}\": configmap \"{name}\" not found", m.volume))?;
             let mut data: BTreeMap<String, Vec<u8>> = cm
                 .data

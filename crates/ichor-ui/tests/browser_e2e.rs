@@ -5,6 +5,12 @@
 //! over HTTPS with a self-signed certificate.
 //!
 //! Screenshots of each page are written to `target/ui-screenshots/`.
+//!
+//! What Ichor did: the controller (in this process) computed drift, applied
+//! the released machine and ran the reboot; the UI (in this process) served
+//! the pages and did the actions. What the test played: the Nodes' Ready
+//! status and the users' ServiceAccounts. The same browser path against the
+//! UI pod the chart deploys in the lab is `crates/ichor/tests/ui_lab_e2e.rs`.
 
 mod browser;
 mod common;
