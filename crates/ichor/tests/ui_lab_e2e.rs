@@ -273,7 +273,8 @@ fn ui_log(h: &LabHarness, generation: i64) -> String {
 /// --cni-unmanaged`. The UI pod is Ready by its HTTPS probe; through its
 /// Service it serves the Secret's certificate (verified for
 /// `ichor-ui.ichor-system.svc` against the test's CA) and no self-signed
-/// warning is logged; a ServiceAccount token signs in (HttpOnly, Secure,
+/// warning is logged; the Secret rotated, the same pod serves the new
+/// certificate without a restart; a ServiceAccount token signs in (HttpOnly, Secure,
 /// SameSite=Strict cookie) and the clusters page lists the adopted cluster.
 /// In Chromium, the operator sees a held worker's drift (class B), releases
 /// the hold, and the page shows the chart's controller applying it (the
@@ -351,6 +352,43 @@ async fn f1_helm_install_with_the_ui_serves_tls_and_chromium_releases_a_hold() {
         "the UI made a certificate although the chart mounted one:\n{}",
         ui_log(&h, 1)
     );
+
+    // The Secret rotated (as cert-manager would): the same pod serves the
+    // new certificate, with no restart (the lab's kubelet swaps the
+    // projected files; the UI reloads them).
+    let rotated = ca.issue_server(UI_HOST, &[UI_HOST]);
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .patch(
+            "ichor-ui-tls",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"stringData": {"tls.crt": rotated.cert_pem, "tls.key": rotated.key_pem}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let rotated_der = CertificateDer::from_pem_slice(rotated.cert_pem.as_bytes()).unwrap();
+    let served_rotated = tokio::time::timeout(WAIT, async {
+        loop {
+            if https(&forward, &ca, &get("/healthz", None)).await.1 == rotated_der {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    assert!(
+        served_rotated.is_ok(),
+        "the rotated certificate was never served\n{}",
+        ui_log(&h, 1)
+    );
+    let ui_pod = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), NS)
+        .get("ichor-ui-g1-0")
+        .await
+        .unwrap();
+    let container = &ui_pod.status.unwrap().container_statuses.unwrap()[0];
+    assert_eq!(container.restart_count, 0, "the UI restarted to rotate");
+    assert!(container.ready);
 
     // Sign-in with a ServiceAccount token: the session cookie's flags, then a page.
     let token = operator_token(&client).await;
