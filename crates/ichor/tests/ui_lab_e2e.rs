@@ -637,3 +637,111 @@ async fn install_ui_yaml_deploys_the_ui_over_https_with_a_self_signed_certificat
         "the UI answered plain HTTP on its HTTPS port"
     );
 }
+
+/// Covers: issue 15 item 2 (the cluster page: the Cilium release's status
+/// read from its record), R6.1
+///
+/// F3's path with the UI: on a cluster with no CNI, `ichor cni bootstrap`
+/// installs Ichor's Cilium (its Helm record in ichor-system), `helm install`
+/// with `ichorUI.enabled=true`, `ichor adopt`. The chart's controller (a lab
+/// pod under its ServiceAccount) writes `status.cni.release` from the
+/// newest record; the chart's UI pod shows it on the cluster page, through
+/// its Service (self-signed here: no certificate Secret).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_cluster_page_shows_ichors_cilium_release_from_its_record() {
+    let h = LabHarness::up(|o| o.cni = LabCni::None).await;
+    let client = h.client().await;
+    let mut bootstrap = h.ichor();
+    bootstrap
+        .args([
+            "cni",
+            "bootstrap",
+            "--kube-proxy",
+            "enabled",
+            "--wait-timeout",
+            "3m",
+            "--kubeconfig",
+        ])
+        .arg(&h.lab.kubeconfig)
+        .arg("--helm")
+        .arg(Tool::Helm4.path())
+        .arg("--cilium-chart")
+        .arg(h.cilium_chart());
+    let out = bootstrap.output().unwrap();
+    assert!(out.status.success(), "ichor cni bootstrap: {}", text(&out));
+    let chart = ichor_testenv::tools::repo_root().join("dist/chart");
+    let out = h.helm(
+        Tool::Helm4,
+        &[
+            "install",
+            "ichor",
+            chart.to_str().unwrap(),
+            "--namespace",
+            NS,
+            "--create-namespace",
+            "--set",
+            "ichorUI.enabled=true",
+        ],
+    );
+    assert!(out.status.success(), "helm install: {}", text(&out));
+    let out = h.adopt(&[]).output().unwrap();
+    assert!(out.status.success(), "adopt: {}", text(&out));
+
+    // The chart's controller reads the record into the cluster's status.
+    let clusters = Api::<ichor_api::TalosCluster>::namespaced(client.clone(), NS);
+    let release = tokio::time::timeout(WAIT, async {
+        loop {
+            let release = clusters
+                .get("lab")
+                .await
+                .unwrap()
+                .status
+                .and_then(|s| s.cni)
+                .and_then(|c| c.release);
+            if let Some(r) = release {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no status.cni.release written\n{}", h.logs()));
+    assert_eq!(release.name, "cilium");
+    assert_eq!(release.storage_namespace, NS);
+    assert_eq!((release.revision, release.status.as_str()), (1, "deployed"));
+    assert_eq!(
+        release.chart_version.as_deref(),
+        Some(ichor_cilium::CHART_VERSION)
+    );
+
+    ui_ready(&h, 1).await;
+    let forward = ServiceForward::start(
+        client.clone(),
+        &h.lab.state_dir().join(NETWORK_SOCKET),
+        NS,
+        "ichor-ui",
+        "https",
+    )
+    .await
+    .unwrap();
+    let any = ichor_lab::pods::unverified_tls();
+    let token = operator_token(&client).await;
+    let cookie = format!("ichor_session={token}");
+    let (page, _) = https_with(
+        &forward,
+        &any,
+        &get(&format!("/clusters/{NS}/lab"), Some(&cookie)),
+    )
+    .await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let line = format!(
+        "cilium revision 1: deployed, chart {}",
+        ichor_cilium::CHART_VERSION
+    );
+    assert!(page.body.contains(&line), "{}", page.body);
+    assert!(
+        page.body.contains("record in ichor-system"),
+        "{}",
+        page.body
+    );
+}
