@@ -79,6 +79,9 @@ const BACKOFF_CAP: Duration = Duration::from_secs(300);
 const BACKOFF_RESET: Duration = Duration::from_secs(600);
 /// How long a replaced pod stays up after leaving the endpoints.
 const DRAIN: Duration = Duration::from_secs(3);
+/// How often a running pod's volumes are written again from their Secrets
+/// (the kubelet's sync period is a minute; the lab's tests wait less).
+const VOLUME_SYNC: Duration = Duration::from_secs(2);
 /// How long a token the lab requests lives (the lab is short-lived).
 const TOKEN_SECONDS: i64 = 24 * 3600;
 
@@ -550,6 +553,8 @@ struct PodProcess {
     last_exit: Option<String>,
     ready: bool,
     last_status: Value,
+    /// When its volumes were last written from their Secrets and ConfigMaps.
+    volumes_synced: Instant,
 }
 
 /// The pods of one Deployment, at one template generation.
@@ -740,9 +745,12 @@ impl IchorPods {
             let mounts = mounts(&pod_spec, &container, &volumes);
             if p.child.is_some() {
                 // A changed Secret reaches a running pod (a rotated certificate).
-                for m in &mounts {
-                    if let Err(e) = project_volume(client, ns, m).await {
-                        tracing::warn!("lab kubelet: pod {ns}/{}: {e}", p.name);
+                if p.volumes_synced.elapsed() >= VOLUME_SYNC {
+                    p.volumes_synced = Instant::now();
+                    for m in &mounts {
+                        if let Err(e) = project_volume(client, ns, m).await {
+                            tracing::warn!("lab kubelet: pod {ns}/{}: {e}", p.name);
+                        }
                     }
                 }
             } else if Instant::now() >= p.next_start {
@@ -868,6 +876,7 @@ impl IchorPods {
             last_exit: None,
             ready: false,
             last_status: Value::Null,
+            volumes_synced: Instant::now(),
         }
     }
 

@@ -310,7 +310,7 @@ async fn f1_helm_install_with_the_ui_serves_tls_and_chromium_releases_a_hold() {
     let out = h.helm(Tool::Helm4, &install);
     assert!(out.status.success(), "helm install: {}", text(&out));
     let out = h.adopt(&["--cni-unmanaged"]).output().unwrap();
-    assert!(out.status.success(), "adopt: {}", text(&out));
+    assert!(out.status.success(), "adopt: {}\n{}", text(&out), h.logs());
 
     // The UI pod: Ready by its HTTPS probe, the certificate from the Secret.
     ui_ready(&h, 1).await;
@@ -574,7 +574,7 @@ async fn install_ui_yaml_deploys_the_ui_over_https_with_a_self_signed_certificat
     let h = LabHarness::up(|o| o.cni = LabCni::Cilium).await;
     let client = h.client().await;
     let out = h.adopt(&["--cni-unmanaged"]).output().unwrap();
-    assert!(out.status.success(), "adopt: {}", text(&out));
+    assert!(out.status.success(), "adopt: {}\n{}", text(&out), h.logs());
     apply_file(
         &client,
         &ichor_testenv::tools::repo_root().join("dist/install-ui.yaml"),
@@ -685,7 +685,7 @@ async fn the_cluster_page_shows_ichors_cilium_release_from_its_record() {
     );
     assert!(out.status.success(), "helm install: {}", text(&out));
     let out = h.adopt(&[]).output().unwrap();
-    assert!(out.status.success(), "adopt: {}", text(&out));
+    assert!(out.status.success(), "adopt: {}\n{}", text(&out), h.logs());
 
     // The chart's controller reads the record into the cluster's status.
     let clusters = Api::<ichor_api::TalosCluster>::namespaced(client.clone(), NS);
