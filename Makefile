@@ -82,7 +82,7 @@ RELEASE_RUSTFLAGS = --remap-path-prefix=$(CURDIR)=/ichor --remap-path-prefix=$${
 IMAGEGEN = ./target/release/imagegen --ichor target/release/ichor --helm "$(IMAGE_HELM)" --cilium-chart "$(IMAGE_CHART)" \
 	--revision "$$(git rev-parse HEAD)" --created "$$(git log -1 --format=%ct)" --source $(IMAGE_SOURCE)
 
-## images: the controller image as an OCI layout and archive in bin/images/ (no container daemon; same commit, same digest)
+## images: the controller and UI images (ichor-controller, ichor-ui) as OCI layouts and archives in bin/images/ (no container daemon; same commit, same digests)
 images: testbin
 	RUSTFLAGS="$(RELEASE_RUSTFLAGS)" $(CARGO) build --locked --release -p ichor -p ichor-image
 	$(IMAGEGEN) --version $(WS_VERSION) --out $(IMAGES_DIR)
@@ -91,7 +91,7 @@ images: testbin
 HELM ?= $(shell command -v helm 2>/dev/null || echo "$${ICHOR_TESTBIN_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/ichor/testbin}/helm-$$(sed -n 's/^HELM4_VERSION=//p' tools/versions.env)/helm")
 RELEASE_DIR := bin/release
 
-## release: VERSION=vX.Y.Z — the CLI, the install manifest and the packaged chart in bin/release/
+## release: VERSION=vX.Y.Z — the CLI, the install manifests (install.yaml, the UI's opt-in install-ui.yaml), the packaged chart and both images in bin/release/
 # The version comes from one place, [workspace.package] in Cargo.toml (and
 # Chart.yaml follows it); VERSION must equal it, with its v. The chart's own
 # version is VERSION without the v; appVersion and the image tags keep it.
@@ -103,7 +103,7 @@ release:
 	mkdir -p $(RELEASE_DIR)
 	RUSTFLAGS="$(RELEASE_RUSTFLAGS)" $(CARGO) build --locked --release -p ichor -p ichor-dist -p ichor-image
 	cp target/release/ichor $(RELEASE_DIR)/ichor
-	./target/release/distgen --version $(VERSION) --install-yaml $(RELEASE_DIR)/install.yaml
+	./target/release/distgen --version $(VERSION) --install-yaml $(RELEASE_DIR)/install.yaml --install-ui-yaml $(RELEASE_DIR)/install-ui.yaml
 	"$(HELM)" lint --strict dist/chart --namespace ichor-system
 	"$(HELM)" package dist/chart --version $(patsubst v%,%,$(VERSION)) --app-version $(VERSION) --destination $(RELEASE_DIR)
 	@$(RELEASE_DIR)/ichor --version | grep -qx 'ichor $(VERSION)' || { echo "$(RELEASE_DIR)/ichor does not say it is $(VERSION)" >&2; exit 1; }

@@ -307,4 +307,33 @@ pub struct CniStatus {
     /// The CNI detected in the cluster (cilium from the moment Ichor's Cilium is installed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detected: Option<DetectedCni>,
+    /// Ichor's Cilium release as its newest Helm record says (preset
+    /// cilium; absent while there is no record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<CiliumReleaseStatus>,
+}
+
+/// The newest revision of Ichor's Cilium release, read from its Helm record.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CiliumReleaseStatus {
+    /// The release's name.
+    pub name: String,
+    /// The namespace its records are stored in.
+    pub storage_namespace: String,
+    /// The newest revision.
+    pub revision: i64,
+    /// Helm's status of that revision: deployed, failed, pending-install,
+    /// pending-upgrade, pending-rollback, superseded, uninstalling or unknown.
+    pub status: String,
+    /// The chart version of that revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart_version: Option<String>,
+    /// When Helm last deployed that revision (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_deployed: Option<String>,
+    /// The newest deployed revision, when the newest revision is not
+    /// deployed (a failed or pending upgrade leaves the previous one running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployed_revision: Option<i64>,
 }

@@ -46,8 +46,9 @@ pub mod selector;
 pub mod validation;
 
 pub use cluster::{
-    CiliumSpec, ClusterNetwork, CniPreset, CniSpec, CniStatus, DetectedCni, KubeProxyMode,
-    SecretsRef, TalosCNI, TalosCluster, TalosClusterSpec, TalosClusterStatus, Tunnel, UnmanagedCni,
+    CiliumReleaseStatus, CiliumSpec, ClusterNetwork, CniPreset, CniSpec, CniStatus, DetectedCni,
+    KubeProxyMode, SecretsRef, TalosCNI, TalosCluster, TalosClusterSpec, TalosClusterStatus,
+    Tunnel, UnmanagedCni,
 };
 pub use installation::{
     DeploymentSpec, IchorInstallation, IchorInstallationSpec, IchorInstallationStatus, Manager,

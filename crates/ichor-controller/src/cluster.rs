@@ -262,6 +262,8 @@ pub struct Observed {
     /// once the release step holds and until the hand-over is done; `None`
     /// otherwise (the decision then has no inventory step to take).
     pub inventory: Option<InventoryObserved>,
+    /// Ichor's Cilium release from its newest record (preset cilium).
+    pub cilium_release: Option<ichor_api::CiliumReleaseStatus>,
 }
 
 /// What the inventory step reads.
@@ -329,6 +331,7 @@ async fn read(ctx: &Context, cluster: &TalosCluster) -> Result<Observed> {
         ..Observed::default()
     };
     if cluster.spec.cni.preset == CniPreset::Cilium {
+        observed.cilium_release = read_cilium_release(ctx).await;
         observed.handover = Some(read_handover(ctx, cluster, observed.machines.len()).await?);
         if let Some(Ok(check)) = &observed.handover
             && !check.at_desired_hash()
@@ -349,6 +352,48 @@ async fn read(ctx: &Context, cluster: &TalosCluster) -> Result<Observed> {
     }
     observed.cni_workloads = read_cni_workloads(ctx).await?;
     Ok(observed)
+}
+
+/// Ichor's Cilium release from its records; `None` without a record. A
+/// failed read is logged and leaves the field out: the hand-over check,
+/// which reads the same records, reports the failure.
+async fn read_cilium_release(ctx: &Context) -> Option<ichor_api::CiliumReleaseStatus> {
+    let storage_ns = &ctx.config.cilium_storage_namespace;
+    match ichor_helm::SecretStorage::new(ctx.client.clone(), storage_ns)
+        .history(ichor_cilium::RELEASE_NAME)
+        .await
+    {
+        Ok(history) => cilium_release_status(&history, storage_ns),
+        Err(e) => {
+            tracing::debug!("reading Ichor's Cilium release records: {e}");
+            None
+        }
+    }
+}
+
+/// What `status.cni.release` says of a release's history (oldest first):
+/// the newest revision, its status, chart version and deploy time, and the
+/// newest deployed revision when that is an older one.
+pub fn cilium_release_status(
+    history: &[ichor_helm::StoredRelease],
+    storage_ns: &str,
+) -> Option<ichor_api::CiliumReleaseStatus> {
+    let newest = history.last()?;
+    let deployed = ichor_helm::storage::newest_deployed(history).map(|s| s.release.version);
+    let release = &newest.release;
+    Some(ichor_api::CiliumReleaseStatus {
+        name: release.name.clone(),
+        storage_namespace: storage_ns.to_string(),
+        revision: i64::from(release.version),
+        status: release.status().as_str().to_string(),
+        chart_version: release.chart_version().map(str::to_string),
+        last_deployed: release
+            .info
+            .as_ref()
+            .and_then(|i| i.last_deployed)
+            .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
+        deployed_revision: deployed.filter(|d| *d != release.version).map(i64::from),
+    })
 }
 
 /// The deployed release's objects and Talos's inventory.
@@ -462,6 +507,7 @@ pub fn decide(
     };
     decision.status.cni = Some(CniStatus {
         detected: Some(detected_cni(observed)),
+        release: observed.cilium_release.clone(),
     });
     decision.status.observed_generation = generation;
     decision
@@ -943,6 +989,7 @@ mod decide_tests {
                 "quay.io/cilium/cilium:v1.18.5",
             )],
             inventory: None,
+            cilium_release: None,
         }
     }
 
@@ -1275,6 +1322,50 @@ mod decide_tests {
             r.message,
             "1 of 2 machines are not Ready: prod-w-1 (not reconciled yet)"
         );
+    }
+
+    fn stored(version: u32, status: &str) -> ichor_helm::StoredRelease {
+        let release: ichor_helm::Release = serde_json::from_value(serde_json::json!({
+            "name": "cilium", "version": version, "namespace": "kube-system", "manifest": "",
+            "info": {"status": status, "last_deployed": "2026-01-02T03:04:05Z"},
+            "chart": {"metadata": {"name": "cilium", "version": format!("1.18.{version}")}}
+        }))
+        .unwrap();
+        ichor_helm::StoredRelease {
+            release,
+            resource_version: None,
+            labels: Default::default(),
+        }
+    }
+
+    /// Covers: issue 15 (the cluster page's Cilium release status read from its record)
+    #[test]
+    fn the_cilium_release_status_is_the_newest_record_and_the_deployed_one_behind_it() {
+        assert_eq!(cilium_release_status(&[], "ichor-system"), None);
+        let deployed = cilium_release_status(
+            &[stored(1, "superseded"), stored(2, "deployed")],
+            "ichor-system",
+        )
+        .unwrap();
+        assert_eq!(
+            deployed,
+            ichor_api::CiliumReleaseStatus {
+                name: "cilium".into(),
+                storage_namespace: "ichor-system".into(),
+                revision: 2,
+                status: "deployed".into(),
+                chart_version: Some("1.18.2".into()),
+                last_deployed: Some("2026-01-02T03:04:05Z".into()),
+                deployed_revision: None,
+            }
+        );
+        let failed = cilium_release_status(
+            &[stored(1, "deployed"), stored(2, "failed")],
+            "ichor-system",
+        )
+        .unwrap();
+        assert_eq!((failed.revision, failed.status.as_str()), (2, "failed"));
+        assert_eq!(failed.deployed_revision, Some(1));
     }
 
     #[test]

@@ -3,16 +3,17 @@
 
 use ichor_testenv::tools::repo_root;
 
-/// Covers: R4.5, R5.4, R5.5
+/// Covers: R4.5, R5.4, R5.5, issue 15 (the ichor-ui image and install-ui.yaml released)
 ///
 /// On a `v*` tag the workflow runs `make release VERSION=<tag>` (the local
 /// twin), pushes `bin/release/ichor-<tag without v>.tgz` to
 /// `oci://ghcr.io/maeshinshin/charts` and may write packages; the Makefile's
 /// release target packages with the version without its v and the
-/// appVersion with it, and writes the CLI, the manifest, the chart and the
-/// controller image (an OCI layout, issue 16) to `bin/release/`; the workflow
-/// pushes that layout with crane to the reference the chart carries and
-/// checks the registry's digest against the one `make release` recorded.
+/// appVersion with it, and writes the CLI, the manifests (install.yaml and
+/// the UI's install-ui.yaml), the chart and the controller and UI images
+/// (OCI layouts, issues 16 and 15) to `bin/release/`; the workflow pushes
+/// each layout with crane to the reference the chart carries and checks the
+/// registry's digest against the one `make release` recorded for it.
 #[test]
 fn the_release_workflow_and_make_release_agree() {
     let root = repo_root();
@@ -41,12 +42,29 @@ fn the_release_workflow_and_make_release_agree() {
         runs.contains("helm push \"bin/release/ichor-${VERSION#v}.tgz\" \"$CHART_REPO\""),
         "{runs}"
     );
+    // Both images (the controller's and the UI's, issue 15), each checked
+    // against its own line of digests.txt.
     assert!(
-        runs.contains(
-            "crane push bin/release/ichor-controller \"ghcr.io/maeshinshin/ichor-controller:$VERSION\""
-        ),
+        runs.contains("for image in ichor-controller ichor-ui; do"),
         "{runs}"
     );
+    assert!(
+        runs.contains("crane push \"bin/release/$image\" \"ghcr.io/maeshinshin/$image:$VERSION\""),
+        "{runs}"
+    );
+    assert!(
+        runs.contains("grep \"^$image:\" bin/release/digests.txt | cut -d' ' -f2"),
+        "{runs}"
+    );
+    for attached in [
+        "bin/release/install-ui.yaml",
+        "\"bin/release/ichor-ui-$VERSION.oci.tar\"",
+    ] {
+        assert!(
+            runs.contains(attached),
+            "{attached} is not attached: {runs}"
+        );
+    }
     assert!(runs.contains("bin/release/digests.txt"), "{runs}");
     assert!(
         !runs.contains("${{"),
@@ -65,6 +83,7 @@ fn the_release_workflow_and_make_release_agree() {
         "--version $(patsubst v%,%,$(VERSION)) --app-version $(VERSION)",
         "cp target/release/ichor $(RELEASE_DIR)/ichor",
         "--install-yaml $(RELEASE_DIR)/install.yaml",
+        "--install-ui-yaml $(RELEASE_DIR)/install-ui.yaml",
         "$(IMAGEGEN) --version $(VERSION) --out $(RELEASE_DIR)",
     ] {
         assert!(

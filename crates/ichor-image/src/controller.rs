@@ -141,7 +141,7 @@ pub fn image(inputs: &Inputs) -> ImageSpec {
 /// The base layer: users, the name-service switch, /tmp and the home
 /// folder, CA certificates, the shared libraries ichor links and the record
 /// of the packages they came from.
-fn base_layer(inputs: &Inputs) -> FileTree {
+pub(crate) fn base_layer(inputs: &Inputs) -> FileTree {
     let mut base = FileTree::new();
     base.file(
         "/etc/passwd",
@@ -170,7 +170,7 @@ fn base_layer(inputs: &Inputs) -> FileTree {
 }
 
 /// The distinct packages the base was taken from, sorted.
-fn base_packages(inputs: &Inputs) -> Vec<String> {
+pub(crate) fn base_packages(inputs: &Inputs) -> Vec<String> {
     let mut packages: Vec<String> = inputs
         .libraries
         .iter()

@@ -1,7 +1,7 @@
 //! Ichor's container images, built without a container daemon.
 //!
-//! An image is a pure function of its files ([`controller::image`] says which
-//! files); [`image::build`] turns it into OCI blobs in memory with canonical
+//! An image is a pure function of its files ([`controller::image`] and
+//! [`ui::image`] say which files); [`image::build`] turns it into OCI blobs in memory with canonical
 //! JSON and deterministic, gzip-compressed tar layers, so one commit gives one
 //! digest; [`layout`] writes the OCI image layout `crane push` uploads.
 //! Reading the inputs from the build machine is [`gather`]'s job.
@@ -11,6 +11,7 @@ pub mod gather;
 pub mod image;
 pub mod layer;
 pub mod layout;
+pub mod ui;
 
 pub use image::{BuiltImage, ImageSpec, build};
 

@@ -125,11 +125,9 @@ pub async fn tick(client: &kube::Client, now: &str) -> Result<(), kube::Error> {
     {
         let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
         let ichor = pod.spec.as_ref().is_some_and(|s| {
-            s.containers.iter().any(|c| {
-                c.image
-                    .as_deref()
-                    .is_some_and(|i| i.starts_with(crate::pods::ICHOR_IMAGE))
-            })
+            s.containers
+                .iter()
+                .any(|c| c.image.as_deref().is_some_and(crate::pods::is_ichor_image))
         });
         if daemon || ichor {
             continue;

@@ -1,9 +1,11 @@
-//! Ichor's own pods, run for real: the lab's kubelet for the one image it can
-//! run because it is ours.
+//! Ichor's own pods, run for real: the lab's kubelet for the images it can
+//! run because they are ours.
 //!
-//! For every Deployment whose container runs Ichor's image (the controller,
-//! whether `ichor adopt` or `helm install` put it there), each replica is a
-//! pod object and a local process of the `ichor` binary:
+//! For every Deployment whose container runs one of Ichor's images (the
+//! controller, whether `ichor adopt` or `helm install` put it there, and the
+//! UI, `ichor ui`, from the chart or `install-ui.yaml`: both images carry
+//! the `ichor` binary), each replica is a pod object and a local process of
+//! the `ichor` binary:
 //!
 //! - with the container's command and args from the Deployment (the image's
 //!   entrypoint is `ichor`, so a command's first word is replaced by the local
@@ -12,9 +14,16 @@
 //!   written into a kubeconfig the process finds through `KUBECONFIG` (the
 //!   in-cluster configuration reads fixed paths this lab cannot provide), so
 //!   the RBAC the manifest grants is exactly the RBAC the process has;
+//! - with its Secret and ConfigMap volumes written into the lab's state
+//!   folder as the kubelet's atomic writer does (a `..data` link swapped in
+//!   one rename, so a rotated certificate and its key change together, and
+//!   kept current while the pod runs); an argument under a `mountPath` is
+//!   rewritten to the projection, and no process starts without its volumes;
 //! - Running and Ready from the process's own readiness probe (`/readyz` on
-//!   the probe's port), restarted with the kubelet's back-off (10 s doubling
-//!   to 5 min) when it exits, shown as CrashLoopBackOff meanwhile.
+//!   the probe's port; over TLS without verifying the certificate when the
+//!   probe says `scheme: HTTPS`, as the kubelet does), restarted with the
+//!   kubelet's back-off (10 s doubling to 5 min) when it exits, shown as
+//!   CrashLoopBackOff meanwhile.
 //!
 //! Addresses and ports. A pod gets a podIP from its node's pod CIDR, as a
 //! CNI would give it, and the EndpointSlices (and Endpoints) of the Services
@@ -31,6 +40,10 @@
 //! process. The API server resolves a webhook Service through its endpoints
 //! (`--enable-aggregator-routing`); TLS still verifies
 //! `<service>.<namespace>.svc`.
+//!
+//! A test reaches a Service the way a client in the cluster would through
+//! [`ServiceForward`]: a local port whose connections go, by the Service's
+//! Endpoints, through the same pod network.
 //!
 //! The ichor-cni Job runs under its ServiceAccount's token the same way
 //! ([`token_kubeconfig`]).
@@ -52,6 +65,11 @@ use serde_json::{Value, json};
 
 /// The image repository the lab runs as the local `ichor` binary.
 pub const ICHOR_IMAGE: &str = "ghcr.io/maeshinshin/ichor-controller";
+/// The UI's image (`ichor ui`): it carries the same `ichor` binary, so the
+/// lab runs it the same way.
+pub const ICHOR_UI_IMAGE: &str = "ghcr.io/maeshinshin/ichor-ui";
+/// The file name of the pod network's socket in the lab's state directory.
+pub const NETWORK_SOCKET: &str = "pod-network.sock";
 /// The field manager of the EndpointSlices the lab publishes.
 const MANAGER: &str = "ichor-lab-kubelet";
 /// The kubelet's restart back-off: first delay and cap.
@@ -61,6 +79,9 @@ const BACKOFF_CAP: Duration = Duration::from_secs(300);
 const BACKOFF_RESET: Duration = Duration::from_secs(600);
 /// How long a replaced pod stays up after leaving the endpoints.
 const DRAIN: Duration = Duration::from_secs(3);
+/// How often a running pod's volumes are written again from their Secrets
+/// (the kubelet's sync period is a minute; the lab's tests wait less).
+const VOLUME_SYNC: Duration = Duration::from_secs(2);
 /// How long a token the lab requests lives (the lab is short-lived).
 const TOKEN_SECONDS: i64 = 24 * 3600;
 
@@ -180,10 +201,20 @@ pub struct ProcessRunner {
     pub ichor_log: Option<String>,
 }
 
-/// Whether the lab runs this container as the local `ichor` binary.
+/// Whether the lab runs this container as the local `ichor` binary: one of
+/// Ichor's images (the controller's or the UI's), with a tag it can pull.
 pub fn is_ichors(container: &Container) -> bool {
     container.image.as_deref().is_some_and(|i| {
-        i.starts_with(ICHOR_IMAGE) && i.rsplit(':').next() != Some(crate::simulator::BROKEN_TAG)
+        is_ichor_image(i) && i.rsplit(':').next() != Some(crate::simulator::BROKEN_TAG)
+    })
+}
+
+/// Whether `image` names one of Ichor's repositories (any tag or digest).
+pub fn is_ichor_image(image: &str) -> bool {
+    [ICHOR_IMAGE, ICHOR_UI_IMAGE].iter().any(|repo| {
+        image
+            .strip_prefix(repo)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with([':', '@']))
     })
 }
 
@@ -238,10 +269,13 @@ pub async fn token_kubeconfig(
 /// The command line of a container run as the local binary: the command's
 /// first word (the image's path of `ichor`) replaced, then the args; every
 /// `HOST:PORT` whose port is mapped rewritten to the pod's address.
+/// A path under a volume's `mountPath` becomes the same path under the
+/// lab's projection of that volume.
 pub fn command_line(
     container: &Container,
     ip: Ipv4Addr,
     ports: &BTreeMap<u16, u16>,
+    mounts: &[Mount],
 ) -> Vec<String> {
     let mut words: Vec<String> = container
         .command
@@ -267,9 +301,223 @@ pub fn command_line(
                     None => w,
                 }
             }
-            _ => w,
+            _ => mounted_path(&w, mounts).unwrap_or(w),
         })
         .collect()
+}
+
+/// `word` as a path inside the lab's projection of a mounted volume, when it
+/// names one (the mount path itself or a path below it).
+fn mounted_path(word: &str, mounts: &[Mount]) -> Option<String> {
+    mounts.iter().find_map(|m| {
+        let base = m.mount_path.trim_end_matches('/');
+        let rest = word.strip_prefix(base)?;
+        (rest.is_empty() || rest.starts_with('/')).then(|| format!("{}{rest}", m.dir.display()))
+    })
+}
+
+/// Where a volume's files come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumeSource {
+    /// A Secret's keys (`items` picks and renames them).
+    Secret {
+        name: String,
+        items: Vec<(String, String)>,
+    },
+    /// A ConfigMap's keys.
+    ConfigMap {
+        name: String,
+        items: Vec<(String, String)>,
+    },
+    /// Anything else (an emptyDir): an empty folder.
+    Empty,
+}
+
+/// A volume the container mounts, as the lab projects it: the files of its
+/// Secret or ConfigMap under `dir`, the folder the process sees in place
+/// of `mount_path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub volume: String,
+    pub mount_path: String,
+    pub dir: PathBuf,
+    pub source: VolumeSource,
+    /// A Secret or ConfigMap the volume may lack (`optional: true`): then
+    /// the folder is empty instead of the container not starting.
+    pub optional: bool,
+}
+
+/// The container's volume mounts, each projected into `base/<volume>`.
+pub fn mounts(pod_spec: &PodSpec, container: &Container, base: &Path) -> Vec<Mount> {
+    let items = |items: Option<&Vec<k8s_openapi::api::core::v1::KeyToPath>>| {
+        items
+            .into_iter()
+            .flatten()
+            .map(|i| (i.key.clone(), i.path.clone()))
+            .collect::<Vec<_>>()
+    };
+    container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|vm| {
+            let volume = pod_spec
+                .volumes
+                .iter()
+                .flatten()
+                .find(|v| v.name == vm.name);
+            let optional = volume.is_some_and(|v| {
+                v.secret.as_ref().and_then(|s| s.optional).unwrap_or(false)
+                    || v.config_map
+                        .as_ref()
+                        .and_then(|c| c.optional)
+                        .unwrap_or(false)
+            });
+            let source = match volume {
+                Some(v) if v.secret.is_some() => {
+                    let s = v.secret.as_ref().expect("checked");
+                    VolumeSource::Secret {
+                        name: s.secret_name.clone().unwrap_or_default(),
+                        items: items(s.items.as_ref()),
+                    }
+                }
+                Some(v) if v.config_map.is_some() => {
+                    let c = v.config_map.as_ref().expect("checked");
+                    VolumeSource::ConfigMap {
+                        name: c.name.clone(),
+                        items: items(c.items.as_ref()),
+                    }
+                }
+                _ => VolumeSource::Empty,
+            };
+            Mount {
+                volume: vm.name.clone(),
+                mount_path: vm.mount_path.clone(),
+                dir: base.join(&vm.name),
+                source,
+                optional,
+            }
+        })
+        .collect()
+}
+
+/// The files a volume holds: every key, or the `items` chosen, at their paths.
+fn volume_files(
+    data: BTreeMap<String, Vec<u8>>,
+    items: &[(String, String)],
+) -> BTreeMap<String, Vec<u8>> {
+    if items.is_empty() {
+        return data;
+    }
+    items
+        .iter()
+        .filter_map(|(key, path)| data.get(key).map(|v| (path.clone(), v.clone())))
+        .collect()
+}
+
+/// Reads the volume's Secret or ConfigMap and writes its files; the error
+/// is the kubelet's (the container does not start without its volume).
+async fn project_volume(client: &kube::Client, ns: &str, m: &Mount) -> Result<(), String> {
+    let files = match &m.source {
+        VolumeSource::Secret { name, items } => {
+            let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
+                .get_opt(name)
+                .await
+                .map_err(|e| format!("MountVolume.SetUp failed for volume \"{}\": reading secret \"{name}\": {e}", m.volume))?
+                .or_else(|| m.optional.then(Default::default))
+                .ok_or_else(|| format!("MountVolume.SetUp failed for volume \"{}\": secret \"{name}\" not found", m.volume))?;
+            let data = secret
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect();
+            volume_files(data, items)
+        }
+        VolumeSource::ConfigMap { name, items } => {
+            let cm = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
+                .get_opt(name)
+                .await
+                .map_err(|e| format!("MountVolume.SetUp failed for volume \"{}\": reading configmap \"{name}\": {e}", m.volume))?
+                .or_else(|| m.optional.then(Default::default))
+                .ok_or_else(|| format!("MountVolume.SetUp failed for volume \"{}\": configmap \"{name}\" not found", m.volume))?;
+            let mut data: BTreeMap<String, Vec<u8>> = cm
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.into_bytes()))
+                .collect();
+            data.extend(
+                cm.binary_data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0)),
+            );
+            volume_files(data, items)
+        }
+        VolumeSource::Empty => BTreeMap::new(),
+    };
+    atomic_write(&m.dir, &files).map_err(|e| {
+        format!(
+            "writing volume \"{}\" into {}: {e}",
+            m.volume,
+            m.dir.display()
+        )
+    })
+}
+
+/// Writes `files` into `dir` as the kubelet's atomic writer does: a fresh
+/// timestamped folder, a `..data` link swapped to it in one rename, and one
+/// link per file through `..data`, so a reader never sees half an update
+/// (a certificate beside the previous key). Unchanged files write nothing.
+pub fn atomic_write(dir: &Path, files: &BTreeMap<String, Vec<u8>>) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let data = dir.join("..data");
+    let current: Option<BTreeMap<String, Vec<u8>>> = std::fs::read_link(&data).ok().map(|_| {
+        files
+            .keys()
+            .filter_map(|k| std::fs::read(data.join(k)).ok().map(|v| (k.clone(), v)))
+            .collect()
+    });
+    let listed = std::fs::read_dir(&data).map(|r| r.count()).unwrap_or(0);
+    if current.as_ref() == Some(files) && listed == files.len() {
+        return Ok(());
+    }
+    let stamp = format!("..{}", chrono::Utc::now().format("%Y_%m_%d_%H_%M_%S.%f"));
+    let fresh = dir.join(&stamp);
+    std::fs::create_dir_all(&fresh)?;
+    for (name, bytes) in files {
+        let path = fresh.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, bytes)?;
+    }
+    let old = std::fs::read_link(&data).ok();
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&stamp, &tmp)?;
+    std::fs::rename(&tmp, &data)?;
+    for name in files.keys() {
+        let top = name.split('/').next().unwrap_or(name);
+        let link = dir.join(top);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(Path::new("..data").join(top), &link)?;
+        }
+    }
+    // Links to files the volume no longer has, and the previous folder, go.
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let gone =
+            !name.starts_with("..") && !files.keys().any(|k| k.split('/').next() == Some(&name));
+        if gone {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    if let Some(old) = old.filter(|o| o != Path::new(&stamp)) {
+        let _ = std::fs::remove_dir_all(dir.join(old));
+    }
+    Ok(())
 }
 
 /// The container port a probe or a Service's targetPort names (a number, or
@@ -305,6 +553,8 @@ struct PodProcess {
     last_exit: Option<String>,
     ready: bool,
     last_status: Value,
+    /// When its volumes were last written from their Secrets and ConfigMaps.
+    volumes_synced: Instant,
 }
 
 /// The pods of one Deployment, at one template generation.
@@ -489,8 +739,28 @@ impl IchorPods {
                 create_pod_object(&pods_api, ns, &pod_spec, &labels, &node, p).await?;
             }
             p.back_off_if_exited();
-            if p.child.is_none() && Instant::now() >= p.next_start {
-                start_pod_process(client, &runner, ns, &service_account, &container, p).await;
+            let volumes = runner
+                .state_dir
+                .join(format!("pod-{ns}-{}-volumes", p.name));
+            let mounts = mounts(&pod_spec, &container, &volumes);
+            if p.child.is_some() {
+                // A changed Secret reaches a running pod (a rotated certificate).
+                if p.volumes_synced.elapsed() >= VOLUME_SYNC {
+                    p.volumes_synced = Instant::now();
+                    for m in &mounts {
+                        if let Err(e) = project_volume(client, ns, m).await {
+                            tracing::warn!("lab kubelet: pod {ns}/{}: {e}", p.name);
+                        }
+                    }
+                }
+            } else if Instant::now() >= p.next_start {
+                let pod = PodRun {
+                    ns,
+                    service_account: &service_account,
+                    container: &container,
+                    mounts: &mounts,
+                };
+                start_pod_process(client, &runner, &pod, p).await;
             }
             p.ready = p.child.is_some() && probe_ready(&container, p).await;
             write_pod_status(&pods_api, ns, &container, p).await;
@@ -606,6 +876,7 @@ impl IchorPods {
             last_exit: None,
             ready: false,
             last_status: Value::Null,
+            volumes_synced: Instant::now(),
         }
     }
 
@@ -818,23 +1089,29 @@ async fn create_pod_object(
     Ok(())
 }
 
+/// What a pod's process is started from.
+struct PodRun<'a> {
+    ns: &'a str,
+    service_account: &'a str,
+    container: &'a Container,
+    mounts: &'a [Mount],
+}
+
 /// Starts the pod's process; a failure is logged and retried after the
 /// first back-off.
 async fn start_pod_process(
     client: &kube::Client,
     runner: &ProcessRunner,
-    ns: &str,
-    service_account: &str,
-    container: &Container,
+    pod: &PodRun<'_>,
     p: &mut PodProcess,
 ) {
-    match start_process(client, runner, ns, service_account, container, p).await {
+    match start_process(client, runner, pod, p).await {
         Ok(child) => {
             p.child = Some(child);
             p.started_at = Some(Instant::now());
         }
         Err(e) => {
-            tracing::warn!("lab kubelet: starting pod {ns}/{}: {e}", p.name);
+            tracing::warn!("lab kubelet: starting pod {}/{}: {e}", pod.ns, p.name);
             p.last_exit = Some(e);
             p.next_start = Instant::now() + BACKOFF_FIRST;
         }
@@ -918,11 +1195,19 @@ async fn delete_pods(client: &kube::Client, ns: &str, old: DeploymentPods) {
 async fn start_process(
     client: &kube::Client,
     runner: &ProcessRunner,
-    ns: &str,
-    service_account: &str,
-    container: &Container,
+    pod: &PodRun<'_>,
     p: &PodProcess,
 ) -> Result<tokio::process::Child, String> {
+    let PodRun {
+        ns,
+        service_account,
+        container,
+        mounts,
+    } = *pod;
+    // As the kubelet: no container without its volumes.
+    for m in mounts {
+        project_volume(client, ns, m).await?;
+    }
     let kubeconfig = runner
         .state_dir
         .join(format!("pod-{ns}-{}.kubeconfig", p.name));
@@ -938,7 +1223,7 @@ async fn start_process(
         .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
     let std_cmd = {
         let mut c = ichor_testenv::command_dying_with_parent(&runner.ichor);
-        c.args(command_line(container, p.ip, &p.ports));
+        c.args(command_line(container, p.ip, &p.ports, mounts));
         for e in container.env.iter().flatten() {
             if let Some(v) = &e.value {
                 c.env(&e.name, v);
@@ -965,7 +1250,9 @@ async fn start_process(
         .map_err(|e| format!("starting {}: {e}", runner.ichor.display()))
 }
 
-/// The container's readiness probe (an HTTP GET), asked of the process.
+/// The container's readiness probe (an HTTP GET), asked of the process;
+/// `scheme: HTTPS` as the kubelet asks it: over TLS without verifying the
+/// certificate (a probe checks the process, not its identity).
 async fn probe_ready(container: &Container, p: &PodProcess) -> bool {
     let Some(get) = container
         .readiness_probe
@@ -979,26 +1266,233 @@ async fn probe_ready(container: &Container, p: &PodProcess) -> bool {
         return false;
     };
     let path = get.path.clone().unwrap_or_else(|| "/".into());
-    http_ok((p.ip, *mapped).into(), &path).await
+    let tls = get
+        .scheme
+        .as_deref()
+        .is_some_and(|s| s.eq_ignore_ascii_case("HTTPS"));
+    http_ok((p.ip, *mapped).into(), &path, tls).await
 }
 
-async fn http_ok(addr: std::net::SocketAddr, path: &str) -> bool {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+async fn http_ok(addr: std::net::SocketAddr, path: &str, tls: bool) -> bool {
     let ask = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-            .await
-            .ok()?;
-        let mut head = [0u8; 16];
-        let n = s.read(&mut head).await.ok()?;
-        let line = String::from_utf8_lossy(&head[..n]).to_string();
-        Some(line.starts_with("HTTP/1.0 200") || line.starts_with("HTTP/1.1 200"))
+        let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+        if tls {
+            let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+            let stream = unverified_tls().connect(name, tcp).await.ok()?;
+            status_is_200(stream, addr, path).await
+        } else {
+            status_is_200(tcp, addr, path).await
+        }
     };
     tokio::time::timeout(Duration::from_secs(1), ask)
         .await
         .ok()
         .flatten()
         .unwrap_or(false)
+}
+
+/// Sends a GET and reads the status line: whether it says 200.
+async fn status_is_200<S>(mut s: S, addr: SocketAddr, path: &str) -> Option<bool>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 64];
+    while head.len() < 12 {
+        let n = s.read(&mut buf).await.ok()?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let line = String::from_utf8_lossy(&head).to_string();
+    Some(line.starts_with("HTTP/1.0 200") || line.starts_with("HTTP/1.1 200"))
+}
+
+/// A TLS client that takes any certificate, as the kubelet's HTTPS probes
+/// do; the handshake's signatures are still checked.
+pub fn unverified_tls() -> tokio_rustls::TlsConnector {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default versions")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A local port that reaches a Service of the lab as a client in the
+/// cluster would (or `kubectl port-forward svc/…`): each connection is
+/// sent to a ready endpoint of the Service, read from its Endpoints at that
+/// moment, through the lab's pod network (the same CONNECT proxy the API
+/// server calls webhooks through). Stops when dropped.
+pub struct ServiceForward {
+    pub addr: SocketAddr,
+    _task: AbortOnDrop,
+}
+
+impl ServiceForward {
+    /// Listens on a free loopback port for `namespace/service`'s port named
+    /// `port` (the Service's port name, as its Endpoints carry it). `socket`
+    /// is the pod network's ([`NETWORK_SOCKET`] in the lab's state folder).
+    pub async fn start(
+        client: kube::Client,
+        socket: &Path,
+        namespace: &str,
+        service: &str,
+        port: &str,
+    ) -> std::io::Result<ServiceForward> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let target = ForwardTarget {
+            client,
+            socket: socket.to_path_buf(),
+            namespace: namespace.to_string(),
+            service: service.to_string(),
+            port: port.to_string(),
+        };
+        let target = Arc::new(target);
+        let task = tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                let target = target.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = target.forward(conn).await {
+                        tracing::debug!(
+                            "lab: forwarding to Service {}/{}: {e}",
+                            target.namespace,
+                            target.service
+                        );
+                    }
+                });
+            }
+        });
+        Ok(ServiceForward {
+            addr,
+            _task: AbortOnDrop(task),
+        })
+    }
+}
+
+struct ForwardTarget {
+    client: kube::Client,
+    socket: PathBuf,
+    namespace: String,
+    service: String,
+    port: String,
+}
+
+impl ForwardTarget {
+    /// A ready endpoint's address and the port named `self.port`.
+    async fn endpoint(&self) -> std::io::Result<SocketAddr> {
+        let endpoints = Api::<Endpoints>::namespaced(self.client.clone(), &self.namespace)
+            .get_opt(&self.service)
+            .await
+            .map_err(std::io::Error::other)?;
+        endpoints
+            .and_then(|e| ready_endpoint(&e, &self.port))
+            .ok_or_else(|| {
+                std::io::Error::other(format!(
+                    "Service {}/{} has no ready endpoint with a port named {}",
+                    self.namespace, self.service, self.port
+                ))
+            })
+    }
+
+    async fn forward(&self, mut conn: tokio::net::TcpStream) -> std::io::Result<()> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let target = self.endpoint().await?;
+        let mut upstream = tokio::net::UnixStream::connect(&self.socket).await?;
+        upstream
+            .write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+            .await?;
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            if head.len() > 8192 || upstream.read(&mut byte).await? == 0 {
+                return Err(std::io::Error::other("the pod network closed the tunnel"));
+            }
+            head.push(byte[0]);
+        }
+        if !head.starts_with(b"HTTP/1.1 200") {
+            return Err(std::io::Error::other(format!(
+                "the pod network refused {target}: {}",
+                String::from_utf8_lossy(&head).trim()
+            )));
+        }
+        tokio::io::copy_bidirectional(&mut conn, &mut upstream).await?;
+        Ok(())
+    }
+}
+
+/// The first ready address of `endpoints` with the port named `port`.
+fn ready_endpoint(endpoints: &Endpoints, port: &str) -> Option<SocketAddr> {
+    endpoints.subsets.iter().flatten().find_map(|subset| {
+        let number = subset
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref().unwrap_or_default() == port)
+            .and_then(|p| u16::try_from(p.port).ok())?;
+        let ip = subset
+            .addresses
+            .iter()
+            .flatten()
+            .find_map(|a| a.ip.parse::<std::net::IpAddr>().ok())?;
+        Some(SocketAddr::new(ip, number))
+    })
 }
 
 fn pod_status(container: &Container, p: &PodProcess) -> Value {
@@ -1061,7 +1555,7 @@ mod tests {
         let ports = BTreeMap::from([(8080, 31000), (9443, 31001)]);
         let ip = Ipv4Addr::new(127, 9, 9, 10);
         assert_eq!(
-            command_line(&container, ip, &ports),
+            command_line(&container, ip, &ports, &[]),
             [
                 "controller",
                 "--http-addr",
@@ -1077,6 +1571,98 @@ mod tests {
     }
 
     #[test]
+    fn the_uis_secret_volume_is_projected_and_its_paths_rewritten() {
+        let pod: PodSpec = serde_json::from_value(json!({
+            "containers": [{"name": "ui", "image": "ghcr.io/maeshinshin/ichor-ui:v0.1.0",
+                "args": ["ui", "--listen", "0.0.0.0:8443", "--tls-cert", "/etc/ichor-ui/tls/tls.crt",
+                    "--tls-key", "/etc/ichor-ui/tls/tls.key", "--tls-ca", "/etc/ichor-ui/ca/ca.crt",
+                    "--other", "/etc/ichor-ui/tlsx"],
+                "volumeMounts": [{"name": "tls", "mountPath": "/etc/ichor-ui/tls"},
+                    {"name": "ca", "mountPath": "/etc/ichor-ui/ca/"}]}],
+            "volumes": [{"name": "tls", "secret": {"secretName": "ui-cert"}},
+                {"name": "ca", "configMap": {"name": "ui-ca", "items": [{"key": "bundle", "path": "ca.crt"}]}}]
+        }))
+        .unwrap();
+        let container = pod.containers[0].clone();
+        let m = mounts(&pod, &container, Path::new("/lab/vol"));
+        assert_eq!(
+            m.iter().map(|m| &m.source).collect::<Vec<_>>(),
+            [
+                &VolumeSource::Secret {
+                    name: "ui-cert".into(),
+                    items: vec![]
+                },
+                &VolumeSource::ConfigMap {
+                    name: "ui-ca".into(),
+                    items: vec![("bundle".into(), "ca.crt".into())]
+                }
+            ]
+        );
+        let ports = BTreeMap::from([(8443, 31000)]);
+        let line = command_line(&container, Ipv4Addr::new(127, 9, 9, 10), &ports, &m);
+        assert_eq!(
+            line,
+            [
+                "ui",
+                "--listen",
+                "127.9.9.10:31000",
+                "--tls-cert",
+                "/lab/vol/tls/tls.crt",
+                "--tls-key",
+                "/lab/vol/tls/tls.key",
+                "--tls-ca",
+                "/lab/vol/ca/ca.crt",
+                "--other",
+                "/etc/ichor-ui/tlsx"
+            ]
+        );
+        let data = BTreeMap::from([
+            ("bundle".to_string(), b"ca".to_vec()),
+            ("other".to_string(), b"x".to_vec()),
+        ]);
+        assert_eq!(
+            volume_files(data, &[("bundle".into(), "ca.crt".into())]),
+            BTreeMap::from([("ca.crt".to_string(), b"ca".to_vec())])
+        );
+    }
+
+    #[test]
+    fn a_volume_is_swapped_whole_and_unchanged_files_write_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = dir.path().join("tls");
+        let first = BTreeMap::from([
+            ("tls.crt".to_string(), b"cert-1".to_vec()),
+            ("tls.key".to_string(), b"key-1".to_vec()),
+        ]);
+        atomic_write(&v, &first).unwrap();
+        assert_eq!(std::fs::read(v.join("tls.crt")).unwrap(), b"cert-1");
+        let data_before = std::fs::read_link(v.join("..data")).unwrap();
+        atomic_write(&v, &first).unwrap();
+        assert_eq!(std::fs::read_link(v.join("..data")).unwrap(), data_before);
+
+        let second = BTreeMap::from([("tls.crt".to_string(), b"cert-2".to_vec())]);
+        atomic_write(&v, &second).unwrap();
+        assert_eq!(std::fs::read(v.join("tls.crt")).unwrap(), b"cert-2");
+        assert!(!v.join("tls.key").exists(), "a key the Secret lost is gone");
+        assert!(!v.join(&data_before).exists(), "the old folder is gone");
+    }
+
+    #[test]
+    fn a_service_is_reached_at_a_ready_address_and_its_named_port() {
+        let e: Endpoints = serde_json::from_value(json!({
+            "subsets": [{"addresses": [{"ip": "10.244.1.12"}],
+                "ports": [{"name": "http", "port": 8080}, {"name": "https", "port": 8443}]}]
+        }))
+        .unwrap();
+        assert_eq!(
+            ready_endpoint(&e, "https"),
+            Some("10.244.1.12:8443".parse().unwrap())
+        );
+        assert_eq!(ready_endpoint(&e, "metrics"), None);
+        assert_eq!(ready_endpoint(&Endpoints::default(), "https"), None);
+    }
+
+    #[test]
     fn a_broken_tag_is_not_run() {
         let c = |image: &str| -> Container {
             serde_json::from_value(json!({"name": "c", "image": image})).unwrap()
@@ -1086,5 +1672,9 @@ mod tests {
             "ghcr.io/maeshinshin/ichor-controller:broken"
         )));
         assert!(!is_ichors(&c("quay.io/cilium/operator-generic:v1.18.5")));
+        assert!(is_ichors(&c("ghcr.io/maeshinshin/ichor-ui:v0.1.0")));
+        assert!(is_ichors(&c("ghcr.io/maeshinshin/ichor-ui@sha256:0123")));
+        assert!(!is_ichors(&c("ghcr.io/maeshinshin/ichor-ui:broken")));
+        assert!(!is_ichors(&c("ghcr.io/maeshinshin/ichor-uix:v0.1.0")));
     }
 }

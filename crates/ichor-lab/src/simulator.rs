@@ -142,7 +142,7 @@ fn ichor_job_container(job: &Job) -> Option<Container> {
     container
         .image
         .as_deref()
-        .is_some_and(|i| i.starts_with(ICHOR_IMAGE))
+        .is_some_and(crate::pods::is_ichor_image)
         .then_some(container)
 }
 

@@ -168,6 +168,9 @@ pub fn cluster(page: &ClusterPage, viewer: &Viewer) -> Markup {
             dt { "Kubernetes" } dd { (r.kubernetes_version) }
             dt { "CNI" } dd { (r.cni) }
             dt { "Cilium hand-over" } dd { (r.handover.as_deref().unwrap_or("not reported yet")) }
+            @if let Some(release) = &page.cilium_release {
+                dt { "Cilium release" } dd #cilium-release { (release) }
+            }
         }
         @if !page.held.is_empty() {
             section.warning #held {

@@ -270,6 +270,30 @@ pub struct ClusterPage {
     /// The machines of this cluster (for the operation form).
     pub machine_names: Vec<String>,
     pub can_start_operation: bool,
+    /// Ichor's Cilium release as its newest Helm record says (preset
+    /// cilium): `None` for an unmanaged CNI.
+    pub cilium_release: Option<String>,
+}
+
+/// The line the cluster page shows for Ichor's Cilium release, from
+/// `status.cni.release` (which the controller reads from the release's
+/// newest Helm record).
+pub fn cilium_release_line(release: Option<&ichor_api::CiliumReleaseStatus>) -> String {
+    let Some(r) = release else {
+        return "no Helm record yet".to_string();
+    };
+    let mut line = format!("{} revision {}: {}", r.name, r.revision, r.status);
+    if let Some(deployed) = r.deployed_revision {
+        line.push_str(&format!(" (revision {deployed} is the one deployed)"));
+    }
+    if let Some(v) = &r.chart_version {
+        line.push_str(&format!(", chart {v}"));
+    }
+    if let Some(t) = &r.last_deployed {
+        line.push_str(&format!(", deployed {t}"));
+    }
+    line.push_str(&format!("; record in {}", r.storage_namespace));
+    line
 }
 
 fn is_ready(m: &TalosMachine) -> bool {
@@ -321,6 +345,15 @@ pub fn cluster_page(
         operations,
         machine_names,
         can_start_operation: perms.create_operations,
+        cilium_release: (cluster.spec.cni.preset == ichor_api::CniPreset::Cilium).then(|| {
+            cilium_release_line(
+                cluster
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.cni.as_ref())
+                    .and_then(|c| c.release.as_ref()),
+            )
+        }),
     })
 }
 

@@ -1,5 +1,5 @@
-//! The controller image, end to end: built twice from the same inputs it has
-//! one digest; pushed to a real registry (crane's, built from its Go module,
+//! The controller and UI images, end to end: built twice from the same
+//! inputs each has one digest; pushed to a real registry (crane's, built from its Go module,
 //! on loopback) it is served, validated and exported by crane as we built it;
 //! and its file system alone runs ichor and helm, as the image's user, with
 //! nothing of the host visible (a chroot into the exported files).
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use ichor_image::{controller, gather, layout};
+use ichor_image::{controller, gather, layout, ui};
 use ichor_testenv::Tool;
 
 const VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"));
@@ -277,4 +277,87 @@ fn the_controller_image_runs_from_its_own_files_alone() {
         "helm show chart in the image",
     );
     assert!(shown.contains("name: cilium"), "helm shows {shown}");
+}
+
+fn build_ui() -> ichor_image::BuiltImage {
+    let inputs = gather::inputs(&sources()).expect("the image's inputs are on this machine");
+    ichor_image::build(&ui::image(&inputs)).expect("the UI image builds")
+}
+
+/// Pushes `image` to a fresh registry and exports its file system into
+/// `dir/root`; the registry stays up while the guard lives.
+fn exported(image: &ichor_image::BuiltImage, dir: &Path) -> (Registry, String, PathBuf) {
+    let layout_dir = dir.join(&image.name);
+    layout::write_layout(image, &layout_dir).unwrap();
+    let registry = registry();
+    let reference = format!("{}/{}:{VERSION}", registry.host, image.name);
+    crane(&["push", &layout_dir.display().to_string(), &reference]);
+    let fs_tar = dir.join("fs.tar");
+    crane(&["export", &reference, &fs_tar.display().to_string()]);
+    let root = dir.join("root");
+    std::fs::create_dir(&root).unwrap();
+    tar::Archive::new(std::fs::File::open(&fs_tar).unwrap())
+        .unpack(&root)
+        .unwrap();
+    (registry, reference, root)
+}
+
+/// Covers: issue 15 (the `ichor-ui` image the chart names: `make images`
+/// builds it; two builds, one digest; a registry serves it as built; its
+/// file system alone runs `ichor --version` and `ichor ui --help` as the
+/// image's user; no shell, no helm, no chart; the base layer is the
+/// controller image's)
+#[test]
+fn the_ui_image_has_one_digest_and_runs_ichor_ui_from_its_own_files() {
+    let first = build_ui();
+    let second = build_ui();
+    assert_eq!(first.digest(), second.digest(), "two builds, two digests");
+    assert_eq!(first.name, "ichor-ui");
+    let config = &first.config_json["config"];
+    assert_eq!(
+        config["Entrypoint"],
+        serde_json::json!(["/usr/local/bin/ichor"])
+    );
+    assert_eq!(config["User"], "65532:65532");
+    assert_eq!(
+        config["Labels"]["org.opencontainers.image.version"],
+        VERSION
+    );
+    assert_eq!(
+        first.layers[0].digest,
+        built().layers[0].digest,
+        "the UI image's base layer is the controller image's"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let (_registry, reference, root) = exported(&first, dir.path());
+    assert_eq!(crane(&["digest", &reference]).trim(), first.digest());
+    crane(&["validate", "--remote", &reference]);
+
+    for absent in ["bin/sh", "bin/bash", "usr/bin/sh", "usr/local/bin/helm"] {
+        assert!(!root.join(absent).exists(), "the UI image has {absent}");
+    }
+    assert!(
+        !root.join("usr/share/ichor/charts").exists(),
+        "the UI image carries a chart"
+    );
+    let env: Vec<String> = serde_json::from_value(config["Env"].clone()).unwrap();
+    let version = ok(
+        run_in(&root, &env, &["/usr/local/bin/ichor", "--version"]),
+        "ichor --version in the UI image",
+    );
+    assert_eq!(version.trim(), format!("ichor {VERSION}"));
+    let help = ok(
+        run_in(&root, &env, &["/usr/local/bin/ichor", "ui", "--help"]),
+        "ichor ui --help in the UI image",
+    );
+    assert!(help.contains("--tls-cert"), "{help}");
+    // The chart's image: repository and tag of the one built here.
+    let values =
+        std::fs::read_to_string(ichor_testenv::tools::repo_root().join("dist/chart/values.yaml"))
+            .unwrap();
+    assert!(
+        values.contains(&format!("repository: ghcr.io/maeshinshin/{}", ui::NAME)),
+        "the chart names another UI image"
+    );
 }

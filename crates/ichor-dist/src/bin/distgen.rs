@@ -4,8 +4,9 @@
 //! the generated parts of `dist/chart` (CRDs, RBAC rules, Cilium policies) in
 //! the workspace, at the workspace's version.
 //!
-//! `distgen --version vX.Y.Z --install-yaml FILE`: writes only the install
-//! manifest of that version to FILE (what `make release` does).
+//! `distgen --version vX.Y.Z --install-yaml FILE [--install-ui-yaml FILE]`:
+//! writes only the install manifest of that version to FILE, and the UI's
+//! opt-in manifest to the second (what `make release` does).
 
 // This binary speaks to the person who runs it on stdout/stderr; it has
 // no printer module of its own (the print lint forbids printing in libraries).
@@ -14,7 +15,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: distgen [--version vX.Y.Z --install-yaml FILE]";
+const USAGE: &str =
+    "usage: distgen [--version vX.Y.Z --install-yaml FILE [--install-ui-yaml FILE]]";
 
 fn write(path: &Path, text: &str) -> Result<(), String> {
     if let Some(parent) = path.parent() {
@@ -29,6 +31,7 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
 fn run() -> Result<(), String> {
     let mut version = None;
     let mut install_yaml = None;
+    let mut ui_yaml = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -44,6 +47,12 @@ fn run() -> Result<(), String> {
                         .ok_or(format!("--install-yaml needs a value; {USAGE}"))?,
                 ))
             }
+            "--install-ui-yaml" => {
+                ui_yaml = Some(PathBuf::from(
+                    args.next()
+                        .ok_or(format!("--install-ui-yaml needs a value; {USAGE}"))?,
+                ))
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(());
@@ -52,7 +61,7 @@ fn run() -> Result<(), String> {
         }
     }
     match (version, install_yaml) {
-        (None, None) => {
+        (None, None) if ui_yaml.is_none() => {
             let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
             let files = ichor_dist::repo_files().map_err(|e| e.to_string())?;
             // Remove CRD templates of CRDs that no longer exist.
@@ -77,9 +86,16 @@ fn run() -> Result<(), String> {
         }
         (Some(version), Some(path)) => {
             let text = ichor_dist::install_yaml(&version).map_err(|e| e.to_string())?;
-            write(&path, &text)
+            write(&path, &text)?;
+            if let Some(path) = ui_yaml {
+                let text = ichor_dist::ui_yaml(&version).map_err(|e| e.to_string())?;
+                write(&path, &text)?;
+            }
+            Ok(())
         }
-        _ => Err(format!("--version and --install-yaml go together; {USAGE}")),
+        _ => Err(format!(
+            "--version and --install-yaml go together (--install-ui-yaml only with them); {USAGE}"
+        )),
     }
 }
 

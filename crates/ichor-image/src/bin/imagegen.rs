@@ -1,5 +1,6 @@
-//! `imagegen`: builds Ichor's container images as OCI image layouts (what
-//! `make images` and `make release` run). No container daemon is needed.
+//! `imagegen`: builds Ichor's container images — the controller's
+//! (`ichor-controller`) and the UI's (`ichor-ui`) — as OCI image layouts
+//! (what `make images` and `make release` run). No container daemon is needed.
 //!
 //! Each image is written as `OUT/<name>/` (an OCI image layout: push it with
 //! `crane push OUT/<name> REGISTRY/REPO:TAG`) and `OUT/<name>-<tag>.oci.tar`
@@ -14,9 +15,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use ichor_image::{controller, gather, layout};
+use ichor_image::{controller, gather, layout, ui};
 
-/// Build Ichor's controller image from release binaries, reproducibly.
+/// Build Ichor's controller and UI images from release binaries, reproducibly.
 #[derive(Debug, Parser)]
 #[command(
     name = "imagegen",
@@ -62,16 +63,33 @@ fn main() -> anyhow::Result<()> {
         source: args.source,
         created: args.created,
     };
-    let inputs = gather::inputs(&sources).context("reading the controller image's inputs")?;
-    let spec = controller::image(&inputs);
-    let image = ichor_image::build(&spec).context("building the controller image")?;
-    let dir = args.out.join(&image.name);
-    layout::write_layout(&image, &dir)
+    let inputs = gather::inputs(&sources).context("reading the images' inputs")?;
+    let controller_spec = controller::image(&inputs);
+    let chart = controller_spec.labels[controller::CILIUM_CHART_LABEL].clone();
+    let mut lines = Vec::new();
+    for spec in [controller_spec, ui::image(&inputs)] {
+        let image = ichor_image::build(&spec)
+            .with_context(|| format!("building the {} image", spec.name))?;
+        lines.push(write_image(&image, &args.out, args.created)?);
+    }
+    let digests = args.out.join("digests.txt");
+    std::fs::write(&digests, lines.join("\n") + "\n")
+        .with_context(|| format!("writing {}", digests.display()))?;
+    println!("  chart   {chart} (in ichor-controller)");
+    Ok(())
+}
+
+/// Writes the image's layout and archive under `out`; its digests.txt line.
+fn write_image(
+    image: &ichor_image::BuiltImage,
+    out: &std::path::Path,
+    created: u64,
+) -> anyhow::Result<String> {
+    let dir = out.join(&image.name);
+    layout::write_layout(image, &dir)
         .with_context(|| format!("writing the image layout {}", dir.display()))?;
-    let archive_path = args
-        .out
-        .join(format!("{}-{}.oci.tar", image.name, image.tag));
-    let archive = layout::archive(&image, args.created)?;
+    let archive_path = out.join(format!("{}-{}.oci.tar", image.name, image.tag));
+    let archive = layout::archive(image, created)?;
     std::fs::write(&archive_path, archive)
         .with_context(|| format!("writing {}", archive_path.display()))?;
     let line = format!(
@@ -81,14 +99,10 @@ fn main() -> anyhow::Result<()> {
         image.digest(),
         image.compressed_size() as f64 / (1024.0 * 1024.0)
     );
-    let digests = args.out.join("digests.txt");
-    std::fs::write(&digests, format!("{line}\n"))
-        .with_context(|| format!("writing {}", digests.display()))?;
     println!("{line}");
     println!("  layout  {}", dir.display());
     println!("  archive {}", archive_path.display());
-    println!("  chart   {}", spec.labels[controller::CILIUM_CHART_LABEL]);
-    Ok(())
+    Ok(line)
 }
 
 #[cfg(test)]

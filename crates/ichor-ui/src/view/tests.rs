@@ -546,3 +546,48 @@ fn operation_page_joins_plan_and_progress() {
     );
     assert_eq!(operations_page(&done).len(), 1);
 }
+
+/// Covers: issue 15 item 2 (cluster: the Cilium release's status read from its record)
+#[test]
+fn cluster_page_shows_the_cilium_release_from_its_record() {
+    let mut inv = lab();
+    let i = inv
+        .clusters
+        .iter()
+        .position(|c| c.name_any() == "one")
+        .unwrap();
+    let mut c = (*inv.clusters[i]).clone();
+    c.spec.cni.preset = ichor_api::CniPreset::Cilium;
+    inv.clusters[i] = Arc::new(c.clone());
+    let p = cluster_page(&inv, "lab", "one", Permissions::default()).unwrap();
+    assert_eq!(p.cilium_release.as_deref(), Some("no Helm record yet"));
+
+    c.status.get_or_insert_with(Default::default).cni = Some(ichor_api::CniStatus {
+        detected: None,
+        release: Some(ichor_api::CiliumReleaseStatus {
+            name: "cilium".into(),
+            storage_namespace: "ichor-system".into(),
+            revision: 3,
+            status: "failed".into(),
+            chart_version: Some("1.18.5".into()),
+            last_deployed: Some("2026-01-02T03:04:05Z".into()),
+            deployed_revision: Some(2),
+        }),
+    });
+    inv.clusters[i] = Arc::new(c.clone());
+    let p = cluster_page(&inv, "lab", "one", Permissions::default()).unwrap();
+    assert_eq!(
+        p.cilium_release.as_deref(),
+        Some(
+            "cilium revision 3: failed (revision 2 is the one deployed), chart 1.18.5, deployed 2026-01-02T03:04:05Z; record in ichor-system"
+        )
+    );
+
+    c.spec.cni.preset = ichor_api::CniPreset::Unmanaged;
+    inv.clusters[i] = Arc::new(c);
+    let p = cluster_page(&inv, "lab", "one", Permissions::default()).unwrap();
+    assert_eq!(
+        p.cilium_release, None,
+        "an unmanaged CNI has no Ichor release"
+    );
+}

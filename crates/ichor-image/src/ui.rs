@@ -1,0 +1,129 @@
+//! What the UI image holds, as a pure recipe: the same `ichor` binary as the
+//! controller image (the chart runs it as `ichor ui`), its shared libraries
+//! and CA certificates, a non-root user and no shell — and no helm and no
+//! chart, which the UI never runs.
+
+use std::collections::BTreeMap;
+
+use crate::controller::{BASE_LABEL, CA_PATH, ICHOR_PATH, Inputs, UID, base_layer, base_packages};
+use crate::image::ImageSpec;
+use crate::layer::FileTree;
+
+/// The UI image's repository name (the chart's `ichorUI.image.repository`).
+pub const NAME: &str = "ichor-ui";
+
+/// The image recipe: two layers (base, ichor). The base layer is the
+/// controller image's, byte for byte, so a registry stores it once.
+pub fn image(inputs: &Inputs) -> ImageSpec {
+    let mut app = FileTree::new();
+    app.file(ICHOR_PATH, inputs.ichor.clone(), 0o755);
+    let labels: BTreeMap<String, String> = [
+        ("org.opencontainers.image.title", NAME.to_string()),
+        (
+            "org.opencontainers.image.description",
+            "Ichor's web UI: the ichor binary, run as `ichor ui`".to_string(),
+        ),
+        ("org.opencontainers.image.source", inputs.source.clone()),
+        ("org.opencontainers.image.version", inputs.version.clone()),
+        ("org.opencontainers.image.revision", inputs.revision.clone()),
+        (
+            "org.opencontainers.image.licenses",
+            "Apache-2.0".to_string(),
+        ),
+        (
+            "org.opencontainers.image.created",
+            crate::image::rfc3339(inputs.created),
+        ),
+        (BASE_LABEL, base_packages(inputs).join(", ")),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    ImageSpec {
+        name: NAME.to_string(),
+        tag: inputs.version.clone(),
+        layers: vec![
+            (
+                "base: users, CA certificates and the shared libraries ichor links".to_string(),
+                base_layer(inputs),
+            ),
+            ("ichor".to_string(), app),
+        ],
+        entrypoint: vec![ICHOR_PATH.to_string()],
+        env: vec![
+            "PATH=/usr/local/bin".to_string(),
+            format!("SSL_CERT_FILE={CA_PATH}"),
+            // The only writable place under a read-only root file system.
+            "HOME=/tmp".to_string(),
+        ],
+        user: format!("{UID}:{UID}"),
+        working_dir: "/".to_string(),
+        labels,
+        created: inputs.created,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::{PackagedFile, chart_path};
+
+    fn inputs() -> Inputs {
+        Inputs {
+            version: "v0.1.0".into(),
+            revision: "0123abc".into(),
+            source: "https://example.invalid/ichor".into(),
+            created: 1_700_000_000,
+            ichor: b"ichor".to_vec(),
+            helm: b"helm".to_vec(),
+            cilium_chart: Ok(crate::controller::Chart {
+                version: "1.18.5".into(),
+                archive: b"tgz".to_vec(),
+            }),
+            libraries: vec![PackagedFile {
+                path: "/lib/x86_64-linux-gnu/libc.so.6".into(),
+                content: b"libc".to_vec(),
+                package: "libc6 2.36".into(),
+            }],
+            ca_certificates: PackagedFile {
+                path: CA_PATH.into(),
+                content: b"certs".to_vec(),
+                package: "ca-certificates 20230311".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn the_ui_image_has_ichor_and_no_helm_chart_or_shell() {
+        let spec = image(&inputs());
+        let paths: Vec<&str> = spec.layers.iter().flat_map(|(_, t)| t.paths()).collect();
+        assert!(paths.contains(&"usr/local/bin/ichor"));
+        assert!(paths.contains(&"etc/passwd"));
+        assert!(!paths.contains(&"usr/local/bin/helm"));
+        let chart = chart_path("1.18.5");
+        assert!(!paths.contains(&chart.trim_start_matches('/')));
+        assert!(
+            !paths
+                .iter()
+                .any(|p| p.ends_with("bin/sh") || p.ends_with("bash"))
+        );
+        assert_eq!(spec.name, "ichor-ui");
+        assert_eq!(spec.user, "65532:65532");
+        assert_eq!(spec.entrypoint, ["/usr/local/bin/ichor"]);
+        assert!(!spec.env.iter().any(|e| e.starts_with("ICHOR_HELM=")));
+    }
+
+    #[test]
+    fn the_ui_image_shares_the_controller_images_base_layer() {
+        let ui = image(&inputs());
+        let controller = crate::controller::image(&inputs());
+        assert_eq!(
+            ui.layers[0].1.paths().collect::<Vec<_>>(),
+            controller.layers[0].1.paths().collect::<Vec<_>>()
+        );
+        let ui = crate::build(&ui).unwrap();
+        let controller = crate::build(&controller).unwrap();
+        assert_eq!(ui.layers[0].digest, controller.layers[0].digest);
+        assert_ne!(ui.digest(), controller.digest());
+    }
+}
