@@ -195,10 +195,11 @@ fn packages_record(inputs: &Inputs) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn inputs(chart: Result<Chart, String>) -> Inputs {
+    /// Inputs of small stand-in files (the UI image's tests use them too).
+    pub(crate) fn inputs(chart: Result<Chart, String>) -> Inputs {
         Inputs {
             version: "v0.1.0".into(),
             revision: "0123abc".into(),

@@ -66,31 +66,13 @@ pub fn image(inputs: &Inputs) -> ImageSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::{PackagedFile, chart_path};
+    use crate::controller::chart_path;
 
     fn inputs() -> Inputs {
-        Inputs {
-            version: "v0.1.0".into(),
-            revision: "0123abc".into(),
-            source: "https://example.invalid/ichor".into(),
-            created: 1_700_000_000,
-            ichor: b"ichor".to_vec(),
-            helm: b"helm".to_vec(),
-            cilium_chart: Ok(crate::controller::Chart {
-                version: "1.18.5".into(),
-                archive: b"tgz".to_vec(),
-            }),
-            libraries: vec![PackagedFile {
-                path: "/lib/x86_64-linux-gnu/libc.so.6".into(),
-                content: b"libc".to_vec(),
-                package: "libc6 2.36".into(),
-            }],
-            ca_certificates: PackagedFile {
-                path: CA_PATH.into(),
-                content: b"certs".to_vec(),
-                package: "ca-certificates 20230311".into(),
-            },
-        }
+        crate::controller::tests::inputs(Ok(crate::controller::Chart {
+            version: "1.18.5".into(),
+            archive: b"tgz".to_vec(),
+        }))
     }
 
     #[test]

@@ -25,7 +25,7 @@ const PREFLIGHT: &str = "this cluster has no pod network, so Ichor's pods cannot
 
 mod common;
 
-use common::{LabHarness, NS, text};
+use common::{LabHarness, NS, run, text};
 
 /// The shared harness, and what only the Helm cases need.
 struct Harness(LabHarness);
@@ -357,13 +357,15 @@ async fn f3_preflight_refuses_a_no_cni_cluster_until_cni_bootstrap() {
     );
 }
 
-/// Covers: R4.1, R4.3a, R4.3b, R4.3d, R4.6b, R4.5
+/// Covers: R4.1, R4.3a, R4.3b, R4.3d, R4.6a, R4.6b, R4.5, issue 14 item 5 (kind `ichor` refused on a Helm install, the command printed)
 ///
 /// F1 (with the hands-off Cilium of the lab): `helm install` (helm v3) of the
 /// packaged chart creates Ichor; `ichor adopt --cni-unmanaged` finds it by
 /// its Helm record, skips the install step, creates no IchorInstallation,
 /// applies nothing to ichor-system by server-side apply, prints the policy
-/// advice, and registers the cluster with its holds released. `helm upgrade`
+/// advice, and registers the cluster with its holds released. `ichor
+/// upgrade ichor` is refused by the chart's controller with the `helm
+/// upgrade` command printed. `helm upgrade`
 /// (helm v4, on v3's record) turns the policies on and keeps the webhook
 /// certificate; `helm uninstall` keeps
 /// the CRDs and every cluster object and does not touch Cilium.
@@ -422,6 +424,34 @@ async fn f1_helm_install_then_adopt_registers_and_uninstall_keeps_the_cluster() 
     // ServiceAccount.
     common::assert_the_webhook_refuses_through_its_service(&h).await;
     common::assert_the_controller_acts_as_its_service_account(&h).await;
+
+    // Ichor's own upgrade on a Helm install: the chart's controller refuses
+    // the TalosOperation of kind `ichor` at plan time, and the real `ichor
+    // upgrade ichor` prints the `helm upgrade` command instead (R4.6a).
+    let mut upgrade = h.ichor();
+    upgrade
+        .args([
+            "upgrade",
+            "ichor",
+            "--cluster",
+            "lab",
+            "--to",
+            "v0.2.0",
+            "--name",
+            "self",
+        ])
+        .args(["-n", NS, "--kubeconfig"])
+        .arg(&h.lab.kubeconfig);
+    let out = run(upgrade);
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "helm upgrade ichor <chart> --namespace {NS} --version 0.2.0"
+        )),
+        "{said}\n{}",
+        h.logs()
+    );
 
     let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(h.client().await, NS);
     let cert_before = secrets.get("ichor-webhook-tls").await.unwrap().data;
