@@ -22,6 +22,10 @@ use ichor_api::{
 use ichor_render::{RenderInput, compare, render, render_machine};
 use ichor_talos::config::MachineConfig;
 
+/// The allocator of the `ichor` binary, which runs the controller's renders.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Issue 18: render + drift of this many machines per second on one core.
 const GOAL_PER_SECOND: f64 = 50_000.0;
 
