@@ -3,7 +3,9 @@
 //! Measures, per fixture, one render, one drift comparison, and both as the
 //! controller runs them per machine and reconcile (`render_machine`: the
 //! render, the config's digest, the drift), and leaves the row of `make
-//! bench`'s table: machines per second on one core, goal 50,000.
+//! bench`'s table: machines per second on one core, goal 50,000. Times are
+//! the bench thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), not wall time:
+//! on a shared machine the wall time also counts the waits for a core.
 
 // A bench's figures are its output: it prints them (docs/STYLE.md's lint
 // forbids printing elsewhere).
@@ -217,7 +219,7 @@ fn main() {
             "render",
             &[Figure::alone(
                 format!(
-                    "render + drift per machine as the controller runs it (render, digest, drift), one core (slowest fixture: {id})"
+                    "render + drift per machine as the controller runs it (render, digest, drift), one core, thread CPU time (slowest fixture: {id})"
                 ),
                 "≥ 50,000 machines/s",
                 format!("{per_second:.0} machines/s ({} each)", duration(both)),
