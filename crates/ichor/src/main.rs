@@ -13,8 +13,8 @@ mod settings;
 use std::process::ExitCode;
 
 /// The controller renders every machine's config, which builds and drops
-/// many small YAML values: mimalloc does that work in about half the time
-/// of the system allocator (issue 18, `docs/benchmarks.md`).
+/// many small YAML values: the system allocator was about a third of a
+/// render's time (issue 18, `docs/benchmarks.md`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
