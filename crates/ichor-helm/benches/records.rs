@@ -128,6 +128,25 @@ fn main() {
             h
         })
     });
+    // The history as it was read before the protobuf list (issue 18): the
+    // JSON list through kube's typed API, then the same decode.
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(rt.block_on(env.client()), &ns);
+    let selector =
+        kube::api::ListParams::default().labels(&ichor_helm::storage::release_selector("cilium"));
+    g.bench_function("history-100-json", |b| {
+        b.iter(|| {
+            let list = rt.block_on(secrets.list(&selector)).unwrap();
+            let mut h: Vec<_> = list
+                .items
+                .iter()
+                .map(|s| ichor_helm::record::from_secret(s).unwrap())
+                .collect();
+            h.sort_by_key(|r| r.version);
+            assert_eq!(h.len(), REVISIONS as usize);
+            h
+        })
+    });
     g.bench_function("deployed-100", |b| {
         b.iter(|| {
             let d = rt.block_on(storage.deployed("cilium")).unwrap().unwrap();
@@ -161,6 +180,14 @@ fn main() {
             ),
             "-",
             duration(dec),
+            None,
+        ));
+    }
+    if let Some(json) = mean_ns("records", "history-100-json") {
+        figures.push(Figure::alone(
+            format!("history through the JSON list (before the protobuf list), {size}"),
+            "-",
+            duration(json),
             None,
         ));
     }

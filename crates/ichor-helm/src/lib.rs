@@ -19,6 +19,7 @@ pub mod manifest;
 pub mod objects;
 pub mod record;
 pub mod render;
+pub mod secret_list;
 pub mod storage;
 pub mod wait;
 

@@ -1,5 +1,7 @@
 //! Helm's Secret storage driver: records in a storage namespace, found by the
-//! same label selectors Helm uses (`owner=helm`, `name=<release>`).
+//! same label selectors Helm uses (`owner=helm`, `name=<release>`; Helm's
+//! storage lists with that label selector alone, and so does Ichor), listed
+//! in protobuf as client-go's clients list them ([`crate::secret_list`]).
 
 use std::collections::BTreeMap;
 
@@ -8,6 +10,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
 use crate::record::{self, CodecError, Release, Status, Write};
+use crate::secret_list::{self, ListedSecret};
 
 /// The label selector of every Helm record (Helm's own).
 pub const OWNER_SELECTOR: &str = "owner=helm";
@@ -33,13 +36,13 @@ pub async fn newest_in_every_namespace(
     name: &str,
 ) -> Result<Vec<(String, Release)>, kube::Error> {
     let lp = ListParams::default().labels(&release_selector(name));
-    let secrets = Api::<Secret>::all(client.clone()).list(&lp).await?;
+    let secrets = secret_list::list(client, None, &lp).await?.items;
     let mut newest: BTreeMap<String, Release> = BTreeMap::new();
-    for s in &secrets.items {
-        let Ok(release) = record::from_secret(s) else {
+    for s in &secrets {
+        let Ok(release) = listed_release(s) else {
             continue;
         };
-        let ns = s.metadata.namespace.clone().unwrap_or_default();
+        let ns = s.namespace.clone().unwrap_or_default();
         if newest.get(&ns).is_none_or(|r| r.version < release.version) {
             newest.insert(ns, release);
         }
@@ -102,6 +105,7 @@ pub enum StorageError {
 #[derive(Clone)]
 pub struct SecretStorage {
     api: Api<Secret>,
+    client: kube::Client,
     namespace: String,
     custom_labels: BTreeMap<String, String>,
 }
@@ -109,7 +113,8 @@ pub struct SecretStorage {
 impl SecretStorage {
     pub fn new(client: kube::Client, namespace: &str) -> Self {
         SecretStorage {
-            api: Api::namespaced(client, namespace),
+            api: Api::namespaced(client.clone(), namespace),
+            client,
             namespace: namespace.to_string(),
             custom_labels: BTreeMap::new(),
         }
@@ -143,15 +148,21 @@ impl SecretStorage {
         }
     }
 
+    /// The records of the storage namespace that `lp` selects.
+    async fn list(&self, lp: &ListParams) -> Result<Vec<ListedSecret>, kube::Error> {
+        Ok(secret_list::list(&self.client, Some(&self.namespace), lp)
+            .await?
+            .items)
+    }
+
     /// Every revision of `release`, oldest first.
     pub async fn history(&self, release: &str) -> Result<Vec<StoredRelease>, StorageError> {
         let lp = ListParams::default().labels(&release_selector(release));
         let list = self
-            .api
             .list(&lp)
             .await
             .map_err(self.api_err("listing", "list", release))?;
-        let mut out = stored_all(&list.items)?;
+        let mut out = stored_all(&list)?;
         out.sort_by_key(|s| s.release.version);
         Ok(out)
     }
@@ -168,11 +179,10 @@ impl SecretStorage {
             Status::Deployed.as_str()
         ));
         let list = self
-            .api
             .list(&lp)
             .await
             .map_err(self.api_err("listing", "list", release))?;
-        let mut labelled = stored_all(&list.items)?;
+        let mut labelled = stored_all(&list)?;
         labelled.sort_by_key(|s| s.release.version);
         if let Some(s) = newest_deployed(&labelled) {
             return Ok(Some(s.release.clone()));
@@ -185,11 +195,10 @@ impl SecretStorage {
     pub async fn list_all(&self) -> Result<Vec<StoredRelease>, StorageError> {
         let lp = ListParams::default().labels(OWNER_SELECTOR);
         let list = self
-            .api
             .list(&lp)
             .await
             .map_err(self.api_err("listing", "list", "*"))?;
-        stored_all(&list.items)
+        stored_all(&list)
     }
 
     /// One revision, `None` when it does not exist.
@@ -288,8 +297,24 @@ fn record_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> 
 }
 
 /// Every record of a list, decoded, in the list's order.
-fn stored_all(items: &[Secret]) -> Result<Vec<StoredRelease>, StorageError> {
-    items.iter().map(stored).collect()
+fn stored_all(items: &[ListedSecret]) -> Result<Vec<StoredRelease>, StorageError> {
+    items
+        .iter()
+        .map(|s| {
+            Ok(StoredRelease {
+                release: listed_release(s)?,
+                resource_version: s.resource_version.clone(),
+                labels: s.labels.clone(),
+            })
+        })
+        .collect()
+}
+
+fn listed_release(s: &ListedSecret) -> Result<Release, CodecError> {
+    let data = s.release.as_ref().ok_or_else(|| CodecError::MissingData {
+        secret: s.display_name(),
+    })?;
+    record::decode_release(data, &s.display_name())
 }
 
 fn stored(s: &Secret) -> Result<StoredRelease, StorageError> {

@@ -11,6 +11,7 @@ use crate::Error;
 use crate::classes;
 use crate::path::{ConfigPath, document_paths};
 use crate::redact::Redactor;
+use crate::render::same_value;
 
 /// Longest value text kept in a drift entry (status must stay small).
 pub const MAX_VALUE_LEN: usize = 1024;
@@ -141,7 +142,7 @@ fn diff_mapping(
             for (k, dv) in d {
                 let lv = l.get(k);
                 // most of a config is equal: skip it before building its path
-                if lv == Some(dv) {
+                if lv.is_some_and(|lv| equal(lv, dv)) {
                     continue;
                 }
                 diff(&path.key(&key_text(k)), lv, Some(dv), out, redactor);
@@ -167,8 +168,10 @@ fn diff(
     out: &mut Vec<DriftEntry>,
     redactor: &Redactor<'_>,
 ) {
-    if live == desired {
-        return;
+    match (live, desired) {
+        (Some(l), Some(d)) if equal(l, d) => return,
+        (None, None) => return,
+        _ => {}
     }
     match (live, desired) {
         (Some(Value::Mapping(l)), Some(Value::Mapping(d))) => {
@@ -192,6 +195,12 @@ fn diff(
         }
         _ => push(path, live, desired, out, redactor),
     }
+}
+
+/// YAML's equality (keys in any order), answered first by the cheaper walk
+/// in order, which holds for nearly all of a config.
+fn equal(a: &Value, b: &Value) -> bool {
+    same_value(a, b) || a == b
 }
 
 fn push(

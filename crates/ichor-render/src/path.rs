@@ -45,6 +45,23 @@ impl ConfigPath {
     /// display syntax; `*` matches any one key and `[*]` any one item. The
     /// empty pattern matches every path.
     pub fn is_under(&self, pattern: &str) -> bool {
+        // Most patterns of a table differ in their first key: tell that
+        // from the text, without reading the pattern step by step (the
+        // redaction asks this for every value it shows).
+        if let Some(Segment::Key(first)) = self.0.first()
+            && !pattern.starts_with(['*', '[', '.'])
+            && !pattern.is_empty()
+        {
+            match pattern.strip_prefix(first.as_str()) {
+                Some(rest) if rest.is_empty() || rest.starts_with(['.', '[']) => {}
+                _ => return false,
+            }
+        }
+        self.matches_step_by_step(pattern)
+    }
+
+    /// [`Self::is_under`], reading the pattern step by step.
+    fn matches_step_by_step(&self, pattern: &str) -> bool {
         let mut segments = self.0.iter();
         PatternSegments::new(pattern).all(|p| segments.next().is_some_and(|s| p.matches(s)))
     }
@@ -281,6 +298,55 @@ pub(crate) fn remove(m: &mut Mapping, keys: &[&str]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Covers: issue 18 (the first-key check gives what the step-by-step match gives)
+    #[test]
+    fn the_first_key_check_agrees_with_the_step_by_step_match() {
+        let paths = [
+            ConfigPath::default(),
+            ConfigPath::default().key("cluster"),
+            ConfigPath::default().key("cluster").key("ca").key("key"),
+            ConfigPath::default().key("clusterX").key("ca"),
+            ConfigPath::default()
+                .key("machine")
+                .key("network")
+                .item("eth0"),
+            ConfigPath::default().key("KubeProxyConfig").key("enabled"),
+            ConfigPath::default()
+                .key("KubeExternalManifestConfig")
+                .item("x")
+                .key("url"),
+            ConfigPath::default().key("a.b").key("c"),
+            ConfigPath::default().key("a").key("b"),
+            ConfigPath::default().key("a[x]"),
+            ConfigPath::default().item("x"),
+        ];
+        let mut patterns: Vec<&str> = crate::redact::PUBLIC_PATHS.to_vec();
+        patterns.extend(crate::classes::RULES.iter().map(|r| r.pattern));
+        patterns.extend([
+            "",
+            "*",
+            "*.ca",
+            "[*]",
+            ".cluster",
+            "a.b",
+            "a[x]",
+            "a",
+            "a.b.c",
+            "cluster.",
+            "clusterX",
+            "KubeExternalManifestConfig[*].url",
+        ]);
+        for path in &paths {
+            for pattern in &patterns {
+                assert_eq!(
+                    path.is_under(pattern),
+                    path.matches_step_by_step(pattern),
+                    "{path} under {pattern:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn display_and_patterns() {

@@ -10,7 +10,7 @@ use ichor_api::{
     KubernetesComponent, MachinePatch, MachineRole, TalosCluster, TalosClusterSpec, TalosMachine,
     TalosMachineSpec,
 };
-use ichor_talos::config::MachineConfig;
+use ichor_talos::config::{ConfigError, Document, MachineConfig};
 use ichor_talos::patch::{ConfigPatch, PatchError};
 use serde_yaml_ng::{Mapping, Value};
 use sha2::{Digest, Sha256};
@@ -106,46 +106,48 @@ impl Rendered {
 /// Computing it costs a walk of the documents, not the YAML text, which a
 /// reconcile needs only when it applies.
 pub fn config_digest(docs: &[Mapping]) -> String {
-    let mut h = Sha256::new();
-    h.update((docs.len() as u64).to_le_bytes());
+    // The binary form is written whole and hashed once: hashing it value by
+    // value costs more in the hasher's calls than in the hashing.
+    let mut out = Vec::with_capacity(16 * 1024);
+    out.extend_from_slice(&(docs.len() as u64).to_le_bytes());
     for doc in docs {
-        digest_mapping(&mut h, doc);
+        digest_mapping(&mut out, doc);
     }
-    hex::encode(h.finalize())
+    hex::encode(Sha256::digest(&out))
 }
 
-fn digest_bytes(h: &mut Sha256, tag: u8, bytes: &[u8]) {
-    h.update([tag]);
-    h.update((bytes.len() as u64).to_le_bytes());
-    h.update(bytes);
+fn digest_bytes(out: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
+    out.push(tag);
+    out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    out.extend_from_slice(bytes);
 }
 
-fn digest_mapping(h: &mut Sha256, m: &Mapping) {
-    h.update([b'm']);
-    h.update((m.len() as u64).to_le_bytes());
+fn digest_mapping(out: &mut Vec<u8>, m: &Mapping) {
+    out.push(b'm');
+    out.extend_from_slice(&(m.len() as u64).to_le_bytes());
     for (k, v) in m {
-        digest_value(h, k);
-        digest_value(h, v);
+        digest_value(out, k);
+        digest_value(out, v);
     }
 }
 
-fn digest_value(h: &mut Sha256, v: &Value) {
+fn digest_value(out: &mut Vec<u8>, v: &Value) {
     match v {
-        Value::Null => h.update([b'n']),
-        Value::Bool(b) => h.update([b'b', u8::from(*b)]),
-        Value::Number(n) => digest_bytes(h, b'#', n.to_string().as_bytes()),
-        Value::String(s) => digest_bytes(h, b's', s.as_bytes()),
+        Value::Null => out.push(b'n'),
+        Value::Bool(b) => out.extend_from_slice(&[b'b', u8::from(*b)]),
+        Value::Number(n) => digest_bytes(out, b'#', n.to_string().as_bytes()),
+        Value::String(s) => digest_bytes(out, b's', s.as_bytes()),
         Value::Sequence(items) => {
-            h.update([b'l']);
-            h.update((items.len() as u64).to_le_bytes());
+            out.push(b'l');
+            out.extend_from_slice(&(items.len() as u64).to_le_bytes());
             for item in items {
-                digest_value(h, item);
+                digest_value(out, item);
             }
         }
-        Value::Mapping(m) => digest_mapping(h, m),
+        Value::Mapping(m) => digest_mapping(out, m),
         Value::Tagged(t) => {
-            digest_bytes(h, b't', t.tag.to_string().as_bytes());
-            digest_value(h, &t.value);
+            digest_bytes(out, b't', t.tag.to_string().as_bytes());
+            digest_value(out, &t.value);
         }
     }
 }
@@ -189,11 +191,7 @@ impl MachineRender {
 /// separate calls give; a test holds them equal).
 pub fn render_machine(input: &RenderInput<'_>) -> Result<MachineRender, Error> {
     let live = live_mappings(input.live)?;
-    let config = desired_config(input, live.clone())?;
-    let desired = config.to_mappings().map_err(|source| Error::Serialise {
-        what: "desired",
-        source,
-    })?;
+    let (config, desired) = desired_documents(input, &live)?;
     let hash = config_digest(&desired);
     let drift = compare_documents(&live, &desired, &Redactor::default());
     Ok(MachineRender {
@@ -235,6 +233,92 @@ fn desired_config(input: &RenderInput<'_>, mut docs: Vec<Mapping>) -> Result<Mac
     match MachineConfig::from_mappings(docs, &origin) {
         Ok(config) => Ok(config),
         Err(_) => render_stepwise(input).map(|r| r.config),
+    }
+}
+
+/// [`desired_config`] and the desired documents as mappings, for
+/// [`render_machine`]. A document that neither Ichor's paths nor a patch
+/// changed (the same keys, in the same order, with the same values as the
+/// live document) is the live document: it is not decoded and written
+/// again, which would give it back unchanged (a parsed document's round
+/// trip is exact). Only the changed ones are decoded, checked and written
+/// as [`MachineConfig::to_mappings`] writes them.
+fn desired_documents(
+    input: &RenderInput<'_>,
+    live: &[Mapping],
+) -> Result<(MachineConfig, Vec<Mapping>), Error> {
+    let mut docs = live.to_vec();
+    owned_paths(&mut docs, input);
+    for patch in &input.machine.patches {
+        let (parsed, patch_origin) = parse_patch(input, patch)?;
+        parsed
+            .reapply_to_mappings(&mut docs, &patch_origin)
+            .map_err(|source| patch_error(input, patch, source))?;
+    }
+    let origin = format!("the render of TalosMachine {}", input.machine_name);
+    let mut documents = Vec::with_capacity(docs.len());
+    let mut desired = Vec::with_capacity(docs.len());
+    for (i, m) in docs.into_iter().enumerate() {
+        if let (Some(l), Some(doc)) = (live.get(i), input.live.documents.get(i))
+            && same_mapping(l, &m)
+        {
+            documents.push(doc.clone());
+            desired.push(m);
+            continue;
+        }
+        let doc = match Document::from_mapping(m, &origin, i + 1) {
+            Ok(doc) => doc,
+            // As [`desired_config`]: the error of a render without patches
+            // is Ichor's paths'; with patches, the step-by-step render names
+            // the step.
+            Err(source) if input.machine.patches.is_empty() => {
+                return Err(Error::Rendered {
+                    machine: input.machine_name.to_owned(),
+                    source,
+                });
+            }
+            Err(_) => {
+                let config = render_stepwise(input)?.config;
+                let desired = config.to_mappings().map_err(|source| Error::Serialise {
+                    what: "desired",
+                    source,
+                })?;
+                return Ok((config, desired));
+            }
+        };
+        let mapping = doc.to_mapping().map_err(|source| Error::Serialise {
+            what: "desired",
+            source: ConfigError::Serialise {
+                index: i + 1,
+                kind: doc.kind_name().to_string(),
+                source,
+            },
+        })?;
+        documents.push(doc);
+        desired.push(mapping);
+    }
+    Ok((MachineConfig { documents }, desired))
+}
+
+/// Whether two mappings have the same keys in the same order with the same
+/// values (YAML's own equality ignores the order of keys, which the written
+/// config does not).
+fn same_mapping(a: &Mapping, b: &Mapping) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b.iter())
+            .all(|((ka, va), (kb, vb))| same_value(ka, kb) && same_value(va, vb))
+}
+
+/// [`same_mapping`] for any value.
+pub(crate) fn same_value(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Mapping(a), Value::Mapping(b)) => same_mapping(a, b),
+        (Value::Sequence(a), Value::Sequence(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same_value(a, b))
+        }
+        (Value::Tagged(a), Value::Tagged(b)) => a.tag == b.tag && same_value(&a.value, &b.value),
+        (a, b) => a == b,
     }
 }
 
