@@ -97,35 +97,18 @@ pub fn image(inputs: &Inputs) -> ImageSpec {
     let mut app = FileTree::new();
     app.file(ICHOR_PATH, inputs.ichor.clone(), 0o755);
 
-    let labels: BTreeMap<String, String> = [
-        ("org.opencontainers.image.title", NAME.to_string()),
-        (
-            "org.opencontainers.image.description",
-            "Ichor's controller, webhooks and ichor-cni Job: the ichor binary with helm and the pinned Cilium chart".to_string(),
-        ),
-        ("org.opencontainers.image.source", inputs.source.clone()),
-        ("org.opencontainers.image.version", inputs.version.clone()),
-        ("org.opencontainers.image.revision", inputs.revision.clone()),
-        ("org.opencontainers.image.licenses", "Apache-2.0".to_string()),
-        (
-            "org.opencontainers.image.created",
-            crate::image::rfc3339(inputs.created),
-        ),
-        (CILIUM_CHART_LABEL, chart_label),
-        (BASE_LABEL, base_packages(inputs).join(", ")),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
+    let mut labels = oci_labels(
+        inputs,
+        NAME,
+        "Ichor's controller, webhooks and ichor-cni Job: the ichor binary with helm and the pinned Cilium chart",
+    );
+    labels.insert(CILIUM_CHART_LABEL.to_string(), chart_label);
 
     ImageSpec {
         name: NAME.to_string(),
         tag: inputs.version.clone(),
         layers: vec![
-            (
-                "base: users, CA certificates and the shared libraries ichor links".to_string(),
-                base,
-            ),
+            (BASE_LAYER.to_string(), base),
             ("helm and the pinned Cilium chart".to_string(), tools),
             ("ichor".to_string(), app),
         ],
@@ -192,6 +175,41 @@ fn packages_record(inputs: &Inputs) -> String {
         .collect();
     lines.sort();
     lines.join("\n") + "\n"
+}
+
+/// The base layer's description (the same layer in every image).
+pub(crate) const BASE_LAYER: &str =
+    "base: users, CA certificates and the shared libraries ichor links";
+
+/// The OCI labels every Ichor image carries: `title`, `description`, where
+/// it comes from, its version and what its base layer holds.
+pub(crate) fn oci_labels(
+    inputs: &Inputs,
+    title: &str,
+    description: &str,
+) -> BTreeMap<String, String> {
+    [
+        ("org.opencontainers.image.title", title.to_string()),
+        (
+            "org.opencontainers.image.description",
+            description.to_string(),
+        ),
+        ("org.opencontainers.image.source", inputs.source.clone()),
+        ("org.opencontainers.image.version", inputs.version.clone()),
+        ("org.opencontainers.image.revision", inputs.revision.clone()),
+        (
+            "org.opencontainers.image.licenses",
+            "Apache-2.0".to_string(),
+        ),
+        (
+            "org.opencontainers.image.created",
+            crate::image::rfc3339(inputs.created),
+        ),
+        (BASE_LABEL, base_packages(inputs).join(", ")),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 #[cfg(test)]

@@ -3,9 +3,7 @@
 //! and CA certificates, a non-root user and no shell — and no helm and no
 //! chart, which the UI never runs.
 
-use std::collections::BTreeMap;
-
-use crate::controller::{BASE_LABEL, CA_PATH, ICHOR_PATH, Inputs, UID, base_layer, base_packages};
+use crate::controller::{BASE_LAYER, CA_PATH, ICHOR_PATH, Inputs, UID, base_layer, oci_labels};
 use crate::image::ImageSpec;
 use crate::layer::FileTree;
 
@@ -17,36 +15,16 @@ pub const NAME: &str = "ichor-ui";
 pub fn image(inputs: &Inputs) -> ImageSpec {
     let mut app = FileTree::new();
     app.file(ICHOR_PATH, inputs.ichor.clone(), 0o755);
-    let labels: BTreeMap<String, String> = [
-        ("org.opencontainers.image.title", NAME.to_string()),
-        (
-            "org.opencontainers.image.description",
-            "Ichor's web UI: the ichor binary, run as `ichor ui`".to_string(),
-        ),
-        ("org.opencontainers.image.source", inputs.source.clone()),
-        ("org.opencontainers.image.version", inputs.version.clone()),
-        ("org.opencontainers.image.revision", inputs.revision.clone()),
-        (
-            "org.opencontainers.image.licenses",
-            "Apache-2.0".to_string(),
-        ),
-        (
-            "org.opencontainers.image.created",
-            crate::image::rfc3339(inputs.created),
-        ),
-        (BASE_LABEL, base_packages(inputs).join(", ")),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
+    let labels = oci_labels(
+        inputs,
+        NAME,
+        "Ichor's web UI: the ichor binary, run as `ichor ui`",
+    );
     ImageSpec {
         name: NAME.to_string(),
         tag: inputs.version.clone(),
         layers: vec![
-            (
-                "base: users, CA certificates and the shared libraries ichor links".to_string(),
-                base_layer(inputs),
-            ),
+            (BASE_LAYER.to_string(), base_layer(inputs)),
             ("ichor".to_string(), app),
         ],
         entrypoint: vec![ICHOR_PATH.to_string()],

@@ -164,26 +164,6 @@ async fn controller_node(h: &LabHarness) -> String {
         .expect("the controller runs on a node")
 }
 
-/// A Ready pod of `app` on `node` (the lab's kubelet does not run it).
-async fn ready_pod(client: &kube::Client, ns: &str, name: &str, app: &str, node: &str) {
-    let pods = Api::<Pod>::namespaced(client.clone(), ns);
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
-        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    pods.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})),
-    )
-    .await
-    .unwrap();
-}
-
 /// The pid of the lab's process for Ichor's controller pod: the `ichor
 /// controller` process whose KUBECONFIG is the one the lab wrote for a pod
 /// in `ichor-system` (the lab runs each pod as a child process so).
@@ -299,7 +279,7 @@ async fn talos_upgrade_on_three_control_planes_then_stops() {
         .await
         .unwrap();
     for node in &hosts {
-        ready_pod(&client, "demo", &format!("app-{node}"), "app", node).await;
+        common::ready_pod(&client, "demo", &format!("app-{node}"), "app", node).await;
     }
     let pdb: PodDisruptionBudget = serde_json::from_value(json!({
         "metadata": {"name": "app", "namespace": "demo"},
@@ -801,7 +781,7 @@ async fn kubernetes_upgrade_and_refusals_on_three_control_planes() {
         .await
         .unwrap();
     let worker = hosts[3].clone();
-    ready_pod(&client, "demo", "db-1", "db", &worker).await;
+    common::ready_pod(&client, "demo", "db-1", "db", &worker).await;
     let pdb: PodDisruptionBudget = serde_json::from_value(json!({
         "metadata": {"name": "db", "namespace": "demo"},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}

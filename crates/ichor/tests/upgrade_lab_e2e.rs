@@ -14,29 +14,9 @@ use ichor_api::{OperationPhase, TalosOperation};
 use ichor_talemu::WriteAction;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::json;
-
-/// A Ready pod of `app` on `node` (the lab's kubelet does not run it).
-async fn ready_pod(client: &kube::Client, ns: &str, name: &str, app: &str, node: &str) {
-    let pods = Api::<Pod>::namespaced(client.clone(), ns);
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
-        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    pods.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})),
-    )
-    .await
-    .unwrap();
-}
 
 /// On a lab of one control plane and two workers, with the controller on
 /// the control plane and three pods under a budget of `maxUnavailable: 1`:
@@ -66,7 +46,7 @@ async fn the_installed_controller_upgrades_talos_node_by_node() {
         .await
         .unwrap();
     for (name, node) in [("web-1", &w1), ("web-2", &w2), ("web-3", &w2)] {
-        ready_pod(&client, "demo", name, "web", node).await;
+        common::ready_pod(&client, "demo", name, "web", node).await;
     }
     let pdb: PodDisruptionBudget = serde_json::from_value(json!({
         "metadata": {"name": "web", "namespace": "demo"},
@@ -248,7 +228,7 @@ async fn the_installed_controller_upgrades_talos_node_by_node() {
         "the controller did not roll out with --drain-timeout\n{}",
         h.logs()
     );
-    ready_pod(&client, "demo", "db-1", "db", &w2).await;
+    common::ready_pod(&client, "demo", "db-1", "db", &w2).await;
     let pdb: PodDisruptionBudget = serde_json::from_value(json!({
         "metadata": {"name": "db", "namespace": "demo"},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}

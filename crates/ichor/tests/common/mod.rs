@@ -238,3 +238,26 @@ pub async fn assert_the_controller_acts_as_its_service_account(h: &LabHarness) {
         );
     }
 }
+
+/// A Ready pod of `app` on `node`, created by the test (the lab's kubelet
+/// does not run it): something for a drain to evict.
+pub async fn ready_pod(client: &kube::Client, ns: &str, name: &str, app: &str, node: &str) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    pods.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})),
+    )
+    .await
+    .unwrap();
+}
