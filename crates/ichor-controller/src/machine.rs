@@ -18,7 +18,7 @@ use futures::StreamExt as _;
 use ichor_api::conditions::{self, Status, reasons, types};
 use ichor_api::{DriftClass, TalosCluster, TalosMachine, TalosMachineStatus};
 use ichor_render::{Drift, RenderInput};
-use ichor_talos::config::MachineConfig;
+use ichor_talos::config::{MachineConfig, ParsedConfig};
 use ichor_talos_client::{ApplyMode, ApplyRequest, ClientOptions, TalosClient};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt as _;
@@ -441,14 +441,17 @@ pub struct ApplyPlan {
 pub fn decide_apply(
     machine: &TalosMachine,
     cluster: &TalosCluster,
-    live: &MachineConfig,
+    live: &ParsedConfig,
     status: &mut TalosMachineStatus,
     now: &Time,
 ) -> Result<Option<ApplyPlan>> {
     let generation = machine.metadata.generation;
-    let render = ichor_render::render_machine(&RenderInput::from_objects(cluster, machine, live))?;
+    let render = ichor_render::render_machine_from(
+        &RenderInput::from_objects(cluster, machine, &live.config),
+        &live.mappings,
+    )?;
     status.config_hash = Some(render.hash.clone());
-    status.inline_manifests = Some(inline_manifest_names(live));
+    status.inline_manifests = Some(inline_manifest_names(&live.config));
     let drift = &render.drift;
     status.drift = drift.entries.clone();
     conditions::set(&mut status.conditions, drifted(drift, generation, now));
@@ -481,7 +484,7 @@ pub fn decide_apply(
     let desired_yaml = render.yaml()?;
     Ok(Some(ApplyPlan {
         desired_yaml,
-        desired: render.rendered.config,
+        desired: render.config(),
         paths,
     }))
 }
@@ -584,7 +587,7 @@ async fn apply_and_read_back(
         return Err(talos_error(machine, e));
     }
     tracing::info!(machine = %format!("{}/{}", machine.namespace().unwrap_or_default(), machine.name_any()), paths = ?plan.paths, "applied class B drift in no-reboot mode");
-    let read_back = read_live(talos, machine).await?;
+    let read_back = read_live(talos, machine).await?.config;
     status.inline_manifests = Some(inline_manifest_names(&read_back));
     let after = ichor_render::compare(&read_back, &plan.desired)?;
     status.drift = after.entries.clone();
@@ -669,7 +672,7 @@ fn live_config_error(machine: &TalosMachine, reason: String) -> Error {
     }
 }
 
-async fn read_live(talos: &TalosClient, machine: &TalosMachine) -> Result<MachineConfig> {
+async fn read_live(talos: &TalosClient, machine: &TalosMachine) -> Result<ParsedConfig> {
     let bytes = talos
         .machine_config("")
         .await
@@ -677,7 +680,7 @@ async fn read_live(talos: &TalosClient, machine: &TalosMachine) -> Result<Machin
     let text = String::from_utf8(bytes)
         .map_err(|_| live_config_error(machine, "the config is not UTF-8".into()))?;
     let origin = format!("the live config of node {}", machine.spec.address);
-    MachineConfig::parse_with_origin(&text, &origin)
+    ParsedConfig::parse_with_origin(&text, &origin)
         .map_err(|e| live_config_error(machine, e.to_string()))
 }
 
@@ -766,10 +769,11 @@ mod decide_tests {
         m
     }
 
-    fn live() -> MachineConfig {
-        MachineConfig::parse(include_str!(
-            "../../ichor-render/tests/fixtures/v1.12-cni-none-controlplane.yaml"
-        ))
+    fn live() -> ParsedConfig {
+        ParsedConfig::parse_with_origin(
+            include_str!("../../ichor-render/tests/fixtures/v1.12-cni-none-controlplane.yaml"),
+            "fixture",
+        )
         .expect("fixture parses")
     }
 
@@ -825,7 +829,7 @@ mod decide_tests {
     fn the_read_back_decides_applied() {
         let plan = ApplyPlan {
             desired_yaml: "a: 1\n".into(),
-            desired: live(),
+            desired: live().config,
             paths: vec!["machine.nodeLabels.zone".into()],
         };
         let (c, note) =

@@ -21,9 +21,11 @@
 //! matches renders byte for byte as it is.
 
 use ichor_api::{CniPreset, KubeProxyMode};
+use ichor_talos::config::CowMapping;
+use ichor_talos::config::lookup;
 use serde_yaml_ng::{Mapping, Value};
 
-use crate::path::{self, get, is_v1alpha1, kind_of, remove, set};
+use crate::path::{self, get, is_v1alpha1, kind_of, remove, remove_doc, set, set_doc};
 
 /// The name of the inline manifest that carries Cilium before the hand-over.
 pub const INLINE_CNI_NAME: &str = "cilium";
@@ -47,14 +49,15 @@ pub struct CniInput<'a> {
     pub taken_over_inline: Option<&'a str>,
 }
 
-/// Applies the CNI rules to the documents of a config.
-pub fn apply(docs: &mut Vec<Mapping>, input: &CniInput<'_>) {
+/// Applies the CNI rules to the documents of a config (a document is copied
+/// only when a rule changes it).
+pub fn apply(docs: &mut Vec<CowMapping<'_>>, input: &CniInput<'_>) {
     if input.preset != CniPreset::Cilium {
         return;
     }
     let multidoc = docs
         .iter()
-        .filter_map(kind_of)
+        .filter_map(|m| kind_of(m))
         .any(|k| k.starts_with("Kube") && !k.starts_with("KubeSpan"));
     cni_none(docs, multidoc);
     kube_proxy(docs, multidoc, input.kube_proxy, input.control_plane);
@@ -64,43 +67,52 @@ pub fn apply(docs: &mut Vec<Mapping>, input: &CniInput<'_>) {
     }
 }
 
-fn v1alpha1(docs: &mut [Mapping]) -> Option<&mut Mapping> {
+fn v1alpha1<'d, 'a>(docs: &'d mut [CowMapping<'a>]) -> Option<&'d mut CowMapping<'a>> {
     docs.iter_mut().find(|m| is_v1alpha1(m))
+}
+
+fn v1alpha1_ref<'d>(docs: &'d [CowMapping<'_>]) -> Option<&'d Mapping> {
+    docs.iter().map(|m| &**m).find(|m| is_v1alpha1(m))
 }
 
 /// Whether the legacy document carries this cluster section (legacy shape, or
 /// a v1.14 config upgraded from an older one that kept its legacy fields).
-fn legacy_has(docs: &mut [Mapping], multidoc: bool, keys: &[&str]) -> bool {
-    match v1alpha1(docs) {
+fn legacy_has(docs: &[CowMapping<'_>], multidoc: bool, keys: &[&str]) -> bool {
+    match v1alpha1_ref(docs) {
         Some(v1) => get(v1, keys).is_some() || (!multidoc && v1.contains_key("cluster")),
         None => false,
     }
 }
 
-fn cni_none(docs: &mut Vec<Mapping>, multidoc: bool) {
+fn cni_none(docs: &mut Vec<CowMapping<'_>>, multidoc: bool) {
     if legacy_has(docs, multidoc, &["cluster", "network"])
         && let Some(v1) = v1alpha1(docs)
     {
-        set(
+        set_doc(
             v1,
             &["cluster", "network", "cni", "name"],
             Value::String("none".into()),
         );
-        remove(v1, &["cluster", "network", "cni", "urls"]);
-        remove(v1, &["cluster", "network", "cni", "flannel"]);
+        remove_doc(v1, &["cluster", "network", "cni", "urls"]);
+        remove_doc(v1, &["cluster", "network", "cni", "flannel"]);
     }
     docs.retain(|m| {
         let kind = kind_of(m);
-        let name = m.get("name").and_then(Value::as_str);
+        let name = lookup(m, "name").and_then(Value::as_str);
         kind != Some("KubeFlannelCNIConfig")
             && !(kind == Some("KubeExternalManifestConfig")
                 && name == Some(ichor_talos::config::CUSTOM_CNI_MANIFEST_NAME))
     });
 }
 
-fn kube_proxy(docs: &mut [Mapping], multidoc: bool, mode: KubeProxyMode, control_plane: bool) {
+fn kube_proxy(
+    docs: &mut [CowMapping<'_>],
+    multidoc: bool,
+    mode: KubeProxyMode,
+    control_plane: bool,
+) {
     let replaced = mode == KubeProxyMode::Replaced;
-    let has_section = v1alpha1(docs).is_some_and(|v1| get(v1, &["cluster", "proxy"]).is_some());
+    let has_section = v1alpha1_ref(docs).is_some_and(|v1| get(v1, &["cluster", "proxy"]).is_some());
     // kube-proxy is deployed from the control plane; a worker's config says
     // nothing about it unless it already has the section.
     if !control_plane && !has_section {
@@ -109,9 +121,9 @@ fn kube_proxy(docs: &mut [Mapping], multidoc: bool, mode: KubeProxyMode, control
     if legacy_has(docs, multidoc, &["cluster", "proxy"]) {
         if let Some(v1) = v1alpha1(docs) {
             if replaced {
-                set(v1, &["cluster", "proxy", "disabled"], Value::Bool(true));
+                set_doc(v1, &["cluster", "proxy", "disabled"], Value::Bool(true));
             } else if get(v1, &["cluster", "proxy", "disabled"]) == Some(&Value::Bool(true)) {
-                remove(v1, &["cluster", "proxy", "disabled"]);
+                remove_doc(v1, &["cluster", "proxy", "disabled"]);
             }
         }
         return;
@@ -121,19 +133,19 @@ fn kube_proxy(docs: &mut [Mapping], multidoc: bool, mode: KubeProxyMode, control
         .filter(|m| kind_of(m) == Some("KubeProxyConfig"))
     {
         if replaced {
-            set(doc, &["enabled"], Value::Bool(false));
-        } else if doc.get("enabled") == Some(&Value::Bool(false)) {
-            remove(doc, &["enabled"]);
+            set_doc(doc, &["enabled"], Value::Bool(false));
+        } else if lookup(doc, "enabled") == Some(&Value::Bool(false)) {
+            remove_doc(doc, &["enabled"]);
         }
     }
 }
 
-fn kube_prism(docs: &mut Vec<Mapping>, multidoc: bool) {
+fn kube_prism(docs: &mut Vec<CowMapping<'_>>, multidoc: bool) {
     if let Some(doc) = docs
         .iter_mut()
         .find(|m| kind_of(m) == Some("KubePrismConfig"))
     {
-        let port = doc.get("port").and_then(Value::as_u64).unwrap_or(0);
+        let port = lookup(doc, "port").and_then(Value::as_u64).unwrap_or(0);
         if port == 0 {
             set(doc, &["port"], Value::Number(KUBEPRISM_PORT.into()));
         }
@@ -166,10 +178,10 @@ fn kube_prism(docs: &mut Vec<Mapping>, multidoc: bool) {
     );
     doc.insert("kind".into(), "KubePrismConfig".into());
     doc.insert("port".into(), Value::Number(KUBEPRISM_PORT.into()));
-    docs.push(doc);
+    docs.push(CowMapping::Owned(doc));
 }
 
-fn inline_entry(docs: &mut Vec<Mapping>, multidoc: bool, input: &CniInput<'_>) {
+fn inline_entry(docs: &mut Vec<CowMapping<'_>>, multidoc: bool, input: &CniInput<'_>) {
     if input.handover {
         drop_inline_entry(docs, input);
     } else if let Some(manifest) = input.inline_cni {
@@ -180,17 +192,21 @@ fn inline_entry(docs: &mut Vec<Mapping>, multidoc: bool, input: &CniInput<'_>) {
 /// The `name` of an inline manifest entry.
 fn name_of(v: &Value) -> Option<String> {
     v.as_mapping()
-        .and_then(|m| m.get("name"))
+        .and_then(|m| lookup(m, "name"))
         .and_then(Value::as_str)
         .map(str::to_owned)
 }
 
 /// After the hand-over: the inline CNI entry (and a taken-over one) goes.
-fn drop_inline_entry(docs: &mut Vec<Mapping>, input: &CniInput<'_>) {
+fn drop_inline_entry(docs: &mut Vec<CowMapping<'_>>, input: &CniInput<'_>) {
     let gone = |n: Option<&str>| {
         n == Some(INLINE_CNI_NAME) || (n.is_some() && n == input.taken_over_inline)
     };
-    if let Some(v1) = v1alpha1(docs) {
+    let legacy_entry = v1alpha1_ref(docs)
+        .and_then(|v1| get(v1, &["cluster", "inlineManifests"]))
+        .and_then(Value::as_sequence)
+        .is_some_and(|list| list.iter().any(|item| gone(name_of(item).as_deref())));
+    if legacy_entry && let Some(v1) = v1alpha1(docs) {
         let mut now_empty = false;
         if let Some(list) = path::sequence_mut(v1, &["cluster", "inlineManifests"]) {
             let before = list.len();
@@ -205,22 +221,22 @@ fn drop_inline_entry(docs: &mut Vec<Mapping>, input: &CniInput<'_>) {
     }
     docs.retain(|m| {
         !(kind_of(m) == Some("KubeInlineManifestConfig")
-            && gone(m.get("name").and_then(Value::as_str)))
+            && gone(lookup(m, "name").and_then(Value::as_str)))
     });
 }
 
 /// Before the hand-over: the inline CNI entry carries `manifest`, in the
 /// document or list the config already uses.
-fn keep_inline_entry(docs: &mut Vec<Mapping>, multidoc: bool, manifest: &str) {
+fn keep_inline_entry(docs: &mut Vec<CowMapping<'_>>, multidoc: bool, manifest: &str) {
     if let Some(doc) = docs.iter_mut().find(|m| {
         kind_of(m) == Some("KubeInlineManifestConfig")
-            && m.get("name").and_then(Value::as_str) == Some(INLINE_CNI_NAME)
+            && lookup(m, "name").and_then(Value::as_str) == Some(INLINE_CNI_NAME)
     }) {
-        set(doc, &["manifest"], Value::String(manifest.to_owned()));
+        set_doc(doc, &["manifest"], Value::String(manifest.to_owned()));
         return;
     }
     let legacy_list =
-        v1alpha1(docs).is_some_and(|v1| get(v1, &["cluster", "inlineManifests"]).is_some());
+        v1alpha1_ref(docs).is_some_and(|v1| get(v1, &["cluster", "inlineManifests"]).is_some());
     if multidoc && !legacy_list {
         let mut doc = Mapping::new();
         doc.insert(
@@ -230,7 +246,7 @@ fn keep_inline_entry(docs: &mut Vec<Mapping>, multidoc: bool, manifest: &str) {
         doc.insert("kind".into(), "KubeInlineManifestConfig".into());
         doc.insert("name".into(), INLINE_CNI_NAME.into());
         doc.insert("manifest".into(), manifest.into());
-        docs.push(doc);
+        docs.push(CowMapping::Owned(doc));
         return;
     }
     let Some(v1) = v1alpha1(docs) else {

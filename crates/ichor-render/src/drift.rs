@@ -3,13 +3,16 @@
 
 use ichor_api::conditions::{self, Status, reasons, types};
 use ichor_api::{DriftClass, DriftEntry};
-use ichor_talos::config::MachineConfig;
+use std::borrow::Borrow;
+
+use ichor_talos::config::lookup;
+use ichor_talos::config::{CowMapping, MachineConfig};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_yaml_ng::{Mapping, Value};
 
 use crate::Error;
 use crate::classes;
-use crate::path::{ConfigPath, document_paths};
+use crate::path::{ConfigPath, document_path, document_paths, is_v1alpha1, kind_of};
 use crate::redact::Redactor;
 use crate::render::same_value;
 
@@ -113,21 +116,90 @@ pub fn compare_redacted(
 }
 
 /// [`compare`] over documents already turned into mappings.
-pub fn compare_documents(live: &[Mapping], desired: &[Mapping], redactor: &Redactor<'_>) -> Drift {
+pub fn compare_documents<L: Borrow<Mapping>, D: Borrow<Mapping>>(
+    live: &[L],
+    desired: &[D],
+    redactor: &Redactor<'_>,
+) -> Drift {
     let live_paths = document_paths(live);
     let desired_paths = document_paths(desired);
     let mut entries = Vec::new();
     for (path, d) in desired_paths.iter().zip(desired) {
-        let l = live_paths.iter().position(|p| p == path).map(|i| &live[i]);
-        diff_mapping(path, l, Some(d), &mut entries, redactor);
+        let l = live_paths
+            .iter()
+            .position(|p| p == path)
+            .map(|i| live[i].borrow());
+        diff_mapping(path, l, Some(d.borrow()), &mut entries, redactor);
     }
     for (path, l) in live_paths.iter().zip(live) {
         if !desired_paths.contains(path) {
-            diff_mapping(path, Some(l), None, &mut entries, redactor);
+            diff_mapping(path, Some(l.borrow()), None, &mut entries, redactor);
         }
     }
     entries.sort_by(|a, b| a.path.cmp(&b.path));
     Drift { entries }
+}
+
+/// [`compare_documents`] of a render's documents, which start as the live
+/// ones: when the render kept every document in its place (the same kind
+/// and name at each position, no path twice), a document it never wrote
+/// to is the live one and is not walked, and only the others are compared.
+/// Otherwise every document is compared. Both ways give the same drift (a
+/// test holds them equal).
+pub fn compare_edited(
+    live: &[Mapping],
+    desired: &[CowMapping<'_>],
+    redactor: &Redactor<'_>,
+) -> Drift {
+    if !same_places(live, desired) {
+        return compare_documents(live, desired, redactor);
+    }
+    let mut entries = Vec::new();
+    for (i, (l, d)) in live.iter().zip(desired).enumerate() {
+        if d.is_unwritten(l) {
+            continue;
+        }
+        let path = document_path(desired, i);
+        diff_mapping(&path, Some(l), Some(d), &mut entries, redactor);
+    }
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    Drift { entries }
+}
+
+/// Whether each desired document has the place of the live one at its
+/// position (the same kind and name, or both `v1alpha1`) and no document
+/// path is there twice, so that documents pair by position as
+/// [`compare_documents`] pairs them by path.
+fn same_places(live: &[Mapping], desired: &[CowMapping<'_>]) -> bool {
+    fn id(m: &Mapping) -> (bool, Option<&str>, Option<&str>) {
+        let kind = kind_of(m);
+        (
+            kind.is_none() && is_v1alpha1(m),
+            kind,
+            lookup(m, "name").and_then(Value::as_str),
+        )
+    }
+    if live.len() != desired.len() {
+        return false;
+    }
+    let mut named: Vec<(bool, Option<&str>, Option<&str>)> = Vec::new();
+    for (l, d) in live.iter().zip(desired) {
+        let lid = id(l);
+        if !d.is_unwritten(l) && id(d) != lid {
+            return false;
+        }
+        // A v1alpha1 document or a named one has a path of its own; two
+        // with one path (or a name that reads like an unnamed document's
+        // `#n`) pair by path, not by position.
+        let (v1, _, name) = lid;
+        if v1 || name.is_some() {
+            if name.is_some_and(|n| n.starts_with('#')) || named.contains(&lid) {
+                return false;
+            }
+            named.push(lid);
+        }
+    }
+    true
 }
 
 fn diff_mapping(
@@ -140,7 +212,7 @@ fn diff_mapping(
     match (live, desired) {
         (Some(l), Some(d)) => {
             for (k, dv) in d {
-                let lv = l.get(k);
+                let lv = get_key(l, k);
                 // most of a config is equal: skip it before building its path
                 if lv.is_some_and(|lv| equal(lv, dv)) {
                     continue;
@@ -148,7 +220,7 @@ fn diff_mapping(
                 diff(&path.key(&key_text(k)), lv, Some(dv), out, redactor);
             }
             for (k, lv) in l {
-                if !d.contains_key(k) {
+                if get_key(d, k).is_none() {
                     diff(&path.key(&key_text(k)), Some(lv), None, out, redactor);
                 }
             }
@@ -158,6 +230,14 @@ fn diff_mapping(
             let dv = d.cloned().map(Value::Mapping);
             push(path, lv.as_ref(), dv.as_ref(), out, redactor);
         }
+    }
+}
+
+/// The value of a key ([`lookup`] for a string key).
+fn get_key<'m>(m: &'m Mapping, k: &Value) -> Option<&'m Value> {
+    match k {
+        Value::String(k) => lookup(m, k),
+        k => m.get(k),
     }
 }
 
@@ -235,7 +315,7 @@ fn keyed_or_absent(v: Option<&Value>) -> bool {
 fn keyed(items: &[Value]) -> bool {
     let names: Vec<&str> = items
         .iter()
-        .filter_map(|i| i.as_mapping()?.get("name")?.as_str())
+        .filter_map(|i| lookup(i.as_mapping()?, "name")?.as_str())
         .collect();
     !items.is_empty()
         && names.len() == items.len()
@@ -247,7 +327,7 @@ fn keyed(items: &[Value]) -> bool {
 
 fn item_name(v: &Value) -> &str {
     v.as_mapping()
-        .and_then(|m| m.get("name"))
+        .and_then(|m| lookup(m, "name"))
         .and_then(Value::as_str)
         .unwrap_or_default()
 }
@@ -285,4 +365,83 @@ pub fn value_text(v: &Value) -> String {
         cut -= 1;
     }
     format!("{}… ({} bytes in all)", &text[..cut], text.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{compare_documents, compare_edited};
+    use crate::redact::Redactor;
+    use ichor_talos::config::CowMapping;
+    use serde_yaml_ng::Mapping;
+
+    /// A change a render makes to its documents.
+    type Edit = dyn Fn(&mut Vec<CowMapping<'_>>);
+
+    fn docs(text: &str) -> Vec<Mapping> {
+        text.split("---\n")
+            .map(|d| serde_yaml_ng::from_str(d).expect("yaml"))
+            .collect()
+    }
+
+    /// The drift of a render's documents, compared by position where the
+    /// render kept every document in its place and by path where it did not
+    /// (a document removed, added, renamed, or two with one path), is the
+    /// drift of every document compared by path.
+    /// Covers: R1.5 (drift per path)
+    #[test]
+    fn edited_documents_drift_as_all_documents_do() {
+        let live = docs(
+            "machine: {type: worker, nodeLabels: {a: b}}\n---\napiVersion: v1alpha1\nkind: HostnameConfig\nhostname: n1\n---\napiVersion: v1alpha1\nkind: KubeletConfig\nimage: k:1\n---\napiVersion: v1alpha1\nkind: UserVolumeConfig\nname: data\nsize: 1GB\n---\napiVersion: v1alpha1\nkind: UserVolumeConfig\nname: data2\nsize: 2GB\n",
+        );
+        let edits: Vec<Box<Edit>> = vec![
+            Box::new(|_| {}),
+            Box::new(|d| {
+                d[0].insert("debug".into(), true.into());
+            }),
+            Box::new(|d| {
+                d[2].insert("image".into(), "k:2".into());
+                d[1].insert("hostname".into(), "n2".into());
+            }),
+            Box::new(|d| {
+                d.remove(1);
+            }),
+            Box::new(|d| {
+                d[1].insert("kind".into(), "HostnameConfigV2".into());
+            }),
+            Box::new(|d| {
+                d[3].insert("name".into(), "other".into());
+            }),
+            // two documents with one path
+            Box::new(|d| {
+                d[4].insert("name".into(), "data".into());
+                d[4].insert("size".into(), "3GB".into());
+            }),
+            Box::new(|d| {
+                d.push(CowMapping::Owned(
+                    docs("apiVersion: v1alpha1\nkind: HostnameConfig\nhostname: n3\n").remove(0),
+                ));
+            }),
+        ];
+        // The same config with two documents of one path (Talos refuses
+        // such a config; the drift still says what differs as by path).
+        let twice: Vec<Mapping> = live[..4]
+            .iter()
+            .cloned()
+            .chain(docs(
+                "apiVersion: v1alpha1\nkind: UserVolumeConfig\nname: data\nsize: 2GB\n",
+            ))
+            .collect();
+        for live in [&live, &twice] {
+            for (i, edit) in edits.iter().enumerate() {
+                let mut desired = CowMapping::borrow_all(live);
+                edit(&mut desired);
+                let redactor = Redactor::default();
+                assert_eq!(
+                    compare_edited(live, &desired, &redactor),
+                    compare_documents(live, &desired, &redactor),
+                    "edit #{i}"
+                );
+            }
+        }
+    }
 }

@@ -20,7 +20,7 @@ pub use drift::{Drift, compare};
 pub use path::{ConfigPath, Segment};
 pub use render::{
     ComponentStep, MachineRender, RenderInput, Rendered, component_step, config_digest, render,
-    render_machine, render_stepwise, retag,
+    render_machine, render_machine_from, render_stepwise, retag,
 };
 
 /// What can go wrong in a render or a drift comparison.

@@ -9,8 +9,11 @@
 //! - `cluster.inlineManifests[cilium].contents` — a list item found by its `name`;
 //! - `machine.nodeLabels["node.kubernetes.io/exclude"]` — a key with dots.
 
+use std::borrow::Borrow;
 use std::fmt;
 
+use ichor_talos::config::CowMapping;
+use ichor_talos::config::lookup;
 use serde_yaml_ng::{Mapping, Value};
 
 /// One step of a [`ConfigPath`].
@@ -168,48 +171,109 @@ pub(crate) fn is_v1alpha1(m: &Mapping) -> bool {
 
 /// The `kind` of a multi-document kind.
 pub(crate) fn kind_of(m: &Mapping) -> Option<&str> {
-    m.get("kind").and_then(Value::as_str)
+    lookup(m, "kind").and_then(Value::as_str)
 }
 
 /// The path of every document, in order: `[]` for `v1alpha1`, `Kind` or
 /// `Kind[name]` for the others (`Kind[#n]` for the n-th unnamed one of a kind).
-pub(crate) fn document_paths(docs: &[Mapping]) -> Vec<ConfigPath> {
-    let mut seen: Vec<(String, usize)> = Vec::new();
+pub(crate) fn document_paths<M: Borrow<Mapping>>(docs: &[M]) -> Vec<ConfigPath> {
+    let mut seen: Vec<(&str, usize)> = Vec::new();
     docs.iter()
-        .map(|m| {
-            if is_v1alpha1(m) {
-                return ConfigPath::default();
-            }
-            let kind = kind_of(m).unwrap_or("<no kind>").to_owned();
-            let base = ConfigPath::default().key(&kind);
-            match m.get("name").and_then(Value::as_str) {
-                Some(name) => base.item(name),
-                None => {
-                    let n = match seen.iter_mut().find(|(k, _)| *k == kind) {
-                        Some((_, n)) => {
-                            *n += 1;
-                            *n
-                        }
-                        None => {
-                            seen.push((kind.clone(), 1));
-                            1
-                        }
-                    };
-                    if n == 1 {
-                        base
-                    } else {
-                        base.item(&format!("#{n}"))
+        .map(|m| match own_path(m.borrow()) {
+            Ok(path) => path,
+            Err((base, kind)) => {
+                let n = match seen.iter_mut().find(|(k, _)| *k == kind) {
+                    Some((_, n)) => {
+                        *n += 1;
+                        *n
                     }
-                }
+                    None => {
+                        seen.push((kind, 1));
+                        1
+                    }
+                };
+                numbered(base, n)
             }
         })
         .collect()
 }
 
+/// The path of `docs[i]` (see [`document_paths`]; for one document, not all).
+pub(crate) fn document_path<M: Borrow<Mapping>>(docs: &[M], i: usize) -> ConfigPath {
+    let m = docs[i].borrow();
+    let (base, kind) = match own_path(m) {
+        Ok(path) => return path,
+        Err(unnamed) => unnamed,
+    };
+    let unnamed = |d: &Mapping| lookup(d, "name").and_then(Value::as_str).is_none();
+    let n = 1 + docs[..i]
+        .iter()
+        .map(Borrow::borrow)
+        .filter(|d: &&Mapping| match kind_of(m) {
+            // the kind's look-up first: it rules out nearly every document
+            Some(_) => kind_of(d) == Some(kind) && unnamed(d),
+            None => !is_v1alpha1(d) && kind_of(d).is_none() && unnamed(d),
+        })
+        .count();
+    numbered(base, n)
+}
+
+/// A document's path when the document alone says it (`[]`, `Kind[name]`);
+/// else its kind's path and kind, for [`numbered`].
+fn own_path(m: &Mapping) -> Result<ConfigPath, (ConfigPath, &str)> {
+    if is_v1alpha1(m) {
+        return Ok(ConfigPath::default());
+    }
+    let kind = kind_of(m).unwrap_or("<no kind>");
+    let base = ConfigPath::default().key(kind);
+    match lookup(m, "name").and_then(Value::as_str) {
+        Some(name) => Ok(base.item(name)),
+        None => Err((base, kind)),
+    }
+}
+
+/// The path of the `n`-th unnamed document of a kind.
+fn numbered(base: ConfigPath, n: usize) -> ConfigPath {
+    if n == 1 {
+        base
+    } else {
+        base.item(&format!("#{n}"))
+    }
+}
+
+/// [`set`] on a document borrowed from the live config: the document is
+/// copied only when the value at `keys` changes.
+pub(crate) fn set_doc(doc: &mut CowMapping<'_>, keys: &[&str], value: Value) -> bool {
+    if get(doc, keys) == Some(&value) {
+        return false;
+    }
+    set(doc, keys, value)
+}
+
+/// [`set_existing`] on a borrowed document, copied only when it changes.
+pub(crate) fn set_existing_doc(doc: &mut CowMapping<'_>, keys: &[&str], value: Value) -> bool {
+    let Some((_, parents)) = keys.split_last() else {
+        return false;
+    };
+    let parent_is_mapping = parents.is_empty() || get(doc, parents).is_some_and(Value::is_mapping);
+    if !parent_is_mapping || get(doc, keys) == Some(&value) {
+        return false;
+    }
+    set_existing(doc, keys, value)
+}
+
+/// [`remove`] on a borrowed document, copied only when something goes.
+pub(crate) fn remove_doc(doc: &mut CowMapping<'_>, keys: &[&str]) -> bool {
+    if get(doc, keys).is_none() {
+        return false;
+    }
+    remove(doc, keys)
+}
+
 /// The value at `keys` under a mapping.
 pub(crate) fn get<'a>(m: &'a Mapping, keys: &[&str]) -> Option<&'a Value> {
     let (first, rest) = keys.split_first()?;
-    let v = m.get(*first)?;
+    let v = lookup(m, first)?;
     if rest.is_empty() {
         Some(v)
     } else {
@@ -224,7 +288,7 @@ pub(crate) fn set(m: &mut Mapping, keys: &[&str], value: Value) -> bool {
         return false;
     };
     if rest.is_empty() {
-        if m.get(*first) == Some(&value) {
+        if lookup(m, first) == Some(&value) {
             return false;
         }
         m.insert(Value::String((*first).to_owned()), value);

@@ -12,13 +12,18 @@ use ichor_api::{
 };
 use ichor_talos::config::{ConfigError, Document, MachineConfig};
 use ichor_talos::patch::{ConfigPatch, PatchError};
+use std::borrow::Borrow;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use ichor_talos::config::CowMapping;
 use serde_yaml_ng::{Mapping, Value};
-use sha2::{Digest, Sha256};
 
 use crate::Error;
 use crate::cni::{self, CniInput};
-use crate::drift::{Drift, compare_documents};
-use crate::path::{get, is_v1alpha1, kind_of, set, set_existing};
+use crate::drift::{Drift, compare_edited};
+use crate::path::{get, is_v1alpha1, kind_of, set, set_doc, set_existing_doc};
 use crate::redact::Redactor;
 
 /// Everything a render needs. Build it with [`RenderInput::from_objects`] or by hand.
@@ -100,20 +105,23 @@ impl Rendered {
     }
 }
 
-/// SHA-256, hex, of the desired config's documents in an unambiguous
-/// binary form (each value's type, length and content, keys in the order
-/// they are written): documents that differ have different digests.
-/// Computing it costs a walk of the documents, not the YAML text, which a
-/// reconcile needs only when it applies.
-pub fn config_digest(docs: &[Mapping]) -> String {
+/// BLAKE3, hex (256 bits), of the desired config's documents in an
+/// unambiguous binary form (each value's type, length and content, keys in
+/// the order they are written): documents that differ have different
+/// digests. Computing it costs a walk of the documents, not the YAML text,
+/// which a reconcile needs only when it applies. BLAKE3 rather than
+/// SHA-256: every reconcile of every machine hashes its whole config, and
+/// BLAKE3 hashes a config in about a third of SHA-256's time here (both
+/// are cryptographic: the digest shows nothing of the secrets in it).
+pub fn config_digest<M: Borrow<Mapping>>(docs: &[M]) -> String {
     // The binary form is written whole and hashed once: hashing it value by
     // value costs more in the hasher's calls than in the hashing.
     let mut out = Vec::with_capacity(16 * 1024);
     out.extend_from_slice(&(docs.len() as u64).to_le_bytes());
     for doc in docs {
-        digest_mapping(&mut out, doc);
+        digest_mapping(&mut out, doc.borrow());
     }
-    hex::encode(Sha256::digest(&out))
+    blake3::hash(&out).to_hex().to_string()
 }
 
 fn digest_bytes(out: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
@@ -155,47 +163,74 @@ fn digest_value(out: &mut Vec<u8>, v: &Value) {
 /// Renders the desired config of one node.
 pub fn render(input: &RenderInput<'_>) -> Result<Rendered, Error> {
     let live = live_mappings(input.live)?;
-    let config = desired_config(input, live)?;
-    Ok(Rendered { config })
+    let desired = desired_documents(input, &live)?;
+    Ok(Rendered {
+        config: desired.config(input.live),
+    })
 }
 
-/// One machine's render as a reconcile uses it: the desired config, its
-/// digest, the drift from the live config, and the YAML Ichor applies
-/// (written only when asked: most reconciles apply nothing).
+/// One machine's render as a reconcile uses it: the desired documents, their
+/// digest, the drift from the live config, and the typed config and YAML
+/// Ichor applies (made only when asked: most reconciles apply nothing).
+/// It borrows the documents the render left as they were from the live config.
 #[derive(Debug, Clone, PartialEq)]
-pub struct MachineRender {
-    /// The desired config.
-    pub rendered: Rendered,
-    /// The desired config's documents, as [`MachineConfig::to_mappings`] gives them.
-    pub desired: Vec<Mapping>,
+pub struct MachineRender<'a> {
+    live: &'a MachineConfig,
+    desired: Desired<'a>,
     /// [`Rendered::hash`] (for `status.configHash`).
     pub hash: String,
     /// [`crate::compare`] of the live config with the desired one.
     pub drift: Drift,
 }
 
-impl MachineRender {
+impl MachineRender<'_> {
+    /// The desired config, typed (what [`render`] gives).
+    pub fn config(&self) -> MachineConfig {
+        self.desired.config(self.live)
+    }
+
     /// [`Rendered::yaml`], from the documents already at hand.
     pub fn yaml(&self) -> Result<String, Error> {
-        ichor_talos::config::mappings_to_yaml(&self.desired).map_err(|source| Error::Serialise {
-            what: "desired",
-            source,
+        ichor_talos::config::mappings_to_yaml(&self.desired.mappings).map_err(|source| {
+            Error::Serialise {
+                what: "desired",
+                source,
+            }
         })
     }
 }
 
-/// [`render`], [`Rendered::hash`] and [`crate::compare`] in one pass: the
-/// live config is turned into YAML mappings once, the rules and every patch
-/// work on those mappings, the result is decoded into the typed config once,
-/// and its mappings give both the digest and the drift (the same values the
-/// separate calls give; a test holds them equal).
-pub fn render_machine(input: &RenderInput<'_>) -> Result<MachineRender, Error> {
+/// [`render`], [`Rendered::hash`] and [`crate::compare`] in one pass (the
+/// same values the separate calls give; a test holds them equal). The live
+/// config is turned into mappings here; a caller that read it from text
+/// has them already and calls [`render_machine_from`].
+pub fn render_machine<'a>(input: &RenderInput<'a>) -> Result<MachineRender<'a>, Error> {
     let live = live_mappings(input.live)?;
-    let (config, desired) = desired_documents(input, &live)?;
-    let hash = config_digest(&desired);
-    let drift = compare_documents(&live, &desired, &Redactor::default());
+    let render = render_machine_from(input, &live)?;
     Ok(MachineRender {
-        rendered: Rendered { config },
+        live: input.live,
+        desired: render.desired.into_owned(),
+        hash: render.hash,
+        drift: render.drift,
+    })
+}
+
+/// [`render_machine`] from the live config's mappings (`live` is
+/// `input.live.to_mappings()`, which [`ParsedConfig`] keeps from the read). The rules and every patch work on those mappings, copying only
+/// the documents they change; only those are decoded into the typed config
+/// and written back; the digest walks the desired documents once, and the
+/// drift compares only the changed ones.
+///
+/// [`ParsedConfig`]: ichor_talos::config::ParsedConfig
+pub fn render_machine_from<'a>(
+    input: &RenderInput<'a>,
+    live: &'a [Mapping],
+) -> Result<MachineRender<'a>, Error> {
+    let desired = desired_documents(input, live)?;
+    let hash = config_digest(&desired.mappings);
+    let drift = compare_edited(live, &desired.mappings, &Redactor::default());
+    Ok(MachineRender {
+        live: input.live,
         desired,
         hash,
         drift,
@@ -209,68 +244,83 @@ fn live_mappings(live: &MachineConfig) -> Result<Vec<Mapping>, Error> {
     })
 }
 
-/// The live config's mappings with Ichor's paths and the machine's patches,
-/// decoded once at the end. Should that decode fail, the render is done
-/// again a step at a time, decoding after Ichor's paths and after each
-/// patch, so the error names the step that broke the config.
-fn desired_config(input: &RenderInput<'_>, mut docs: Vec<Mapping>) -> Result<MachineConfig, Error> {
-    owned_paths(&mut docs, input);
-    let origin = format!("the render of TalosMachine {}", input.machine_name);
-    if input.machine.patches.is_empty() {
-        return MachineConfig::from_mappings(docs, &origin).map_err(|source| Error::Rendered {
-            machine: input.machine_name.to_owned(),
-            source,
-        });
+/// The desired documents: mappings (borrowed from the live config where the
+/// render left a document as it was) and, for the documents it changed,
+/// the typed document they decoded to.
+#[derive(Debug, Clone, PartialEq)]
+struct Desired<'a> {
+    mappings: Vec<CowMapping<'a>>,
+    /// `None`: the live config's typed document at the same position.
+    typed: Vec<Option<Document>>,
+}
+
+impl Desired<'_> {
+    fn config(&self, live: &MachineConfig) -> MachineConfig {
+        let documents = self
+            .typed
+            .iter()
+            .enumerate()
+            .map(|(i, d)| match d {
+                Some(d) => d.clone(),
+                None => live.documents[i].clone(),
+            })
+            .collect();
+        MachineConfig { documents }
     }
+
+    /// The same documents, owning their mappings.
+    fn into_owned(self) -> Desired<'static> {
+        Desired {
+            mappings: self
+                .mappings
+                .into_iter()
+                .map(|m| CowMapping::Owned(m.into_owned()))
+                .collect(),
+            typed: self.typed,
+        }
+    }
+}
+
+/// The live config's mappings with Ichor's paths and the machine's patches
+/// (a document is copied only when one of them writes to it). A document
+/// that neither changed (never written to, or written back to the same
+/// keys in the same order with the same values) is the live document: it
+/// is not decoded and written again, which would give it back unchanged
+/// (a parsed document's round trip is exact). Only the changed ones are
+/// decoded, checked and written as [`MachineConfig::to_mappings`] writes
+/// them. Should a decode fail, the render is done again a step at a time,
+/// decoding after Ichor's paths and after each patch, so the error names
+/// the step that broke the config.
+fn desired_documents<'a>(
+    input: &RenderInput<'a>,
+    live: &'a [Mapping],
+) -> Result<Desired<'a>, Error> {
+    let mut docs = CowMapping::borrow_all(live);
+    owned_paths(&mut docs, input);
     for patch in &input.machine.patches {
         let (parsed, patch_origin) = parse_patch(input, patch)?;
         // The base is the live config, which already carries the effect of
         // every patch applied before: reapplied, a patch changes it once (ADR 0016).
         parsed
-            .reapply_to_mappings(&mut docs, &patch_origin)
-            .map_err(|source| patch_error(input, patch, source))?;
-    }
-    match MachineConfig::from_mappings(docs, &origin) {
-        Ok(config) => Ok(config),
-        Err(_) => render_stepwise(input).map(|r| r.config),
-    }
-}
-
-/// [`desired_config`] and the desired documents as mappings, for
-/// [`render_machine`]. A document that neither Ichor's paths nor a patch
-/// changed (the same keys, in the same order, with the same values as the
-/// live document) is the live document: it is not decoded and written
-/// again, which would give it back unchanged (a parsed document's round
-/// trip is exact). Only the changed ones are decoded, checked and written
-/// as [`MachineConfig::to_mappings`] writes them.
-fn desired_documents(
-    input: &RenderInput<'_>,
-    live: &[Mapping],
-) -> Result<(MachineConfig, Vec<Mapping>), Error> {
-    let mut docs = live.to_vec();
-    owned_paths(&mut docs, input);
-    for patch in &input.machine.patches {
-        let (parsed, patch_origin) = parse_patch(input, patch)?;
-        parsed
-            .reapply_to_mappings(&mut docs, &patch_origin)
+            .reapply_to_documents(&mut docs, &patch_origin)
             .map_err(|source| patch_error(input, patch, source))?;
     }
     let origin = format!("the render of TalosMachine {}", input.machine_name);
-    let mut documents = Vec::with_capacity(docs.len());
-    let mut desired = Vec::with_capacity(docs.len());
+    let mut mappings = Vec::with_capacity(docs.len());
+    let mut typed = Vec::with_capacity(docs.len());
     for (i, m) in docs.into_iter().enumerate() {
-        if let (Some(l), Some(doc)) = (live.get(i), input.live.documents.get(i))
-            && same_mapping(l, &m)
+        if let Some(l) = live.get(i)
+            && i < input.live.documents.len()
+            && (m.is_unwritten(l) || same_mapping(l, &m))
         {
-            documents.push(doc.clone());
-            desired.push(m);
+            mappings.push(m);
+            typed.push(None);
             continue;
         }
-        let doc = match Document::from_mapping(m, &origin, i + 1) {
+        let doc = match Document::from_mapping(m.into_owned(), &origin, i + 1) {
             Ok(doc) => doc,
-            // As [`desired_config`]: the error of a render without patches
-            // is Ichor's paths'; with patches, the step-by-step render names
-            // the step.
+            // The error of a render without patches is Ichor's paths'; with
+            // patches, the step-by-step render names the step.
             Err(source) if input.machine.patches.is_empty() => {
                 return Err(Error::Rendered {
                     machine: input.machine_name.to_owned(),
@@ -283,7 +333,10 @@ fn desired_documents(
                     what: "desired",
                     source,
                 })?;
-                return Ok((config, desired));
+                return Ok(Desired {
+                    mappings: desired.into_iter().map(CowMapping::Owned).collect(),
+                    typed: config.documents.into_iter().map(Some).collect(),
+                });
             }
         };
         let mapping = doc.to_mapping().map_err(|source| Error::Serialise {
@@ -294,10 +347,10 @@ fn desired_documents(
                 source,
             },
         })?;
-        documents.push(doc);
-        desired.push(mapping);
+        mappings.push(CowMapping::Owned(mapping));
+        typed.push(Some(doc));
     }
-    Ok((MachineConfig { documents }, desired))
+    Ok(Desired { mappings, typed })
 }
 
 /// Whether two mappings have the same keys in the same order with the same
@@ -327,8 +380,10 @@ pub(crate) fn same_value(a: &Value, b: &Value) -> bool {
 /// [`render`] gives the same config (a test holds the two equal) and falls
 /// back to this one only to name an error.
 pub fn render_stepwise(input: &RenderInput<'_>) -> Result<Rendered, Error> {
-    let mut docs = live_mappings(input.live)?;
+    let live = live_mappings(input.live)?;
+    let mut docs = CowMapping::borrow_all(&live);
     owned_paths(&mut docs, input);
+    let docs = docs.into_iter().map(CowMapping::into_owned).collect();
     let origin = format!("the render of TalosMachine {}", input.machine_name);
     let mut config =
         MachineConfig::from_mappings(docs, &origin).map_err(|source| Error::Rendered {
@@ -345,7 +400,7 @@ pub fn render_stepwise(input: &RenderInput<'_>) -> Result<Rendered, Error> {
 }
 
 /// The paths Ichor owns: the cluster's, the machine's, the CNI rules.
-fn owned_paths(docs: &mut Vec<Mapping>, input: &RenderInput<'_>) {
+fn owned_paths(docs: &mut Vec<CowMapping<'_>>, input: &RenderInput<'_>) {
     cluster_paths(docs, input.cluster);
     machine_paths(docs, input.machine);
     cni::apply(
@@ -361,13 +416,36 @@ fn owned_paths(docs: &mut Vec<Mapping>, input: &RenderInput<'_>) {
     );
 }
 
+/// Patches parsed before, by their text, on this thread: a controller
+/// renders a machine's same patches at every reconcile, and reading a patch
+/// costs as much as applying it. Bounded: emptied when full.
+const PARSED_PATCHES_MAX: usize = 1024;
+
+thread_local! {
+    static PARSED_PATCHES: RefCell<HashMap<String, Rc<ConfigPatch>>> =
+        RefCell::new(HashMap::new());
+}
+
 fn parse_patch(
     input: &RenderInput<'_>,
     patch: &MachinePatch,
-) -> Result<(ConfigPatch, String), Error> {
+) -> Result<(Rc<ConfigPatch>, String), Error> {
     let origin = format!("{:?} of TalosMachine {}", patch.name, input.machine_name);
-    let parsed = ConfigPatch::parse(&patch.inline, &origin)
-        .map_err(|source| patch_error(input, patch, source))?;
+    if let Some(parsed) = PARSED_PATCHES.with(|c| c.borrow().get(&patch.inline).cloned()) {
+        return Ok((parsed, origin));
+    }
+    // Only a patch that reads is kept: an error names its origin.
+    let parsed = Rc::new(
+        ConfigPatch::parse(&patch.inline, &origin)
+            .map_err(|source| patch_error(input, patch, source))?,
+    );
+    PARSED_PATCHES.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= PARSED_PATCHES_MAX {
+            c.clear();
+        }
+        c.insert(patch.inline.clone(), Rc::clone(&parsed));
+    });
     Ok((parsed, origin))
 }
 
@@ -393,26 +471,26 @@ const VERSIONED_IMAGES: &[(&[&str], &str)] = &[
 
 /// Ichor-owned cluster paths, written only where the node's config has them
 /// (a worker's v1.14 config, for example, carries no cluster-wide settings).
-fn cluster_paths(docs: &mut [Mapping], spec: &TalosClusterSpec) {
+fn cluster_paths(docs: &mut [CowMapping<'_>], spec: &TalosClusterSpec) {
     let endpoint = Value::String(spec.endpoint.clone());
     let subnets =
         |v: &[String]| Value::Sequence(v.iter().map(|s| Value::String(s.clone())).collect());
     for doc in docs.iter_mut() {
         if is_v1alpha1(doc) {
-            set_existing(
+            set_existing_doc(
                 doc,
                 &["cluster", "controlPlane", "endpoint"],
                 endpoint.clone(),
             );
             if !spec.network.pod_subnets.is_empty() {
-                set_existing(
+                set_existing_doc(
                     doc,
                     &["cluster", "network", "podSubnets"],
                     subnets(&spec.network.pod_subnets),
                 );
             }
             if !spec.network.service_subnets.is_empty() {
-                set_existing(
+                set_existing_doc(
                     doc,
                     &["cluster", "network", "serviceSubnets"],
                     subnets(&spec.network.service_subnets),
@@ -425,14 +503,14 @@ fn cluster_paths(docs: &mut [Mapping], spec: &TalosClusterSpec) {
         }
         match kind_of(doc).unwrap_or_default() {
             "KubeClusterConfig" => {
-                set(doc, &["endpoint"], endpoint.clone());
+                set_doc(doc, &["endpoint"], endpoint.clone());
             }
             "KubeNetworkConfig" => {
                 if !spec.network.pod_subnets.is_empty() {
-                    set(doc, &["podSubnets"], subnets(&spec.network.pod_subnets));
+                    set_doc(doc, &["podSubnets"], subnets(&spec.network.pod_subnets));
                 }
                 if !spec.network.service_subnets.is_empty() {
-                    set(
+                    set_doc(
                         doc,
                         &["serviceSubnets"],
                         subnets(&spec.network.service_subnets),
@@ -450,7 +528,7 @@ fn cluster_paths(docs: &mut [Mapping], spec: &TalosClusterSpec) {
 
 /// Ichor-owned machine paths: `machine.type` from `spec.role` (an `init`
 /// node counts as a control-plane node and stays `init`).
-fn machine_paths(docs: &mut [Mapping], machine: &TalosMachineSpec) {
+fn machine_paths(docs: &mut [CowMapping<'_>], machine: &TalosMachineSpec) {
     let want = match machine.role {
         MachineRole::Controlplane => "controlplane",
         MachineRole::Worker => "worker",
@@ -460,7 +538,7 @@ fn machine_paths(docs: &mut [Mapping], machine: &TalosMachineSpec) {
         if live == Some("init") && machine.role == MachineRole::Controlplane {
             continue;
         }
-        set_existing(doc, &["machine", "type"], Value::String(want.to_owned()));
+        set_existing_doc(doc, &["machine", "type"], Value::String(want.to_owned()));
     }
 }
 
@@ -579,7 +657,7 @@ pub fn component_step(
     Ok(ComponentStep { image, config })
 }
 
-fn retag_at(doc: &mut Mapping, keys: &[&str], version: &str) {
+fn retag_at(doc: &mut CowMapping<'_>, keys: &[&str], version: &str) {
     if let Some(image) = get(doc, keys).and_then(Value::as_str) {
         let new = retag(image, version);
         if new != image {

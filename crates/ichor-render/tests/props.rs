@@ -152,11 +152,22 @@ proptest! {
         };
         let steps = ichor_render::render_stepwise(&input).expect("render");
         let one = ichor_render::render_machine(&input).expect("render");
-        prop_assert_eq!(&one.rendered, &steps);
-        prop_assert_eq!(&one.rendered, &ichor_render::render(&input).expect("render"));
+        prop_assert_eq!(&one.config(), &steps.config);
+        prop_assert_eq!(&one.config(), &ichor_render::render(&input).expect("render").config);
         prop_assert_eq!(one.yaml().expect("yaml"), steps.yaml().expect("yaml"));
-        prop_assert_eq!(one.hash, steps.hash().expect("hash"));
-        prop_assert_eq!(one.drift, compare(&live, &steps.config).expect("drift"));
+        prop_assert_eq!(&one.hash, &steps.hash().expect("hash"));
+        prop_assert_eq!(&one.drift, &compare(&live, &steps.config).expect("drift"));
+        // As the controller renders: from the mappings the read of the
+        // node's text keeps, the same render.
+        let parsed = ichor_talos::config::ParsedConfig::parse_with_origin(&text, "fixture")
+            .expect("parse");
+        prop_assert_eq!(&parsed.config, &live);
+        let read = ichor_render::RenderInput { live: &parsed.config, ..input };
+        let from = ichor_render::render_machine_from(&read, &parsed.mappings).expect("render");
+        prop_assert_eq!(&from.config(), &steps.config);
+        prop_assert_eq!(from.yaml().expect("yaml"), steps.yaml().expect("yaml"));
+        prop_assert_eq!(&from.hash, &one.hash);
+        prop_assert_eq!(&from.drift, &one.drift);
     }
 
     /// Drift is deterministic and sorted, and a config never drifts from itself.

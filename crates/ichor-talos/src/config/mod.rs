@@ -13,16 +13,19 @@
 //! [`MachineConfig::facts`] answers, in one place and whatever the shape
 //! (v1.12/v1.13 `v1alpha1`-only or v1.14 multi-document), what adopt needs.
 
+mod cow;
 mod document;
 mod facts;
 pub mod kube;
 pub mod v1alpha1;
 
+use std::borrow::Borrow;
 use std::path::Path;
 
 use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
 
+pub use cow::CowMapping;
 pub use document::{Document, DocumentKind, OtherDocument};
 pub use facts::{
     CniName, ConfigFacts, ConfigShape, DEFAULT_DNS_DOMAIN, DEFAULT_POD_SUBNET,
@@ -258,11 +261,41 @@ impl MachineConfig {
     }
 }
 
+/// A machine config as read from its text, with its documents as YAML
+/// mappings, as [`MachineConfig::to_mappings`] writes them.
+///
+/// A render starts from mappings; a reader that keeps them lets every
+/// render of the same read start there. They are the typed config's own
+/// (not the text's: Ichor writes the `v1alpha1` document's modelled keys
+/// first, where Talos interleaves them), so a render from them is the
+/// render from the typed config, key order, YAML and digest included.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedConfig {
+    /// The typed config.
+    pub config: MachineConfig,
+    /// `config.to_mappings()`.
+    pub mappings: Vec<Mapping>,
+}
+
+impl ParsedConfig {
+    /// [`MachineConfig::parse_with_origin`], with the mappings.
+    pub fn parse_with_origin(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        Self::from_config(MachineConfig::parse_with_origin(text, origin)?)
+    }
+
+    /// A typed config with its mappings.
+    pub fn from_config(config: MachineConfig) -> Result<Self, ConfigError> {
+        let mappings = config.to_mappings()?;
+        Ok(Self { config, mappings })
+    }
+}
+
 /// The YAML text of documents given as mappings, separated by `---` (what
 /// [`MachineConfig::to_yaml`] writes, from [`MachineConfig::to_mappings`]).
-pub fn mappings_to_yaml(mappings: &[Mapping]) -> Result<String, ConfigError> {
+pub fn mappings_to_yaml<M: Borrow<Mapping>>(mappings: &[M]) -> Result<String, ConfigError> {
     let mut out = String::new();
     for (i, mapping) in mappings.iter().enumerate() {
+        let mapping = mapping.borrow();
         if i > 0 {
             out.push_str("---\n");
         }
@@ -324,10 +357,24 @@ pub fn is_v1alpha1_mapping(m: &Mapping) -> bool {
     // A key whose value is null says nothing (`{version: null}` has no
     // field the v1alpha1 type would keep): such a document stays unknown,
     // so it reads back as it was written (fuzzing finding F1, issue 12).
-    !m.contains_key("kind")
+    lookup(m, "kind").is_none()
         && ["version", "machine", "cluster", "debug", "persist"]
             .iter()
-            .any(|k| m.get(*k).is_some_and(|v| !v.is_null()))
+            .any(|k| lookup(m, k).is_some_and(|v| !v.is_null()))
+}
+
+/// `m.get(key)`, found by comparing the keys in order when the mapping is
+/// small: a config's documents and most of its mappings have a handful of
+/// keys, and hashing the key (the mapping's own look-up) costs more than
+/// comparing them.
+pub fn lookup<'m>(m: &'m Mapping, key: &str) -> Option<&'m Value> {
+    const SCAN_AT_MOST: usize = 12;
+    if m.len() > SCAN_AT_MOST {
+        return m.get(key);
+    }
+    m.iter()
+        .find(|(k, _)| k.as_str() == Some(key))
+        .map(|(_, v)| v)
 }
 
 pub(crate) fn value_kind(v: &Value) -> &'static str {

@@ -453,3 +453,30 @@ fn inline_manifest_contents_lose_leading_line_breaks_as_in_talos() {
     let again = MachineConfig::parse(&cfg.to_yaml().unwrap()).unwrap();
     assert_eq!(again, cfg);
 }
+
+/// [`super::lookup`] finds what the mapping's own look-up finds, whether
+/// it compares the keys in order (a small mapping) or hashes (a large one).
+#[test]
+fn lookup_finds_what_get_finds() {
+    use serde_yaml_ng::{Mapping, Value};
+    for n in [0usize, 1, 5, 12, 13, 40] {
+        let mut m = Mapping::new();
+        m.insert(Value::from(7), Value::from("a number key"));
+        for i in 0..n {
+            m.insert(Value::from(format!("k{i}")), Value::from(i as u64));
+        }
+        for i in 0..=n {
+            let key = format!("k{i}");
+            assert_eq!(
+                super::lookup(&m, &key),
+                m.get(key.as_str()),
+                "{n} keys, {key}"
+            );
+        }
+        assert_eq!(
+            super::lookup(&m, "7"),
+            m.get("7"),
+            "a number key is not a string key"
+        );
+    }
+}

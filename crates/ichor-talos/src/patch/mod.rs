@@ -38,7 +38,7 @@
 use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
 
-use crate::config::{ConfigError, MachineConfig, parse_yaml_documents};
+use crate::config::{ConfigError, CowMapping, MachineConfig, parse_yaml_documents};
 
 const PATCH_KEY: &str = "$patch";
 const DELETE: &str = "delete";
@@ -231,9 +231,31 @@ impl ConfigPatch {
         self.mappings_in(docs, origin, Application::Reapply)
     }
 
+    /// [`ConfigPatch::reapply_to_mappings`] on documents borrowed from the
+    /// live config: only a document the patch writes to is copied.
+    pub fn reapply_to_documents(
+        &self,
+        docs: &mut Vec<CowMapping<'_>>,
+        origin: &str,
+    ) -> Result<(), PatchError> {
+        self.documents_in(docs, origin, Application::Reapply)
+    }
+
     fn mappings_in(
         &self,
         docs: &mut Vec<Mapping>,
+        origin: &str,
+        how: Application,
+    ) -> Result<(), PatchError> {
+        let mut cows: Vec<CowMapping<'_>> = docs.drain(..).map(CowMapping::Owned).collect();
+        let result = self.documents_in(&mut cows, origin, how);
+        docs.extend(cows.into_iter().map(CowMapping::into_owned));
+        result
+    }
+
+    fn documents_in(
+        &self,
+        docs: &mut Vec<CowMapping<'_>>,
         origin: &str,
         how: Application,
     ) -> Result<(), PatchError> {
@@ -301,11 +323,13 @@ fn apply_strategic_merge_in(
     origin: &str,
     how: Application,
 ) -> Result<MachineConfig, PatchError> {
-    let mut docs = config.to_mappings().map_err(|source| PatchError::Result {
+    let docs = config.to_mappings().map_err(|source| PatchError::Result {
         origin: origin.to_string(),
         source,
     })?;
-    merge_documents(&mut docs, patch_docs, origin, how)?;
+    let mut cows: Vec<CowMapping<'_>> = docs.into_iter().map(CowMapping::Owned).collect();
+    merge_documents(&mut cows, patch_docs, origin, how)?;
+    let docs = cows.into_iter().map(CowMapping::into_owned).collect();
     MachineConfig::from_mappings(docs, origin).map_err(|source| PatchError::Result {
         origin: origin.to_string(),
         source,
@@ -314,7 +338,7 @@ fn apply_strategic_merge_in(
 
 /// The strategic merge of [`apply_strategic_merge`] on the config's mappings.
 fn merge_documents(
-    docs: &mut Vec<Mapping>,
+    docs: &mut Vec<CowMapping<'_>>,
     patch_docs: &[Mapping],
     origin: &str,
     how: Application,
@@ -350,7 +374,7 @@ fn merge_documents(
             None => {
                 let mut fresh = Mapping::new();
                 merge_mapping(&mut fresh, &rest, &[path_root.as_str()], how);
-                docs.push(fresh);
+                docs.push(CowMapping::Owned(fresh));
             }
         }
     }
@@ -372,11 +396,13 @@ fn apply_json6902_in(
     origin: &str,
     how: Application,
 ) -> Result<MachineConfig, PatchError> {
-    let mut docs = config.to_mappings().map_err(|source| PatchError::Result {
+    let docs = config.to_mappings().map_err(|source| PatchError::Result {
         origin: origin.to_string(),
         source,
     })?;
-    json6902_documents(&mut docs, patch, origin, how)?;
+    let mut cows: Vec<CowMapping<'_>> = docs.into_iter().map(CowMapping::Owned).collect();
+    json6902_documents(&mut cows, patch, origin, how)?;
+    let docs = cows.into_iter().map(CowMapping::into_owned).collect();
     MachineConfig::from_mappings(docs, origin).map_err(|source| PatchError::Result {
         origin: origin.to_string(),
         source,
@@ -385,7 +411,7 @@ fn apply_json6902_in(
 
 /// The JSON 6902 patch of [`apply_json6902`] on the config's mappings.
 fn json6902_documents(
-    docs: &mut [Mapping],
+    docs: &mut [CowMapping<'_>],
     patch: &json_patch::Patch,
     origin: &str,
     how: Application,
@@ -400,7 +426,7 @@ fn json6902_documents(
         origin: origin.to_string(),
         reason: e.to_string(),
     };
-    let mut json = serde_json::to_value(&docs[0]).map_err(|e| conv(&e))?;
+    let mut json = serde_json::to_value(&*docs[0]).map_err(|e| conv(&e))?;
     let mut held = HeldItems::default();
     for op in &patch.0 {
         if how == Application::Reapply && held.already_applied(&json, op) {
@@ -418,7 +444,7 @@ fn json6902_documents(
     let Value::Mapping(m) = back else {
         return Err(conv(&"the patched document is no longer a mapping"));
     };
-    docs[0] = m;
+    docs[0] = CowMapping::Owned(m);
     Ok(())
 }
 
@@ -710,7 +736,7 @@ fn is_empty_patch_document(m: &Mapping) -> bool {
 }
 
 fn apply_delete(
-    docs: &mut Vec<Mapping>,
+    docs: &mut Vec<CowMapping<'_>>,
     id: &DocId,
     delete: &Delete,
     how: Application,
@@ -732,7 +758,7 @@ fn apply_delete(
         return Ok(());
     }
     let (last, parents) = delete.path.split_last().expect("path is not empty");
-    let mut node = &mut docs[index];
+    let mut node: &mut Mapping = &mut docs[index];
     for (depth, key) in parents.iter().enumerate() {
         node = match node.get_mut(key.as_str()) {
             Some(Value::Mapping(m)) => m,
