@@ -111,8 +111,9 @@ impl Rendered {
 /// digests. Computing it costs a walk of the documents, not the YAML text,
 /// which a reconcile needs only when it applies. BLAKE3 rather than
 /// SHA-256: every reconcile of every machine hashes its whole config, and
-/// BLAKE3 hashes a config in about a third of SHA-256's time here (both
-/// are cryptographic: the digest shows nothing of the secrets in it).
+/// BLAKE3 takes SHA-256's time for 6 KB, 70% of it for 12 KB and a third
+/// for 60 KB (a config carrying inline manifests); both are cryptographic,
+/// so the digest shows nothing of the secrets in it.
 pub fn config_digest<M: Borrow<Mapping>>(docs: &[M]) -> String {
     // The binary form is written whole and hashed once: hashing it value by
     // value costs more in the hasher's calls than in the hashing.
