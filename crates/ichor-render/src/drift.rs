@@ -211,17 +211,28 @@ fn diff_mapping(
 ) {
     match (live, desired) {
         (Some(l), Some(d)) => {
+            // A desired mapping starts as the live one, so a key is nearly
+            // always at the same place in both: looked up only when not.
+            let mut live_in_order = l.iter();
+            let mut found = 0;
             for (k, dv) in d {
-                let lv = get_key(l, k);
+                let lv = match live_in_order.next() {
+                    Some((lk, lv)) if lk == k => Some(lv),
+                    _ => get_key(l, k),
+                };
+                found += usize::from(lv.is_some());
                 // most of a config is equal: skip it before building its path
                 if lv.is_some_and(|lv| equal(lv, dv)) {
                     continue;
                 }
                 diff(&path.key(&key_text(k)), lv, Some(dv), out, redactor);
             }
-            for (k, lv) in l {
-                if get_key(d, k).is_none() {
-                    diff(&path.key(&key_text(k)), Some(lv), None, out, redactor);
+            // Keys are unique: when every live key was found, none is gone.
+            if found < l.len() {
+                for (k, lv) in l {
+                    if get_key(d, k).is_none() {
+                        diff(&path.key(&key_text(k)), Some(lv), None, out, redactor);
+                    }
                 }
             }
         }
