@@ -67,6 +67,25 @@ async fn protobuf_body(client: &kube::Client, path: &str, lp: &ListParams) -> By
     res.into_body().collect_bytes().await.unwrap()
 }
 
+/// The same list read as the API server's protobuf (decoded by Ichor; the
+/// bytes kept as fixture `fixture`) and as kube's JSON, each sorted by name.
+async fn both_lists(
+    client: &kube::Client,
+    secrets: &Api<Secret>,
+    path: &str,
+    lp: &ListParams,
+    fixture: &str,
+) -> (Vec<ListedSecret>, Vec<ListedSecret>) {
+    let body = protobuf_body(client, path, lp).await;
+    keep_fixture(fixture, &body);
+    let decoded = by_name(secret_list::decode(body).unwrap());
+    let json = secrets.list(lp).await.unwrap().items;
+    (
+        decoded,
+        by_name(json.into_iter().map(ListedSecret::from).collect()),
+    )
+}
+
 fn by_name(mut v: Vec<ListedSecret>) -> Vec<ListedSecret> {
     v.sort_by(|a, b| a.name.cmp(&b.name));
     v
@@ -124,36 +143,13 @@ async fn protobuf_list_reads_what_the_json_list_of_the_same_secrets_says() {
     let all = ListParams::default();
 
     // The API server's protobuf of demo's records, decoded, is its JSON list.
-    let body = protobuf_body(&client, &secrets_path, &records).await;
-    keep_fixture("records.pb", &body);
-    let decoded = by_name(secret_list::decode(body).unwrap());
-    let records_json = by_name(
-        secrets
-            .list(&records)
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .map(ListedSecret::from)
-            .collect(),
-    );
+    let (decoded, records_json) =
+        both_lists(&client, &secrets, &secrets_path, &records, "records.pb").await;
     assert_eq!(decoded.len(), 3);
     assert_eq!(decoded, records_json);
 
     // Every Secret of the namespace: the binary data comes as it was written.
-    let body = protobuf_body(&client, &secrets_path, &all).await;
-    keep_fixture("all.pb", &body);
-    let decoded = by_name(secret_list::decode(body).unwrap());
-    let all_json = by_name(
-        secrets
-            .list(&all)
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .map(ListedSecret::from)
-            .collect(),
-    );
+    let (decoded, all_json) = both_lists(&client, &secrets, &secrets_path, &all, "all.pb").await;
     assert_eq!(decoded.len(), 5);
     assert_eq!(decoded, all_json);
     let plain = decoded

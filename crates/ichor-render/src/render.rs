@@ -217,8 +217,9 @@ pub fn render_machine<'a>(input: &RenderInput<'a>) -> Result<MachineRender<'a>, 
 }
 
 /// [`render_machine`] from the live config's mappings (`live` is
-/// `input.live.to_mappings()`, which [`ParsedConfig`] keeps from the read). The rules and every patch work on those mappings, copying only
-/// the documents they change; only those are decoded into the typed config
+/// `input.live.to_mappings()`, which [`ParsedConfig`] keeps from the read).
+/// The rules and every patch work on those mappings, copying only the
+/// documents they change; only those are decoded into the typed config
 /// and written back; the digest walks the desired documents once, and the
 /// drift compares only the changed ones.
 ///
@@ -381,8 +382,10 @@ pub(crate) fn same_value(a: &Value, b: &Value) -> bool {
 /// [`render`] gives the same config (a test holds the two equal) and falls
 /// back to this one only to name an error.
 pub fn render_stepwise(input: &RenderInput<'_>) -> Result<Rendered, Error> {
-    let live = live_mappings(input.live)?;
-    let mut docs = CowMapping::borrow_all(&live);
+    let mut docs = live_mappings(input.live)?
+        .into_iter()
+        .map(CowMapping::Owned)
+        .collect();
     owned_paths(&mut docs, input);
     let docs = docs.into_iter().map(CowMapping::into_owned).collect();
     let origin = format!("the render of TalosMachine {}", input.machine_name);

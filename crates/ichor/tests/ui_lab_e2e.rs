@@ -254,6 +254,19 @@ async fn ui_ready(h: &LabHarness, generation: i64) {
     );
 }
 
+/// A forward to the UI Service's `https` port, through the lab's network.
+async fn ui_forward(h: &LabHarness, client: &kube::Client) -> ServiceForward {
+    ServiceForward::start(
+        client.clone(),
+        &h.lab.state_dir().join(NETWORK_SOCKET),
+        NS,
+        "ichor-ui",
+        "https",
+    )
+    .await
+    .unwrap()
+}
+
 /// The pod log of the UI pod of template generation `generation`.
 fn ui_log(h: &LabHarness, generation: i64) -> String {
     let path = h
@@ -327,15 +340,7 @@ async fn f1_helm_install_with_the_ui_serves_tls_and_chromium_releases_a_hold() {
             .unwrap()
             .starts_with("ghcr.io/maeshinshin/ichor-ui:")
     );
-    let forward = ServiceForward::start(
-        client.clone(),
-        &h.lab.state_dir().join(NETWORK_SOCKET),
-        NS,
-        "ichor-ui",
-        "https",
-    )
-    .await
-    .unwrap();
+    let forward = ui_forward(&h, &client).await;
     let (health, served) = https(&forward, &ca, &get("/healthz", None)).await;
     assert_eq!(health.status, 200, "{}", health.body);
     assert_eq!(
@@ -596,15 +601,7 @@ async fn install_ui_yaml_deploys_the_ui_over_https_with_a_self_signed_certificat
         "{log}"
     );
 
-    let forward = ServiceForward::start(
-        client.clone(),
-        &h.lab.state_dir().join(NETWORK_SOCKET),
-        NS,
-        "ichor-ui",
-        "https",
-    )
-    .await
-    .unwrap();
+    let forward = ui_forward(&h, &client).await;
     let any = ichor_lab::pods::unverified_tls();
     let (health, _) = https_with(&forward, &any, &get("/healthz", None)).await;
     assert_eq!(health.status, 200, "{}", health.body);
@@ -715,15 +712,7 @@ async fn the_cluster_page_shows_ichors_cilium_release_from_its_record() {
     );
 
     ui_ready(&h, 1).await;
-    let forward = ServiceForward::start(
-        client.clone(),
-        &h.lab.state_dir().join(NETWORK_SOCKET),
-        NS,
-        "ichor-ui",
-        "https",
-    )
-    .await
-    .unwrap();
+    let forward = ui_forward(&h, &client).await;
     let any = ichor_lab::pods::unverified_tls();
     let token = operator_token(&client).await;
     let cookie = format!("ichor_session={token}");
