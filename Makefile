@@ -2,10 +2,14 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test testbin fmt-check clippy cargo-test lab fuzz bench bench-scale
+.PHONY: test standalone testbin fmt-check clippy cargo-test lab fuzz bench bench-scale
 
-## test: build the upstream tools if missing, then fmt, clippy and every test
-test: testbin fmt-check clippy cargo-test
+## test: check that nothing reaches outside the repository, build the upstream tools if missing, then fmt, clippy and every test
+test: standalone testbin fmt-check clippy cargo-test
+
+## standalone: fail when any file reads or cites a path outside the repository, or cites an issue number
+standalone:
+	@bash tools/check-standalone.sh
 
 ## testbin: build kube-apiserver, etcd, helm v3/v4, talosctl, the machinery peer and the SSA prune peer, and fetch the real Cilium chart, into the cache (once per machine); install Debian's chromium and chromium-driver for the UI's browser test
 testbin:
@@ -24,7 +28,7 @@ cargo-test:
 	$(CARGO) test --workspace --locked --no-fail-fast -- --test-threads=2
 
 ## fuzz: FUZZ_CASES=N — the property-based fuzz targets with N cases each (CI runs 256)
-# The parsers fed by users and nodes (issue 12): machine config round trip,
+# The parsers fed by users and nodes (R8.4): machine config round trip,
 # patches, talosconfig, secrets bundle, Helm records, the webhooks. A failing
 # case is shrunk and printed; it becomes a named regression test.
 FUZZ_CASES ?= 20000

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`ichor --version` process start, measured by hyperfine (Debian's
 `hyperfine` package), on the release binary; leaves the row of `make
-bench`'s table in FOLDER/startup.json (issue 18: goal under 20 ms).
+bench`'s table in FOLDER/startup.json (goal under 20 ms, docs/benchmarks.md).
 
     tools/bench-startup.py [BINARY] [FOLDER]
 

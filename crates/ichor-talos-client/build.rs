@@ -1,5 +1,6 @@
-//! Compiles the project's own `.proto` files (written from
-//! shared/facts/talos-api.md) with a vendored `protoc`.
+//! Compiles the project's own `.proto` files (written from Talos's published
+//! API field numbers; see docs/adr/0002-talos-api-client.md) with a vendored
+//! `protoc`.
 
 // Cargo reads a build script's instructions from its stdout.
 #![allow(clippy::print_stdout, clippy::print_stderr)]

@@ -1,7 +1,7 @@
 //! adopt's inspection of 50 nodes, on criterion (it prints figures and
 //! judges nothing): 50 emulated Talos nodes (`ichor-talemu`, in this
 //! process, each on its own loopback address, one control plane and 49
-//! workers from the shared v1.12 fixtures) and the test control plane with
+//! workers from the v1.12 fixtures in `testdata/talos`) and the test control plane with
 //! the 50 Nodes. Each iteration is what one `ichor adopt` run reads before
 //! it plans: a new Talos client (TLS handshake included) through the first
 //! node's endpoint, every node's version, hostname and machine config (the
@@ -18,7 +18,6 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::Path;
 use std::time::Duration;
 
 use criterion::Criterion;
@@ -31,12 +30,11 @@ use kube::Api;
 use kube::api::PostParams;
 
 const NODES: usize = 50;
-/// Issue 18: adopt's inspection of 50 nodes in under this.
+/// The inspection goal (docs/benchmarks.md): adopt's inspection of 50 nodes in under this.
 const GOAL: Duration = Duration::from_secs(3);
 
 fn fixture(rel: &str) -> Vec<u8> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/talos");
-    std::fs::read(dir.join(rel)).expect("the shared fixtures are there (../shared)")
+    ichor_testenv::fixtures::talos_bytes(rel)
 }
 
 fn main() {

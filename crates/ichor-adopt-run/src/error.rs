@@ -26,6 +26,9 @@ pub enum AdoptError {
     },
     #[error("{0}")]
     Wait(String),
+    /// A private file (bundle, talosconfig, kubeconfig) or its directory.
+    #[error(transparent)]
+    File(#[from] ichor_talos::private_file::PrivateFileError),
 }
 
 impl From<InspectError> for AdoptError {

@@ -1,6 +1,6 @@
 //! Ichor itself, on the installer path: its objects and webhooks applied,
 //! its CRDs Established, and the bounded wait until the API server calls
-//! its webhooks (spec decision 3).
+//! its webhooks (R3.1–R3.3).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

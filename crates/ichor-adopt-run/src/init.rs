@@ -7,6 +7,7 @@
 //! only the rest, so nothing is applied to a node twice (R10.3). The
 //! decisions are `ichor_adopt::init`'s pure functions.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,9 +19,12 @@ use ichor_api::{TalosCluster, TalosMachine};
 use ichor_cilium::{ClusterSettings, effective_values};
 use ichor_helm::render::{ChartRef, Renderer};
 use ichor_helm::wait::{Wait, wait_until};
+use ichor_talos::private_file::{self, DirState, PrivateFileError};
 use ichor_talos::secrets::SecretsBundle;
 use ichor_talos::talosconfig::{Role, Talosconfig};
-use ichor_talos_client::{ApplyMode, ApplyRequest, ClientIdentity, ClientOptions, TalosClient};
+use ichor_talos_client::{
+    ApplyMode, ApplyRequest, CertFingerprint, ClientIdentity, ClientOptions, TalosClient,
+};
 use kube::api::Api;
 
 use crate::error::{AdoptError, wait_ended};
@@ -34,7 +38,7 @@ pub const KUBECONFIG_FILE: &str = "kubeconfig";
 
 /// How long init waits for the Kubernetes API after bootstrap.
 pub const KUBE_API_WAIT: Duration = Duration::from_secs(10 * 60);
-/// How long init waits for Ichor's webhooks (spec decision 3: 30 minutes in init).
+/// How long init waits for Ichor's webhooks (R3.1: 30 minutes in init).
 pub const WEBHOOK_WAIT: Duration = Duration::from_secs(30 * 60);
 
 /// Everything `ichor init` was told.
@@ -45,6 +49,9 @@ pub struct InitOptions {
     pub output_dir: PathBuf,
     /// `--with-secrets FILE`, already read.
     pub with_secrets: Option<SecretsBundle>,
+    /// `--cert-fingerprint ADDRESS=FINGERPRINT`, as given (the plan judges
+    /// them): the maintenance certificate each of those nodes must present.
+    pub cert_fingerprints: Vec<String>,
     /// The Talos API port of every node (50000).
     pub talos_port: u16,
     pub kube_api_timeout: Duration,
@@ -80,20 +87,130 @@ fn client_options() -> ClientOptions {
     }
 }
 
-/// The bundle init works with: `--with-secrets`, else the one an earlier run
-/// wrote to the output directory (so a rerun renders the same configs), else
-/// a new one.
+/// The bundle init works with: `--with-secrets`, else the one an earlier
+/// run of this init wrote to the output directory (so a rerun renders the
+/// same configs), else a new one. A bundle init did not write is never used
+/// unasked: it would become the cluster's PKI.
 fn bundle(opts: &InitOptions) -> Result<(SecretsBundle, String), AdoptError> {
+    let path = opts.output_dir.join(SECRETS_FILE);
+    let refused = |message: String| AdoptError::Refused(vec![Refusal::new(message)]);
+    let there = private_file::read(&path).map_err(|e| refused(file_problem(&e)))?;
     if let Some(b) = &opts.with_secrets {
+        if there.as_deref().is_some_and(|bytes| !holds(bytes, b)) {
+            return Err(refused(format!(
+                "{} holds another bundle than --with-secrets {}: move it away, or choose another --output-dir",
+                path.display(),
+                opts.request.secrets_source
+            )));
+        }
         return Ok((b.clone(), opts.request.secrets_source.clone()));
     }
-    let path = opts.output_dir.join(SECRETS_FILE);
-    if path.exists() {
-        let b = SecretsBundle::from_file(&path).map_err(|e| AdoptError::Secrets(e.to_string()))?;
-        return Ok((b, format!("{} (from an earlier run)", path.display())));
+    let Some(bytes) = there else {
+        let b = SecretsBundle::generate().map_err(|e| AdoptError::Secrets(e.to_string()))?;
+        return Ok((b, "generated".to_string()));
+    };
+    let ours = read_state(&opts.output_dir).is_some_and(|s| {
+        s.plan.cluster == opts.request.cluster
+            && s.secrets_sha256.as_deref() == Some(sha256_hex(&bytes).as_str())
+    });
+    if !ours {
+        return Err(refused(format!(
+            "{} is not a bundle an earlier run of this init wrote (no {STATE_FILE} of cluster {} beside it records it), and a bundle becomes the cluster's PKI: to build the cluster on it, pass --with-secrets {}; otherwise move it away, or choose another --output-dir",
+            path.display(),
+            opts.request.cluster,
+            path.display()
+        )));
     }
-    let b = SecretsBundle::generate().map_err(|e| AdoptError::Secrets(e.to_string()))?;
-    Ok((b, "generated".to_string()))
+    let text = String::from_utf8(bytes)
+        .map_err(|_| AdoptError::Secrets(format!("{} is not text", path.display())))?;
+    let b = SecretsBundle::parse(&text, &path.display().to_string())
+        .map_err(|e| AdoptError::Secrets(e.to_string()))?;
+    Ok((b, format!("{} (from an earlier run)", path.display())))
+}
+
+/// Whether a bundle file's bytes hold `bundle`.
+fn holds(bytes: &[u8], bundle: &SecretsBundle) -> bool {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| SecretsBundle::parse(text, SECRETS_FILE).ok())
+        .is_some_and(|found| &found == bundle)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("{:x}", sha2::Sha256::digest(bytes))
+}
+
+/// A file problem as one refusal line: what failed and why.
+fn file_problem(e: &PrivateFileError) -> String {
+    match std::error::Error::source(e) {
+        Some(why) => format!("{e}: {why}"),
+        None => e.to_string(),
+    }
+}
+
+/// The output directory's problems, read only: one others may write to (so
+/// they could plant or swap the files), and a symbolic link where a file goes.
+fn check_output_dir(dir: &Path) -> Vec<Refusal> {
+    match private_file::check_dir(dir) {
+        Ok(None) => return Vec::new(),
+        Ok(Some(_)) => {}
+        Err(e @ PrivateFileError::SharedDirectory { .. }) => {
+            return vec![Refusal::new(format!(
+                "--output-dir: {e}; remove their write permission (chmod go-w {}), or choose another --output-dir",
+                dir.display()
+            ))];
+        }
+        Err(e) => {
+            return vec![Refusal::new(format!(
+                "--output-dir: {}; choose another --output-dir",
+                file_problem(&e)
+            ))];
+        }
+    }
+    [SECRETS_FILE, TALOSCONFIG_FILE, KUBECONFIG_FILE, STATE_FILE]
+        .iter()
+        .filter_map(|f| private_file::read(&dir.join(f)).err())
+        .map(|e| {
+            Refusal::new(format!(
+                "--output-dir: {}; remove {}, or choose another --output-dir",
+                file_problem(&e),
+                e.path().display()
+            ))
+        })
+        .collect()
+}
+
+/// `--cert-fingerprint ADDRESS=FINGERPRINT`, by address; what is wrong with
+/// any of them goes to `refused`.
+fn pins(opts: &InitOptions, refused: &mut Vec<Refusal>) -> BTreeMap<String, Vec<CertFingerprint>> {
+    let nodes: BTreeSet<&str> = opts
+        .request
+        .control_planes
+        .iter()
+        .chain(&opts.request.workers)
+        .map(String::as_str)
+        .collect();
+    let mut pins: BTreeMap<String, Vec<CertFingerprint>> = BTreeMap::new();
+    for arg in &opts.cert_fingerprints {
+        let Some((address, text)) = arg.split_once('=') else {
+            refused.push(Refusal::new(format!(
+                "--cert-fingerprint {arg:?} is not ADDRESS=FINGERPRINT: give the node's address, '=', and the fingerprint its console shows"
+            )));
+            continue;
+        };
+        if !nodes.contains(address) {
+            refused.push(Refusal::new(format!(
+                "--cert-fingerprint {arg}: {address} is not a node of this init; name it with --control-plane or --worker, or drop the flag"
+            )));
+            continue;
+        }
+        match CertFingerprint::parse(text) {
+            Ok(fp) => pins.entry(address.to_string()).or_default().push(fp),
+            Err(e) => refused.push(Refusal::new(format!("--cert-fingerprint {address}: {e}"))),
+        }
+    }
+    pins
 }
 
 /// The admin talosconfig of the cluster: endpoints the control planes, nodes every node.
@@ -144,27 +261,44 @@ fn admin_client(
 }
 
 /// Reads one node, read-only: over the insecure API when it is in
-/// maintenance mode; with the cluster's own credentials when an earlier run
-/// of this init configured it (then it is not a refusal, and not applied again).
-async fn probe(opts: &InitOptions, bundle: &SecretsBundle, address: &str) -> NodeProbe {
-    let answer = match maintenance_answer(opts, address).await {
-        Ok(answer) => answer,
+/// maintenance mode (with the fingerprint of the certificate it presents);
+/// with the cluster's own credentials when an earlier run of this init
+/// configured it (then it is not a refusal, and not applied again).
+async fn probe(
+    opts: &InitOptions,
+    bundle: &SecretsBundle,
+    address: &str,
+) -> (NodeProbe, Option<CertFingerprint>) {
+    let (answer, fingerprint) = match maintenance_answer(opts, address).await {
+        Ok((answer, fingerprint)) => (answer, Some(fingerprint)),
         Err(insecure) => match initialized_answer(opts, bundle, address).await {
-            Some(answer) => answer,
-            None => insecure,
+            Some(answer) => (answer, None),
+            None => (insecure, None),
         },
     };
-    NodeProbe {
+    let probe = NodeProbe {
         address: address.to_string(),
         answer,
-    }
+    };
+    (probe, fingerprint)
 }
 
-async fn maintenance_answer(opts: &InitOptions, address: &str) -> Result<NodeAnswer, NodeAnswer> {
-    let c = TalosClient::maintenance(&opts.endpoint(address), client_options()).map_err(|e| {
-        NodeAnswer::Unreachable {
-            error: e.to_string(),
-        }
+async fn maintenance_answer(
+    opts: &InitOptions,
+    address: &str,
+) -> Result<(NodeAnswer, CertFingerprint), NodeAnswer> {
+    let endpoint = opts.endpoint(address);
+    // The certificate comes first: the plan shows it, and the reads that
+    // follow go only to a server that presents it.
+    let seen =
+        ichor_talos_client::server_fingerprint(&endpoint, client_options().connect_timeout).await;
+    let c = match &seen {
+        Ok(fp) => TalosClient::maintenance_pinned(&endpoint, &[*fp], client_options()),
+        // Nothing to pin: the calls below then say what is wrong, as before.
+        Err(_) => TalosClient::maintenance(&endpoint, client_options()),
+    }
+    .map_err(|e| NodeAnswer::Unreachable {
+        error: e.to_string(),
     })?;
     let version = match c.version("").await {
         Ok(v) => v,
@@ -197,11 +331,15 @@ async fn maintenance_answer(opts: &InitOptions, address: &str) -> Result<NodeAns
     let disks = c.disks("").await.map_err(|e| NodeAnswer::Unreachable {
         error: e.to_string(),
     })?;
-    Ok(NodeAnswer::Maintenance {
+    let fingerprint = seen.map_err(|e| NodeAnswer::Unreachable {
+        error: format!("the certificate of its maintenance API cannot be read: {e}"),
+    })?;
+    let answer = NodeAnswer::Maintenance {
         hostname,
         talos_version: version.tag,
         disks: disks.into_iter().map(|(_, d)| d.dev_path).collect(),
-    })
+    };
+    Ok((answer, fingerprint))
 }
 
 /// Nothing listens there (as opposed to a node that answers, but not insecurely).
@@ -231,7 +369,11 @@ async fn initialized_answer(
     let c = admin_client(opts, bundle, address).ok()?;
     c.version("").await.ok()?;
     let state = read_state(&opts.output_dir)?;
-    let node = state.nodes.into_iter().find(|n| n.address == address)?;
+    let node = state
+        .plan
+        .nodes
+        .into_iter()
+        .find(|n| n.address == address)?;
     Some(NodeAnswer::Initialized {
         hostname: node.name,
         talos_version: node.talos_version,
@@ -239,18 +381,50 @@ async fn initialized_answer(
     })
 }
 
-/// What init remembers between runs (no secret): the plan it made.
+/// What init remembers between runs (no secret): the plan it made, and the
+/// SHA-256 of the bundle it wrote, so that a rerun reuses that bundle and no
+/// other.
 const STATE_FILE: &str = "init-plan.json";
 
-fn read_state(dir: &Path) -> Option<InitPlan> {
-    let text = std::fs::read_to_string(dir.join(STATE_FILE)).ok()?;
-    serde_json::from_str(&text).ok()
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct State {
+    #[serde(flatten)]
+    plan: InitPlan,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    secrets_sha256: Option<String>,
+}
+
+fn read_state(dir: &Path) -> Option<State> {
+    let bytes = private_file::read(&dir.join(STATE_FILE)).ok()??;
+    serde_json::from_slice(&bytes).ok()
+}
+
+fn write_state(dir: &Path, plan: &InitPlan, secrets_sha256: String) -> Result<(), AdoptError> {
+    let state = State {
+        plan: plan.clone(),
+        secrets_sha256: Some(secrets_sha256),
+    };
+    let bytes = serde_json::to_vec_pretty(&state).expect("the state serialises");
+    write_private(&dir.join(STATE_FILE), &bytes)
 }
 
 /// Inspects every node (read-only), renders the Cilium manifest and plans;
 /// writes nothing. Every refusal comes from here, all at once.
 pub async fn plan(opts: &InitOptions) -> Result<(InitPlan, InitWrites, SecretsBundle), AdoptError> {
-    let (bundle, source) = bundle(opts)?;
+    let mut refused = Vec::new();
+    let (bundle, source) = match bundle(opts) {
+        Ok(found) => found,
+        Err(AdoptError::Refused(r)) => {
+            refused.extend(r);
+            // A stand-in, so that the nodes are judged too, all at once.
+            let b = SecretsBundle::generate().map_err(|e| AdoptError::Secrets(e.to_string()))?;
+            (b, String::new())
+        }
+        Err(e) => return Err(e),
+    };
+    refused.extend(check_output_dir(&opts.output_dir));
+    let pins = pins(opts, &mut refused);
     let mut request = opts.request.clone();
     request.secrets_source = source;
     let addresses: Vec<String> = request
@@ -260,16 +434,38 @@ pub async fn plan(opts: &InitOptions) -> Result<(InitPlan, InitWrites, SecretsBu
         .cloned()
         .collect();
     let mut probes = Vec::new();
+    let mut fingerprints = BTreeMap::new();
     for address in addresses {
-        probes.push(probe(opts, &bundle, &address).await);
+        let (probe, fingerprint) = probe(opts, &bundle, &address).await;
+        if let Some(fp) = fingerprint {
+            if let Some(expected) = pins.get(&address)
+                && !expected.contains(&fp)
+            {
+                let expected: Vec<String> = expected.iter().map(ToString::to_string).collect();
+                refused.push(Refusal::new(format!(
+                    "node {address} presents maintenance certificate fingerprint {fp}, not the {} --cert-fingerprint gives: another machine may answer at that address. Compare with the fingerprint the node's console shows; Ichor sends it nothing",
+                    expected.join(" or ")
+                )));
+            }
+            fingerprints.insert(address.clone(), fp);
+        }
+        probes.push(probe);
     }
     // Refusals that need no manifest come first, without running helm.
     if let Err(refusals) = init::plan(&request, &probes, &bundle, "") {
-        return Err(AdoptError::Refused(refusals));
+        return Err(AdoptError::Refused(
+            refusals.into_iter().chain(refused).collect(),
+        ));
+    }
+    if !refused.is_empty() {
+        return Err(AdoptError::Refused(refused));
     }
     let manifest = cilium_manifest(opts, &request).await?;
-    let (plan, writes) =
+    let (mut plan, writes) =
         init::plan(&request, &probes, &bundle, &manifest).map_err(AdoptError::Refused)?;
+    for node in &mut plan.nodes {
+        node.cert_fingerprint = fingerprints.get(&node.address).map(ToString::to_string);
+    }
     Ok((plan, writes, bundle))
 }
 
@@ -301,6 +497,9 @@ struct Run<'a> {
     plan: InitPlan,
     writes: InitWrites,
     bundle: SecretsBundle,
+    /// The maintenance certificate of each node the plan found in
+    /// maintenance mode: its config goes only to that certificate.
+    fingerprints: BTreeMap<String, CertFingerprint>,
 }
 
 impl Run<'_> {
@@ -329,12 +528,21 @@ pub async fn run(
     if !consent(&plan) {
         return Err(AdoptError::NotConfirmed);
     }
+    let mut fingerprints = BTreeMap::new();
+    for n in &plan.nodes {
+        if let Some(text) = &n.cert_fingerprint {
+            let fp = CertFingerprint::parse(text)
+                .map_err(|e| AdoptError::Wait(format!("node {}: {e}", n.address)))?;
+            fingerprints.insert(n.address.clone(), fp);
+        }
+    }
     let r = Run {
         opts,
         operator,
         plan,
         writes,
         bundle,
+        fingerprints,
     };
     files(&r)?;
     done("files", &mut outcome);
@@ -356,45 +564,47 @@ pub async fn run(
     Ok(outcome)
 }
 
-/// Writes `bytes` to `path` with mode 0600, through a temporary file, so a
-/// kill never leaves half a file.
+/// Writes `bytes` to `path` with mode 0600 through Ichor's one private-file
+/// writer: a new temporary file beside it, renamed over it, so a kill never
+/// leaves half a file and nothing planted is written through.
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), AdoptError> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let tmp = path.with_extension("tmp");
-    let io = |e: std::io::Error| AdoptError::Secrets(format!("writing {}: {e}", path.display()));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io)?;
-    f.write_all(bytes).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    Ok(private_file::write(path, bytes)?)
 }
 
-/// Phase `files`: the bundle, the talosconfig and the plan (what a rerun
-/// reads back), 0600 in the output directory. A bundle already there is kept.
+/// Phase `files`: the state (the plan and the bundle's digest), the bundle
+/// and the talosconfig, 0600 in the output directory (0700). The bundle an
+/// earlier run wrote (or the `--with-secrets` file itself) is kept.
 fn files(r: &Run<'_>) -> Result<(), AdoptError> {
     let dir = &r.opts.output_dir;
-    std::fs::create_dir_all(dir)
-        .map_err(|e| AdoptError::Secrets(format!("creating {}: {e}", dir.display())))?;
+    if let DirState::Tightened { was } = private_file::prepare_dir(dir)? {
+        r.say(&format!(
+            "made {} private (mode 0700, was {was:03o}): it holds the cluster's keys",
+            dir.display()
+        ));
+    }
     let secrets = dir.join(SECRETS_FILE);
-    if !secrets.exists() {
-        let yaml = r
+    let bytes = match private_file::read(&secrets)? {
+        Some(bytes) if holds(&bytes, &r.bundle) => bytes,
+        Some(_) => {
+            // The plan judged this file; it changed since.
+            return Err(AdoptError::Refused(vec![Refusal::new(format!(
+                "{} changed since init planned: it holds another bundle than the one this init uses. Move it away, then run ichor init again",
+                secrets.display()
+            ))]));
+        }
+        None => r
             .bundle
             .to_yaml()
-            .map_err(|e| AdoptError::Secrets(e.to_string()))?;
-        write_private(&secrets, yaml.as_bytes())?;
-    }
+            .map_err(|e| AdoptError::Secrets(e.to_string()))?
+            .into_bytes(),
+    };
+    // The state first: a rerun then knows the bundle as this init's own.
+    write_state(dir, &r.plan, sha256_hex(&bytes))?;
+    private_file::write_once(&secrets, &bytes)?;
     let tc = talosconfig(r.opts, &r.bundle)?
         .to_yaml()
         .map_err(|e| AdoptError::Secrets(e.to_string()))?;
     write_private(&dir.join(TALOSCONFIG_FILE), tc.as_bytes())?;
-    let state = serde_json::to_vec_pretty(&r.plan).expect("the plan serialises");
-    write_private(&dir.join(STATE_FILE), &state)?;
     r.say(&format!(
         "wrote {}, {} (0600) to {}",
         SECRETS_FILE,
@@ -405,12 +615,29 @@ fn files(r: &Run<'_>) -> Result<(), AdoptError> {
 }
 
 /// Phase `apply`: each node still in maintenance mode gets its config over
-/// the insecure API; a node that already answers the cluster's credentials
-/// has it, and is skipped.
+/// the insecure API, pinned to the certificate the plan showed (another
+/// certificate fails the handshake, before the config is sent); a node that
+/// already answers the cluster's credentials has it, and is skipped.
 async fn apply(r: &Run<'_>) -> Result<(), AdoptError> {
     for (address, config) in &r.writes.configs {
-        let c = TalosClient::maintenance(&r.opts.endpoint(address), client_options())
-            .map_err(|e| AdoptError::Wait(format!("node {address}: {e}")))?;
+        let Some(fingerprint) = r.fingerprints.get(address) else {
+            // Planned as configured by an earlier run of this init.
+            let admin = admin_client(r.opts, &r.bundle, address)?;
+            if admin.version("").await.is_ok() {
+                r.say(&format!("{address} already has its config"));
+                continue;
+            }
+            return Err(AdoptError::Wait(format!(
+                "node {address} no longer answers the cluster's credentials, and the plan holds no maintenance certificate of it, so Ichor sends it nothing. Run ichor init again to inspect it anew"
+            )));
+        };
+        let c = TalosClient::maintenance_pinned(
+            &r.opts.endpoint(address),
+            &[*fingerprint],
+            client_options(),
+        )
+        .map_err(|e| AdoptError::Wait(format!("node {address}: {e}")))?;
+
         let in_maintenance = matches!(
             c.machine_status("").await,
             Ok(s) if s.stage == 3
@@ -595,4 +822,189 @@ async fn objects(r: &Run<'_>, kube: &kube::Client) -> Result<(), AdoptError> {
         r.writes.machines.len()
     ));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{PermissionsExt as _, symlink};
+
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::symlink_metadata(path)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    fn options(dir: &Path) -> InitOptions {
+        InitOptions {
+            request: InitRequest {
+                cluster: "lab".into(),
+                endpoint: "https://127.0.0.1:6443".into(),
+                control_planes: vec!["127.0.0.1".into()],
+                secrets_source: "generated".into(),
+                ..Default::default()
+            },
+            output_dir: dir.to_path_buf(),
+            with_secrets: None,
+            cert_fingerprints: Vec::new(),
+            talos_port: 50000,
+            kube_api_timeout: Duration::from_secs(1),
+            webhook_timeout: Duration::from_secs(1),
+            poll_interval: Duration::from_millis(100),
+            helm: Renderer::new("helm"),
+            cilium_chart: ChartRef::path("cilium"),
+            version: "v0.1.0".into(),
+            controller_image: None,
+        }
+    }
+
+    /// A file planted at the name init wrote through (`<file>.tmp`) keeps
+    /// neither its mode nor a link: what init writes is 0600 and goes
+    /// nowhere else.
+    ///
+    /// Covers: R18.1
+    #[test]
+    fn init_never_writes_through_a_planted_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let planted = dir.path().join("talosconfig.tmp");
+        std::fs::write(&planted, b"planted").unwrap();
+        std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"victim").unwrap();
+        symlink(&victim, dir.path().join("kubeconfig.tmp")).unwrap();
+
+        write_private(&dir.path().join(TALOSCONFIG_FILE), b"key").unwrap();
+        write_private(&dir.path().join(KUBECONFIG_FILE), b"key").unwrap();
+        assert_eq!(mode(&dir.path().join(TALOSCONFIG_FILE)), 0o600);
+        assert_eq!(mode(&dir.path().join(KUBECONFIG_FILE)), 0o600);
+        assert_eq!(std::fs::read(&victim).unwrap(), b"victim");
+
+        // A link at the file itself is refused, not written through.
+        let link = dir.path().join(SECRETS_FILE);
+        symlink(&victim, &link).unwrap();
+        assert!(write_private(&link, b"key").is_err());
+        assert_eq!(std::fs::read(&victim).unwrap(), b"victim");
+    }
+
+    /// A `secrets.yaml` init did not write (no state of this init beside
+    /// it) never becomes the cluster's PKI: refused, with the flag that
+    /// uses it on purpose.
+    ///
+    /// Covers: R10.1
+    #[test]
+    fn a_planted_bundle_is_refused_unless_given_with_with_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let planted = SecretsBundle::generate().unwrap();
+        let path = dir.path().join(SECRETS_FILE);
+        std::fs::write(&path, planted.to_yaml().unwrap()).unwrap();
+        let err = bundle(&options(dir.path())).map(|_| ()).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(&path.display().to_string()), "{text}");
+        assert!(text.contains("--with-secrets"), "{text}");
+
+        // Given with --with-secrets, the same file is used on purpose.
+        let mut opts = options(dir.path());
+        opts.with_secrets = Some(planted.clone());
+        opts.request.secrets_source = path.display().to_string();
+        let (found, source) = bundle(&opts).unwrap();
+        assert_eq!(found, planted);
+        assert_eq!(source, path.display().to_string());
+        // Another --with-secrets bundle than the one there is refused.
+        opts.with_secrets = Some(SecretsBundle::generate().unwrap());
+        let text = bundle(&opts).map(|_| ()).unwrap_err().to_string();
+        assert!(
+            text.contains("holds another bundle than --with-secrets"),
+            "{text}"
+        );
+    }
+
+    fn plan_of(cluster: &str) -> InitPlan {
+        serde_json::from_value(serde_json::json!({
+            "cluster": cluster, "namespace": "ichor-system", "endpoint": "https://127.0.0.1:6443",
+            "talosVersion": "v1.13.9", "kubernetesVersion": "v1.36.0", "configShape": "v1alpha1",
+            "tunnel": "vxlan", "kubeProxy": "enabled", "podSubnets": [], "serviceSubnets": [],
+            "secrets": "generated", "patches": [], "bootstrapNode": "127.0.0.1", "nodes": []
+        }))
+        .unwrap()
+    }
+
+    /// The bundle init wrote (its digest in the state beside it) is reused
+    /// by the rerun; the same file under another cluster's state is not.
+    ///
+    /// Covers: R10.3
+    #[test]
+    fn the_bundle_an_interrupted_init_wrote_is_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = options(dir.path());
+        let (first, source) = bundle(&opts).unwrap();
+        assert_eq!(source, "generated");
+        let yaml = first.to_yaml().unwrap();
+        write_state(dir.path(), &plan_of("lab"), sha256_hex(yaml.as_bytes())).unwrap();
+        private_file::write_once(&dir.path().join(SECRETS_FILE), yaml.as_bytes()).unwrap();
+        let (again, source) = bundle(&opts).unwrap();
+        assert_eq!(again, first);
+        assert!(source.ends_with("(from an earlier run)"), "{source}");
+
+        write_state(dir.path(), &plan_of("other"), sha256_hex(yaml.as_bytes())).unwrap();
+        assert!(
+            bundle(&opts).is_err(),
+            "another cluster's bundle is not this init's"
+        );
+    }
+
+    /// An output directory others may write to, or a link where a file goes,
+    /// is refused before anything is written.
+    ///
+    /// Covers: R10.1
+    #[test]
+    fn a_shared_output_directory_or_a_planted_link_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(check_output_dir(&dir.path().join("absent")).is_empty());
+        assert!(check_output_dir(dir.path()).is_empty());
+        symlink("/etc/hostname", dir.path().join(KUBECONFIG_FILE)).unwrap();
+        let refused = check_output_dir(dir.path());
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(
+            refused[0].message.contains("is a symbolic link"),
+            "{refused:?}"
+        );
+
+        let shared = dir.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let refused = check_output_dir(&shared);
+        assert!(refused[0].message.contains("chmod go-w"), "{refused:?}");
+    }
+
+    /// Each `--cert-fingerprint` is ADDRESS=FINGERPRINT of a node of this
+    /// init, the fingerprint as a console shows it; anything else is refused.
+    #[test]
+    fn cert_fingerprints_are_judged() {
+        let dir = tempfile::tempdir().unwrap();
+        let fp = CertFingerprint::of_public_key_info(b"key");
+        let mut opts = options(dir.path());
+        opts.cert_fingerprints = vec![
+            format!("127.0.0.1={fp}"),
+            "127.0.0.1".into(),
+            format!("10.0.0.9={fp}"),
+            "127.0.0.1=abc".into(),
+        ];
+        let mut refused = Vec::new();
+        let pins = pins(&opts, &mut refused);
+        assert_eq!(pins.get("127.0.0.1"), Some(&vec![fp]));
+        let text: Vec<&str> = refused.iter().map(|r| r.message.as_str()).collect();
+        assert_eq!(text.len(), 3, "{text:?}");
+        assert!(text[0].contains("is not ADDRESS=FINGERPRINT"), "{text:?}");
+        assert!(
+            text[1].contains("10.0.0.9 is not a node of this init"),
+            "{text:?}"
+        );
+        assert!(
+            text[2].contains("is not a certificate fingerprint"),
+            "{text:?}"
+        );
+    }
 }

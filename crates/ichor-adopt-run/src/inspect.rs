@@ -196,7 +196,7 @@ pub async fn helm_records(
     .await
 }
 
-/// Spec 4.3: Ichor is present when the IchorInstallation exists (its manager
+/// R4.3a: Ichor is present when the IchorInstallation exists (its manager
 /// is authoritative then), or a Helm release of the chart `ichor` is deployed
 /// in any namespace, or the controller Deployment with the chart's selector
 /// label exists.

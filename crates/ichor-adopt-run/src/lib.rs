@@ -1,5 +1,5 @@
 //! `ichor adopt`'s and `ichor init`'s I/O ([`init`] for init): the inspection (Talos nodes through the Talos API,
-//! the Kubernetes side, Ichor's presence) and the write phases of spec 1.5.
+//! the Kubernetes side, Ichor's presence) and the write phases of R1.5a–f.
 //!
 //! Everything adopt decides is a pure function of `ichor-adopt` (no client,
 //! no runtime there); this crate reads, asks the operator, and writes. Each

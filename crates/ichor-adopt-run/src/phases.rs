@@ -1,5 +1,5 @@
 //! `ichor adopt` end to end: inspection → plan → consent → the write phases
-//! of spec 1.5. Each phase is one function here, named as its entry of
+//! of R1.5a–f. Each phase is one function here, named as its entry of
 //! [`Outcome::phases`], and idempotent (creates keep what exists, applies
 //! are server-side, the Cilium step repairs its own release), so a rerun
 //! after a failure or a kill finishes the job. The decisions are
@@ -156,7 +156,7 @@ async fn agree_with_record(
 }
 
 /// Runs adopt: the inspection and plan, consent, then the write phases in
-/// the order of spec 1.5. A new phase is a function below and one line here.
+/// the order of R1.5a–f. A new phase is a function below and one line here.
 pub async fn adopt(
     talos: &TalosClient,
     kube: &kube::Client,
@@ -221,8 +221,22 @@ async fn inspection<'a>(
         key: None,
     });
     if let Some(values) = &opts.cilium_values {
+        let values = Value::Object(values.clone());
+        // The operator who runs adopt chose these values; whether they may
+        // set privileged ones is the API server's to say (an admission
+        // policy checks the annotation against the operator's rights).
+        if !ichor_api::validation::privileged_values(&values).is_empty() {
+            cluster
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(
+                    ichor_api::PRIVILEGED_VALUES_ANNOTATION.to_owned(),
+                    "true".to_owned(),
+                );
+        }
         cluster.spec.cni.cilium = Some(ichor_api::CiliumSpec {
-            values: Some(Value::Object(values.clone())),
+            values: Some(values),
         });
     }
     Ok(Adoption {
@@ -326,7 +340,7 @@ async fn install(a: &Adoption<'_>) -> Result<(), AdoptError> {
 }
 
 /// Phase `policies`: the one gate, evaluated now on what runs now (after
-/// the Cilium phase on the no-CNI path, spec 2.1); returns the CNI the one
+/// the Cilium phase on the no-CNI path, R2.1c); returns the CNI the one
 /// detector found, which the objects phase records.
 async fn policies(a: &Adoption<'_>) -> Result<DetectedCni, AdoptError> {
     let now = inspect::inspect_kube(a.kube).await?;
@@ -356,7 +370,7 @@ async fn policies(a: &Adoption<'_>) -> Result<DetectedCni, AdoptError> {
 }
 
 /// Phase `objects`: the bundle Secret, the TalosCluster (with the CNI
-/// detected, spec 2.2) and the TalosMachines, held.
+/// detected, R2.2) and the TalosMachines, held.
 async fn objects(a: &Adoption<'_>, detected: DetectedCni) -> Result<(), AdoptError> {
     let name = &a.opts.cluster;
     write_bundle(a.kube, name, &a.bundle).await?;

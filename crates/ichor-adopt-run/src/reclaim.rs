@@ -8,7 +8,6 @@
 //! talosctl needs (the bundle, a talosconfig) is written to disk first,
 //! before anything is deleted.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +23,7 @@ use ichor_api::{IchorInstallation, TalosCluster, TalosMachine, TalosOperation};
 use ichor_helm::SecretStorage;
 use ichor_helm::storage::StorageError;
 use ichor_helm::wait::{Wait, WaitError, wait_until};
+use ichor_talos::private_file::{self, PrivateFileError};
 use ichor_talos::secrets::SecretsBundle;
 use ichor_talos::talosconfig::{DEFAULT_CERT_VALIDITY, Role, Talosconfig};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -475,52 +475,38 @@ fn refuse_overwrite(path: &Path, what: &str) -> ReclaimError {
     ))
 }
 
-/// Writes `bytes` to a new file with mode 0600; an existing file with the
-/// same bytes is kept, another one refused.
+/// Writes `bytes` to a new file with mode 0600 (Ichor's one private-file
+/// writer); an existing file with the same bytes is kept, another one refused.
 fn write_once(path: &Path, bytes: &[u8], what: &str) -> Result<(), ReclaimError> {
-    let io = |e: std::io::Error| {
-        ReclaimError::Files(format!(
-            "writing {what} to {}: {e}; check that the folder is writable. Nothing was deleted",
-            path.display()
-        ))
-    };
-    if path.exists() {
-        return if std::fs::read(path).map_err(io)? == bytes {
-            Ok(())
-        } else {
-            Err(refuse_overwrite(path, what))
-        };
+    match private_file::write_once(path, bytes) {
+        Ok(_) => Ok(()),
+        Err(PrivateFileError::Differs { .. }) => Err(refuse_overwrite(path, what)),
+        Err(e @ PrivateFileError::Symlink { .. }) => Err(ReclaimError::Files(format!(
+            "writing {what}: {e}. Remove it or choose another --output-dir, then run ichor reclaim again; nothing was deleted"
+        ))),
+        Err(e) => Err(ReclaimError::Files(format!(
+            "writing {what} to {}: {}; check that the folder is writable. Nothing was deleted",
+            path.display(),
+            std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string)
+        ))),
     }
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        options.mode(0o600);
-    }
-    // Written beside, then renamed: a kill never leaves half a file.
-    let partial = path.with_extension("partial");
-    let _ = std::fs::remove_file(&partial);
-    let mut f = options.open(&partial).map_err(io)?;
-    f.write_all(bytes).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    std::fs::rename(&partial, path).map_err(io)
 }
 
+/// The folder of one cluster's files: created 0700, refused when others may
+/// write to it, tightened when others may read it.
 fn create_private_dir(dir: &Path) -> Result<(), ReclaimError> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt as _;
-        builder.mode(0o700);
-    }
-    builder.create(dir).map_err(|e| {
-        ReclaimError::Files(format!(
-            "creating {}: {e}; choose a writable --output-dir. Nothing was deleted",
+    match private_file::prepare_dir(dir) {
+        Ok(_) => Ok(()),
+        Err(e @ PrivateFileError::SharedDirectory { .. }) => Err(ReclaimError::Files(format!(
+            "{e}: remove their write permission (chmod go-w {}) or choose another --output-dir. Nothing was deleted",
             dir.display()
-        ))
-    })
+        ))),
+        Err(e) => Err(ReclaimError::Files(format!(
+            "creating {}: {}; choose a writable --output-dir. Nothing was deleted",
+            dir.display(),
+            std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string)
+        ))),
+    }
 }
 
 /// The TalosCluster and its TalosMachines as YAML documents, without

@@ -1,7 +1,7 @@
 //! E6, second half: a cluster whose Cilium disappears after adopt's Cilium
 //! step. Ichor's pods cannot be scheduled and every node is NotReady for the
 //! network plugin, so the webhook wait fails early — after two minutes, not
-//! fifteen — with the spec's text.
+//! fifteen — with the text of R3.3.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,6 @@
-//! The CNI classification of spec 1.1 (with the rows of ADR 0103's table) and
-//! the path adopt takes from it.
+//! The CNI classification of R1.1a–b and R2.0 (no CNI, Cilium with Ichor's
+//! record, Cilium without one, flannel, Calico, another CNI, more than one,
+//! or a CNI Ichor cannot classify) and the path adopt takes from it.
 
 use ichor_talos::config::CniName;
 use serde::Serialize;
@@ -10,7 +11,7 @@ use crate::inspection::{CniKind, Inspection};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "found", rename_all = "camelCase")]
 pub enum CniClassification {
-    /// Spec 1.1: Talos says `cni.name: none`, no CNI workload in Kubernetes, and
+    /// R1.1a: Talos says `cni.name: none`, no CNI workload in Kubernetes, and
     /// every node NotReady for the network plugin.
     NoCni,
     /// Cilium with Ichor's record in `ichor-system`: already handled; adopt only
@@ -72,7 +73,7 @@ pub fn classify_cni(inspection: &Inspection) -> CniClassification {
     }
     if let Some(record) = ichor_record {
         // Ichor's record wins even before its DaemonSet exists (a rerun after an
-        // interrupted install, spec 1.7) — unless another CNI runs beside it.
+        // interrupted install, R1.7c) — unless another CNI runs beside it.
         return match kinds.first() {
             None | Some(CniKind::Cilium) => CniClassification::CiliumWithIchorRecord {
                 record_status: record.status.clone(),
@@ -91,8 +92,8 @@ pub fn classify_cni(inspection: &Inspection) -> CniClassification {
     }
 }
 
-/// No CNI workload runs: "no CNI" only if every other part of spec 1.1
-/// holds too; otherwise why the evidence does not add up.
+/// No CNI workload runs: "no CNI" only if every other part of R1.1a
+/// holds too (R1.1b); otherwise why the evidence does not add up.
 fn no_cni_or_why_not(inspection: &Inspection) -> CniClassification {
     let kube = &inspection.kube;
     if kube.cilium_node_crd {
@@ -212,7 +213,7 @@ impl Refusal {
 /// The text of R1.2b, word for word.
 pub const NO_CNI_UNMANAGED_REFUSAL: &str = "this cluster has no CNI, so no pod can run on it, including Ichor's. Run again without --cni-unmanaged and Ichor installs Cilium, or install a CNI yourself first.";
 
-/// Decides the path from the classification and `--cni-unmanaged` (spec 1.2, 2).
+/// Decides the path from the classification and `--cni-unmanaged` (R1.2a–b, R2.0).
 pub fn decide_mode(found: &CniClassification, cni_unmanaged: bool) -> Result<AdoptMode, Refusal> {
     use CniClassification as C;
     match (found, cni_unmanaged) {

@@ -1,4 +1,4 @@
-//! Spec 2.1: whether Ichor's Cilium network policies are applied is decided
+//! R2.1a: whether Ichor's Cilium network policies are applied is decided
 //! once, here, and nothing else may veto it.
 
 use ichor_api::DetectedCni;

@@ -14,10 +14,10 @@ use serde_json::{Value, json};
 /// The controller's name (Deployment, ServiceAccount, ClusterRole).
 pub const CONTROLLER: &str = "ichor-controller";
 /// The installer path's controller carries this `app.kubernetes.io/name`; the
-/// chart's selector label is `ichor`, which marks a Helm install (spec 4.3).
+/// chart's selector label is `ichor`, which marks a Helm install (R4.3a).
 pub const INSTALLER_NAME_LABEL: &str = "ichor-controller";
 /// The label the chart puts on the controller Deployment's selector: a
-/// Deployment carrying it is a Helm install of Ichor (spec 4.3).
+/// Deployment carrying it is a Helm install of Ichor (R4.3a).
 pub const CHART_SELECTOR_LABEL: (&str, &str) = ("app.kubernetes.io/name", "ichor");
 /// The identity of the ichor-cni Job.
 pub const CNI_IDENTITY: &str = "ichor-cni";
@@ -63,7 +63,6 @@ pub fn controller_cluster_rules() -> Value {
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "create", "delete"]},
         // TalosOperations: the finalizer, the status, and the drain before a
         // reboot (cordon, evictions that honour PodDisruptionBudgets).
         {"apiGroups": [ichor_api::GROUP], "resources": ["talosoperations"], "verbs": ["get", "list", "watch", "patch"]},
@@ -112,16 +111,6 @@ pub fn ui_read_rules() -> Value {
     ])
 }
 
-/// What the UI's actions write, each after a SubjectAccessReview for the
-/// signed-in user: holds (patch talosmachines), new operations and their
-/// cancel annotation (create and patch talosoperations).
-pub fn ui_action_rules() -> Value {
-    json!([
-        {"apiGroups": [ichor_api::GROUP], "resources": ["talosmachines"], "verbs": ["patch"]},
-        {"apiGroups": [ichor_api::GROUP], "resources": ["talosoperations"], "verbs": ["create", "patch"]}
-    ])
-}
-
 /// The web UI for Ichor `version`, running `image` in `ichor-system` under
 /// its own ServiceAccount, HTTPS on [`UI_PORT`] with a self-signed
 /// certificate (the installer path has no certificate to give it); with
@@ -131,10 +120,9 @@ pub fn ui_objects(version: &str, image: &str, read_only: bool) -> Vec<Value> {
     let ns = ichor_api::SYSTEM_NAMESPACE;
     let mut labels = installer_labels(version);
     labels["app.kubernetes.io/name"] = json!(UI);
-    let mut rules = ui_read_rules().as_array().cloned().unwrap_or_default();
-    if !read_only {
-        rules.extend(ui_action_rules().as_array().cloned().unwrap_or_default());
-    }
+    // Reads only, read-only or not: the UI's actions are made with the
+    // signed-in user's own token, so its ServiceAccount writes nothing.
+    let rules = ui_read_rules();
     let mut args = vec![
         json!("ui"),
         json!("--listen"),
@@ -202,12 +190,105 @@ pub fn ui_objects(version: &str, image: &str, read_only: bool) -> Vec<Value> {
 }
 
 /// The controller's rights in its own namespace: watching Secrets (its
-/// Cilium release's records) and its leader Lease.
+/// Cilium release's records), its leader Lease, and the Jobs that run as
+/// `ichor-cni` and `ichor-installer` — only here, where those identities
+/// live, so no other namespace's Jobs can borrow them.
 pub fn controller_namespace_rules() -> Value {
     json!([
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "create", "delete"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
     ])
+}
+
+/// The annotation that lets a TalosCluster's `spec.cni.cilium.values` set
+/// what would otherwise make a namespace's editors cluster-admin (images,
+/// host paths, extra containers, ServiceAccounts). Only a user who may
+/// `privileged-values` on talosclusters (an RBAC verb of Ichor's own;
+/// cluster-admin has it) may set or change it: [`admission_policies`].
+pub const PRIVILEGED_VALUES_ANNOTATION: &str = ichor_api::PRIVILEGED_VALUES_ANNOTATION;
+/// The RBAC verb that allows setting [`PRIVILEGED_VALUES_ANNOTATION`].
+pub const PRIVILEGED_VALUES_VERB: &str = "privileged-values";
+/// The ValidatingAdmissionPolicy bounding the Jobs Ichor's controller creates.
+pub const JOBS_POLICY: &str = "ichor-controller-jobs";
+/// The ValidatingAdmissionPolicy guarding the privileged-values opt-in.
+pub const OPT_IN_POLICY: &str = "ichor-privileged-opt-ins";
+
+/// An image reference without its tag or digest
+/// (`registry:5000/ichor:v1` → `registry:5000/ichor`).
+pub fn image_repository(image: &str) -> &str {
+    let name = image.split_once('@').map_or(image, |(name, _)| name);
+    match name.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => repo,
+        _ => name,
+    }
+}
+
+/// Admission policies the API server itself enforces (CEL; no webhook, so
+/// they hold even while Ichor's pod is down):
+/// - the Jobs the controller's ServiceAccount creates in `ns` that run as
+///   `ichor-cni` or `ichor-installer` run Ichor's own image (`image_repository`,
+///   any tag) with Ichor's own arguments, one container, no init container
+///   and no host path: the controller's token cannot become those identities
+///   for anything else;
+/// - the privileged-values annotation on a TalosCluster is set or changed
+///   only by a user the authorizer allows the `privileged-values` verb.
+pub fn admission_policies(ns: &str, image_repository: &str) -> Vec<Value> {
+    let controller = format!("system:serviceaccount:{ns}:{CONTROLLER}");
+    let jobs = format!(
+        "!(object.spec.template.spec.serviceAccountName in ['ichor-cni', 'ichor-installer']) || (\
+         size(object.spec.template.spec.containers) == 1 && \
+         !has(object.spec.template.spec.initContainers) && \
+         (!has(object.spec.template.spec.volumes) || object.spec.template.spec.volumes.all(v, !has(v.hostPath))) && \
+         object.spec.template.spec.containers.all(c, (c.image.startsWith('{image_repository}:') || c.image.startsWith('{image_repository}@')) && !has(c.command) && has(c.args) && \
+           (object.spec.template.spec.serviceAccountName == 'ichor-cni' \
+             ? (size(c.args) == 7 && c.args[0] == 'cni' && c.args[1] == 'helm' && c.args[2] == 'apply' && c.args[3] == '--cluster' && c.args[5] == '--namespace') \
+             : (size(c.args) == 3 && c.args[0] == 'install' && c.args[1] == '--to'))))"
+    );
+    let key = PRIVILEGED_VALUES_ANNOTATION;
+    let opt_in = format!(
+        "(!has(object.metadata.annotations) || !('{key}' in object.metadata.annotations)) || \
+         (oldObject != null && has(oldObject.metadata.annotations) && '{key}' in oldObject.metadata.annotations && \
+          oldObject.metadata.annotations['{key}'] == object.metadata.annotations['{key}']) || \
+         authorizer.group('{group}').resource('talosclusters').namespace(object.metadata.namespace).check('{PRIVILEGED_VALUES_VERB}').allowed()",
+        group = ichor_api::GROUP
+    );
+    vec![
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": JOBS_POLICY},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": ["batch"], "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"], "resources": ["jobs"]}]},
+                "matchConditions": [{"name": "made-by-ichor-controller", "expression": format!("request.userInfo.username == '{controller}'")}],
+                "validations": [{"expression": jobs,
+                    "message": "a Job that runs as ichor-cni or ichor-installer must run Ichor's own image with Ichor's own arguments (one container, no init container, no host path)"}]
+            }
+        }),
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": JOBS_POLICY},
+            "spec": {"policyName": JOBS_POLICY, "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}}
+        }),
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": OPT_IN_POLICY},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": [ichor_api::GROUP], "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE"], "resources": ["talosclusters"]}]},
+                "validations": [{"expression": opt_in,
+                    "message": format!("only a user allowed the '{PRIVILEGED_VALUES_VERB}' verb on talosclusters.{} may set or change the annotation {key}", ichor_api::GROUP)}]
+            }
+        }),
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": OPT_IN_POLICY},
+            "spec": {"policyName": OPT_IN_POLICY, "validationActions": ["Deny"]}
+        }),
+    ]
 }
 
 /// Every object of the installer path for Ichor `version` (with its v), in
@@ -231,6 +312,7 @@ pub fn install_objects(version: &str, image: &str) -> Vec<Value> {
     objects.push(controller_deployment(ns, &labels, image));
     objects.push(webhook_service(ns, &labels));
     objects.push(webhook_configuration(ns, &labels));
+    objects.extend(admission_policies(ns, image_repository(image)));
     objects
 }
 
@@ -483,7 +565,7 @@ pub fn installation(version: &str) -> IchorInstallation {
 
 /// Ichor's CiliumNetworkPolicies for `ichor-system`: the controller may reach
 /// the API server and the nodes' Talos API; the API server may reach the
-/// webhooks. Applied only when the gate says so (spec 2.1).
+/// webhooks. Applied only when the gate says so (R2.1a).
 pub fn cilium_policies() -> Vec<Value> {
     let ns = ichor_api::SYSTEM_NAMESPACE;
     vec![json!({
@@ -553,8 +635,11 @@ mod tests {
             pod["containers"][0]["args"],
             json!(["ui", "--listen", "0.0.0.0:8443", "--read-only"])
         );
+        // Read-write too: the actions carry the user's token, not the UI's.
         let rw = ui_objects("v0.1.0", "x", false);
         let role = rw.iter().find(|o| o["kind"] == "ClusterRole").unwrap();
-        assert_eq!(role["rules"].as_array().unwrap().len(), 3);
+        for rule in role["rules"].as_array().unwrap() {
+            assert_eq!(rule["verbs"], json!(["get", "list", "watch"]), "{rule}");
+        }
     }
 }

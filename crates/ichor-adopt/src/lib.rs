@@ -3,17 +3,19 @@
 //! The inspection (reading nodes through the Talos API and the Kubernetes side,
 //! in `ichor-adopt-run`) produces an [`Inspection`]; everything adopt decides
 //! from it lives here and does no I/O — this crate has no Kubernetes client,
-//! no async runtime and no network — so each rule of the spec is a unit test:
+//! no async runtime and no network — so each rule of docs/requirements.md
+//! that adopt decides is a unit test:
 //!
-//! - [`classify::classify_cni`] — spec 1.1 and the rows of ADR 0103's table
+//! - [`classify::classify_cni`] — R1.1a–b and R2.0: no CNI, Cilium with or
+//!   without Ichor's record, another CNI, more than one
 //!   (the CNI DaemonSets are recognised by `ichor_api::cni`, the one detector
 //!   the controller uses too);
 //! - [`classify::decide_mode`] — which path adopt takes, or the refusal;
-//! - [`preconditions::check`] — spec 1.3, before consent;
+//! - [`preconditions::check`] — R1.3a–e, before consent;
 //! - [`plan::plan`] — all of the above, Ichor's presence and `--cilium-values`,
 //!   judged before consent, into the [`Plan`] adopt prints;
-//! - [`gate::include_cilium_policies`] — spec 2.1, the one policy decision;
-//! - [`waits`] — spec decision 3: what a bounded wait says every 30 s, and
+//! - [`gate::include_cilium_policies`] — R2.1a–c, the one policy decision;
+//! - [`waits`] — R3.1–R3.3: what a bounded wait says every 30 s, and
 //!   when it fails early;
 //! - [`install`] — the installer path's objects, as data (`dist/` is
 //!   generated from them);

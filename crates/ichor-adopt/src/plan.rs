@@ -21,7 +21,7 @@ pub const ADOPTED_ANNOTATION: &str = "ichor.maesh.dev/adopted";
 /// The label naming the cluster on the objects adopt writes for it.
 pub const CLUSTER_LABEL: &str = "ichor.maesh.dev/cluster";
 
-/// How Ichor itself is present in the cluster (spec 4.3).
+/// How Ichor itself is present in the cluster (R4.3a).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "by", rename_all = "camelCase")]
 pub enum IchorPresence {
@@ -139,7 +139,7 @@ impl Plan {
         }
     }
 
-    /// The plan's first line, as the spec words it.
+    /// The plan's first line, worded as R1.5a and R1.7c have it.
     pub fn summary(&self) -> String {
         let (tunnel, kube_proxy) = (self.tunnel.as_str(), self.kube_proxy.as_str());
         match self.mode {
@@ -228,7 +228,7 @@ impl Plan {
     }
 }
 
-/// The TalosMachine adopt writes for a node of `cluster`: held (spec 1.7),
+/// The TalosMachine adopt writes for a node of `cluster`: held (R1.7a),
 /// so the controller computes drift and applies nothing until the release.
 pub fn held_machine(cluster: &str, node: &TalosNode) -> TalosMachine {
     let mut m = TalosMachine::new(
@@ -300,7 +300,7 @@ pub fn plan(
     ))
 }
 
-/// Spec 4.3: `--require-ichor` needs an Ichor, and a Helm-installed Ichor
+/// R4.3c, R4.3e: `--require-ichor` needs an Ichor, and a Helm-installed Ichor
 /// must be this ichor's version.
 fn check_presence(presence: &IchorPresence, request: &Request) -> Result<(), Refusal> {
     match presence {

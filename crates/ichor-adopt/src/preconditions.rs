@@ -1,4 +1,4 @@
-//! Spec 1.3: what must hold before adopt asks for consent. Checked read-only;
+//! R1.3a–e: what must hold before adopt asks for consent. Checked read-only;
 //! each failure refuses with nothing written.
 
 use serde::Serialize;
@@ -204,7 +204,8 @@ mod tests {
             "{r:?}"
         );
         assert!(r[0].message.contains("Enable it first"));
-        // Other paths let the render turn KubePrism on (ADR 0103 1.6).
+        // Other paths let the render turn KubePrism on; only the no-CNI
+        // path needs it first, since Cilium needs it to start (R1.3b).
         assert!(check(&i, AdoptMode::TakeOverCilium).is_ok());
 
         let other_port = "  features:\n    kubePrism:\n      enabled: true\n      port: 7446\n";

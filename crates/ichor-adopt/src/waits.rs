@@ -1,4 +1,4 @@
-//! Spec decision 3: every wait is bounded and says why it is still waiting.
+//! R3.1–R3.3: every wait is bounded and says why it is still waiting.
 //!
 //! [`WaitWatch`] is the pure half of the one wait helper: fed the pods of
 //! `ichor-system` and the nodes at each poll, with the time since the wait
@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::inspection::KubeNode;
 
-/// Hard timeouts of spec decision 3.
+/// Hard timeouts of R3.1.
 pub const WEBHOOK_WAIT_ADOPT: Duration = Duration::from_secs(15 * 60);
 pub const WEBHOOK_WAIT_INIT: Duration = Duration::from_secs(30 * 60);
 pub const CILIUM_READY_WAIT: Duration = Duration::from_secs(10 * 60);

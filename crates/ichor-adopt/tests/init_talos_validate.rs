@@ -16,9 +16,10 @@ use ichor_talos::secrets::SecretsBundle;
 use ichor_testenv::Tool;
 
 fn fixture_bundle() -> SecretsBundle {
-    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/talos/stability-secrets.yaml");
-    SecretsBundle::from_file(&path).unwrap()
+    SecretsBundle::from_file(&ichor_testenv::fixtures::talos_path(
+        "stability-secrets.yaml",
+    ))
+    .unwrap()
 }
 
 fn probe(address: &str, hostname: &str) -> NodeProbe {

@@ -1,4 +1,4 @@
-//! The Cilium chart values Ichor owns (ADR 0099 decision 3): users may not
+//! The Cilium chart values Ichor owns (R1.4c, R7.4): users may not
 //! set them in `spec.cni.cilium.values`.
 //!
 //! [`OWNED_PATHS`] is the one table. The CRD schema and its CEL rule read the

@@ -311,6 +311,27 @@ pub struct CniStatus {
     /// cilium; absent while there is no record).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release: Option<CiliumReleaseStatus>,
+    /// The ichor-cni Job's failures in a row for the values it is to bring
+    /// the release to (absent once the release is there); the next attempt
+    /// waits a back-off that doubles with each failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_failures: Option<CniJobFailures>,
+}
+
+/// Failures in a row of the ichor-cni Job for one values hash.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CniJobFailures {
+    /// The values hash the failing Jobs were for.
+    pub hash: String,
+    /// How many Jobs failed in a row.
+    pub count: u32,
+    /// When the last one was seen failed.
+    pub last_failure: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// The uid of the last failed Job (each failure is counted once).
+    pub last_job_uid: String,
+    /// Why the last one failed, as the Job said.
+    pub message: String,
 }
 
 /// The newest revision of Ichor's Cilium release, read from its Helm record.

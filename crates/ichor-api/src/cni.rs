@@ -115,7 +115,7 @@ fn image_repo(image: &str) -> &str {
 }
 
 /// The CNIs that run: the kinds of the recognised DaemonSets, and Cilium
-/// when Ichor's Cilium release exists (spec 2.2: Cilium is found from the
+/// when Ichor's Cilium release exists (R2.2: Cilium is found from the
 /// moment Ichor's release is there, before its DaemonSet is).
 pub fn cnis_found(workloads: &[CniWorkload], ichor_cilium_release: bool) -> BTreeSet<CniKind> {
     let mut kinds: BTreeSet<CniKind> = workloads.iter().map(|w| w.kind.clone()).collect();

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 pub mod types {
     /// The object is reconciled and healthy (TalosCluster, TalosMachine, IchorInstallation).
     pub const READY: &str = "Ready";
-    /// TalosCluster: Ichor's Cilium release has taken over the CNI (spec 1.5.5).
+    /// TalosCluster: Ichor's Cilium release has taken over the CNI (R1.5e).
     pub const CNI_HANDOVER: &str = "CNIHandover";
     /// TalosMachine: the live config differs from the desired config.
     pub const DRIFTED: &str = "Drifted";

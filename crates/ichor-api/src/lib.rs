@@ -16,7 +16,7 @@
 //! Decisions a reader may question:
 //! - `TalosMachine.spec.hold` defaults to **true**: a machine created without
 //!   saying otherwise is never written to until someone releases it.
-//! - `spec.cni.tunnel` defaults to `vxlan` (the API default of spec 1.4) and is
+//! - `spec.cni.tunnel` defaults to `vxlan` (the API default of R1.4a) and is
 //!   immutable by CEL (`self == oldSelf`); because the default is always
 //!   filled in, "once set" is "from creation".
 //! - `spec.cni.cilium.values` is free-form, but the Ichor-owned top-level keys
@@ -46,9 +46,9 @@ pub mod selector;
 pub mod validation;
 
 pub use cluster::{
-    CiliumReleaseStatus, CiliumSpec, ClusterNetwork, CniPreset, CniSpec, CniStatus, DetectedCni,
-    KubeProxyMode, SecretsRef, TalosCNI, TalosCluster, TalosClusterSpec, TalosClusterStatus,
-    Tunnel, UnmanagedCni,
+    CiliumReleaseStatus, CiliumSpec, ClusterNetwork, CniJobFailures, CniPreset, CniSpec, CniStatus,
+    DetectedCni, KubeProxyMode, SecretsRef, TalosCNI, TalosCluster, TalosClusterSpec,
+    TalosClusterStatus, Tunnel, UnmanagedCni,
 };
 pub use installation::{
     DeploymentSpec, IchorInstallation, IchorInstallationSpec, IchorInstallationStatus, Manager,
@@ -72,6 +72,11 @@ pub const VERSION: &str = "v1alpha1";
 pub const SYSTEM_NAMESPACE: &str = "ichor-system";
 /// Annotation set on a TalosCluster that `ichor adopt` created.
 pub const ADOPTED_ANNOTATION: &str = "ichor.maesh.dev/adopted";
+/// On a TalosCluster: `spec.cni.cilium.values` may set images, host paths,
+/// extra containers and ServiceAccounts (refused without it). Guarded by an
+/// admission policy: only a user allowed the `privileged-values` verb on
+/// talosclusters may set or change it.
+pub const PRIVILEGED_VALUES_ANNOTATION: &str = "ichor.maesh.dev/privileged-cilium-values";
 /// Annotation on a TalosCluster naming the Talos inline manifest that carried
 /// Cilium before Ichor took it over (written by adopt on a takeover); the
 /// render removes that entry at the hand-over, with Ichor's own.

@@ -37,16 +37,22 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new("self == oldSelf").message("spec of a TalosOperation is immutable: create a new TalosOperation instead"))]
 #[x_kube(validation = Rule::new("self.kind == 'reboot' || has(self.version)").message("spec.version is required for kinds ichor, talos-upgrade and kubernetes-upgrade"))]
 #[x_kube(validation = Rule::new("self.kind != 'reboot' || !has(self.version)").message("spec.version must not be set for kind reboot"))]
+#[x_kube(validation = Rule::new("self.kind == 'ichor' || !has(self.allowDowngrade)").message("spec.allowDowngrade is only for kind ichor"))]
 #[serde(rename_all = "camelCase")]
 pub struct TalosOperationSpec {
     /// ichor, talos-upgrade, kubernetes-upgrade or reboot.
     pub kind: OperationKind,
     /// The cluster, and optionally which of its machines.
     pub target: OperationTarget,
-    /// The version to upgrade to (not for reboot).
+    /// The version to upgrade to (not for reboot), for example v1.14.0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("self.matches('^v[0-9]+\\\\.[0-9]+\\\\.[0-9]+(-[0-9A-Za-z.-]+)?$')").message("spec.version must look like v1.14.0"))]
     pub version: Option<String>,
+    /// ichor: install a version older than the running controller's. Off by
+    /// default; the plan and its Event say when it was used.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_downgrade: bool,
     /// How many workers may reboot at once (control planes always go one at
     /// a time). Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -34,7 +34,74 @@ pub fn talos_cluster(old: Option<&Value>, new: &Value) -> Vec<String> {
     tunnel_problems(old, new, &mut out);
     if let Some(values) = at(new, &["spec", "cni", "cilium", "values"]) {
         values_problems(values, &mut out);
+        let opted_in = at(
+            new,
+            &[
+                "metadata",
+                "annotations",
+                crate::PRIVILEGED_VALUES_ANNOTATION,
+            ],
+        )
+        .and_then(Value::as_str)
+            == Some("true");
+        let privileged = privileged_values(values);
+        if !privileged.is_empty() && !opted_in {
+            out.push(format!(
+                "spec.cni.cilium.values sets {}: Ichor applies these values as a cluster-admin Job, so they would give whoever edits this TalosCluster control of every node; remove them, or have a cluster admin set the annotation {}: \"true\" (see docs/security.md)",
+                privileged.join(", "),
+                crate::PRIVILEGED_VALUES_ANNOTATION
+            ));
+        }
     }
+    out
+}
+
+/// Keys of Cilium chart values that choose what runs, and as whom, with
+/// the agent's privileges: images, host paths, extra or init containers and
+/// ServiceAccounts. (The agent's own capabilities are Ichor's to set.)
+const PRIVILEGED_KEYS: &[&str] = &[
+    "image",
+    "hostPath",
+    "extraHostPathMounts",
+    "extraVolumes",
+    "extraVolumeMounts",
+    "extraContainers",
+    "extraInitContainers",
+    "initContainers",
+    "sidecars",
+    "serviceAccounts",
+    "serviceAccount",
+    "serviceAccountName",
+];
+
+/// The paths of `values` (dotted) that set a privileged key, at any depth.
+pub fn privileged_values(values: &Value) -> Vec<String> {
+    fn walk(v: &Value, path: &str, out: &mut Vec<String>) {
+        match v {
+            Value::Object(map) => {
+                for (k, child) in map {
+                    let here = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    if PRIVILEGED_KEYS.contains(&k.as_str()) && !child.is_null() {
+                        out.push(here);
+                    } else {
+                        walk(child, &here, out);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, &format!("{path}[{i}]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(values, "", &mut out);
     out
 }
 
@@ -87,6 +154,46 @@ fn values_problems(values: &Value, out: &mut Vec<String>) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Covers: R18.2
+    #[test]
+    fn privileged_cilium_values_need_the_admins_opt_in() {
+        let with = |values: Value, annotations: Value| {
+            json!({"apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
+                "metadata": {"name": "c", "annotations": annotations},
+                "spec": {"endpoint": "https://x:6443", "cni": {"preset": "cilium", "cilium": {"values": values}}}})
+        };
+        for values in [
+            json!({"image": {"repository": "evil/cilium"}}),
+            json!({"operator": {"image": {"tag": "v0"}}}),
+            json!({"extraVolumes": [{"name": "root", "hostPath": {"path": "/"}}]}),
+            json!({"extraInitContainers": [{"name": "x", "image": "busybox"}]}),
+            json!({"serviceAccounts": {"cilium": {"name": "cluster-admin-sa"}}}),
+            json!({"hubble": {"relay": {"extraVolumeMounts": [{"name": "root", "mountPath": "/host"}]}}}),
+        ] {
+            let refused = talos_cluster(None, &with(values.clone(), json!({})));
+            assert_eq!(refused.len(), 1, "{values}: {refused:?}");
+            assert!(
+                refused[0].contains(crate::PRIVILEGED_VALUES_ANNOTATION),
+                "{}",
+                refused[0]
+            );
+            let opted = with(
+                values.clone(),
+                json!({crate::PRIVILEGED_VALUES_ANNOTATION: "true"}),
+            );
+            assert!(talos_cluster(None, &opted).is_empty(), "{values}");
+        }
+        let plain = with(
+            json!({"hubble": {"enabled": true}, "debug": {"enabled": true}}),
+            json!({}),
+        );
+        assert!(talos_cluster(None, &plain).is_empty());
+        assert_eq!(
+            privileged_values(&json!({"a": [{"image": "x"}], "b": {"image": null}})),
+            vec!["a[0].image".to_owned()]
+        );
+    }
 
     fn cluster(cni: Value) -> Value {
         json!({"apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",

@@ -272,6 +272,7 @@ async fn machine_and_operation_rules() {
         concurrency: None,
         installer_image: None,
         dry_run: false,
+        allow_downgrade: false,
     };
     let msg = refusal(
         ops.create(
@@ -304,4 +305,71 @@ async fn machine_and_operation_rules() {
         msg.contains("spec of a TalosOperation is immutable"),
         "message: {msg}"
     );
+}
+
+/// The API server itself refuses a TalosOperation version that is not a
+/// version, and `allowDowngrade` on any kind but `ichor`.
+/// Covers: R18.2
+#[tokio::test]
+async fn operation_versions_and_the_downgrade_flag_are_checked_by_the_api_server() {
+    use ichor_api::{
+        ClusterRef, OperationKind, OperationTarget, TalosOperation, TalosOperationSpec,
+    };
+    let client = client_with_crds().await;
+    let ns = ichor_testenv::TestEnv::shared()
+        .namespace("op-version")
+        .await;
+    let ops: Api<TalosOperation> = Api::namespaced(client, &ns);
+    let spec = |kind: OperationKind, version: &str, allow_downgrade: bool| TalosOperationSpec {
+        kind,
+        target: OperationTarget {
+            cluster_ref: ClusterRef { name: "c1".into() },
+            machines: vec![],
+        },
+        version: Some(version.into()),
+        concurrency: None,
+        installer_image: None,
+        dry_run: false,
+        allow_downgrade,
+    };
+    for (i, bad) in ["latest", "1.2.3", "v1.2", "v1.2.3;rm", "v1.2.3 "]
+        .iter()
+        .enumerate()
+    {
+        let msg = refusal(
+            ops.create(
+                &PostParams::default(),
+                &TalosOperation::new(&format!("bad-{i}"), spec(OperationKind::Ichor, bad, false)),
+            )
+            .await
+            .expect_err("refused"),
+        );
+        assert!(
+            msg.contains("spec.version must look like v1.14.0"),
+            "{bad}: {msg}"
+        );
+    }
+    let msg = refusal(
+        ops.create(
+            &PostParams::default(),
+            &TalosOperation::new(
+                "talos-down",
+                spec(OperationKind::TalosUpgrade, "v1.12.0", true),
+            ),
+        )
+        .await
+        .expect_err("refused"),
+    );
+    assert!(
+        msg.contains("spec.allowDowngrade is only for kind ichor"),
+        "{msg}"
+    );
+    for (name, version) in [("ok-1", "v0.1.0"), ("ok-2", "v1.14.0-rc.1")] {
+        ops.create(
+            &PostParams::default(),
+            &TalosOperation::new(name, spec(OperationKind::Ichor, version, true)),
+        )
+        .await
+        .expect("a version and the flag on kind ichor are stored");
+    }
 }

@@ -271,7 +271,7 @@ async fn workloads_exist(client: &kube::Client, ns: &str) -> Result<bool, Error>
     Ok(ds.is_some() && dep.is_some())
 }
 
-/// The hand-over signal (spec 1.5.5, ADR 0099 decision 2): the release
+/// The hand-over signal (R1.5e): the release
 /// `cilium` is deployed at the effective-values hash and the DaemonSet is
 /// Ready. Read-only; needs no helm binary.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -391,7 +391,7 @@ impl std::fmt::Debug for WaitOptions {
     }
 }
 
-/// Spec step 1.5.2: creates the storage namespace if absent, applies the
+/// The Cilium step of R1.5b: creates the storage namespace if absent, applies the
 /// effective values of `settings`, then waits (bounded) for DaemonSet
 /// `cilium` and Deployment `cilium-operator` to be Ready and every node to
 /// be Ready, reporting what it still waits for. The record is `deployed`

@@ -418,7 +418,7 @@ async fn ready_wait_gives_up_and_names_what_is_left() {
     assert!(msg.contains("not Ready within 1s"), "{msg}");
 }
 
-/// Spec 1.4: the TalosCluster is built in memory first and Cilium is
+/// R1.4d: the TalosCluster is built in memory first and Cilium is
 /// installed with the effective values of that object; once the object is
 /// written (through the real API server, CRD and all) and read back, the
 /// controller derives the same values, so it finds the release at its hash.
@@ -503,7 +503,7 @@ async fn values_installed_equal_the_values_derived_from_the_written_cluster() {
     assert!(check.complete(), "{check:?}");
 }
 
-/// Spec case E5 through ichor-cilium: the install dies after its pending
+/// Hardware case E5 through ichor-cilium: the install dies after its pending
 /// record is written; the rerun holding the CNI lock (exclusive) repairs the
 /// record and finishes as an upgrade, objects intact.
 /// Covers: R1.7c, R5.6

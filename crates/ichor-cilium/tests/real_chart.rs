@@ -91,7 +91,7 @@ fn json_type(v: &Value) -> &'static str {
     }
 }
 
-/// Covers: R1.4b — issue 10 item 5: the chart Ichor pins is the chart the
+/// Covers: R1.4b, R7.4: the chart Ichor pins is the chart the
 /// tools cache holds.
 #[test]
 fn the_tools_cache_holds_the_pinned_real_chart() {
@@ -115,7 +115,7 @@ fn the_tools_cache_holds_the_pinned_real_chart() {
     );
 }
 
-/// Covers: R1.4b — issue 10 item 5: every key Ichor owns is a key of the real
+/// Covers: R1.4b, R7.4: every key Ichor owns is a key of the real
 /// chart's values (values.yaml and values.schema.json), with a type the
 /// schema allows.
 #[test]
@@ -155,7 +155,7 @@ fn every_owned_key_is_a_key_of_the_real_chart() {
     }
 }
 
-/// Covers: R1.4b — issue 10 item 5: the real chart renders with Ichor's
+/// Covers: R1.4b, R7.4: the real chart renders with Ichor's
 /// effective values under helm v3 and v4, for every preset, tunnel,
 /// kube-proxy mode and node count, and renders what those values mean.
 #[test]

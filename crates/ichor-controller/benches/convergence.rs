@@ -289,10 +289,7 @@ async fn measure(env: &TestEnv, machines_n: usize, clusters_n: usize, steady: Du
     let client = env.client().await;
     let ns = env.namespace("scale").await;
     let dir = tempfile::tempdir().unwrap();
-    let bundle_text = std::fs::read_to_string(fixture(
-        "../../../shared/fixtures/talos/stability-secrets.yaml",
-    ))
-    .unwrap();
+    let bundle_text = ichor_testenv::fixtures::talos("stability-secrets.yaml");
     let (emulator, endpoints) = start_emulator(machines_n, &bundle_text, dir.path()).await;
 
     let secret: Secret = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",

@@ -1,5 +1,5 @@
 //! The TalosCluster reconciler: Ready aggregated from the machines,
-//! `status.cni.detected` (spec 2.2) and the CNI hand-over (spec 1.5 step 5).
+//! `status.cni.detected` (R2.2) and the CNI hand-over (R1.5e).
 //!
 //! Hand-over: with preset `cilium`, when Ichor's release `cilium` (record in
 //! the storage namespace) is deployed at the hash of this TalosCluster's
@@ -120,7 +120,7 @@ pub(crate) async fn run(
             move |_| every_cluster_again(),
         )
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(guarded_reconcile, error_policy, ctx)
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "TalosCluster reconcile");
@@ -196,6 +196,14 @@ fn clusters_of_node(
             None => Vec::new(),
         }
     }
+}
+
+/// [`reconcile`] behind the unwind boundary: a panic fails this object only.
+async fn guarded_reconcile(
+    obj: Arc<DeserializeGuard<TalosCluster>>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
+    pipeline::unwind_boundary(ctx.clone(), obj.clone(), reconcile(obj, ctx)).await
 }
 
 fn error_policy(
@@ -284,11 +292,14 @@ pub struct Settings {
     pub can_start_job: bool,
     pub resync: std::time::Duration,
     pub error_requeue: std::time::Duration,
+    /// Where the ichor-cni Jobs run (the controller's own namespace).
+    pub system_namespace: String,
 }
 
 impl Settings {
     fn of(config: &crate::Config) -> Self {
         Settings {
+            system_namespace: config.system_namespace.clone(),
             storage_namespace: config.cilium_storage_namespace.clone(),
             release_namespace: config.cilium_release_namespace.clone(),
             can_start_job: config.cni_job_image.is_some(),
@@ -337,7 +348,13 @@ async fn read(ctx: &Context, cluster: &TalosCluster) -> Result<Observed> {
             && !check.at_desired_hash()
             && ctx.config.cni_job_image.is_some()
         {
-            observed.job = crate::cni_job::read(&ctx.client, cluster, &check.desired_hash).await?;
+            observed.job = crate::cni_job::read(
+                &ctx.client,
+                &ctx.config.system_namespace,
+                cluster,
+                &check.desired_hash,
+            )
+            .await?;
         }
         let handed_over = cluster
             .status
@@ -505,9 +522,15 @@ pub fn decide(
         }
         CniPreset::Cilium => decide_handover(cluster, observed, settings, now, &mut decision),
     };
+    let job_failures = decision
+        .status
+        .cni
+        .as_ref()
+        .and_then(|c| c.job_failures.clone());
     decision.status.cni = Some(CniStatus {
         detected: Some(detected_cni(observed)),
         release: observed.cilium_release.clone(),
+        job_failures,
     });
     decision.status.observed_generation = generation;
     decision
@@ -544,7 +567,14 @@ fn decide_handover(
         }
         None => return,
     };
-    let job = job_step(cluster, check, observed.job.as_ref(), settings, decision);
+    let job = job_step(
+        cluster,
+        check,
+        observed.job.as_ref(),
+        settings,
+        now,
+        decision,
+    );
     if handed_over {
         // Talos's apply at boot records again the objects its inline
         // manifests name: while a control plane still carries the entry
@@ -554,11 +584,37 @@ fn decide_handover(
         return;
     }
     let c = match &job {
-        Some(JobState::Running { name: job }) => job_running(cluster, check, job, now),
-        Some(JobState::Failed { name: job, message }) => {
-            decision.requeue = settings.error_requeue;
-            job_failed(cluster, job, message, now)
+        Some(JobState::Running { name: job }) => job_running(cluster, check, job, settings, now),
+        Some(JobState::Failed {
+            name: job, message, ..
+        }) => {
+            let failures = decision
+                .status
+                .cni
+                .as_ref()
+                .and_then(|c| c.job_failures.as_ref())
+                .map_or(1, |f| f.count);
+            let seed = format!(
+                "{}/{}",
+                cluster.namespace().unwrap_or_default(),
+                cluster.name_any()
+            );
+            decision.requeue = crate::cni_job::job_backoff(failures, &seed);
+            job_failed(
+                job,
+                message,
+                failures,
+                decision.requeue,
+                settings,
+                now,
+                generation,
+            )
         }
+        Some(JobState::Waiting {
+            failures,
+            next,
+            message,
+        }) => job_waiting(*failures, next, message, settings, now, generation),
         _ => handover_condition(
             check,
             &settings.storage_namespace,
@@ -685,46 +741,107 @@ pub fn inline_pending(cluster: &TalosCluster, machines: &[TalosMachine]) -> Vec<
 }
 
 /// The Job step of the hand-over: off the desired hash and allowed to run a
-/// Job, start one when there is none and delete a failed one. Returns the
-/// Job's state as it is after the actions (a started Job is running).
+/// Job, start one when there is none and the back-off after the last
+/// failures has run out, and delete a failed one (counting it once, by its
+/// uid, in `status.cni.jobFailures`). At the desired hash the failures are
+/// forgotten. Returns the Job's state as it is after the actions (a started
+/// Job is running).
 fn job_step(
     cluster: &TalosCluster,
     check: &HandoverCheck,
     observed: Option<&JobState>,
     settings: &Settings,
+    now: &Time,
     decision: &mut Decision,
 ) -> Option<JobState> {
-    if check.at_desired_hash() || !settings.can_start_job {
+    let cni = decision.status.cni.get_or_insert_with(Default::default);
+    if check.at_desired_hash() {
+        cni.job_failures = None;
         return None;
     }
+    if !settings.can_start_job {
+        return None;
+    }
+    let namespace = cluster.namespace().unwrap_or_default();
+    let seed = format!("{namespace}/{}", cluster.name_any());
+    let previous = cni
+        .job_failures
+        .clone()
+        .filter(|f| f.hash == check.desired_hash);
     match observed {
         None => {
+            if let Some(f) = &previous {
+                let wait = crate::cni_job::job_backoff(f.count, &seed);
+                let next = Time(
+                    f.last_failure
+                        .0
+                        .checked_add(jiff_duration(wait))
+                        .unwrap_or(f.last_failure.0),
+                );
+                if now.0 < next.0 {
+                    let left = next.0.duration_since(now.0);
+                    let left = std::time::Duration::try_from(left).unwrap_or_default();
+                    decision.requeue = decision
+                        .requeue
+                        .min(left.max(std::time::Duration::from_secs(1)));
+                    return Some(JobState::Waiting {
+                        failures: f.count,
+                        next,
+                        message: f.message.clone(),
+                    });
+                }
+            }
             decision.actions.push(ClusterAction::StartJob {
                 hash: check.desired_hash.clone(),
             });
             Some(JobState::Running {
-                name: crate::cni_job::job_name(&cluster.name_any(), &check.desired_hash),
+                name: crate::cni_job::job_name(
+                    &namespace,
+                    &cluster.name_any(),
+                    &check.desired_hash,
+                ),
             })
         }
         Some(state) => {
-            if let JobState::Failed { name, .. } = state {
+            if let JobState::Failed { name, uid, message } = state {
                 decision
                     .actions
                     .push(ClusterAction::DeleteFailedJob { name: name.clone() });
+                let counted = previous.as_ref().is_some_and(|f| &f.last_job_uid == uid);
+                if !counted {
+                    cni.job_failures = Some(ichor_api::CniJobFailures {
+                        hash: check.desired_hash.clone(),
+                        count: previous.map_or(1, |f| f.count + 1),
+                        last_failure: now.clone(),
+                        last_job_uid: uid.clone(),
+                        message: message.clone(),
+                    });
+                }
             }
             Some(state.clone())
         }
     }
 }
 
-fn job_running(cluster: &TalosCluster, check: &HandoverCheck, job: &str, now: &Time) -> Condition {
+/// A wait as jiff's signed duration (saturating: the waits here are minutes).
+fn jiff_duration(d: std::time::Duration) -> k8s_openapi::jiff::SignedDuration {
+    k8s_openapi::jiff::SignedDuration::try_from(d).unwrap_or(k8s_openapi::jiff::SignedDuration::MAX)
+}
+
+fn job_running(
+    cluster: &TalosCluster,
+    check: &HandoverCheck,
+    job: &str,
+    settings: &Settings,
+    now: &Time,
+) -> Condition {
     conditions::new(
         types::CNI_HANDOVER,
         Status::False,
         reasons::JOB_RUNNING,
         format!(
             "the ichor-cni Job {}/{job} is bringing Helm release {} to this TalosCluster's effective values (hash {})",
-            cluster.namespace().unwrap_or_default(),
+            settings.system_namespace,
             ichor_cilium::RELEASE_NAME,
             check.desired_hash
         ),
@@ -733,16 +850,47 @@ fn job_running(cluster: &TalosCluster, check: &HandoverCheck, job: &str, now: &T
     )
 }
 
-fn job_failed(cluster: &TalosCluster, job: &str, message: &str, now: &Time) -> Condition {
+fn job_failed(
+    job: &str,
+    message: &str,
+    failures: u32,
+    wait: std::time::Duration,
+    settings: &Settings,
+    now: &Time,
+    generation: Option<i64>,
+) -> Condition {
     conditions::new(
         types::CNI_HANDOVER,
         Status::False,
         reasons::JOB_FAILED,
         format!(
-            "the ichor-cni Job {}/{job} failed ({message}); it was deleted and a new attempt starts. Its pod's log says why",
-            cluster.namespace().unwrap_or_default(),
+            "the ichor-cni Job {}/{job} failed ({message}); failures in a row: {failures}. It was deleted and a new attempt starts in {}s; the Job's pod log says why",
+            settings.system_namespace,
+            wait.as_secs()
         ),
-        cluster.metadata.generation,
+        generation,
+        now.clone(),
+    )
+}
+
+/// `CNIHandover` while the back-off after failed Jobs runs.
+fn job_waiting(
+    failures: u32,
+    next: &Time,
+    message: &str,
+    settings: &Settings,
+    now: &Time,
+    generation: Option<i64>,
+) -> Condition {
+    conditions::new(
+        types::CNI_HANDOVER,
+        Status::False,
+        reasons::JOB_FAILED,
+        format!(
+            "the ichor-cni Job failed {failures} time(s) in a row (last: {message}); the next attempt starts at {} in {}. Fix what its log said, or change spec.cni to start one now",
+            next.0, settings.system_namespace
+        ),
+        generation,
         now.clone(),
     )
 }
@@ -753,10 +901,17 @@ async fn write(ctx: &Context, cluster: &TalosCluster, decision: &Decision) -> Re
         match action {
             ClusterAction::StartJob { hash } => {
                 let image = ctx.config.cni_job_image.as_deref().unwrap_or_default();
-                crate::cni_job::start(&ctx.client, cluster, hash, image).await?;
+                crate::cni_job::start(
+                    &ctx.client,
+                    &ctx.config.system_namespace,
+                    cluster,
+                    hash,
+                    image,
+                )
+                .await?;
             }
             ClusterAction::DeleteFailedJob { name } => {
-                crate::cni_job::delete(&ctx.client, cluster, name).await?;
+                crate::cni_job::delete(&ctx.client, &ctx.config.system_namespace, name).await?;
             }
             ClusterAction::ReleaseInventory { config_map, step } => {
                 crate::bootstrap_inventory::release(&ctx.client, config_map, step).await?;
@@ -819,7 +974,7 @@ async fn read_cni_workloads(ctx: &Context) -> Result<Vec<CniWorkload>> {
 }
 
 /// `status.cni.detected`, by the one detector: the CNI DaemonSets, and
-/// Cilium from the moment Ichor's Cilium release is deployed (spec 2.2).
+/// Cilium from the moment Ichor's Cilium release is deployed (R2.2).
 pub fn detected_cni(observed: &Observed) -> DetectedCni {
     let ichor_release_deployed = matches!(&observed.handover, Some(Ok(c)) if c.deployed.is_some());
     ichor_api::cni::detect(&observed.cni_workloads, ichor_release_deployed)
@@ -963,6 +1118,7 @@ mod decide_tests {
             can_start_job,
             resync: Duration::from_secs(300),
             error_requeue: Duration::from_secs(15),
+            system_namespace: "ichor-system".into(),
         }
     }
 
@@ -1044,8 +1200,9 @@ mod decide_tests {
             (h.status.as_str(), h.reason.as_str()),
             ("False", reasons::JOB_RUNNING)
         );
+        let job = crate::cni_job::job_name("ichor-system", "prod", "0123456789abcdef");
         assert!(
-            h.message.contains("ichor-cni-prod-0123456789"),
+            h.message.contains(&format!("ichor-system/{job}")),
             "{}",
             h.message
         );
@@ -1077,7 +1234,7 @@ mod decide_tests {
 
     /// Waiting for the release or the DaemonSet, with no Job running, is
     /// not polled: both are watched, and a steady state makes no requests.
-    /// Covers: issue 18 item 3 (no polling in steady state)
+    /// Covers: the controller-at-scale goal (docs/benchmarks.md): no polling in steady state
     #[test]
     fn a_pending_hand_over_without_a_job_waits_for_the_watches() {
         let c = cluster(include_str!("fixtures/cluster-cilium.yaml"));
@@ -1100,14 +1257,20 @@ mod decide_tests {
         assert_eq!(d.requeue, Duration::from_secs(300));
     }
 
+    fn failed(uid: &str) -> JobState {
+        JobState::Failed {
+            name: "ichor-cni-prod-0123456789".into(),
+            uid: uid.into(),
+            message: "BackoffLimitExceeded".into(),
+        }
+    }
+
+    /// Covers: R5.6
     #[test]
-    fn a_failed_job_is_deleted_and_retried_sooner() {
+    fn a_failed_job_is_deleted_and_retried_after_a_back_off() {
         let c = cluster(include_str!("fixtures/cluster-cilium.yaml"));
         let mut o = observed(Some(Ok(check(None, Ok(())))));
-        o.job = Some(JobState::Failed {
-            name: "ichor-cni-prod-0123456789".into(),
-            message: "BackoffLimitExceeded".into(),
-        });
+        o.job = Some(failed("uid-1"));
         let d = decide(&c, &o, &settings(true), &at(100));
         assert_eq!(
             d.actions,
@@ -1118,7 +1281,87 @@ mod decide_tests {
         let h = condition(&d, types::CNI_HANDOVER);
         assert_eq!(h.reason, reasons::JOB_FAILED);
         assert!(h.message.contains("BackoffLimitExceeded"), "{}", h.message);
-        assert_eq!(d.requeue, Duration::from_secs(15));
+        let first = crate::cni_job::job_backoff(1, "ichor-system/prod");
+        assert_eq!(d.requeue, first);
+        let failures = d.status.cni.as_ref().unwrap().job_failures.clone().unwrap();
+        assert_eq!(
+            (failures.count, failures.last_failure.clone()),
+            (1, at(100))
+        );
+
+        // The same failed Job seen again (its deletion not yet done) is not
+        // counted twice.
+        let mut again = c.clone();
+        again.status = Some(d.status.clone());
+        let d2 = decide(&again, &o, &settings(true), &at(101));
+        assert_eq!(
+            d2.status
+                .cni
+                .as_ref()
+                .unwrap()
+                .job_failures
+                .as_ref()
+                .unwrap()
+                .count,
+            1
+        );
+
+        // Gone, and the back-off not over: no new Job, and the wait is said.
+        o.job = None;
+        let d3 = decide(&again, &o, &settings(true), &at(102));
+        assert!(d3.actions.is_empty(), "{:?}", d3.actions);
+        let h = condition(&d3, types::CNI_HANDOVER);
+        assert_eq!(h.reason, reasons::JOB_FAILED);
+        assert!(
+            h.message.contains("the next attempt starts at"),
+            "{}",
+            h.message
+        );
+        assert!(d3.requeue <= first, "{:?}", d3.requeue);
+
+        // Once it is over, a new Job starts.
+        let later = at(100 + first.as_secs() as i64 + 1);
+        let d4 = decide(&again, &o, &settings(true), &later);
+        assert_eq!(
+            d4.actions,
+            vec![ClusterAction::StartJob {
+                hash: "0123456789abcdef".into()
+            }]
+        );
+    }
+
+    /// Covers: R5.6
+    #[test]
+    fn each_failure_in_a_row_doubles_the_wait_and_the_release_forgets_them() {
+        let mut c = cluster(include_str!("fixtures/cluster-cilium.yaml"));
+        let mut o = observed(Some(Ok(check(None, Ok(())))));
+        let mut now = 100;
+        let mut waits = Vec::new();
+        for i in 1..=5 {
+            o.job = Some(failed(&format!("uid-{i}")));
+            let d = decide(&c, &o, &settings(true), &at(now));
+            assert_eq!(
+                d.status
+                    .cni
+                    .as_ref()
+                    .unwrap()
+                    .job_failures
+                    .as_ref()
+                    .unwrap()
+                    .count,
+                i
+            );
+            waits.push(d.requeue);
+            c.status = Some(d.status);
+            now += 10_000;
+        }
+        for pair in waits.windows(2) {
+            assert!(pair[1] > pair[0], "{waits:?}");
+        }
+        // A different hash starts the count again; at the hash it is gone.
+        let o = observed(complete());
+        let d = decide(&c, &o, &settings(true), &at(now));
+        assert_eq!(d.status.cni.as_ref().unwrap().job_failures, None);
     }
 
     #[test]
@@ -1338,7 +1581,7 @@ mod decide_tests {
         }
     }
 
-    /// Covers: issue 15 (the cluster page's Cilium release status read from its record)
+    /// Covers: the UI's cluster page (docs/ui.md): the Cilium release status read from its record
     #[test]
     fn the_cilium_release_status_is_the_newest_record_and_the_deployed_one_behind_it() {
         assert_eq!(cilium_release_status(&[], "ichor-system"), None);
@@ -1373,7 +1616,7 @@ mod decide_tests {
         let mut o = observed(None);
         o.cni_workloads.clear();
         assert_eq!(detected_cni(&o), DetectedCni::None);
-        // Spec 2.2: Ichor's release deployed counts before its DaemonSet.
+        // R2.2: Ichor's release deployed counts before its DaemonSet.
         let deployed = observed(Some(Ok(check(Some((1, "0123456789abcdef")), Ok(())))));
         let o = Observed {
             cni_workloads: vec![],

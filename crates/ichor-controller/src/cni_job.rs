@@ -6,15 +6,22 @@
 //! every taint, and reaches the API server through KubePrism on
 //! localhost:7445 — so it runs on a cluster whose pod network is the thing
 //! being changed. One Job per (cluster, values hash): a finished Job for the
-//! same hash is not run again; a failed one is deleted so the next reconcile
-//! starts a new attempt (the spec's E5 finding: a failed Job must not end the
-//! story).
+//! same hash is not run again; a failed one is deleted and the next attempt
+//! starts after a back-off that doubles with each failure (R5.6, learnt from
+//! hardware case E5: a failed Job must not end the story, nor run every few
+//! seconds forever).
+//!
+//! The Job lives in the controller's own namespace, whatever the
+//! TalosCluster's: the `ichor-cni` ServiceAccount exists only there, and the
+//! controller may create Jobs only there (a Role, not a ClusterRole), so no
+//! namespace's users can borrow a Job's identity.
 
 use ichor_api::TalosCluster;
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
 use serde_json::json;
+use std::time::Duration;
 
 use crate::{Error, Result};
 
@@ -22,6 +29,30 @@ use crate::{Error, Result};
 pub const SERVICE_ACCOUNT: &str = "ichor-cni";
 /// Label naming the TalosCluster a Job is for.
 pub const CLUSTER_LABEL: &str = "ichor.maesh.dev/cni-for";
+/// Label naming the namespace of the TalosCluster a Job is for.
+pub const CLUSTER_NAMESPACE_LABEL: &str = "ichor.maesh.dev/cni-for-namespace";
+/// The wait after a Job's first failure; it doubles with each failure after.
+pub const JOB_BACKOFF_FIRST: Duration = Duration::from_secs(15);
+/// The longest wait between two attempts.
+pub const JOB_BACKOFF_MAX: Duration = Duration::from_secs(600);
+
+/// How long to wait after the `failures`-th failure in a row before the
+/// next attempt: 15 s, 30 s, 1 min … up to 10 min, each ±20% by a jitter
+/// drawn from `seed` (the cluster), so many clusters failing together do
+/// not retry in step. Pure: the same inputs give the same wait.
+pub fn job_backoff(failures: u32, seed: &str) -> Duration {
+    use std::hash::{Hash as _, Hasher as _};
+    if failures == 0 {
+        return Duration::ZERO;
+    }
+    let doubled = JOB_BACKOFF_FIRST.saturating_mul(1u32 << (failures - 1).min(16));
+    let base = doubled.min(JOB_BACKOFF_MAX);
+    let mut hasher = std::hash::DefaultHasher::new();
+    (seed, failures).hash(&mut hasher);
+    // A factor in [0.8, 1.2).
+    let factor = 0.8 + (hasher.finish() % 4000) as f64 / 10_000.0;
+    base.mul_f64(factor)
+}
 
 /// Where a cluster's Job stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,13 +61,28 @@ pub enum JobState {
     Running { name: String },
     /// Completed: the release should now be at the hash.
     Succeeded { name: String },
-    /// Failed and deleted; the next reconcile starts a new one.
-    Failed { name: String, message: String },
+    /// Failed (the reconcile deletes it; a later one starts a new one).
+    Failed {
+        name: String,
+        uid: String,
+        message: String,
+    },
+    /// Decided, not observed: no Job, and the back-off after `failures`
+    /// failures in a row runs until `next`.
+    Waiting {
+        failures: u32,
+        next: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+        message: String,
+    },
 }
 
-/// The Job's name: the cluster and the first characters of the hash (≤ 63).
-pub fn job_name(cluster: &str, hash: &str) -> String {
-    let short: String = hash.chars().take(10).collect();
+/// The Job's name: the cluster and 10 hex digits of a digest of the
+/// cluster's namespace, name and values hash (≤ 63; two clusters of one
+/// name in two namespaces get two Jobs).
+pub fn job_name(namespace: &str, cluster: &str, hash: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(format!("{namespace}/{cluster}/{hash}"));
+    let short: String = digest.iter().take(5).map(|b| format!("{b:02x}")).collect();
     let prefix: String = cluster
         .chars()
         .take(63 - "ichor-cni--".len() - short.len())
@@ -44,18 +90,20 @@ pub fn job_name(cluster: &str, hash: &str) -> String {
     format!("ichor-cni-{}-{short}", prefix.trim_end_matches('-'))
 }
 
-/// The Job for `cluster` at values `hash`, running `image` (pure).
-pub fn build(cluster: &TalosCluster, hash: &str, image: &str) -> Job {
+/// The Job for `cluster` at values `hash`, running `image`, in
+/// `system_namespace` (pure).
+pub fn build(cluster: &TalosCluster, hash: &str, image: &str, system_namespace: &str) -> Job {
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
     serde_json::from_value(json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": job_name(&name, hash),
-            "namespace": namespace,
+            "name": job_name(&namespace, &name, hash),
+            "namespace": system_namespace,
             "labels": {
                 CLUSTER_LABEL: name,
+                CLUSTER_NAMESPACE_LABEL: namespace,
                 "ichor.maesh.dev/values-hash": hash.chars().take(63).collect::<String>(),
                 "app.kubernetes.io/part-of": "ichor",
                 "app.kubernetes.io/component": "ichor-cni",
@@ -108,6 +156,7 @@ pub fn state(job: &Job) -> JobState {
     if let Some(c) = condition("Failed") {
         return JobState::Failed {
             name,
+            uid: job.uid().unwrap_or_default(),
             message: c
                 .message
                 .or(c.reason)
@@ -117,54 +166,59 @@ pub fn state(job: &Job) -> JobState {
     JobState::Running { name }
 }
 
-/// The state of the Job for (`cluster`, `hash`), when it exists.
+/// The state of the Job for (`cluster`, `hash`) in `system_namespace`,
+/// when it exists.
 pub async fn read(
     client: &kube::Client,
+    system_namespace: &str,
     cluster: &TalosCluster,
     hash: &str,
 ) -> Result<Option<JobState>> {
-    let namespace = cluster.namespace().unwrap_or_default();
-    let name = job_name(&cluster.name_any(), hash);
-    let existing = Api::<Job>::namespaced(client.clone(), &namespace)
+    let name = job_name(
+        &cluster.namespace().unwrap_or_default(),
+        &cluster.name_any(),
+        hash,
+    );
+    let existing = Api::<Job>::namespaced(client.clone(), system_namespace)
         .get_opt(&name)
         .await
         .map_err(Error::kube(format!(
-            "reading the ichor-cni Job {namespace}/{name}"
+            "reading the ichor-cni Job {system_namespace}/{name}"
         )))?;
     Ok(existing.as_ref().map(state))
 }
 
-/// Starts the Job for (`cluster`, `hash`) running `image`.
+/// Starts the Job for (`cluster`, `hash`) running `image` in `system_namespace`.
 pub async fn start(
     client: &kube::Client,
+    system_namespace: &str,
     cluster: &TalosCluster,
     hash: &str,
     image: &str,
 ) -> Result<()> {
-    let namespace = cluster.namespace().unwrap_or_default();
-    let name = job_name(&cluster.name_any(), hash);
-    Api::<Job>::namespaced(client.clone(), &namespace)
-        .create(&PostParams::default(), &build(cluster, hash, image))
+    let job = build(cluster, hash, image, system_namespace);
+    let name = job.name_any();
+    Api::<Job>::namespaced(client.clone(), system_namespace)
+        .create(&PostParams::default(), &job)
         .await
         .map_err(Error::kube(format!(
-            "creating the ichor-cni Job {namespace}/{name}"
+            "creating the ichor-cni Job {system_namespace}/{name}"
         )))?;
     Ok(())
 }
 
-/// Deletes the failed Job `name` (its pods with it), so that the next
-/// reconcile starts a new attempt.
-pub async fn delete(client: &kube::Client, cluster: &TalosCluster, name: &str) -> Result<()> {
-    let namespace = cluster.namespace().unwrap_or_default();
+/// Deletes the failed Job `name` in `system_namespace` (its pods with it),
+/// so that a later reconcile starts a new attempt.
+pub async fn delete(client: &kube::Client, system_namespace: &str, name: &str) -> Result<()> {
     let dp = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
         ..Default::default()
     };
-    Api::<Job>::namespaced(client.clone(), &namespace)
+    Api::<Job>::namespaced(client.clone(), system_namespace)
         .delete(name, &dp)
         .await
         .map_err(Error::kube(format!(
-            "deleting the failed ichor-cni Job {namespace}/{name}"
+            "deleting the failed ichor-cni Job {system_namespace}/{name}"
         )))?;
     Ok(())
 }
@@ -190,10 +244,15 @@ mod tests {
             &cluster(),
             "0123456789abcdef",
             "ghcr.io/maeshinshin/ichor-controller:v0.1.0",
+            "ichor-system",
         );
         let v = serde_json::to_value(&job).unwrap();
         let pod = &v["spec"]["template"]["spec"];
-        assert_eq!(v["metadata"]["name"], "ichor-cni-prod-0123456789");
+        assert_eq!(
+            v["metadata"]["name"],
+            job_name("ichor-system", "prod", "0123456789abcdef")
+        );
+        assert_eq!(v["metadata"]["namespace"], "ichor-system");
         assert_eq!(pod["hostNetwork"], true);
         assert_eq!(pod["serviceAccountName"], "ichor-cni");
         assert_eq!(pod["tolerations"][0]["operator"], "Exists");
@@ -216,18 +275,65 @@ mod tests {
     #[test]
     fn names_fit_in_63_characters() {
         let long = "a".repeat(80);
-        assert!(job_name(&long, "0123456789abcdef").len() <= 63);
+        assert!(job_name("ns", &long, "0123456789abcdef").len() <= 63);
+        assert!(job_name("ns", "prod", "0123456789abcdef").starts_with("ichor-cni-prod-"));
+    }
+
+    /// A cluster in a team's namespace gets its Job in the system namespace,
+    /// where the ichor-cni identity lives; same-named clusters of two
+    /// namespaces get two Jobs.
+    /// Covers: R18.2
+    #[test]
+    fn the_job_runs_in_the_system_namespace_for_a_cluster_anywhere() {
+        let mut team = cluster();
+        team.metadata.namespace = Some("team-a".into());
+        let job = serde_json::to_value(build(&team, "h", "i", "ichor-system")).unwrap();
+        assert_eq!(job["metadata"]["namespace"], "ichor-system");
+        assert_eq!(job["metadata"]["labels"][CLUSTER_NAMESPACE_LABEL], "team-a");
+        let args = &job["spec"]["template"]["spec"]["containers"][0]["args"];
+        assert_eq!(args[4], "prod");
+        assert_eq!(args[6], "team-a");
+        assert_ne!(
+            job_name("team-a", "prod", "h"),
+            job_name("team-b", "prod", "h")
+        );
+    }
+
+    /// Covers: R5.6
+    #[test]
+    fn the_wait_after_a_failure_doubles_up_to_ten_minutes_with_jitter() {
+        assert_eq!(job_backoff(0, "c"), Duration::ZERO);
+        let base = |n: u32| {
+            JOB_BACKOFF_FIRST
+                .saturating_mul(1u32 << (n - 1).min(16))
+                .min(JOB_BACKOFF_MAX)
+        };
+        for n in 1..40 {
+            let wait = job_backoff(n, "ns/prod");
+            assert!(
+                wait >= base(n).mul_f64(0.8) && wait < base(n).mul_f64(1.2),
+                "{n}: {wait:?}"
+            );
+            assert_eq!(wait, job_backoff(n, "ns/prod"));
+        }
+        assert!(job_backoff(40, "c") <= JOB_BACKOFF_MAX.mul_f64(1.2));
+        // Clusters failing together do not retry in step.
+        let waits: std::collections::BTreeSet<_> = (0..20)
+            .map(|i| job_backoff(3, &format!("ns/c{i}")))
+            .collect();
+        assert!(waits.len() > 10, "{waits:?}");
     }
 
     #[test]
     fn state_reads_complete_and_failed() {
-        let mut job = build(&cluster(), "h", "i");
+        let mut job = build(&cluster(), "h", "i", "ichor-system");
         assert!(matches!(state(&job), JobState::Running { .. }));
         job.status = serde_json::from_value(json!({"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}]})).unwrap();
         assert_eq!(
             state(&job),
             JobState::Failed {
-                name: "ichor-cni-prod-h".into(),
+                name: job_name("ichor-system", "prod", "h"),
+                uid: String::new(),
                 message: "Job has reached the specified backoff limit".into()
             }
         );

@@ -185,7 +185,7 @@ pub fn identity_from_bundle_text(text: &str, origin: &str) -> Result<ClientIdent
 mod tests {
     use super::*;
 
-    /// Covers: issue 18 item 3 (one Secret read serves a cluster's machines)
+    /// Covers: the controller-at-scale goal (docs/benchmarks.md): one Secret read serves a cluster's machines
     #[test]
     fn a_recently_read_secret_is_not_read_again_until_it_ages() {
         assert!(fresh_enough(Duration::from_secs(1), Duration::from_secs(1)));
@@ -195,11 +195,7 @@ mod tests {
 
     #[test]
     fn a_bundle_gives_an_admin_identity_and_errors_name_no_secret() {
-        let text = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../../shared/fixtures/talos/stability-secrets.yaml"),
-        )
-        .unwrap();
+        let text = ichor_testenv::fixtures::talos("stability-secrets.yaml");
         let id = identity_from_bundle_text(&text, "fixture").unwrap();
         assert!(format!("{id:?}").contains("<redacted>"));
         let err = identity_from_bundle_text("certs: \"c2VjcmV0\"\n", "bad").unwrap_err();

@@ -67,6 +67,18 @@ pub enum Error {
         address: String,
         reason: String,
     },
+    /// A reconcile panicked on this object: a defect in Ichor, caught at the
+    /// reconcile's boundary so that one object cannot stop the process.
+    #[error(
+        "{kind} {namespace}/{name}: the reconcile stopped on a defect in Ichor ({message}); the other objects keep reconciling — report it with the controller's version"
+    )]
+    Panicked {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        /// The panic's text, its quoted values redacted.
+        message: String,
+    },
     /// Rendering or comparing failed.
     #[error(transparent)]
     Render(#[from] ichor_render::Error),
@@ -123,6 +135,7 @@ impl Error {
             Error::Bundle { .. } => "bundle",
             Error::Talos { .. } => "talos",
             Error::LiveConfig { .. } => "live_config",
+            Error::Panicked { .. } => "panic",
             Error::Render(_) => "render",
             Error::Cilium { .. } => "cilium",
             Error::Serve { .. } => "serve",

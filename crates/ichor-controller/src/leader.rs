@@ -1,11 +1,20 @@
-//! Leader election with a `coordination.k8s.io/v1` Lease.
+//! Leader election with a `coordination.k8s.io/v1` Lease, fenced as
+//! client-go's is.
 //!
-//! Simple and bounded: a replica takes the Lease when it is free or expired
-//! (its last renewal older than its duration), renews it every
-//! `renew_interval`, and gives up leadership — the controller stops — when
-//! it could not renew for a whole `lease_duration`. Writes go through the
-//! Lease's resourceVersion, so two replicas never both win a race.
+//! - A challenger never trusts the holder's clock: it remembers, by its own
+//!   monotonic clock, when it last saw the Lease record change, and takes
+//!   the Lease only `lease_duration` after that (or at once when it is free).
+//! - The leader renews every `renew_interval`; it stops leading when
+//!   `renew_deadline` has passed since the *start* of its last successful
+//!   renewal. `renew_deadline < lease_duration`, and no challenger can have
+//!   seen that renewal before it started, so the old leader has stopped —
+//!   its reconciles dropped, every write to Kubernetes and to nodes with
+//!   them — before any challenger may take over, even with a hanging API
+//!   server connection and skewed wall clocks.
+//! - Writes go through the Lease's resourceVersion, so two replicas never
+//!   both win a race.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -22,6 +31,22 @@ pub struct Elector {
     api: Api<Lease>,
     namespace: String,
     settings: LeaderElection,
+    /// The Lease record last seen (holder, renew time, transitions) and when,
+    /// by this replica's clock.
+    observed: Arc<Mutex<Option<(String, Instant)>>>,
+}
+
+/// Whether a challenger may take a Lease held by another, from what it has
+/// seen: only once `lease_duration` has passed, by its own clock, since it
+/// saw the record change (pure; `seen_change` is that moment).
+pub fn expired(seen_change: Instant, now: Instant, lease_duration: Duration) -> bool {
+    now.saturating_duration_since(seen_change) >= lease_duration
+}
+
+/// When the leader must stop: `renew_deadline` after the start of its last
+/// successful renewal (pure).
+pub fn leads_until(last_renewal_started: Instant, renew_deadline: Duration) -> Instant {
+    last_renewal_started + renew_deadline
 }
 
 /// Leadership held; [`Held::lost`] completes if it is lost.
@@ -55,6 +80,7 @@ impl Elector {
             api: Api::namespaced(client, namespace),
             namespace: namespace.into(),
             settings,
+            observed: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -65,9 +91,10 @@ impl Elector {
     /// Waits until this replica holds the Lease, then keeps renewing it in the background.
     pub async fn acquire(&self) -> Result<Held> {
         let mut logged = false;
-        loop {
+        let won_at = loop {
+            let started = Instant::now();
             match self.try_acquire().await {
-                Ok(true) => break,
+                Ok(true) => break started,
                 Ok(false) => {
                     if !logged {
                         tracing::info!(lease = %self.settings.lease_name, "another replica leads; waiting for the Lease");
@@ -77,42 +104,44 @@ impl Elector {
                 Err(e) => tracing::warn!(error = %e, "trying for the leader Lease"),
             }
             tokio::time::sleep(self.settings.renew_interval).await;
-        }
+        };
         tracing::info!(lease = %self.settings.lease_name, identity = %self.settings.identity, "leading");
         let (lost_tx, lost_rx) = oneshot::channel();
         let (stop_tx, mut stop_rx) = oneshot::channel();
         let me = self.clone();
         let task = tokio::spawn(async move {
-            let mut last_ok = Instant::now();
+            let mut until = leads_until(won_at, me.settings.renew_deadline);
+            let mut reason = "no renewal succeeded".to_string();
             loop {
+                let deadline = tokio::time::Instant::from_std(until);
                 tokio::select! {
                     _ = &mut stop_rx => {
                         me.give_back().await;
                         return;
                     }
+                    () = tokio::time::sleep_until(deadline) => break,
                     () = tokio::time::sleep(me.settings.renew_interval) => {}
                 }
-                let attempt =
-                    tokio::time::timeout(me.settings.renew_interval, me.try_acquire()).await;
-                let (taken, reason) = match attempt {
-                    Ok(Ok(true)) => {
-                        last_ok = Instant::now();
-                        continue;
+                let started = Instant::now();
+                // An attempt never runs past the deadline: a hanging API
+                // server costs leadership on time, not later.
+                let left = until.saturating_duration_since(started);
+                match tokio::time::timeout(left, me.try_acquire()).await {
+                    Ok(Ok(true)) => until = leads_until(started, me.settings.renew_deadline),
+                    Ok(Ok(false)) => {
+                        reason = "another replica holds the Lease".to_string();
+                        break;
                     }
-                    Ok(Ok(false)) => (true, "another replica holds the Lease".to_string()),
-                    Ok(Err(e)) => (false, e.to_string()),
-                    Err(_) => (false, "the renewal timed out".to_string()),
-                };
-                if taken || last_ok.elapsed() >= me.settings.lease_duration {
-                    let _ = lost_tx.send(Error::LostLeadership {
-                        namespace: me.namespace.clone(),
-                        name: me.settings.lease_name.clone(),
-                        within: me.settings.lease_duration,
-                        reason,
-                    });
-                    return;
+                    Ok(Err(e)) => reason = e.to_string(),
+                    Err(_) => reason = "the renewal did not finish before the deadline".to_string(),
                 }
             }
+            let _ = lost_tx.send(Error::LostLeadership {
+                namespace: me.namespace.clone(),
+                name: me.settings.lease_name.clone(),
+                within: me.settings.renew_deadline,
+                reason,
+            });
         });
         Ok(Held {
             lost: lost_rx,
@@ -151,12 +180,32 @@ impl Elector {
         let spec = lease.spec.get_or_insert_with(Default::default);
         let holder = spec.holder_identity.clone().unwrap_or_default();
         let mine = holder == self.settings.identity;
-        let duration = i64::from(spec.lease_duration_seconds.unwrap_or(self.seconds()));
-        let expired = spec
-            .renew_time
-            .as_ref()
-            .is_none_or(|t| t.0.as_second() + duration < now.as_second());
-        if !mine && !holder.is_empty() && !expired {
+        // The record as this replica sees it; its change is timed by this
+        // replica's clock, never by the renew time the holder wrote.
+        let record = format!(
+            "{holder}|{:?}|{:?}",
+            spec.renew_time.as_ref().map(|t| t.0),
+            spec.lease_transitions
+        );
+        let seen_change = {
+            let mut observed = self
+                .observed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match observed.as_ref() {
+                Some((seen, at)) if *seen == record => *at,
+                _ => {
+                    let at = Instant::now();
+                    *observed = Some((record, at));
+                    at
+                }
+            }
+        };
+        let duration = spec
+            .lease_duration_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map_or(self.settings.lease_duration, Duration::from_secs);
+        if !mine && !holder.is_empty() && !expired(seen_change, Instant::now(), duration) {
             return Ok(false);
         }
         if !mine {
@@ -189,5 +238,31 @@ impl Elector {
     /// The configured renew interval.
     pub fn renew_interval(&self) -> Duration {
         self.settings.renew_interval
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Covers: R18.4
+    #[test]
+    fn the_leader_stops_before_any_challenger_may_take_over() {
+        let lease = Duration::from_secs(15);
+        let deadline = LeaderElection::default().renew_deadline;
+        assert!(deadline < lease);
+        // The leader's last successful renewal started at t0; a challenger
+        // can have seen that record change at t0 at the earliest.
+        let t0 = Instant::now();
+        let stops = leads_until(t0, deadline);
+        let mut t = t0;
+        while t < stops {
+            assert!(
+                !expired(t0, t, lease),
+                "a challenger could take over while the leader leads"
+            );
+            t += Duration::from_millis(250);
+        }
+        assert!(expired(t0, t0 + lease, lease));
     }
 }

@@ -7,8 +7,8 @@
 //!   when the machine is not held. Class C is never applied. `spec` is never
 //!   written.
 //! - [`cluster`]: the TalosCluster reconciler — aggregates Ready from the
-//!   machines, sets `status.cni.detected` (spec 2.2) and the CNI hand-over
-//!   (spec 1.5 step 5, `CNIHandover`).
+//!   machines, sets `status.cni.detected` (R2.2) and the CNI hand-over
+//!   (R1.5e, `CNIHandover`).
 //! - [`operation`]: the TalosOperation reconciler — plans first (pure, in
 //!   [`operation_decide`]), then upgrades or reboots machine by machine:
 //!   control planes one at a time with etcd checked, drains through the
@@ -107,9 +107,15 @@ pub struct LeaderElection {
     pub lease_name: String,
     /// This replica's identity (the pod name).
     pub identity: String,
-    /// How long a Lease is valid after its last renewal.
+    /// How long a challenger waits, by its own clock, after it last saw the
+    /// Lease change before it may take it.
     pub lease_duration: Duration,
-    /// How often the leader renews (must be well below `lease_duration`).
+    /// How long the leader may go without a successful renewal, counted from
+    /// the start of its last successful attempt, before it stops leading
+    /// (and stops every write). Shorter than `lease_duration`, so the old
+    /// leader has stopped before any challenger can take over.
+    pub renew_deadline: Duration,
+    /// How often the leader renews, and a challenger tries.
     pub renew_interval: Duration,
 }
 
@@ -121,7 +127,8 @@ impl Default for LeaderElection {
                 .or_else(|_| std::env::var("HOSTNAME"))
                 .unwrap_or_else(|_| "ichor-controller".into()),
             lease_duration: Duration::from_secs(15),
-            renew_interval: Duration::from_secs(5),
+            renew_deadline: Duration::from_secs(10),
+            renew_interval: Duration::from_secs(2),
         }
     }
 }

@@ -101,13 +101,21 @@ pub(crate) async fn run(
                 .collect::<Vec<_>>()
         })
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(guarded_reconcile, error_policy, ctx)
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "TalosMachine reconcile");
             }
         });
     crate::drive_until_stopped("TalosMachine", drive, stop).await;
+}
+
+/// [`reconcile`] behind the unwind boundary: a panic fails this object only.
+async fn guarded_reconcile(
+    obj: Arc<DeserializeGuard<TalosMachine>>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
+    pipeline::unwind_boundary(ctx.clone(), obj.clone(), reconcile(obj, ctx)).await
 }
 
 fn error_policy(
@@ -855,7 +863,7 @@ mod decide_tests {
         assert!(note.is_none());
     }
 
-    /// Covers: issue 12 (hold race)
+    /// Covers: R8.3 (hold race)
     #[test]
     fn the_apply_needs_the_machine_still_released_and_unchanged() {
         let mut read = machine(false, None);
@@ -929,7 +937,7 @@ mod tests {
     /// Found while writing the address fuzz target (tests/fuzz_webhook.rs,
     /// whose bracketed IPv6 inputs hit it): `[fd00::2]`, which the webhook
     /// accepts, was dialled as `[[fd00::2]]:50000`.
-    /// Covers: issue 12 (fuzzing regression)
+    /// Covers: R8.4 (fuzzing regression)
     #[test]
     fn a_bracketed_ipv6_address_without_a_port_is_bracketed_once() {
         assert_eq!(endpoint("[fd00::2]", 50000), "[fd00::2]:50000");

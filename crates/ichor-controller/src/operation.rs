@@ -100,13 +100,21 @@ pub(crate) async fn run(
     };
     let drive = Controller::new(ops, watcher::Config::default())
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(guarded_reconcile, error_policy, ctx)
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "TalosOperation reconcile");
             }
         });
     crate::drive_until_stopped("TalosOperation", drive, stop).await;
+}
+
+/// [`reconcile`] behind the unwind boundary: a panic fails this object only.
+async fn guarded_reconcile(
+    obj: Arc<DeserializeGuard<TalosOperation>>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
+    pipeline::unwind_boundary(ctx.clone(), obj.clone(), reconcile(obj, ctx)).await
 }
 
 fn error_policy(

@@ -836,7 +836,7 @@ mod tests {
     }
 
     /// Control planes first, one per batch, by name; then workers one at a time.
-    /// Covers: issue 14 item 2 (order)
+    /// Covers: R11.2 (order)
     #[test]
     fn control_planes_first_one_at_a_time_then_workers() {
         let plan = entries(super::plan(
@@ -858,7 +858,7 @@ mod tests {
     }
 
     /// spec.concurrency lets workers share a batch, never control planes.
-    /// Covers: issue 14 item 2 (concurrency for workers only)
+    /// Covers: R11.2 (concurrency for workers only)
     #[test]
     fn concurrency_is_for_workers_only() {
         let mut spec = op(OperationKind::Reboot);
@@ -879,7 +879,7 @@ mod tests {
 
     /// The machine whose Node runs Ichor's controller goes last, in a batch of
     /// its own, even when it is a control plane (talos-upgrade, reboot).
-    /// Covers: issue 14 item 2 (Ichor's node last)
+    /// Covers: R11.2 (Ichor's node last)
     #[test]
     fn ichor_node_goes_last() {
         let mut spec = op(OperationKind::TalosUpgrade);
@@ -905,7 +905,7 @@ mod tests {
 
     /// For kubernetes-upgrade Ichor's control plane is last of the control
     /// planes, not after the workers (no kubelet ahead of the API server).
-    /// Covers: issue 14 item 2 (Ichor's node last), item 4 (version skew)
+    /// Covers: R11.2 (Ichor's node last), kubernetes-upgrade, ADR 0014 (version skew)
     #[test]
     fn ichor_control_plane_stays_before_workers_for_kubernetes() {
         let plan = entries(super::plan(
@@ -928,7 +928,7 @@ mod tests {
 
     /// A held machine is listed as skipped (held) and never gets a step; the
     /// summary names it.
-    /// Covers: issue 14 item 3 (holds respected)
+    /// Covers: R11.5 (holds respected)
     #[test]
     fn held_worker_is_skipped() {
         let mut ms = machines();
@@ -954,7 +954,7 @@ mod tests {
     }
 
     /// A held control plane refuses a kubernetes-upgrade at plan time, naming it.
-    /// Covers: issue 14 item 3 (kubernetes-upgrade refused while a control plane is held)
+    /// Covers: R11.5 (kubernetes-upgrade refused while a control plane is held)
     #[test]
     fn held_control_plane_refuses_kubernetes_upgrade() {
         let mut ms = machines();
@@ -1018,7 +1018,7 @@ mod tests {
 
     /// The next step comes from status alone: finished machines are never
     /// stepped again (resume after a restart), the batch in order.
-    /// Covers: issue 14 item 6 (resume without repeating a finished machine)
+    /// Covers: R11.6 (resume without repeating a finished machine)
     #[test]
     fn next_resumes_from_status() {
         let mut st = status_from(entries(super::plan(
@@ -1043,7 +1043,7 @@ mod tests {
     }
 
     /// A failed machine stops the operation; nothing else is stepped.
-    /// Covers: issue 14 item 2 (stop on the old version, never re-issued)
+    /// Covers: R11.4 (stop on the old version, never re-issued)
     #[test]
     fn a_failed_machine_stops_everything() {
         let mut st = status_from(entries(super::plan(
@@ -1064,7 +1064,7 @@ mod tests {
 
     /// Cancel stops before the next step; a machine past its reboot finishes
     /// coming back first.
-    /// Covers: issue 14 item 6 (cancel that stops)
+    /// Covers: R11.6 (cancel that stops)
     #[test]
     fn cancel_stops_before_the_next_step() {
         let mut spec = op(OperationKind::Reboot);
@@ -1135,7 +1135,7 @@ mod tests {
     }
 
     /// etcd: every member started, no learner, quorum without this one.
-    /// Covers: issue 14 item 2 (etcd healthy before each control plane)
+    /// Covers: R11.2 (etcd healthy before each control plane)
     #[test]
     fn etcd_rules() {
         let three = [member(1, "cp-1"), member(2, "cp-2"), member(3, "cp-3")];
@@ -1161,7 +1161,7 @@ mod tests {
 
     /// Back = new boot id + target version + Node Ready; the old version is
     /// the fallback slot, which stops everything.
-    /// Covers: issue 14 item 2 (return; fallback boot slot)
+    /// Covers: R11.4 (return; fallback boot slot)
     #[test]
     fn return_rules() {
         let p = MachineProgress {
@@ -1207,7 +1207,7 @@ mod tests {
     }
 
     /// The version path: the same minor or the next, nothing else.
-    /// Covers: issue 14 item 4 (version path check)
+    /// Covers: kubernetes-upgrade, ADR 0014 (version path check)
     #[test]
     fn kubernetes_version_paths() {
         assert!(kubernetes_path("v1.36.2", "1.37.0").is_ok());
@@ -1228,7 +1228,7 @@ mod tests {
     }
 
     /// The removed-API check names the resource and the objects that use it.
-    /// Covers: issue 14 item 4 (removed-API check with what uses it)
+    /// Covers: kubernetes-upgrade, ADR 0014 (removed-API check with what uses it)
     #[test]
     fn removed_apis_on_the_path() {
         assert_eq!(
@@ -1258,7 +1258,7 @@ mod tests {
     /// The component steps: each control-plane component on every control
     /// plane in plan order, kube-proxy on control planes, then every kubelet,
     /// then the bootstrap-manifests sync; held machines get none.
-    /// Covers: issue 14 item 4 (apiserver, controller-manager, scheduler per control plane, kube-proxy, kubelets node by node), item 3
+    /// Covers: kubernetes-upgrade, ADR 0014 (apiserver, controller-manager, scheduler per control plane, kube-proxy, kubelets node by node), R11.5
     #[test]
     fn component_steps_in_order() {
         let mut ms = machines();
@@ -1293,7 +1293,7 @@ mod tests {
 
     /// The next component step from status; cancel stops before a step that
     /// has not started, never in the middle of one.
-    /// Covers: issue 14 item 6 (cancel; resume from status)
+    /// Covers: R11.6 (cancel; resume from status)
     #[test]
     fn next_component_from_status() {
         let plan = entries(super::plan(

@@ -60,6 +60,61 @@ where
     }
 }
 
+/// Runs one reconcile behind an unwind boundary: a panic (a defect reached
+/// by one object's input) becomes [`Error::Panicked`] on that object, a
+/// Warning Event on it and the `panic` label of the error counter, and the
+/// process with its webhooks and every other object goes on. The error
+/// policy then requeues the object like any failed reconcile.
+pub(crate) async fn unwind_boundary<K, F>(
+    ctx: Arc<Context>,
+    obj: Arc<DeserializeGuard<K>>,
+    reconcile: F,
+) -> Result<kube::runtime::controller::Action>
+where
+    K: kube::Resource<DynamicType = ()>,
+    F: std::future::Future<Output = Result<kube::runtime::controller::Action>>,
+{
+    use futures::FutureExt as _;
+    let payload = match std::panic::AssertUnwindSafe(reconcile).catch_unwind().await {
+        Ok(result) => return result,
+        Err(payload) => payload,
+    };
+    let kind = K::kind(&());
+    let err = Error::Panicked {
+        kind: static_kind(&kind),
+        namespace: obj.namespace().unwrap_or_default(),
+        name: obj.name_any(),
+        message: panic_text(payload.as_ref()),
+    };
+    publish_on(
+        &ctx,
+        &kind,
+        kube::Resource::meta(obj.as_ref()),
+        EventType::Warning,
+        "ReconcilePanicked",
+        err.to_string(),
+    )
+    .await;
+    Err(err)
+}
+
+/// A panic payload as text fit for an Event: the first line, quoted values
+/// redacted, at most 200 characters.
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    let raw = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned());
+    let first = raw.lines().next().unwrap_or_default();
+    let mut text = ichor_talos::redact::quoted_values(first);
+    if let Some((cut, _)) = text.char_indices().nth(200) {
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
 /// The kinds Ichor reconciles, as the `'static` names errors carry.
 fn static_kind(kind: &str) -> &'static str {
     match kind {
@@ -306,7 +361,7 @@ mod tests {
 
     /// The reconciles of one controller run at once and all wait for the
     /// other controller's store: every one of them must wake.
-    /// Covers: issue 18 item 3 (shared stores)
+    /// Covers: the controller-at-scale goal (docs/benchmarks.md): shared stores
     #[tokio::test]
     async fn every_concurrent_waiter_sees_the_store_ready() {
         use futures::StreamExt as _;

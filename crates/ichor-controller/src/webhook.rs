@@ -199,7 +199,17 @@ fn review_with(
         };
     };
     let problems = match (request.operation.as_str(), &request.object) {
-        ("CREATE" | "UPDATE", Some(obj)) => validate(request.old_object.as_ref(), obj),
+        // A defect reached by one object refuses that object and leaves the
+        // server answering every other request.
+        ("CREATE" | "UPDATE", Some(obj)) => std::panic::catch_unwind(
+            std::panic::AssertUnwindSafe(|| validate(request.old_object.as_ref(), obj)),
+        )
+        .unwrap_or_else(|payload| {
+            vec![format!(
+                "the webhook stopped on a defect in Ichor while judging this object ({}); report it with the controller's version",
+                crate::pipeline::panic_text(payload.as_ref())
+            )]
+        }),
         _ => Vec::new(),
     };
     let response = if problems.is_empty() {
@@ -226,6 +236,11 @@ fn review_with(
     }
 }
 
+/// The largest AdmissionReview read: it carries the object and its old
+/// version, each up to the API server's request limit (3 MiB), so axum's
+/// default of 2 MiB would refuse updates of large TalosMachines.
+pub const MAX_REVIEW_BYTES: usize = 8 * 1024 * 1024;
+
 /// The webhook routes.
 pub fn router() -> Router {
     Router::new()
@@ -237,6 +252,7 @@ pub fn router() -> Router {
             VALIDATE_TALOSMACHINE_PATH,
             post(|Json(r): Json<AdmissionReview>| async move { Json(review_machine(r)) }),
         )
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_REVIEW_BYTES))
 }
 
 /// The serving TLS configuration from a `kubernetes.io/tls` Secret.
@@ -385,7 +401,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// Covers: issue 12 (spec.address: the CRD's doc, the webhook and the
+    /// Covers: bad input (spec.address: the CRD's doc, the webhook and the
     /// controller agree that a port is optional and 50000 is the default)
     #[test]
     fn spec_address_doc_webhook_and_controller_agree_on_the_port() {
@@ -447,5 +463,56 @@ mod tests {
             "{}",
             p[0]
         );
+    }
+
+    fn request(uid: &str, object: Value) -> AdmissionReview {
+        serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": uid, "operation": "UPDATE", "object": object}
+        }))
+        .unwrap()
+    }
+
+    /// Covers: R18.1
+    #[test]
+    fn a_validator_that_panics_refuses_its_object_and_the_next_review_is_answered() {
+        let poisoned = review_with(request("u-1", json!({"spec": {}})), |_, _| {
+            let cut: &str = "abc";
+            let begin = cut.len() * 2;
+            vec![cut[begin..1].to_owned()]
+        });
+        let response = poisoned.response.unwrap();
+        assert!(!response.allowed);
+        let message = response.status.unwrap().message;
+        assert!(message.contains("defect in Ichor"), "{message}");
+        let next = review_machine(request(
+            "u-2",
+            json!({"metadata": {"name": "w-1"}, "spec": {"hold": true}}),
+        ));
+        let response = next.response.unwrap();
+        assert_eq!((response.uid.as_str(), response.allowed), ("u-2", true));
+    }
+
+    /// Covers: R18.1
+    #[tokio::test]
+    async fn a_review_larger_than_two_mib_is_read() {
+        use tower::ServiceExt as _;
+        let big = "x".repeat(3 * 1024 * 1024);
+        let body = serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-3", "operation": "UPDATE",
+                "object": {"metadata": {"name": "w-1", "annotations": {"big": big}}, "spec": {}}}
+        }))
+        .unwrap();
+        let response = router()
+            .oneshot(
+                axum::http::Request::post(VALIDATE_TALOSMACHINE_PATH)
+                    .header("content-type", "application/json")
+                    .body(axum::body::Body::from(body))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response.status(), axum::http::StatusCode::OK);
     }
 }

@@ -1,6 +1,6 @@
-//! Bad input at the webhook's entry (issue 12, item 6): a TalosMachine with
-//! a hostile `spec.address` is refused with one clear error naming the
-//! object, the field and what to write instead.
+//! Bad input at the webhook's entry: a TalosMachine with a hostile
+//! `spec.address` is refused with one clear error naming the object, the
+//! field and what to write instead.
 
 use ichor_controller::webhook::{AdmissionReview, review_machine};
 use serde_json::json;
@@ -17,7 +17,7 @@ fn review(address: &str) -> AdmissionReview {
     .unwrap()
 }
 
-/// Covers: issue 12 (bad input: hostile spec.address — URL, user info, path, spaces, newline, control character, bad port, bad IPv6 brackets, overlong, empty, mistyped IPv4)
+/// Covers: bad input (hostile spec.address — URL, user info, path, spaces, newline, control character, bad port, bad IPv6 brackets, overlong, empty, mistyped IPv4)
 #[test]
 fn hostile_address_url_userinfo_path_spaces_newline_control_port_brackets_overlong_empty_bad_ipv4_is_refused()
  {

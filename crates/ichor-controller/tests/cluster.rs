@@ -38,13 +38,13 @@ fn detected(c: &TalosCluster) -> Option<DetectedCni> {
         .and_then(|c| c.detected)
 }
 
-/// Spec 1.5 step 5: the release `cilium` deployed (record in the storage
+/// R1.5e: the release `cilium` deployed (record in the storage
 /// namespace) at the effective-values hash of the TalosCluster and its
 /// DaemonSet Ready → `CNIHandover=True`, and no Job is created because the
 /// hash matches. Before that: WaitingForRelease, then WaitingForDaemonSet.
 /// `status.cni.detected` is cilium from the moment the release is deployed.
 /// A cluster whose values hash differs stays `CNIHandover=False` with
-/// WaitingForRelease, naming both hashes (the ichor-cni Job is a later issue).
+/// WaitingForRelease, naming both hashes (the ichor-cni Job is not part of this test).
 /// Covers: R1.5e, R2.2, R1.4d
 #[tokio::test]
 async fn handover_is_set_when_the_record_matches_and_no_job_is_created() {
@@ -205,6 +205,7 @@ async fn one_leader_at_a_time() {
         lease_name: "ichor-controller".into(),
         identity: id.into(),
         lease_duration: std::time::Duration::from_secs(15),
+        renew_deadline: std::time::Duration::from_secs(10),
         renew_interval: std::time::Duration::from_millis(500),
     };
     let a = ichor_controller::leader::Elector::new(client.clone(), &ns, settings("a"));
@@ -235,6 +236,7 @@ async fn the_second_replica_takes_over_when_the_leader_stops() {
             lease_name: "ichor-controller".into(),
             identity: id.into(),
             lease_duration: std::time::Duration::from_secs(15),
+            renew_deadline: std::time::Duration::from_secs(10),
             renew_interval: std::time::Duration::from_millis(500),
         });
         c
@@ -358,6 +360,7 @@ async fn a_leader_that_loses_its_lease_stops() {
         lease_name: "ichor-controller".into(),
         identity: "victim".into(),
         lease_duration: std::time::Duration::from_secs(15),
+        renew_deadline: std::time::Duration::from_secs(10),
         renew_interval: std::time::Duration::from_millis(300),
     });
     let (_tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -404,5 +407,129 @@ async fn a_leader_that_loses_its_lease_stops() {
     assert!(
         err.to_string().contains("another replica holds the Lease"),
         "{err}"
+    );
+}
+
+/// A TCP forwarder to the API server that can be frozen: bytes stop moving
+/// both ways (connections stay open), as on a hanging connection.
+struct FreezableProxy {
+    url: String,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FreezableProxy {
+    async fn start(upstream: &str) -> Self {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let upstream = upstream.trim_start_matches("https://").to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let frozen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = frozen.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                for (mut from, mut to) in [
+                    (
+                        Box::new(cr) as Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+                        Box::new(sw) as Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+                    ),
+                    (Box::new(sr), Box::new(cw)),
+                ] {
+                    let flag = flag.clone();
+                    tokio::spawn(async move {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            while flag.load(Ordering::SeqCst) {
+                                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                            }
+                            let n = match from.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            while flag.load(Ordering::SeqCst) {
+                                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                            }
+                            if to.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        FreezableProxy { url, frozen, task }
+    }
+
+    fn freeze(&self) {
+        self.frozen.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for FreezableProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Fencing: the leader's connection to the API server hangs (the lab froze
+/// it; Ichor's elector does the rest). The leader stops leading — its
+/// `lost` fires, which makes `run_with` drop every reconcile and so every
+/// write — before the other replica, which reaches the API server, takes
+/// the Lease. Wall clocks play no part: the challenger times the Lease by
+/// its own clock from when it saw the record change.
+/// Covers: R18.4
+#[tokio::test]
+async fn a_leader_whose_connection_hangs_stops_before_another_takes_over() {
+    use ichor_controller::leader::Elector;
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("lease-frozen").await;
+    let proxy = FreezableProxy::start(env.server_url()).await;
+    let mut through_proxy = env.kube_config().await.unwrap();
+    through_proxy.cluster_url = proxy.url.parse().unwrap();
+    let leader_client = kube::Client::try_from(through_proxy).unwrap();
+    let settings = |id: &str| ichor_controller::LeaderElection {
+        lease_name: "ichor-controller".into(),
+        identity: id.into(),
+        lease_duration: std::time::Duration::from_secs(4),
+        renew_deadline: std::time::Duration::from_secs(2),
+        renew_interval: std::time::Duration::from_millis(200),
+    };
+    let a = Elector::new(leader_client, &ns, settings("a"));
+    let b = Elector::new(client.clone(), &ns, settings("b"));
+    let mut held = a.acquire().await.unwrap();
+    assert!(
+        !b.try_acquire().await.unwrap(),
+        "b must wait while a renews"
+    );
+    // Let a renew a few times through the proxy, then freeze it.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    proxy.freeze();
+    let challenger = tokio::spawn(async move {
+        let held = b.acquire().await.unwrap();
+        (std::time::Instant::now(), held)
+    });
+    let lost = tokio::time::timeout(WAIT, held.lost())
+        .await
+        .expect("the leader gives up");
+    let lost_at = std::time::Instant::now();
+    let (taken_at, _b) = tokio::time::timeout(WAIT, challenger)
+        .await
+        .expect("the other replica takes over")
+        .unwrap();
+    assert!(
+        matches!(lost, ichor_controller::Error::LostLeadership { .. }),
+        "{lost}"
+    );
+    assert!(
+        lost_at < taken_at,
+        "the old leader stopped {:?} after the new one took over",
+        lost_at - taken_at
     );
 }

@@ -1,7 +1,8 @@
-//! Status writes do not fan out (issue 18, item 3): one machine's status
-//! change changes its cluster's status, and neither reconciles the others
-//! into API reads. The controller runs with a client certificate of its
-//! own, so the API server's audit log tells its requests apart.
+//! Status writes do not fan out (the controller-at-scale goal,
+//! docs/benchmarks.md): one machine's status change changes its cluster's
+//! status, and neither reconciles the others into API reads. The controller
+//! runs with a client certificate of its own, so the API server's audit log
+//! tells its requests apart.
 
 mod common;
 
@@ -87,7 +88,7 @@ fn ready(m: &TalosMachine) -> bool {
 /// reconciles no machine.
 /// The three machines' first reconciles, which run at once, read the bundle
 /// Secret once between them.
-/// Covers: issue 18 item 3 (no fan-out of status writes)
+/// Covers: the controller-at-scale goal (docs/benchmarks.md): no fan-out of status writes
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_machine_status_change_does_not_reconcile_the_others() {
     let env = TestEnv::shared();

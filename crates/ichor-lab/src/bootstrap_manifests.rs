@@ -1,7 +1,7 @@
 //! The lab plays Talos's bootstrap-manifest apply for a control plane's inline
-//! manifests, as Talos 1.13+ does it at boot (its `ManifestApplyController`,
-//! `../shared/facts/talos-init-and-upgrades.md` §4.1 "Bootstrap manifest apply
-//! at boot" and "The inventory ConfigMap, exactly"):
+//! manifests, as Talos 1.13+ does it at boot (its `ManifestApplyController`;
+//! the inventory's format is in `ichor_talos::bootstrap_inventory`, and why it
+//! matters to Ichor in docs/adr/0015-a-cilium-hand-over-talos-cannot-prune.md):
 //!
 //! - it creates the objects that are missing, and never updates one that exists;
 //! - the objects it creates carry `config.k8s.io/owning-inventory:

@@ -169,7 +169,7 @@ mod tests {
     /// The budget's numbers as the disruption controller computes them:
     /// minAvailable and maxUnavailable (ints and rounded-up percentages),
     /// a pod being deleted is not healthy, other apps' pods do not count.
-    /// Covers: issue 14 item 7 (the lab's simulator honours PDBs)
+    /// Covers: the lab behind R11.3 (its simulator honours PDBs)
     #[test]
     fn budgets_count_ready_pods() {
         let pods = vec![

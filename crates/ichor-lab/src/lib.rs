@@ -40,7 +40,7 @@ use serde_json::json;
 /// The CNI the lab's cluster starts with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LabCni {
-    /// `cni.name: none` and nothing applied: the no-CNI case of spec 1.1.
+    /// `cni.name: none` and nothing applied: the no-CNI case of R1.1a.
     None,
     /// Talos's flannel (`cni.name: flannel`, a `kube-flannel` DaemonSet).
     Flannel,
@@ -262,8 +262,7 @@ impl Drop for Lab {
 
 /// The fixtures the nodes' configs are made from (real Talos files).
 fn fixture(shape: LabShape, name: &str) -> PathBuf {
-    ichor_testenv::tools::shared_dir()
-        .join("fixtures/talos")
+    ichor_testenv::fixtures::talos_dir()
         .join(shape.fixtures())
         .join(name)
 }

@@ -35,7 +35,7 @@ fn node(kube_proxy: KubeProxyMode) -> TalosNode {
     }
 }
 
-/// Covers: R1.4b — issue 10 item 4.
+/// Covers: R1.4b, R7.3.
 #[test]
 fn ichors_values_run_on_talos_and_the_charts_defaults_do_not() {
     let chart = require_cilium_chart();

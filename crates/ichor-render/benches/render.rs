@@ -32,7 +32,7 @@ use ichor_talos::config::ParsedConfig;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Issue 18: render + drift of this many machines per second on one core.
+/// The render + drift goal (docs/benchmarks.md): this many machines per second on one core.
 const GOAL_PER_SECOND: f64 = 50_000.0;
 
 /// The CPU time of the bench's thread: the figure is "on one core", and on
@@ -100,7 +100,7 @@ fn main() {
         .measurement_time(Duration::from_secs(1))
         .configure_from_args();
     let mut ids = Vec::new();
-    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/talos");
+    let shared = ichor_testenv::fixtures::talos_dir();
     let own = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let files = [
         shared.join("stability-v1.12/base-controlplane.yaml"),

@@ -58,7 +58,7 @@ use DriftClass::{B, C};
 /// matches a path decides its class. The last row matches everything.
 #[rustfmt::skip]
 pub const RULES: &[Rule] = &[
-    // CNI (spec 1.6)
+    // CNI (R1.6)
     Rule { pattern: "cluster.network.cni", class: C, reason: CNI },
     Rule { pattern: "KubeFlannelCNIConfig", class: C, reason: CNI },
     Rule { pattern: "KubeExternalManifestConfig[custom-cni]", class: C, reason: CNI },

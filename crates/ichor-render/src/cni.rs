@@ -1,9 +1,9 @@
-//! The CNI rules of spec 1.6, for both config shapes.
+//! The CNI rules of R1.6, for both config shapes.
 //!
 //! Preset `cilium`:
 //! - the CNI is `none`: legacy `cluster.network.cni.name: none` (its `urls`
 //!   and `flannel` removed); every `KubeFlannelCNIConfig` document deleted (the
-//!   `$patch: delete` of the spec, which deletes nothing when there is none);
+//!   preset renders a `$patch: delete`, which deletes nothing when there is none);
 //!   the `custom-cni` external manifest deleted;
 //! - kube-proxy disabled only for `kubeProxy: replaced` (legacy
 //!   `cluster.proxy.disabled: true`, v1.14 `KubeProxyConfig.enabled: false`),

@@ -398,7 +398,7 @@ mod tests {
     /// render kept every document in its place and by path where it did not
     /// (a document removed, added, renamed, or two with one path), is the
     /// drift of every document compared by path.
-    /// Covers: R1.5 (drift per path)
+    /// Covers: R1.6 (a node that differs is reported as drift, path by path)
     #[test]
     fn edited_documents_drift_as_all_documents_do() {
         let live = docs(

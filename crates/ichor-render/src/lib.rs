@@ -2,7 +2,7 @@
 //!
 //! - [`render`] — a node's desired config: its live config as the base, the
 //!   paths Ichor owns from the TalosCluster and TalosMachine (endpoint,
-//!   subnets, Kubernetes version, the CNI rules of spec 1.6 in [`cni`]), then
+//!   subnets, Kubernetes version, the CNI rules of R1.6 in [`cni`]), then
 //!   the machine's patches.
 //! - [`drift::compare`] — live vs desired, per path, each difference
 //!   classified A, B or C by the one table in [`classes`]

@@ -363,7 +363,7 @@ pub(crate) fn remove(m: &mut Mapping, keys: &[&str]) -> bool {
 mod tests {
     use super::*;
 
-    /// Covers: issue 18 (the first-key check gives what the step-by-step match gives)
+    /// Covers: the render + drift goal (docs/benchmarks.md): the first-key check gives what the step-by-step match gives
     #[test]
     fn the_first_key_check_agrees_with_the_step_by_step_match() {
         let paths = [

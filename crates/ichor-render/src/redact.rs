@@ -119,6 +119,10 @@ pub const SECRET_KEYS: &[&str] = &[
     "auth",
     "presharedKey",
     "headers",
+    // Environment variables carry proxy credentials and API keys (Talos's
+    // documentation shows `env` for proxy settings on the control-plane
+    // components and credential providers).
+    "env",
 ];
 
 /// How many hex digits of the SHA-256 a digest shows.
@@ -143,13 +147,15 @@ impl Default for Redactor<'static> {
 }
 
 impl Redactor<'_> {
-    /// Whether a value at `path` may be shown as it is.
+    /// Whether a value at `path` may be shown as it is: under a public path,
+    /// and under no secret key at any depth (`cluster.apiServer.env.X` is
+    /// secret although `cluster.apiServer` is public).
     pub fn is_public(&self, path: &ConfigPath) -> bool {
-        let own_key_secret = match path.0.last() {
-            Some(Segment::Key(k)) => self.secret_keys.contains(&k.as_str()),
-            _ => false,
-        };
-        !own_key_secret && self.public_paths.iter().any(|p| path.is_under(p))
+        let under_secret_key = path
+            .0
+            .iter()
+            .any(|s| matches!(s, Segment::Key(k) if self.secret_keys.contains(&k.as_str())));
+        !under_secret_key && self.public_paths.iter().any(|p| path.is_under(p))
     }
 
     /// `value` with every scalar that is not public replaced by its digest;
@@ -182,11 +188,25 @@ impl Redactor<'_> {
                     .collect(),
             ),
             Value::Tagged(t) => self.redact(path, &t.value),
-            scalar if self.is_public(path) => scalar.clone(),
+            scalar if self.is_public(path) && !carries_credentials(scalar) => scalar.clone(),
             Value::Null => Value::Null,
             scalar => Value::String(digest(&crate::drift::value_text_full(scalar))),
         }
     }
+}
+
+/// Whether a scalar is a URL that can carry a credential: user information
+/// (`https://user:pass@host`) or a query string (`?token=…`). Such a value
+/// is a digest even on a public path (manifest URLs, log endpoints).
+pub fn carries_credentials(value: &Value) -> bool {
+    let Value::String(text) = value else {
+        return false;
+    };
+    let Some((_, rest)) = text.split_once("://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    authority.contains('@') || rest.contains('?')
 }
 
 /// A value that must not be shown, as `sha256:<12 hex>… (<n> bytes)`: equal
@@ -234,5 +254,37 @@ mod tests {
         assert!(!text.contains("SECRETMARKER"), "{text}");
         assert!(text.contains("51820"), "{text}");
         assert!(text.contains("privateKey: sha256:"), "{text}");
+    }
+
+    /// Covers: R8.1
+    #[test]
+    fn a_secret_key_hides_everything_under_it_at_any_depth() {
+        let r = Redactor::default();
+        assert!(r.is_public(&p(&["cluster", "apiServer", "image"])));
+        assert!(!r.is_public(&p(&["cluster", "apiServer", "env", "HTTPS_PROXY"])));
+        assert!(!r.is_public(&p(&[
+            "machine",
+            "kubelet",
+            "credentialProviderConfig",
+            "env"
+        ])));
+        assert!(!r.is_public(&p(&["KubeletConfig", "auth", "username"])));
+    }
+
+    /// Covers: R8.1
+    #[test]
+    fn urls_with_credentials_or_queries_are_digests_on_public_paths() {
+        let r = Redactor::default();
+        let at = p(&["cluster", "extraManifests"]);
+        for (url, shown) in [
+            ("https://example.com/a.yaml", true),
+            ("https://example.com/a.yaml?token=T0K3N", false),
+            ("https://user:pw@example.com/a.yaml", false),
+            ("https://example.com/a@b.yaml", true),
+            ("not a url?x", true),
+        ] {
+            let v = Value::String(url.into());
+            assert_eq!(r.redact(&at, &v) == v, shown, "{url}");
+        }
     }
 }

@@ -700,7 +700,7 @@ mod tests {
 
     /// A step changes one component's image and nothing else, in both
     /// config shapes; a worker has no control-plane component to change.
-    /// Covers: issue 14 item 4 (each step a machine-config change)
+    /// Covers: kubernetes-upgrade, ADR 0014 (each step a machine-config change)
     #[test]
     fn a_component_step_changes_one_image() {
         for name in [

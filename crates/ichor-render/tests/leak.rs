@@ -14,7 +14,7 @@ mod common;
 use common::*;
 use ichor_api::{CniPreset, KubeProxyMode, MachineRole};
 use ichor_render::drift::{Drift, compare_redacted};
-use ichor_render::redact::{PUBLIC_PATHS, Redactor};
+use ichor_render::redact::{PUBLIC_PATHS, Redactor, SECRET_KEYS};
 use ichor_testenv::leak::{multidoc_secrets, v1alpha1_secrets};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -58,14 +58,14 @@ fn drift_of(fixture: &str, secrets: fn(&str) -> String, redactor: &Redactor<'_>)
     compare_redacted(&seeded, &out.config, redactor).expect("drift")
 }
 
-/// Covers: issue 12 (redaction by default; the leak test over both shapes)
+/// Covers: R8.1 (redaction by default; the leak test over both shapes)
 #[test]
 fn no_secret_of_either_shape_reaches_drift() {
     for (fixture, secrets, seeds) in [
         (
             "stability-v1.12/base-controlplane.yaml",
             v1alpha1_secrets as fn(&str) -> String,
-            24,
+            26,
         ),
         (
             "stability-v1.14/base-controlplane.yaml",
@@ -93,7 +93,7 @@ fn no_secret_of_either_shape_reaches_drift() {
     }
 }
 
-/// Covers: issue 12 (the leak test can fail: with one secret path wrongly put
+/// Covers: R8.1 (the leak test can fail: with one secret path wrongly put
 /// on the allow-list, the marker is found)
 #[test]
 fn the_leak_test_finds_a_secret_wrongly_listed_as_public() {
@@ -115,7 +115,47 @@ fn the_leak_test_finds_a_secret_wrongly_listed_as_public() {
     );
 }
 
-/// Covers: issue 12 (an error about a patch carries no value of it)
+/// The leak test fails when the rules are widened back to what they were:
+/// `env` secret only as a last key, and URLs shown as they are.
+/// Covers: R8.1
+#[test]
+fn the_leak_test_finds_env_and_url_credentials_when_the_rules_are_widened() {
+    let without_env: Vec<&str> = SECRET_KEYS
+        .iter()
+        .copied()
+        .filter(|k| *k != "env")
+        .collect();
+    let redactor = Redactor {
+        secret_keys: &without_env,
+        ..Redactor::default()
+    };
+    let drift = drift_of(
+        "stability-v1.12/base-controlplane.yaml",
+        v1alpha1_secrets,
+        &redactor,
+    );
+    let leaked = leaks(&drift);
+    assert!(
+        leaked.iter().any(|t| t.contains(&format!("{DESIRED}-25"))),
+        "without env as a secret key, the apiServer proxy password should leak: {leaked:#?}"
+    );
+    // The URL rule alone keeps the manifest token out: it is on a public path.
+    let drift = drift_of(
+        "stability-v1.12/base-controlplane.yaml",
+        v1alpha1_secrets,
+        &Redactor::default(),
+    );
+    assert!(
+        drift
+            .entries
+            .iter()
+            .any(|e| e.path.starts_with("cluster.extraManifests")),
+        "the seeded manifest URL changed, so drift must show it (else this proves nothing): {:#?}",
+        drift.entries
+    );
+}
+
+/// Covers: R8.1 (an error about a patch carries no value of it)
 #[test]
 fn a_patch_error_does_not_quote_the_secret_in_it() {
     let base = parse(&shared_fixture("stability-v1.12/base-controlplane.yaml"));

@@ -8,7 +8,7 @@ use ichor_render::{ConfigPath, INLINE_CNI_NAME, compare};
 use pretty_assertions::assert_eq;
 use serde_yaml_ng::{Mapping, Value};
 
-/// The CNI-relevant paths of spec 1.6, in both shapes.
+/// The CNI-relevant paths of R1.6, in both shapes.
 const CNI_PATHS: &[&str] = &[
     "cluster.network.cni",
     "cluster.proxy",
@@ -72,7 +72,7 @@ fn cni_none_cases() -> Vec<(&'static str, KubeProxyMode, String)> {
     cases
 }
 
-/// Spec 1.6: with the cilium preset and CNIHandover=True, the render of a
+/// R1.6: with the cilium preset and CNIHandover=True, the render of a
 /// `cni.name: none` live config equals it byte for byte on every
 /// CNI-relevant path (and everywhere else), for both shapes and both
 /// kube-proxy modes; drift is empty.
@@ -105,7 +105,7 @@ fn cni_none_renders_byte_equal_on_cni_paths() {
     }
 }
 
-/// Spec 1.6: before the hand-over the inline cni entry is rendered (class B
+/// R1.6: before the hand-over the inline cni entry is rendered (class B
 /// drift on a control-plane node); from the hand-over on, it is gone.
 /// Covers: R1.6, R1.5e
 #[test]

@@ -18,7 +18,7 @@
 //! `install.grubUseUKICmdline`); for those, every render must fail with
 //! exactly the live config's errors: Ichor adds none.
 //!
-//! Covers: issue 17 item 3, R1.6
+//! Covers: R9.2, R1.6
 
 // The test prints how many cases it judged, for the CI log.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -159,7 +159,7 @@ fn render_and_validate_all(shape: &str, judge: Judge) -> usize {
 /// leading blank line (Talos drops it on load; the render must still be valid).
 const CILIUM_LIKE_MANIFEST: &str = "\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: cilium\n  namespace: kube-system\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cilium-config\n  namespace: kube-system\ndata:\n  kube-proxy-replacement: \"true\"\n";
 
-/// Covers: issue 17 item 3 — every v1.12-shape render passes metal
+/// Covers: R9.2 — every v1.12-shape render passes metal
 /// validation (or, for the two fixtures that fail as they are, fails with
 /// exactly their errors).
 #[test]
@@ -177,7 +177,7 @@ fn every_v1_12_render_passes_talos_metal_validation() {
 mod machinery_peer {
     use super::*;
 
-    /// Covers: issue 17 item 3 — every v1.14-shape render is judged by Talos's
+    /// Covers: R9.2 — every v1.14-shape render is judged by Talos's
     /// own v1.14 machinery like its live config, with every `Kube*` document.
     #[test]
     fn every_v1_14_render_is_judged_by_talos_v1_14_machinery_like_its_live_config() {

@@ -19,13 +19,7 @@ const NODES: usize = 100;
 const ROUNDS: usize = 5;
 
 fn fixture(rel: &str) -> Vec<u8> {
-    let dir = std::env::var_os("ICHOR_FIXTURES")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../../shared/fixtures/talos")
-        });
-    std::fs::read(dir.join(rel)).expect("fixture")
+    ichor_testenv::fixtures::talos_bytes(rel)
 }
 
 async fn sweep(client: &TalosClient, nodes: &[String]) -> Duration {

@@ -1,9 +1,9 @@
 //! The bootstrap manifests an emulated control plane renders from its active
 //! config, served as `Manifests.kubernetes.talos.dev` in namespace
 //! `controlplane` (one resource per manifest, each item one object), which
-//! is where `talosctl upgrade-k8s`'s manifests step reads them
-//! (`shared/facts/talos-init-and-upgrades.md` §4.1; the resource in
-//! `shared/facts/talos-api.md` §4).
+//! is where `talosctl upgrade-k8s`'s manifests step reads them (see
+//! docs/adr/0014-talos-operations.md and
+//! docs/adr/0015-a-cilium-hand-over-talos-cannot-prune.md).
 //!
 //! What is played, and what is not:
 //! - `10-kube-proxy` when kube-proxy is enabled: its ServiceAccount, the

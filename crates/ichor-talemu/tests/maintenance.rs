@@ -3,9 +3,9 @@
 //! first config, then (with the config's own Talos API CA, as a real node
 //! serves it) bootstraps etcd and fetches the admin kubeconfig.
 //!
-//! Covers: issue 13 item 3 (the emulator's maintenance mode, Bootstrap,
-//! Kubeconfig), R10.1 (what init's inspection reads), R10.3 (bootstrap
-//! answers "already bootstrapped" and writes once)
+//! Covers: the lab's side of `ichor init` (the emulator's maintenance mode,
+//! Bootstrap, Kubeconfig), R10.1 (what init's inspection reads), R10.3
+//! (bootstrap answers "already bootstrapped" and writes once)
 
 mod common;
 

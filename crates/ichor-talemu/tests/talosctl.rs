@@ -156,7 +156,7 @@ async fn talosctl_get_kubeprism_and_friends() {
 /// manifests the emulated control plane renders (the resource a
 /// kubernetes-upgrade's last step reads), kube-proxy's DaemonSet at the
 /// config's proxy image among them.
-/// Covers: issue 14 item 4 (the emulator serves Manifests as Talos does)
+/// Covers: kubernetes-upgrade, ADR 0014 (the emulator serves Manifests as Talos does)
 #[tokio::test(flavor = "multi_thread")]
 async fn talosctl_get_manifests() {
     let (emu, _dir, admin) = setup().await;
@@ -551,7 +551,7 @@ fn upgrade_actions(emu: &Emulator) -> Vec<(String, WriteAction)> {
 /// drain and no event stream to follow) pulls the installer, writes it with
 /// `LifecycleService.Upgrade` and reboots; the node comes back, when the test
 /// lets it, with a new boot id and the target version.
-/// Covers: issue 14 item 7 (the emulator speaks the upgrade API)
+/// Covers: the emulator's upgrade API (ADR 0014): the emulator speaks it as Talos does
 #[tokio::test(flavor = "multi_thread")]
 async fn talosctl_upgrade_through_the_lifecycle_service() {
     let (emu, _dir, admin) = setup().await;
@@ -606,7 +606,7 @@ async fn talosctl_upgrade_through_the_lifecycle_service() {
 
 /// The fallback boot slot fault: the node reboots (new boot id) but comes
 /// back on its old version.
-/// Covers: issue 14 item 7 (fallback boot slot)
+/// Covers: the emulator's upgrade API (ADR 0014): fallback boot slot
 #[tokio::test(flavor = "multi_thread")]
 async fn talosctl_upgrade_falls_back_to_the_old_slot() {
     let (emu, _dir, admin) = setup().await;
@@ -682,7 +682,7 @@ fn three_control_planes() -> Vec<NodeSpec> {
 /// then, as Talos's etcd pre-check does, naming the member. Healthy, it
 /// writes the slot and reboots by itself. `talosctl etcd forfeit-leadership`
 /// is a write in the log.
-/// Covers: issue 14 item 7 (EtcdMemberList, unhealthy member, legacy Upgrade, EtcdForfeitLeadership)
+/// Covers: the emulator's upgrade API (ADR 0014): EtcdMemberList, unhealthy member, legacy Upgrade, EtcdForfeitLeadership
 #[tokio::test(flavor = "multi_thread")]
 async fn talosctl_etcd_members_forfeit_and_legacy_upgrade() {
     let emu = Emulator::start(three_control_planes()).await.unwrap();

@@ -399,6 +399,36 @@ async fn probe_tls(config: Arc<rustls::ClientConfig>, host: &str, port: u16) -> 
     }
 }
 
+/// The fingerprint of the certificate the server at `endpoint` presents,
+/// read with one TLS handshake that sends no request and no client
+/// certificate: what a maintenance node's console shows, to be compared and
+/// then pinned ([`TalosClient::maintenance_pinned`]).
+pub async fn server_fingerprint(
+    endpoint: &str,
+    timeout: Duration,
+) -> Result<tls::CertFingerprint, Error> {
+    let (host, port) = parse_endpoint(endpoint)?;
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let config = Arc::new(tls::recording_maintenance_client_config(Arc::clone(&seen))?);
+    let handshake = |source| Error::Handshake {
+        endpoint: endpoint.to_string(),
+        source,
+    };
+    match tokio::time::timeout(timeout, connect_one(config, &host, port)).await {
+        Err(_) => Err(Error::Timeout {
+            node: endpoint.to_string(),
+            call: "TLS handshake".to_string(),
+            timeout,
+        }),
+        Ok(Err(e)) => Err(handshake(e)),
+        Ok(Ok(_)) => seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| handshake(std::io::Error::other("the server sent no certificate"))),
+    }
+}
+
 impl TalosClient {
     /// A client for `endpoint` (`host`, `host:port`, `[v6]:port`; port 50000
     /// when absent) with mutual TLS. Connects lazily: connection failures
@@ -416,6 +446,19 @@ impl TalosClient {
     /// certificate is not verified and no client certificate is sent.
     pub fn maintenance(endpoint: &str, options: ClientOptions) -> Result<Self, Error> {
         let config = tls::maintenance_client_config()?;
+        Self::with_tls(endpoint, config, options)
+    }
+
+    /// A maintenance-mode client that accepts only a server certificate whose
+    /// fingerprint is one of `pins` (talosctl `--insecure --cert-fingerprint`):
+    /// against another certificate every call fails in the TLS handshake,
+    /// before anything is sent.
+    pub fn maintenance_pinned(
+        endpoint: &str,
+        pins: &[tls::CertFingerprint],
+        options: ClientOptions,
+    ) -> Result<Self, Error> {
+        let config = tls::pinned_maintenance_client_config(pins)?;
         Self::with_tls(endpoint, config, options)
     }
 

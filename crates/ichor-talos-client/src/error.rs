@@ -21,6 +21,12 @@ pub enum TlsError {
     ClientAuth(#[source] rustls::Error),
     #[error("TLS configuration: {0}")]
     Config(#[source] rustls::Error),
+    #[error(
+        "{text:?} is not a certificate fingerprint: give the 44 characters of base64 the node's console shows"
+    )]
+    FingerprintText { text: String },
+    #[error("the server's certificate cannot be parsed: {reason}")]
+    Certificate { reason: String },
 }
 
 /// A client error. Call errors carry the node (`node`, the value of the `node`
@@ -53,6 +59,12 @@ pub enum Error {
         call: String,
         message: String,
     },
+    #[error("{endpoint}: no TLS handshake")]
+    Handshake {
+        endpoint: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("node {node}: {call}: the response holds no message")]
     EmptyResponse { node: String, call: String },
     #[error("node {node}: {call}: cannot decode {what}: {reason}")]
@@ -74,7 +86,7 @@ impl Error {
             | Error::EmptyResponse { node, .. }
             | Error::Decode { node, .. } => Some(node),
             Error::InvalidNode { node, .. } => Some(node),
-            Error::InvalidEndpoint { .. } | Error::Tls(_) => None,
+            Error::InvalidEndpoint { .. } | Error::Tls(_) | Error::Handshake { .. } => None,
         }
     }
 

@@ -8,7 +8,8 @@
 //!   nodes ([`TalosClient::on_nodes`]), and errors ([`Error`]) that name the
 //!   node and the call.
 //! * [`tls`]: mutual TLS with ALPN `h2`, Talos's `ED25519 PRIVATE KEY` keys,
-//!   and the maintenance-mode (unverified) configuration.
+//!   and the maintenance-mode configuration, unverified or pinned to a
+//!   certificate fingerprint ([`CertFingerprint`]).
 //! * [`resources`]: namespace/type/id of the COSI resources Ichor reads.
 //! * [`proto`]: the generated types (from our own `.proto` files).
 
@@ -20,7 +21,7 @@ pub mod tls;
 
 pub use client::{
     APID_PORT, ApplyMode, ApplyRequest, ApplyResult, ClientOptions, CosiResource, EtcdMember,
-    MachineType, NodeVersion, TalosClient, WatchEvent, WatchEventType,
+    MachineType, NodeVersion, TalosClient, WatchEvent, WatchEventType, server_fingerprint,
 };
 pub use error::{Error, TlsError};
-pub use tls::ClientIdentity;
+pub use tls::{CertFingerprint, ClientIdentity};

@@ -1,6 +1,6 @@
 //! Types generated from the project's own `.proto` files (`proto/`), written
-//! from the wire facts in `shared/facts/talos-api.md`. Module paths follow the
-//! protobuf packages, so the gRPC paths match Talos's
+//! from Talos's published API field numbers (docs/adr/0002-talos-api-client.md).
+//! Module paths follow the protobuf packages, so the gRPC paths match Talos's
 //! (`/machine.MachineService/Version`, `/cosi.resource.State/Get`, …).
 
 #![allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -30,7 +30,7 @@ pub mod cosi {
 }
 
 pub mod ichor {
-    /// Spec messages of the Talos resources Ichor reads (field numbers from the facts file).
+    /// Spec messages of the Talos resources Ichor reads (Talos's published field numbers).
     pub mod specs {
         include!(concat!(env!("OUT_DIR"), "/ichor.specs.rs"));
     }

@@ -1,5 +1,5 @@
-//! The COSI resources Ichor reads: namespace, type and id of each, from
-//! `shared/facts/talos-api.md` section 4.
+//! The COSI resources Ichor reads: namespace, type and id of each, as Talos
+//! names them (see docs/adr/0002-talos-api-client.md).
 
 /// A COSI resource kind: its namespace and type (and the usual id).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

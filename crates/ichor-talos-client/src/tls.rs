@@ -3,14 +3,17 @@
 //! rustls client configuration with ALPN `h2` (grpc-go servers refuse TLS
 //! connections without ALPN).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, OtherError, RootCertStore,
+    SignatureScheme,
+};
 
 use crate::error::TlsError;
 
@@ -127,33 +130,161 @@ pub fn client_config(identity: &ClientIdentity) -> Result<ClientConfig, TlsError
 /// certificate is not checked and no client certificate is sent (talosctl
 /// `--insecure`). Use only for machines that have no configuration yet.
 pub fn maintenance_client_config() -> Result<ClientConfig, TlsError> {
+    insecure_config(None, None)
+}
+
+/// [`maintenance_client_config`] that accepts only a server certificate
+/// whose fingerprint is one of `pins` (talosctl `--insecure
+/// --cert-fingerprint`): another certificate fails the handshake, before
+/// any request is sent.
+pub fn pinned_maintenance_client_config(
+    pins: &[CertFingerprint],
+) -> Result<ClientConfig, TlsError> {
+    insecure_config(Some(pins.to_vec()), None)
+}
+
+/// [`maintenance_client_config`] that records the fingerprint of the
+/// certificate the server presents.
+pub(crate) fn recording_maintenance_client_config(
+    seen: Arc<Mutex<Option<CertFingerprint>>>,
+) -> Result<ClientConfig, TlsError> {
+    insecure_config(None, Some(seen))
+}
+
+fn insecure_config(
+    pins: Option<Vec<CertFingerprint>>,
+    seen: Option<Arc<Mutex<Option<CertFingerprint>>>>,
+) -> Result<ClientConfig, TlsError> {
     let provider = provider();
-    let mut config = ClientConfig::builder_with_provider(provider.clone())
+    let verifier = MaintenanceServerCert {
+        provider: provider.clone(),
+        pins,
+        seen,
+    };
+    let mut config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(TlsError::Config)?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCert { provider }))
+        .with_custom_certificate_verifier(Arc::new(verifier))
         .with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(config)
 }
 
-/// Accepts any server certificate but still checks the handshake signatures.
-#[derive(Debug)]
-struct AcceptAnyServerCert {
-    provider: Arc<CryptoProvider>,
+/// The fingerprint of a Talos API server certificate as Talos prints it for
+/// its maintenance API (the node's console: "server certificate
+/// fingerprint") and as `talosctl --cert-fingerprint` takes it: the SHA-256
+/// of the certificate's SubjectPublicKeyInfo, in standard base64
+/// (siderolabs/crypto `x509.SPKIFingerprint`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CertFingerprint([u8; 32]);
+
+impl CertFingerprint {
+    /// The fingerprint of a DER certificate.
+    pub fn of_certificate(der: &[u8]) -> Result<Self, TlsError> {
+        let (_, cert) =
+            x509_parser::parse_x509_certificate(der).map_err(|e| TlsError::Certificate {
+                reason: e.to_string(),
+            })?;
+        Ok(Self::of_public_key_info(cert.public_key().raw))
+    }
+
+    /// The fingerprint of a DER SubjectPublicKeyInfo.
+    pub fn of_public_key_info(spki: &[u8]) -> Self {
+        let digest = ring::digest::digest(&ring::digest::SHA256, spki);
+        let mut out = [0u8; 32];
+        out.copy_from_slice(digest.as_ref());
+        Self(out)
+    }
+
+    /// Parses the base64 text a node's console shows (44 characters).
+    pub fn parse(text: &str) -> Result<Self, TlsError> {
+        let bad = || TlsError::FingerprintText {
+            text: text.to_string(),
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text.trim())
+            .map_err(|_| bad())?;
+        Ok(Self(bytes.try_into().map_err(|_| bad())?))
+    }
 }
 
-impl ServerCertVerifier for AcceptAnyServerCert {
+impl std::fmt::Display for CertFingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&base64::engine::general_purpose::STANDARD.encode(self.0))
+    }
+}
+
+impl std::fmt::Debug for CertFingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CertFingerprint({self})")
+    }
+}
+
+impl std::str::FromStr for CertFingerprint {
+    type Err = TlsError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+/// A server presented a certificate other than the pinned one(s).
+#[derive(thiserror::Error)]
+#[error(
+    "the server presents certificate fingerprint {presented}, not {}",
+    .expected.iter().map(ToString::to_string).collect::<Vec<_>>().join(" or ")
+)]
+pub struct FingerprintMismatch {
+    pub presented: CertFingerprint,
+    pub expected: Vec<CertFingerprint>,
+}
+
+// rustls shows a certificate error with `Debug`: the sentence, not the fields.
+impl std::fmt::Debug for FingerprintMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+/// The maintenance API's verifier: no chain is checked (the node's
+/// certificate is self-signed), but the handshake signatures are, and with
+/// pins only the pinned certificates pass.
+#[derive(Debug)]
+struct MaintenanceServerCert {
+    provider: Arc<CryptoProvider>,
+    /// Accept only these; any certificate when `None`.
+    pins: Option<Vec<CertFingerprint>>,
+    /// Where the presented certificate's fingerprint is recorded.
+    seen: Option<Arc<Mutex<Option<CertFingerprint>>>>,
+}
+
+impl ServerCertVerifier for MaintenanceServerCert {
     fn verify_server_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
+        end_entity: &CertificateDer<'_>,
         _intermediates: &[CertificateDer<'_>],
         _server_name: &ServerName<'_>,
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+        if self.pins.is_none() && self.seen.is_none() {
+            return Ok(ServerCertVerified::assertion());
+        }
+        let presented = CertFingerprint::of_certificate(end_entity.as_ref())
+            .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
+        if let Some(seen) = &self.seen {
+            *seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(presented);
+        }
+        match &self.pins {
+            Some(pins) if !pins.contains(&presented) => Err(rustls::Error::InvalidCertificate(
+                CertificateError::Other(OtherError(Arc::new(FingerprintMismatch {
+                    presented,
+                    expected: pins.clone(),
+                }))),
+            )),
+            _ => Ok(ServerCertVerified::assertion()),
+        }
     }
 
     fn verify_tls12_signature(
@@ -238,6 +369,79 @@ mod tests {
         let err =
             ClientIdentity::from_talosconfig_base64("!!", &b64(&cert), &b64(&key)).unwrap_err();
         assert!(err.to_string().contains("CA (ca)"), "{err}");
+    }
+
+    /// Talos's format: the SHA-256 of the certificate's public key info in
+    /// standard base64, computed here from the key rcgen made, independently
+    /// of the certificate parser.
+    #[test]
+    fn the_fingerprint_is_talos_spki_sha256_in_base64() {
+        use base64::Engine as _;
+        use rcgen::PublicKeyData as _;
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["node".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let spki = key.subject_public_key_info();
+        let expected = base64::engine::general_purpose::STANDARD
+            .encode(ring::digest::digest(&ring::digest::SHA256, &spki));
+        let fp = CertFingerprint::of_certificate(cert.der()).unwrap();
+        assert_eq!(fp.to_string(), expected);
+        assert_eq!(expected.len(), 44);
+        assert_eq!(CertFingerprint::parse(&expected).unwrap(), fp);
+        assert_eq!(
+            format!(" {expected}\n").parse::<CertFingerprint>().unwrap(),
+            fp
+        );
+        for bad in ["", "nope", "AAAA", &expected[..40]] {
+            let err = CertFingerprint::parse(bad).unwrap_err();
+            assert!(
+                err.to_string().contains("not a certificate fingerprint"),
+                "{err}"
+            );
+        }
+        assert!(CertFingerprint::of_certificate(b"not a certificate").is_err());
+    }
+
+    /// Pinned, only the pinned certificate passes; the refusal names both
+    /// fingerprints. Unpinned, any certificate passes.
+    ///
+    /// Covers: R10.1
+    #[test]
+    fn a_pinned_verifier_refuses_another_certificate() {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["node".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let der = CertificateDer::from(cert.der().to_vec());
+        let right = CertFingerprint::of_certificate(&der).unwrap();
+        let wrong = CertFingerprint::of_public_key_info(b"another key");
+        let verify = |pins: Option<Vec<CertFingerprint>>| {
+            let seen = Arc::new(Mutex::new(None));
+            let verifier = MaintenanceServerCert {
+                provider: provider(),
+                pins,
+                seen: Some(Arc::clone(&seen)),
+            };
+            let name = ServerName::try_from("127.0.0.1").unwrap();
+            let result = verifier.verify_server_cert(&der, &[], &name, &[], UnixTime::now());
+            (result, seen.lock().unwrap().take())
+        };
+        let (ok, seen) = verify(Some(vec![wrong, right]));
+        assert!(ok.is_ok());
+        assert_eq!(seen, Some(right));
+        let (refused, _) = verify(Some(vec![wrong]));
+        let text = refused.unwrap_err().to_string();
+        assert!(
+            text.contains(&format!(
+                "presents certificate fingerprint {right}, not {wrong}"
+            )),
+            "{text}"
+        );
+        assert!(verify(None).0.is_ok());
+        assert!(pinned_maintenance_client_config(&[right]).is_ok());
     }
 
     #[test]

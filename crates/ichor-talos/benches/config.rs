@@ -10,7 +10,7 @@
 // forbids printing elsewhere).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -21,11 +21,11 @@ use ichor_testenv::bench::{Figure, criterion_dir, mean_ns, record};
 
 /// Loads and encodes per file the Go peer runs (about a second per file).
 const GO_ITERATIONS: u32 = 300;
-/// Issue 18: parse + serialise at least this many times faster than Go.
+/// The config-codec goal (docs/benchmarks.md): parse + serialise at least this many times faster than Go.
 const GOAL_RATIO: f64 = 3.0;
 
 fn fixtures() -> Vec<(String, PathBuf)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/talos");
+    let dir = ichor_testenv::fixtures::talos_dir();
     let mut files = Vec::new();
     for shape in ["stability-v1.12", "stability-v1.14"] {
         let mut names: Vec<_> = std::fs::read_dir(dir.join(shape))

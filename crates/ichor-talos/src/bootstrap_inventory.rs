@@ -6,12 +6,12 @@
 //! of this inventory that are no longer in the bootstrap manifests, so an
 //! object Ichor takes over must leave it (R6.1).
 //!
-//! The format, exactly as Talos reads and writes it
-//! (`../shared/facts/talos-init-and-upgrades.md`, "The inventory ConfigMap,
-//! exactly"): one `data` key per object, `<namespace>_<name>_<group>_<kind>`,
-//! every value the empty string; a `:` in a name is written `__`. A key that
-//! does not parse makes Talos's whole inventory unreadable, so this module
-//! never writes one it cannot read back.
+//! The format, exactly as Talos reads and writes it (see
+//! docs/adr/0015-a-cilium-hand-over-talos-cannot-prune.md): one `data` key per
+//! object, `<namespace>_<name>_<group>_<kind>`, every value the empty string;
+//! a `:` in a name is written `__`. A key that does not parse makes Talos's
+//! whole inventory unreadable, so this module never writes one it cannot
+//! read back.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -150,7 +150,7 @@ mod tests {
         InventoryObject::new(api_version, kind, ns, name)
     }
 
-    /// Covers: R6.1 (the inventory's key format, the facts file's four examples)
+    /// Covers: R6.1 (the inventory's key format, four examples of keys Talos writes)
     #[test]
     fn keys_are_written_as_talos_writes_them() {
         let cases = [

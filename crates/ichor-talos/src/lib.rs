@@ -9,28 +9,15 @@ pub mod bootstrap_inventory;
 pub mod config;
 pub mod patch;
 pub mod pem;
+pub mod private_file;
 pub mod redact;
 pub mod secrets;
 pub mod talosconfig;
 
-/// Writes a file readable by its owner only (0600 on Unix), replacing it.
+/// Writes a file readable by its owner only (0600), replacing it, through
+/// the one private-file writer ([`private_file::write`]).
 pub(crate) fn write_private_file(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
-    let mut f = opts.open(path)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    }
-    f.write_all(bytes)?;
-    f.sync_all()
+    private_file::write(path, bytes).map_err(private_file::PrivateFileError::into_io)
 }
 
 #[cfg(test)]

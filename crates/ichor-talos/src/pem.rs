@@ -1,4 +1,6 @@
-//! Small PEM and base64 helpers (Talos stores PEM, often base64 again).
+//! PEM and base64 helpers (Talos stores PEM, often base64 again). The PEM
+//! framing is the `pem` crate's; this module only adds Talos's labels and
+//! key forms, so every PEM Ichor reads goes through one parser.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -6,33 +8,18 @@ use base64::engine::general_purpose::STANDARD;
 /// PEM label Talos uses for Ed25519 PKCS#8 keys (not the standard `PRIVATE KEY`).
 pub const ED25519_PEM_LABEL: &str = "ED25519 PRIVATE KEY";
 
-/// Encodes DER bytes as PEM with the given label (64-character lines, trailing newline).
+/// Encodes DER bytes as PEM with the given label (64-character lines, `\n`
+/// line ends, trailing newline: the form Talos writes).
 pub fn encode(label: &str, der: &[u8]) -> String {
-    let b64 = STANDARD.encode(der);
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for chunk in b64.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(chunk).unwrap_or_default());
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
+    let config = ::pem::EncodeConfig::new().set_line_ending(::pem::LineEnding::LF);
+    ::pem::encode_config(&::pem::Pem::new(label, der), config)
 }
 
-/// Decodes the first PEM block: returns (label, DER bytes).
+/// Decodes the first PEM block: returns (label, DER bytes), or `None` when
+/// the text holds no well-framed block (any input, never a panic).
 pub fn decode(pem: &str) -> Option<(String, Vec<u8>)> {
-    let start = pem.find("-----BEGIN ")?;
-    let rest = &pem[start + "-----BEGIN ".len()..];
-    let label_end = rest.find("-----")?;
-    let label = rest[..label_end].to_string();
-    let body_start = label_end + 5;
-    let end_marker = format!("-----END {label}-----");
-    let body_end = rest.find(&end_marker)?;
-    let body: String = rest[body_start..body_end]
-        .chars()
-        .filter(|c| !c.is_whitespace())
-        .collect();
-    let der = STANDARD.decode(body).ok()?;
-    Some((label, der))
+    let block = ::pem::parse(pem).ok()?;
+    Some((block.tag().to_owned(), block.into_contents()))
 }
 
 /// Rewrites a PEM block's label (Talos's `ED25519 PRIVATE KEY` ↔ `PRIVATE KEY`).
@@ -118,6 +105,39 @@ mod tests {
         let r = relabel(&p, "X").unwrap();
         assert!(r.starts_with("-----BEGIN X-----\n"));
         assert_eq!(unb64(&b64(&p)).as_deref(), Some(p.as_str()));
+    }
+
+    /// Covers: R18.1
+    #[test]
+    fn an_end_marker_inside_the_begin_line_is_no_block() {
+        // The shape that once sliced backwards (END found before the body
+        // starts) and took the controller down.
+        for text in [
+            "-----BEGIN X-----END X-----",
+            "-----BEGIN X-----END X-----\nAAAA\n",
+            "-----BEGIN -----END -----",
+            "-----BEGIN CERTIFICATE-----END CERTIFICATE-----\n-----END CERTIFICATE-----\n",
+        ] {
+            assert_eq!(decode(text), None, "{text:?}");
+        }
+    }
+
+    /// Covers: R18.1
+    #[test]
+    fn cut_and_mislabelled_blocks_are_no_block() {
+        let whole = encode("CERTIFICATE", &[1, 2, 3, 4, 5, 6]);
+        // Every cut before the END marker's last dash; the trailing newline
+        // alone may go.
+        for cut in 0..whole.trim_end().len() {
+            let prefix = &whole[..cut];
+            assert_eq!(decode(prefix), None, "{prefix:?}");
+        }
+        let other = whole.replace("END CERTIFICATE", "END PRIVATE KEY");
+        assert_eq!(decode(&other), None);
+        assert_eq!(
+            decode(&whole).map(|(l, d)| (l, d.len())),
+            Some(("CERTIFICATE".into(), 6))
+        );
     }
 
     #[test]

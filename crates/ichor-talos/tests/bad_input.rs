@@ -1,16 +1,14 @@
 //! Bad input at the talosconfig and secrets-bundle entry points: one clear
 //! error each — what is wrong, in which file, what to do — and no value of
-//! the file quoted in it (issue 12, item 6).
+//! the file quoted in it, and nothing written.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use ichor_talos::secrets::{SecretsBundle, SecretsError};
 use ichor_talos::talosconfig::{Role, Talosconfig, TalosconfigError};
 
 fn read(rel: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+    ichor_testenv::fixtures::talos(rel)
 }
 
 /// Every value of a YAML text long enough to be a secret (base64 of keys
@@ -32,11 +30,8 @@ fn assert_quotes_no_value(said: &str, source: &str) {
 
 /// The talosconfig Ichor's lab writes from the stability bundle.
 fn talosconfig_text() -> String {
-    let bundle = SecretsBundle::parse(
-        &read("../../../shared/fixtures/talos/stability-secrets.yaml"),
-        "stability-secrets.yaml",
-    )
-    .unwrap();
+    let bundle =
+        SecretsBundle::parse(&read("stability-secrets.yaml"), "stability-secrets.yaml").unwrap();
     Talosconfig::generate(
         &bundle,
         "lab",
@@ -63,7 +58,7 @@ fn read_credentials(text: &str, origin: &str) -> Result<usize, TalosconfigError>
         .count())
 }
 
-/// Covers: issue 12 (bad input: a truncated talosconfig)
+/// Covers: bad input (a truncated talosconfig)
 ///
 /// A talosconfig cut anywhere inside its credentials (a cut copy, a full
 /// disk) is one error naming the file and the context's field, saying the
@@ -114,7 +109,7 @@ fn a_truncated_talosconfig_is_one_error_naming_the_file_and_field() {
     assert!(cuts > 100, "{cuts} cuts tried");
 }
 
-/// Covers: issue 12 (bad input: a talosconfig that is not YAML of its shape)
+/// Covers: bad input (a talosconfig that is not YAML of its shape)
 ///
 /// A talosconfig whose value has the wrong type is refused without the value
 /// in the message (serde quotes it by default).
@@ -130,7 +125,7 @@ fn a_talosconfig_with_a_wrong_type_is_refused_without_quoting_the_value() {
     assert_quotes_no_value(&said, text);
 }
 
-/// Covers: issue 12 (bad input: a bundle that is a worker config)
+/// Covers: bad input (a bundle that is a worker config)
 ///
 /// A worker's machine config given as the secrets bundle is one error: the
 /// file, that it is a machine config (a worker's), not a bundle, and what to
@@ -138,8 +133,8 @@ fn a_talosconfig_with_a_wrong_type_is_refused_without_quoting_the_value() {
 #[test]
 fn a_secrets_bundle_that_is_a_worker_config_is_one_error() {
     for fixture in [
-        "../../../shared/fixtures/talos/stability-v1.12/base-worker.yaml",
-        "../../../shared/fixtures/talos/stability-v1.14/base-worker.yaml",
+        "stability-v1.12/base-worker.yaml",
+        "stability-v1.14/base-worker.yaml",
     ] {
         let text = read(fixture);
         let e = SecretsBundle::parse(&text, "secrets.yaml").unwrap_err();
@@ -159,7 +154,7 @@ fn a_secrets_bundle_that_is_a_worker_config_is_one_error() {
         assert_quotes_no_value(&said, &text);
     }
     // A control-plane config is not a bundle either; it points at recovery.
-    let text = read("../../../shared/fixtures/talos/stability-v1.14/base-controlplane.yaml");
+    let text = read("stability-v1.14/base-controlplane.yaml");
     let said = SecretsBundle::parse(&text, "secrets.yaml")
         .unwrap_err()
         .to_string();
@@ -171,13 +166,13 @@ fn a_secrets_bundle_that_is_a_worker_config_is_one_error() {
     assert_quotes_no_value(&said, &text);
 }
 
-/// Covers: issue 12 (bad input: a truncated secrets bundle)
+/// Covers: bad input (a truncated secrets bundle)
 ///
 /// A bundle cut anywhere is an error naming the file, never a panic, and no
 /// value of the bundle is quoted.
 #[test]
 fn a_truncated_secrets_bundle_is_an_error_quoting_no_value() {
-    let whole = read("../../../shared/fixtures/talos/stability-secrets.yaml");
+    let whole = read("stability-secrets.yaml");
     SecretsBundle::parse(&whole, "secrets.yaml").expect("the whole bundle reads");
     for end in (1..whole.trim_end().len()).step_by(7) {
         let Err(e) = SecretsBundle::parse(&whole[..end], "secrets.yaml") else {

@@ -1,5 +1,5 @@
 //! Property-based fuzzing of the parsers that take input from users and
-//! nodes (issue 12, item 5): the machine config (parse/serialise round trip),
+//! nodes (R8.4): the machine config (parse/serialise round trip),
 //! config patches (parse and apply), the talosconfig and the secrets bundle.
 //! Inputs are real fixtures mutated at random paths, arbitrary YAML trees
 //! and arbitrary text. `PROPTEST_CASES` sets the number of cases (256 by
@@ -15,26 +15,31 @@ use proptest::prelude::*;
 use serde_yaml_ng::{Mapping, Value};
 
 fn read(rel: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+    ichor_testenv::fixtures::talos(rel)
 }
 
 /// Real machine configs of both shapes.
 fn config_fixtures() -> Vec<String> {
     [
-        "../../../shared/fixtures/talos/stability-v1.12/base-controlplane.yaml",
-        "../../../shared/fixtures/talos/stability-v1.12/overrides-worker.yaml",
-        "../../../shared/fixtures/talos/stability-v1.14/base-controlplane.yaml",
-        "../../../shared/fixtures/talos/stability-v1.14/overrides-worker.yaml",
-        "../ichor-render/tests/fixtures/v1.14-cni-none-controlplane.yaml",
+        "stability-v1.12/base-controlplane.yaml",
+        "stability-v1.12/overrides-worker.yaml",
+        "stability-v1.14/base-controlplane.yaml",
+        "stability-v1.14/overrides-worker.yaml",
     ]
     .iter()
     .map(|p| read(p))
+    .chain(std::iter::once(
+        std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../ichor-render/tests/fixtures/v1.14-cni-none-controlplane.yaml"),
+        )
+        .expect("ichor-render's cni-none fixture"),
+    ))
     .collect()
 }
 
 fn bundle_fixture() -> String {
-    read("../../../shared/fixtures/talos/stability-secrets.yaml")
+    read("stability-secrets.yaml")
 }
 
 /// A talosconfig as `talosctl` writes it (the CA and key are placeholders
@@ -226,7 +231,7 @@ fn assert_round_trip(text: &str) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    /// Covers: issue 12 (fuzzing: machine config round trip, mutated fixtures)
+    /// Covers: R8.4 (fuzzing: machine config round trip, mutated fixtures)
     #[test]
     fn machine_config_round_trip_on_mutated_fixtures(
         which in 0usize..5,
@@ -242,7 +247,7 @@ proptest! {
         assert_round_trip(&join(&docs))?;
     }
 
-    /// Covers: issue 12 (fuzzing: machine config round trip, arbitrary YAML)
+    /// Covers: R8.4 (fuzzing: machine config round trip, arbitrary YAML)
     #[test]
     fn machine_config_round_trip_on_arbitrary_yaml(
         docs in prop::collection::vec(yaml(), 1..3),
@@ -262,14 +267,14 @@ proptest! {
         assert_round_trip(&join(&docs))?;
     }
 
-    /// Covers: issue 12 (fuzzing: machine config, arbitrary text never panics)
+    /// Covers: R8.4 (fuzzing: machine config, arbitrary text never panics)
     #[test]
     fn machine_config_parse_never_panics_on_text(text in any::<String>()) {
         let _ = MachineConfig::parse(&text);
         let _ = MachineConfig::parse_live(&text, "fuzz");
     }
 
-    /// Covers: issue 12 (fuzzing: patch parse and apply)
+    /// Covers: R8.4 (fuzzing: patch parse and apply)
     #[test]
     fn patch_parse_and_apply_never_panic(
         patch in prop_oneof![
@@ -288,7 +293,7 @@ proptest! {
         }
     }
 
-    /// Covers: issue 12 (fuzzing: talosconfig)
+    /// Covers: R8.4 (fuzzing: talosconfig)
     #[test]
     fn talosconfig_parse_never_panics(
         mutations in prop::collection::vec(mutation(), 0..4),
@@ -308,7 +313,7 @@ proptest! {
         let _ = Talosconfig::parse(&TALOSCONFIG[..text.len() % TALOSCONFIG.len()], "fuzz");
     }
 
-    /// Covers: issue 12 (fuzzing: secrets bundle)
+    /// Covers: R8.4 (fuzzing: secrets bundle)
     #[test]
     fn secrets_bundle_parse_never_panics(
         mutations in prop::collection::vec(mutation(), 0..4),
@@ -405,4 +410,112 @@ fn mutated_fixtures_still_parse_often_enough_to_test_the_round_trip() {
         parsed * 4 >= total,
         "only {parsed} of {total} mutated fixtures parse"
     );
+}
+
+/// PEM-shaped text built from PEM's own pieces: BEGIN and END markers with
+/// matching, mismatched, empty and overlapping labels, base64 bodies, blocks
+/// cut short, and stray text between them. Random bytes almost never form
+/// these shapes; a reader that slices by marker positions meets them here.
+fn structured_pem() -> impl Strategy<Value = String> {
+    let label = prop_oneof![
+        Just(String::new()),
+        Just("CERTIFICATE".to_owned()),
+        Just("ED25519 PRIVATE KEY".to_owned()),
+        Just("EC PRIVATE KEY".to_owned()),
+        Just("X".to_owned()),
+        Just("-----END X".to_owned()),
+        "[A-Z -]{0,12}",
+    ];
+    let body = prop::collection::vec(any::<u8>(), 0..80).prop_map(|b| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(b)
+    });
+    let piece = prop_oneof![
+        label.clone().prop_map(|l| format!("-----BEGIN {l}-----")),
+        label.clone().prop_map(|l| format!("-----END {l}-----")),
+        label.prop_map(|l| format!("-----BEGIN {l}")),
+        Just("-----".to_owned()),
+        Just("-----BEGIN ".to_owned()),
+        Just("-----END ".to_owned()),
+        Just("\n".to_owned()),
+        Just("\r\n\r\n".to_owned()),
+        Just("Proc-Type: 4,ENCRYPTED\n\n".to_owned()),
+        body,
+        "[ -~]{0,8}",
+        any::<String>().prop_map(|s| s.chars().take(8).collect()),
+    ];
+    let shaped = prop::collection::vec(piece, 0..12).prop_map(|p| p.concat());
+    // A well-formed block cut or spliced at any point.
+    let cut = (
+        prop::collection::vec(any::<u8>(), 0..64),
+        any::<usize>(),
+        any::<usize>(),
+    )
+        .prop_map(|(der, at, other)| {
+            let whole = ichor_talos::pem::encode("CERTIFICATE", &der);
+            let at = at % (whole.len() + 1);
+            let other = other % (whole.len() + 1);
+            format!("{}{}", &whole[..at], &whole[other..])
+        });
+    prop_oneof![shaped, cut]
+}
+
+/// `text` with the value of every `field:` line under any key replaced by `value`.
+fn with_every_field(text: &str, fields: &[&str], value: &str) -> String {
+    text.lines()
+        .map(|line| {
+            let trimmed = line.trim_start();
+            match fields
+                .iter()
+                .find(|f| trimmed.starts_with(&format!("{f}: ")))
+            {
+                Some(f) => format!("{}{f}: {value}", &line[..line.len() - trimmed.len()]),
+                None => line.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+proptest! {
+    /// Covers: R18.1 (structured fuzzing: PEM)
+    #[test]
+    fn pem_readers_never_panic_on_pem_shapes(text in structured_pem()) {
+        let _ = ichor_talos::pem::decode(&text);
+        let _ = ichor_talos::pem::relabel(&text, "PRIVATE KEY");
+        let _ = ichor_talos::pem::p256_sec1_to_pkcs8(&text);
+        if let Some((label, der)) = ichor_talos::pem::decode(&text) {
+            // What decodes encodes back to the same block.
+            let again = ichor_talos::pem::encode(&label, &der);
+            prop_assert_eq!(ichor_talos::pem::decode(&again), Some((label, der)));
+        }
+    }
+
+    /// Covers: R18.1 (structured fuzzing: a bundle whose PEM fields hold PEM shapes)
+    #[test]
+    fn a_bundle_with_pem_shapes_in_its_key_fields_is_refused_or_read(
+        text in structured_pem(),
+        fields in prop::sample::subsequence(vec!["crt", "key", "secret", "token"], 1..=4),
+    ) {
+        let b64 = ichor_talos::pem::b64(&text);
+        let bundle = with_every_field(&bundle_fixture(), &fields, &b64);
+        if let Ok(b) = SecretsBundle::parse(&bundle, "fuzz") {
+            let _ = b.os_ca_pem();
+            let _ = b.to_yaml();
+        }
+        let raw = with_every_field(&bundle_fixture(), &fields, &text.replace('\n', " "));
+        let _ = SecretsBundle::parse(&raw, "fuzz");
+    }
+
+    /// Covers: R18.1 (structured fuzzing: a talosconfig whose credentials hold PEM shapes)
+    #[test]
+    fn a_talosconfig_with_pem_shapes_is_refused_or_read(text in structured_pem()) {
+        let b64 = ichor_talos::pem::b64(&text);
+        let config = with_every_field(TALOSCONFIG, &["ca", "crt", "key"], &b64);
+        if let Ok(t) = Talosconfig::parse(&config, "fuzz")
+            && let Ok((name, context)) = t.context(None, "fuzz")
+        {
+            let _ = context.credentials(name, "fuzz");
+        }
+    }
 }

@@ -14,7 +14,7 @@ use ichor_testenv::Tool;
 use serde_yaml_ng::Value;
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/talos")
+    ichor_testenv::fixtures::talos_dir()
 }
 
 fn talosctl(args: &[&str]) -> String {

@@ -2,7 +2,7 @@
 //! given to the real `talosctl gen config --with-secrets` (tools cache) and
 //! to Ichor's bundle parser, is refused by both, each naming the field.
 //!
-//! Covers: issue 17 item 4
+//! Covers: the bundle check of ADR 0009
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,9 +13,7 @@ use ichor_testenv::Tool;
 use serde_yaml_ng::{Mapping, Value};
 
 fn fixture_bundle() -> Mapping {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/talos/stability-secrets.yaml");
-    serde_yaml_ng::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    serde_yaml_ng::from_str(&ichor_testenv::fixtures::talos("stability-secrets.yaml")).unwrap()
 }
 
 fn section<'a>(b: &'a mut Mapping, path: &[&str]) -> &'a mut Mapping {

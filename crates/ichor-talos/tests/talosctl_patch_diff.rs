@@ -1,5 +1,5 @@
 //! Config patches applied by Ichor and by the real `talosctl machineconfig
-//! patch` (tools cache, `tools/testbin.sh`) on the shared fixtures, in both
+//! patch` (tools cache, `tools/testbin.sh`) on the fixtures in `testdata/talos`, in both
 //! shapes, with generated strategic-merge and JSON 6902 patches: the results
 //! must be equal as Talos reads them.
 //!
@@ -25,7 +25,7 @@
 //! every document kind, and patches of the `Kube*` documents besides
 //! (`ICHOR_DIFF_MACHINERY_CASES`, default 300).
 //!
-//! Covers: issue 17 items 1, 2 and 5.
+//! Covers: R9.1, and the null values and empty documents of ADR 0009.
 
 // The test prints how many cases it judged, for the CI log.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -45,7 +45,7 @@ use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/talos")
+    ichor_testenv::fixtures::talos_dir()
 }
 
 /// The real Talos a case is compared with.
@@ -652,7 +652,7 @@ fn corpus(peer: Peer, count: usize, seed: u64) -> Vec<Case> {
         .collect()
 }
 
-/// Covers: issue 17 item 1 — the fixed-seed corpus (300 cases unless
+/// Covers: R9.1 — the fixed-seed corpus (300 cases unless
 /// `ICHOR_DIFF_CASES` says otherwise) agrees with talosctl on every case.
 #[test]
 fn generated_patches_agree_with_talosctl() {
@@ -725,7 +725,7 @@ fn the_comparison_sees_a_wrong_result() {
 mod machinery_peer {
     use super::*;
 
-    /// Covers: issue 17 item 1 (v1.14 shape whole) — the fixed-seed corpus on
+    /// Covers: R9.1 (v1.14 shape whole) — the fixed-seed corpus on
     /// the v1.14 fixtures with all their document kinds, and patches of the
     /// `Kube*` documents, agrees with Talos's v1.14 machinery on every case
     /// (300 unless `ICHOR_DIFF_MACHINERY_CASES` says otherwise).

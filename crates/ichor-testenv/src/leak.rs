@@ -76,6 +76,11 @@ cluster:
   inlineManifests:
     - name: cilium
       contents: "kind: Secret\ndata:\n  ca.key: {mark}-24"
+  apiServer:
+    env:
+      PROXY_PASSWORD: {mark}-25
+  extraManifests:
+    - https://manifests.example/cni.yaml?token={mark}-26
 "#
     )
 }

@@ -23,6 +23,7 @@
 
 pub mod bench;
 mod certs;
+pub mod fixtures;
 pub mod leak;
 pub mod rbac;
 pub mod tools;

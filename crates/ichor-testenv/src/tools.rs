@@ -203,11 +203,6 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or(compiled)
 }
 
-/// The steering folder `shared/` beside the clone (specs, facts, fixtures).
-pub fn shared_dir() -> PathBuf {
-    repo_root().join("../shared")
-}
-
 fn pinned_version(key: &str) -> String {
     let file = repo_root().join("tools/versions.env");
     let text = std::fs::read_to_string(&file)

@@ -30,6 +30,9 @@ pub struct Viewer {
     pub user: Option<String>,
     /// The server runs read-only: no page carries an action.
     pub read_only: bool,
+    /// RBAC lets the user read no TalosCluster, TalosMachine or
+    /// TalosOperation anywhere: the pages are empty and say why.
+    pub reads_nothing: bool,
 }
 
 fn layout(title: &str, viewer: &Viewer, body: Markup) -> Markup {
@@ -64,7 +67,14 @@ fn layout(title: &str, viewer: &Viewer, body: Markup) -> Markup {
                         }
                     }
                 }
-                main { (body) }
+                main {
+                    @if let (true, Some(u)) = (viewer.reads_nothing, &viewer.user) {
+                        p.notice #reads-nothing {
+                            "You may read nothing here: RBAC lets " (u) " list no TalosCluster, TalosMachine or TalosOperation (group ichor.maesh.dev) in the namespaces that hold them, so the pages show none. Ask your cluster's admin for a Role that grants get and list on them."
+                        }
+                    }
+                    (body)
+                }
             }
         }
     }
@@ -501,7 +511,7 @@ mod tests {
 
     use super::*;
 
-    /// Covers: issue 15 item 1 (htmx vendored as a pinned file)
+    /// Covers: the UI's security rules, docs/ui.md (htmx vendored as a pinned file)
     #[test]
     fn assets_are_the_pinned_files() {
         assert_eq!(
@@ -515,12 +525,13 @@ mod tests {
         );
     }
 
-    /// Covers: issue 15 item 1 (no inline scripts or styles)
+    /// Covers: the UI's security rules, docs/ui.md (no inline scripts or styles)
     #[test]
     fn pages_carry_no_inline_script_or_style() {
         let viewer = Viewer {
             user: Some("alice".into()),
             read_only: false,
+            reads_nothing: true,
         };
         let page = crate::view::machines_page(
             &crate::view::Inventory::default(),

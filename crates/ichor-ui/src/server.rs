@@ -1,23 +1,32 @@
-//! The routes, the session, the security headers and read-only enforcement.
+//! The routes, the sessions, the security headers and read-only enforcement.
 //!
-//! - Sign-in: a bearer token, checked by TokenReview, kept in an HttpOnly,
-//!   Secure, SameSite=Strict cookie. Every request's token is reviewed again
-//!   (answers are remembered for [`REVIEW_TTL`]).
+//! - Sign-in: a bearer token, checked by TokenReview, starts a server-side
+//!   session ([`crate::session`]); the cookie carries only its random id
+//!   (`__Host-ichor_session`: HttpOnly, Secure, SameSite=Strict, Path=/).
+//!   The token stays in memory and is reviewed again every [`REVIEW_TTL`];
+//!   sign-out removes the session. Sign-in attempts are rate-limited
+//!   ([`crate::limit`]).
+//! - Every page shows only the objects the user may `list` (or, for one
+//!   object's page, `get`), asked by SubjectAccessReview per kind: once for
+//!   every namespace, else per namespace that holds objects.
 //! - Every POST must carry an `Origin` equal to the server's own (CSRF).
 //! - Each action is checked by a SubjectAccessReview for the signed-in user,
-//!   then done with the UI's own client; a page renders only the buttons the
-//!   user may use.
+//!   then made with a client that carries the user's own token
+//!   ([`UserClients`]): the API server's RBAC and audit log see the user.
 //! - Read-only: no action route is mounted, [`read_only_layer`] answers 405
 //!   to every method but GET and HEAD (sign-in and sign-out excepted: they
 //!   write no object), and every page gets no permission, so none carries an action.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -25,19 +34,25 @@ use axum::routing::{get, post};
 use ichor_api::{
     ClusterRef, OperationKind, OperationTarget, TalosMachine, TalosOperation, TalosOperationSpec,
 };
+use kube::ResourceExt as _;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
-use sha2::{Digest as _, Sha256};
 
-use crate::auth::{self, Access, User};
+use crate::auth::{self, Access, User, UserClients};
 use crate::html::{self, Viewer};
+use crate::limit::{self, SignInLimiter};
+use crate::session::{self, Sessions, TtlCache};
 use crate::store::Cache;
-use crate::view::{self, CANCEL_ANNOTATION, MachineQuery, Permissions};
+use crate::view::{
+    self, CANCEL_ANNOTATION, Inventory, MachineQuery, Permissions, ReadGrants, Readable,
+};
 
-/// The session cookie's name.
-pub const SESSION_COOKIE: &str = "ichor_session";
 /// How long a TokenReview or SubjectAccessReview answer is reused.
 pub const REVIEW_TTL: Duration = Duration::from_secs(10);
+/// The most SubjectAccessReview answers remembered.
+pub const MAX_REVIEWS: usize = 20_000;
+/// How many SubjectAccessReviews one page asks at once.
+const REVIEWS_AT_ONCE: usize = 8;
 /// The field manager of the UI's writes.
 pub const FIELD_MANAGER: &str = "ichor-ui";
 
@@ -56,30 +71,120 @@ pub struct Settings {
     pub anonymous_read: bool,
 }
 
+/// What the server remembers and allows at most; [`Limits::default`] is
+/// the constants of [`session`], [`limit`] and [`MAX_REVIEWS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_sessions: usize,
+    pub max_reviews: usize,
+    pub signin_per_client: limit::Rate,
+    pub signin_global: limit::Rate,
+    pub max_clients: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_sessions: session::MAX_SESSIONS,
+            max_reviews: MAX_REVIEWS,
+            signin_per_client: limit::PER_CLIENT,
+            signin_global: limit::GLOBAL,
+            max_clients: limit::MAX_CLIENTS,
+        }
+    }
+}
+
 /// What every handler reads.
 #[derive(Clone)]
 pub struct AppState {
     client: kube::Client,
+    users: UserClients,
     cache: Cache,
     settings: Settings,
-    reviews: Arc<Mutex<Reviews>>,
+    shared: Arc<Shared>,
 }
 
-#[derive(Default)]
-struct Reviews {
-    users: HashMap<[u8; 32], (Instant, Option<User>)>,
-    permissions: HashMap<([u8; 32], String), (Instant, Permissions)>,
+/// The server's memory: sessions, review answers, sign-in buckets.
+struct Shared {
+    sessions: Mutex<Sessions>,
+    decisions: Mutex<TtlCache<Decision, bool>>,
+    signins: Mutex<SignInLimiter>,
+}
+
+impl Shared {
+    fn new(limits: Limits) -> Shared {
+        Shared {
+            sessions: Mutex::new(Sessions::with_max(limits.max_sessions)),
+            decisions: Mutex::new(TtlCache::new(REVIEW_TTL, limits.max_reviews)),
+            signins: Mutex::new(SignInLimiter::new(
+                limits.signin_per_client,
+                limits.signin_global,
+                limits.max_clients,
+            )),
+        }
+    }
+}
+
+/// One remembered SubjectAccessReview: a session's user, an [`Access`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Decision {
+    session: session::Key,
+    verb: String,
+    resource: String,
+    namespace: Option<String>,
+    name: Option<String>,
+}
+
+impl Decision {
+    fn of(session: session::Key, a: Access<'_>) -> Decision {
+        Decision {
+            session,
+            verb: a.verb.into(),
+            resource: a.resource.into(),
+            namespace: a.namespace.map(Into::into),
+            name: a.name.map(Into::into),
+        }
+    }
+}
+
+/// A poisoned lock only means a handler panicked mid-update; the maps stay usable.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl AppState {
-    /// The state of a server reading `cache` and writing (when allowed) with `client`.
-    pub fn new(client: kube::Client, cache: Cache, settings: Settings) -> AppState {
+    /// The state of a server that reads `cache`, asks the API server with
+    /// the UI's own `client` (TokenReview, SubjectAccessReview) and writes
+    /// (when allowed) with clients from `users`, which carry the user's token.
+    pub fn new(
+        client: kube::Client,
+        users: UserClients,
+        cache: Cache,
+        settings: Settings,
+    ) -> AppState {
         AppState {
             client,
+            users,
             cache,
             settings,
-            reviews: Arc::default(),
+            shared: Arc::new(Shared::new(Limits::default())),
         }
+    }
+
+    /// The same server with other bounds (and empty memory).
+    pub fn with_limits(mut self, limits: Limits) -> AppState {
+        self.shared = Arc::new(Shared::new(limits));
+        self
+    }
+
+    /// How many sessions the server keeps now.
+    pub fn session_count(&self) -> usize {
+        lock(&self.shared.sessions).len()
+    }
+
+    /// How many SubjectAccessReview answers the server remembers now.
+    pub fn remembered_reviews(&self) -> usize {
+        lock(&self.shared.decisions).len()
     }
 }
 
@@ -246,108 +351,384 @@ async fn css() -> Response {
         .into_response()
 }
 
-/// The session token from the Cookie header.
-pub fn session_token(headers: &HeaderMap) -> Option<String> {
+/// Marks a request that came in on the deprecated plain-HTTP listener
+/// ([`crate::tls::serve`] adds it): its session cookie has the name a
+/// browser keeps over http ([`session::PLAINTEXT_COOKIE`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plaintext;
+
+/// The session cookie's name for a request on HTTPS (`plaintext` false) or plain HTTP.
+pub fn cookie_name(plaintext: bool) -> &'static str {
+    if plaintext {
+        session::PLAINTEXT_COOKIE
+    } else {
+        session::COOKIE
+    }
+}
+
+/// The value of cookie `name` in the Cookie header.
+pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == SESSION_COOKIE)
+        .find(|(k, _)| *k == name)
         .map(|(_, v)| v.to_owned())
         .filter(|v| !v.is_empty())
 }
 
-fn token_key(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
+/// The Set-Cookie value that starts session `id`: it ends with the
+/// session's absolute expiry at the latest.
+pub fn session_cookie(plaintext: bool, id: &str) -> String {
+    format!(
+        "{}={id}; Path=/; Max-Age={}; HttpOnly; Secure; SameSite=Strict",
+        cookie_name(plaintext),
+        session::ABSOLUTE_TIMEOUT.as_secs()
+    )
+}
+
+/// The Set-Cookie value that drops the session cookie.
+pub fn cleared_cookie(plaintext: bool) -> String {
+    format!(
+        "{}=; Path=/; Max-Age=0; HttpOnly; Secure; SameSite=Strict",
+        cookie_name(plaintext)
+    )
+}
+
+/// Who sent a request: the session cookie of its listener, its peer address.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub session_id: Option<String>,
+    pub address: Option<IpAddr>,
+    pub plaintext: bool,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Caller, Infallible> {
+        let plaintext = parts.extensions.get::<Plaintext>().is_some();
+        Ok(Caller {
+            session_id: cookie(&parts.headers, cookie_name(plaintext)),
+            address: parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip()),
+            plaintext,
+        })
+    }
+}
+
+/// A signed-in user: their session and token.
+struct SignedIn {
+    key: session::Key,
+    user: User,
+    token: String,
 }
 
 /// Who is asking.
 enum Who {
-    User { user: User, token: String },
+    User(SignedIn),
     Anonymous,
 }
 
-impl AppState {
-    async fn user_of(&self, token: &str) -> Result<Option<User>, Response> {
-        let key = token_key(token);
-        if let Some((at, user)) = self.reviews.lock().expect("reviews lock").users.get(&key)
-            && at.elapsed() < REVIEW_TTL
-        {
-            return Ok(user.clone());
+/// An error and each of its causes, for a page.
+fn explain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+fn api_failure(e: &dyn std::error::Error) -> Response {
+    page(StatusCode::BAD_GATEWAY, "Kubernetes API error", &explain(e))
+}
+
+/// Sends to the sign-in page, dropping a session cookie that no longer works.
+fn to_signin(caller: &Caller) -> Response {
+    let mut res = Redirect::to("/signin").into_response();
+    if caller.session_id.is_some() {
+        set_cookie(&mut res, &cleared_cookie(caller.plaintext));
+    }
+    res
+}
+
+fn set_cookie(res: &mut Response, value: &str) {
+    res.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_str(value).expect("a cookie of visible ASCII is a header value"),
+    );
+}
+
+/// The kinds a page is about.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Cluster,
+    Machine,
+    Operation,
+}
+
+impl Kind {
+    fn resource(self) -> &'static str {
+        match self {
+            Kind::Cluster => "talosclusters",
+            Kind::Machine => "talosmachines",
+            Kind::Operation => "talosoperations",
         }
-        let user = auth::review_token(&self.client, token).await.map_err(|e| {
-            page(
-                StatusCode::BAD_GATEWAY,
-                "Kubernetes API error",
-                &e.to_string(),
-            )
-        })?;
-        self.reviews
-            .lock()
-            .expect("reviews lock")
-            .users
-            .insert(key, (Instant::now(), user.clone()));
-        Ok(user)
     }
 
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Cluster => "TalosCluster",
+            Kind::Machine => "TalosMachine",
+            Kind::Operation => "TalosOperation",
+        }
+    }
+
+    fn exists(self, inv: &Inventory, ns: &str, name: &str) -> bool {
+        fn has<K: kube::Resource>(items: &[Arc<K>], ns: &str, name: &str) -> bool {
+            items
+                .iter()
+                .any(|o| o.namespace().as_deref() == Some(ns) && o.name_any() == name)
+        }
+        match self {
+            Kind::Cluster => has(&inv.clusters, ns, name),
+            Kind::Machine => has(&inv.machines, ns, name),
+            Kind::Operation => has(&inv.operations, ns, name),
+        }
+    }
+
+    fn readable(self, grants: &mut ReadGrants) -> &mut Readable {
+        match self {
+            Kind::Cluster => &mut grants.clusters,
+            Kind::Machine => &mut grants.machines,
+            Kind::Operation => &mut grants.operations,
+        }
+    }
+}
+
+/// One object's page: what its viewer may see of the inventory and do.
+struct Detail {
+    who: Who,
+    inventory: Inventory,
+    perms: Permissions,
+}
+
+impl AppState {
     /// The request's viewer, or the answer that sends them to sign in.
-    async fn who(&self, headers: &HeaderMap) -> Result<Who, Response> {
-        if let Some(token) = session_token(headers)
-            && let Some(user) = self.user_of(&token).await?
-        {
-            return Ok(Who::User { user, token });
+    async fn who(&self, caller: &Caller) -> Result<Who, Response> {
+        if let Some(id) = &caller.session_id {
+            let now = Instant::now();
+            let found = lock(&self.shared.sessions).touch(id, now).map(|(key, s)| {
+                let stale = now.saturating_duration_since(s.reviewed) >= REVIEW_TTL;
+                (key, s.user.clone(), s.token.clone(), stale)
+            });
+            if let Some((key, user, token, stale)) = found
+                && (!stale || self.still_valid(&key, &user, &token).await?)
+            {
+                return Ok(Who::User(SignedIn { key, user, token }));
+            }
         }
         if self.settings.anonymous_read {
             return Ok(Who::Anonymous);
         }
-        Err(Redirect::to("/signin").into_response())
+        Err(to_signin(caller))
+    }
+
+    /// Asks the API server again whether the session's token is `user`'s;
+    /// ends the session when it is not (expired, revoked, another user).
+    async fn still_valid(
+        &self,
+        key: &session::Key,
+        user: &User,
+        token: &str,
+    ) -> Result<bool, Response> {
+        let answer = auth::review_token(&self.client, token)
+            .await
+            .map_err(|e| api_failure(&e))?;
+        let mut sessions = lock(&self.shared.sessions);
+        if answer.as_ref() == Some(user) {
+            if let Some(s) = sessions.get_mut(key) {
+                s.reviewed = Instant::now();
+            }
+            Ok(true)
+        } else {
+            sessions.remove(key);
+            Ok(false)
+        }
+    }
+
+    /// Whether the signed-in user may do `access` (remembered for [`REVIEW_TTL`]).
+    async fn decide(&self, who: &SignedIn, access: Access<'_>) -> Result<bool, Response> {
+        let key = Decision::of(who.key, access);
+        if let Some(answer) = lock(&self.shared.decisions).get(&key, Instant::now()) {
+            return Ok(answer);
+        }
+        let answer = auth::may(&self.client, &who.user, access)
+            .await
+            .map_err(|e| api_failure(&e))?;
+        lock(&self.shared.decisions).insert(key, answer, Instant::now());
+        Ok(answer)
+    }
+
+    /// Where the user may list `resource`: everywhere, or which of `namespaces`.
+    async fn readable(
+        &self,
+        who: &SignedIn,
+        resource: &'static str,
+        namespaces: &BTreeSet<String>,
+    ) -> Result<Readable, Response> {
+        fn list<'a>(resource: &'a str, namespace: Option<&'a str>) -> Access<'a> {
+            Access {
+                verb: "list",
+                resource,
+                namespace,
+                name: None,
+            }
+        }
+        if self.decide(who, list(resource, None)).await? {
+            return Ok(Readable::Everywhere);
+        }
+        let namespaces: Vec<&String> = namespaces.iter().collect();
+        let mut allowed = BTreeSet::new();
+        for chunk in namespaces.chunks(REVIEWS_AT_ONCE) {
+            let asks = chunk
+                .iter()
+                .map(|ns| self.decide(who, list(resource, Some(ns.as_str()))));
+            let answers = futures::future::try_join_all(asks).await?;
+            for (ns, ok) in chunk.iter().zip(answers) {
+                if ok {
+                    allowed.insert((*ns).clone());
+                }
+            }
+        }
+        Ok(Readable::In(allowed))
+    }
+
+    /// What the viewer may read of the kinds, asked for the namespaces
+    /// given per kind (clusters, machines, operations).
+    async fn read_grants(
+        &self,
+        who: &Who,
+        [clusters, machines, operations]: &[BTreeSet<String>; 3],
+    ) -> Result<ReadGrants, Response> {
+        let Who::User(u) = who else {
+            return Ok(ReadGrants::everything());
+        };
+        let (clusters, machines, operations) = futures::try_join!(
+            self.readable(u, Kind::Cluster.resource(), clusters),
+            self.readable(u, Kind::Machine.resource(), machines),
+            self.readable(u, Kind::Operation.resource(), operations),
+        )?;
+        Ok(ReadGrants {
+            clusters,
+            machines,
+            operations,
+        })
+    }
+
+    /// A list page's inventory: the cache, filtered by what the viewer may
+    /// list; and whether that hides every object there is.
+    async fn list_page(&self, caller: &Caller) -> Result<(Who, Inventory, bool), Response> {
+        let who = self.who(caller).await?;
+        let inv = self.cache.inventory();
+        let grants = self.read_grants(&who, &view::namespaces(&inv)).await?;
+        let any =
+            !(inv.clusters.is_empty() && inv.machines.is_empty() && inv.operations.is_empty());
+        Ok((
+            who,
+            view::visible(&inv, &grants),
+            any && grants.reads_nothing(),
+        ))
+    }
+
+    /// One object's page. An object the cache does not hold costs no review
+    /// (a made-up URL asks the API server nothing); one the viewer may
+    /// neither list in its namespace nor get by name is answered as missing.
+    async fn detail(
+        &self,
+        caller: &Caller,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+    ) -> Result<Detail, Response> {
+        let who = self.who(caller).await?;
+        let inv = self.cache.inventory();
+        if !kind.exists(&inv, ns, name) {
+            return Err(not_found(kind, ns, name));
+        }
+        let here = BTreeSet::from([ns.to_owned()]);
+        let mut grants = self
+            .read_grants(&who, &[here.clone(), here.clone(), here])
+            .await?;
+        if !kind.readable(&mut grants).allows(ns) {
+            let by_name = match &who {
+                Who::User(u) => {
+                    let get = Access {
+                        verb: "get",
+                        resource: kind.resource(),
+                        namespace: Some(ns),
+                        name: Some(name),
+                    };
+                    self.decide(u, get).await?
+                }
+                Who::Anonymous => false,
+            };
+            if !by_name {
+                return Err(not_found(kind, ns, name));
+            }
+            // The page shows this one object of its kind.
+            let readable = kind.readable(&mut grants);
+            *readable = std::mem::take(readable).with(ns);
+        }
+        let perms = self.permissions(&who, ns).await?;
+        Ok(Detail {
+            inventory: view::visible(&inv, &grants),
+            who,
+            perms,
+        })
     }
 
     /// What the viewer may do in `namespace`: nothing when read-only or anonymous.
     async fn permissions(&self, who: &Who, namespace: &str) -> Result<Permissions, Response> {
-        let Who::User { user, token } = who else {
+        let Who::User(u) = who else {
             return Ok(Permissions::default());
         };
         if self.settings.read_only {
             return Ok(Permissions::default());
         }
-        let key = (token_key(token), namespace.to_owned());
-        if let Some((at, p)) = self
-            .reviews
-            .lock()
-            .expect("reviews lock")
-            .permissions
-            .get(&key)
-            && at.elapsed() < REVIEW_TTL
-        {
-            return Ok(*p);
-        }
-        let p = auth::permissions(&self.client, user, namespace)
-            .await
-            .map_err(|e| {
-                page(
-                    StatusCode::BAD_GATEWAY,
-                    "Kubernetes API error",
-                    &e.to_string(),
-                )
-            })?;
-        self.reviews
-            .lock()
-            .expect("reviews lock")
-            .permissions
-            .insert(key, (Instant::now(), p));
-        Ok(p)
+        let ask = |verb, resource| Access {
+            verb,
+            resource,
+            namespace: Some(namespace),
+            name: None,
+        };
+        let (patch_machines, create_operations, patch_operations) = futures::try_join!(
+            self.decide(u, ask("patch", "talosmachines")),
+            self.decide(u, ask("create", "talosoperations")),
+            self.decide(u, ask("patch", "talosoperations")),
+        )?;
+        Ok(Permissions {
+            patch_machines,
+            create_operations,
+            patch_operations,
+        })
     }
 
-    fn viewer(&self, who: &Who) -> Viewer {
+    fn viewer(&self, who: &Who, reads_nothing: bool) -> Viewer {
         Viewer {
             user: match who {
-                Who::User { user, .. } => Some(user.username.clone()),
+                Who::User(u) => Some(u.user.username.clone()),
                 Who::Anonymous => None,
             },
             read_only: self.settings.read_only,
+            reads_nothing,
         }
     }
 }
@@ -356,11 +737,11 @@ fn ok_html(markup: maud::Markup) -> Response {
     Html(markup.into_string()).into_response()
 }
 
-fn not_found(what: &str) -> Response {
+fn not_found(kind: Kind, ns: &str, name: &str) -> Response {
     page(
         StatusCode::NOT_FOUND,
         "Not found",
-        &format!("There is no {what}."),
+        &format!("There is no {} {ns}/{name} that you may read.", kind.name()),
     )
 }
 
@@ -411,8 +792,7 @@ fn form_value<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
 }
 
 /// Whether `token` looks like a bearer token (a JWT, a bootstrap or static
-/// token): the characters of base64url, base64 and `.`, so it is also a
-/// cookie value as it is.
+/// token): the characters of base64url, base64 and `.`.
 pub fn is_bearer_token(token: &str) -> bool {
     !token.is_empty()
         && token.len() <= 16 * 1024
@@ -421,138 +801,169 @@ pub fn is_bearer_token(token: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b))
 }
 
-async fn signin(State(state): State<AppState>, body: Bytes) -> Response {
+fn signin_refused(status: StatusCode, message: &str) -> Response {
+    (status, Html(html::signin(Some(message)).into_string())).into_response()
+}
+
+/// The answer to a sign-in attempt beyond the rate limit.
+fn too_many_attempts(wait: Duration) -> Response {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let mut res = signin_refused(
+        StatusCode::TOO_MANY_REQUESTS,
+        &format!(
+            "Too many sign-in attempts from your address or from everyone: nothing was checked. Try again in {secs} s."
+        ),
+    );
+    res.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    res
+}
+
+async fn signin(State(state): State<AppState>, caller: Caller, body: Bytes) -> Response {
+    // First: every attempt past this point costs the API server a TokenReview.
+    if let Err(wait) = lock(&state.shared.signins).attempt(caller.address, Instant::now()) {
+        return too_many_attempts(wait);
+    }
     let pairs = form_pairs(&body);
     let token = form_value(&pairs, "token").unwrap_or("").trim().to_owned();
     if !is_bearer_token(&token) {
-        return (
+        return signin_refused(
             StatusCode::UNAUTHORIZED,
-            Html(
-                html::signin(Some("Paste a token: it is empty or not a bearer token."))
-                    .into_string(),
-            ),
-        )
-            .into_response();
+            "Paste a token: it is empty or not a bearer token.",
+        );
     }
-    match state.user_of(&token).await {
-        Ok(Some(_)) => {
-            let cookie =
-                format!("{SESSION_COOKIE}={token}; Path=/; HttpOnly; Secure; SameSite=Strict");
-            let mut res = Redirect::to("/clusters").into_response();
-            res.headers_mut().insert(
-                header::SET_COOKIE,
-                HeaderValue::from_str(&cookie).expect("a token of visible ASCII is a header value"),
+    let user = match auth::review_token(&state.client, &token).await {
+        Ok(Some(user)) => user,
+        Ok(None) => {
+            return signin_refused(
+                StatusCode::UNAUTHORIZED,
+                "The Kubernetes API server did not accept this token (TokenReview): it is expired, revoked or not a token of this cluster.",
             );
-            res
         }
-        Ok(None) => (
-            StatusCode::UNAUTHORIZED,
-            Html(
-                html::signin(Some(
-                    "The Kubernetes API server did not accept this token (TokenReview): it is expired, revoked or not a token of this cluster.",
-                ))
-                .into_string(),
-            ),
-        )
-            .into_response(),
-        Err(res) => res,
+        Err(e) => return api_failure(&e),
+    };
+    let id = match session::new_id() {
+        Ok(id) => id,
+        Err(e) => {
+            return page(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "No session",
+                &explain(&e),
+            );
+        }
+    };
+    {
+        let mut sessions = lock(&state.shared.sessions);
+        // A new id at each sign-in: a session id planted before sign-in is worth nothing.
+        if let Some(old) = &caller.session_id {
+            sessions.remove_id(old);
+        }
+        sessions.insert(&id, token, user, Instant::now());
     }
+    let mut res = Redirect::to("/clusters").into_response();
+    set_cookie(&mut res, &session_cookie(caller.plaintext, &id));
+    res
 }
 
-async fn signout() -> Response {
+async fn signout(State(state): State<AppState>, caller: Caller) -> Response {
+    if let Some(id) = &caller.session_id {
+        lock(&state.shared.sessions).remove_id(id);
+    }
     let mut res = Redirect::to("/signin").into_response();
-    res.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static(
-            "ichor_session=; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=0",
-        ),
-    );
+    set_cookie(&mut res, &cleared_cookie(caller.plaintext));
     res
 }
 
 async fn clusters_page(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Caller,
 ) -> Result<Response, Response> {
-    let who = state.who(&headers).await?;
-    let page = view::clusters_page(&state.cache.inventory());
-    Ok(ok_html(html::clusters(&page, &state.viewer(&who))))
+    let (who, inv, reads_nothing) = state.list_page(&caller).await?;
+    let page = view::clusters_page(&inv);
+    Ok(ok_html(html::clusters(
+        &page,
+        &state.viewer(&who, reads_nothing),
+    )))
 }
 
 async fn cluster_page(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Caller,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<Response, Response> {
-    let who = state.who(&headers).await?;
-    let perms = state.permissions(&who, &ns).await?;
+    let d = state.detail(&caller, Kind::Cluster, &ns, &name).await?;
     Ok(
-        match view::cluster_page(&state.cache.inventory(), &ns, &name, perms) {
-            Some(p) => ok_html(html::cluster(&p, &state.viewer(&who))),
-            None => not_found(&format!("TalosCluster {ns}/{name}")),
+        match view::cluster_page(&d.inventory, &ns, &name, d.perms) {
+            Some(p) => ok_html(html::cluster(&p, &state.viewer(&d.who, false))),
+            None => not_found(Kind::Cluster, &ns, &name),
         },
     )
 }
 
 async fn machines_page(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Caller,
     Query(query): Query<MachineQuery>,
 ) -> Result<Response, Response> {
-    let who = state.who(&headers).await?;
-    let page = view::machines_page(&state.cache.inventory(), query);
-    Ok(ok_html(html::machines(&page, &state.viewer(&who))))
+    let (who, inv, reads_nothing) = state.list_page(&caller).await?;
+    let page = view::machines_page(&inv, query);
+    Ok(ok_html(html::machines(
+        &page,
+        &state.viewer(&who, reads_nothing),
+    )))
 }
 
 async fn machine_page(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Caller,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<Response, Response> {
-    let who = state.who(&headers).await?;
-    let perms = state.permissions(&who, &ns).await?;
+    let d = state.detail(&caller, Kind::Machine, &ns, &name).await?;
     Ok(
-        match view::machine_page(&state.cache.inventory(), &ns, &name, perms) {
-            Some(p) => ok_html(html::machine(&p, &state.viewer(&who))),
-            None => not_found(&format!("TalosMachine {ns}/{name}")),
+        match view::machine_page(&d.inventory, &ns, &name, d.perms) {
+            Some(p) => ok_html(html::machine(&p, &state.viewer(&d.who, false))),
+            None => not_found(Kind::Machine, &ns, &name),
         },
     )
 }
 
 async fn operations_page(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Caller,
 ) -> Result<Response, Response> {
-    let who = state.who(&headers).await?;
-    let rows = view::operations_page(&state.cache.inventory());
-    Ok(ok_html(html::operations(&rows, &state.viewer(&who))))
+    let (who, inv, reads_nothing) = state.list_page(&caller).await?;
+    let rows = view::operations_page(&inv);
+    Ok(ok_html(html::operations(
+        &rows,
+        &state.viewer(&who, reads_nothing),
+    )))
 }
 
 async fn operation_page(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Caller,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<Response, Response> {
-    let who = state.who(&headers).await?;
-    let perms = state.permissions(&who, &ns).await?;
+    let d = state.detail(&caller, Kind::Operation, &ns, &name).await?;
     Ok(
-        match view::operation_page(&state.cache.inventory(), &ns, &name, perms) {
-            Some(p) => ok_html(html::operation(&p, &state.viewer(&who))),
-            None => not_found(&format!("TalosOperation {ns}/{name}")),
+        match view::operation_page(&d.inventory, &ns, &name, d.perms) {
+            Some(p) => ok_html(html::operation(&p, &state.viewer(&d.who, false))),
+            None => not_found(Kind::Operation, &ns, &name),
         },
     )
 }
 
-/// The signed-in user, after a SubjectAccessReview says they may do `access`.
-/// Anonymous viewers and refused users get the page that says so; the
-/// review is asked afresh (not from the page's remembered answers).
+/// The signed-in user and a client that acts as them, after a
+/// SubjectAccessReview says they may do `access`. Anonymous viewers and
+/// refused users get the page that says so; the review is asked afresh
+/// (not from the pages' remembered answers).
 async fn authorise(
     state: &AppState,
-    headers: &HeaderMap,
+    caller: &Caller,
     access: Access<'_>,
-) -> Result<User, Response> {
-    let user = match state.who(headers).await? {
-        Who::User { user, .. } => user,
+) -> Result<(User, kube::Client), Response> {
+    let signed_in = match state.who(caller).await? {
+        Who::User(u) => u,
         Who::Anonymous => {
             return Err(page(
                 StatusCode::UNAUTHORIZED,
@@ -561,24 +972,27 @@ async fn authorise(
             ));
         }
     };
-    let allowed = auth::may(&state.client, &user, access).await.map_err(|e| {
-        page(
-            StatusCode::BAD_GATEWAY,
-            "Kubernetes API error",
-            &e.to_string(),
-        )
-    })?;
+    let allowed = auth::may(&state.client, &signed_in.user, access)
+        .await
+        .map_err(|e| api_failure(&e))?;
     if !allowed {
         return Err(page(
             StatusCode::FORBIDDEN,
             "Not allowed",
             &format!(
-                "{} may not {} {} in namespace {}: ask for that RBAC permission.",
-                user.username, access.verb, access.resource, access.namespace
+                "{} may not {} {} {}: ask for that RBAC permission.",
+                signed_in.user.username,
+                access.verb,
+                access.resource,
+                access.scope()
             ),
         ));
     }
-    Ok(user)
+    let client = state
+        .users
+        .client(&signed_in.token)
+        .map_err(|e| api_failure(&e))?;
+    Ok((signed_in.user, client))
 }
 
 fn write_params() -> PatchParams {
@@ -590,6 +1004,8 @@ fn write_params() -> PatchParams {
 
 fn api_error(what: &str, e: kube::Error) -> Response {
     let status = match &e {
+        kube::Error::Api(s) if s.code == 401 => StatusCode::UNAUTHORIZED,
+        kube::Error::Api(s) if s.code == 403 => StatusCode::FORBIDDEN,
         kube::Error::Api(s) if s.code == 404 => StatusCode::NOT_FOUND,
         kube::Error::Api(s) if s.code == 409 || s.code == 422 => StatusCode::CONFLICT,
         _ => StatusCode::BAD_GATEWAY,
@@ -599,7 +1015,7 @@ fn api_error(what: &str, e: kube::Error) -> Response {
 
 async fn set_hold(
     state: AppState,
-    headers: HeaderMap,
+    caller: Caller,
     ns: String,
     name: String,
     hold: bool,
@@ -607,13 +1023,14 @@ async fn set_hold(
     let access = Access {
         verb: "patch",
         resource: "talosmachines",
-        namespace: &ns,
+        namespace: Some(&ns),
         name: Some(&name),
     };
-    if let Err(r) = authorise(&state, &headers, access).await {
-        return r;
-    }
-    let api: Api<TalosMachine> = Api::namespaced(state.client.clone(), &ns);
+    let client = match authorise(&state, &caller, access).await {
+        Ok((_, client)) => client,
+        Err(r) => return r,
+    };
+    let api: Api<TalosMachine> = Api::namespaced(client, &ns);
     let patch = json!({ "spec": { "hold": hold } });
     match api
         .patch(&name, &write_params(), &Patch::Merge(&patch))
@@ -632,41 +1049,65 @@ async fn set_hold(
 
 async fn release_hold(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Caller,
     Path((ns, name)): Path<(String, String)>,
 ) -> Response {
-    set_hold(state, headers, ns, name, false).await
+    set_hold(state, caller, ns, name, false).await
 }
 
 async fn take_hold(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Caller,
     Path((ns, name)): Path<(String, String)>,
 ) -> Response {
-    set_hold(state, headers, ns, name, true).await
+    set_hold(state, caller, ns, name, true).await
+}
+
+/// Why the UI refuses an operation of kind ichor, whoever asks.
+pub fn ichor_kind_refusal(helm_upgrade_command: Option<&str>) -> String {
+    let mut text = format!(
+        "Ichor upgrades itself through `ichor upgrade ichor` in the system namespace {}, not through the UI: a TalosOperation of kind ichor is refused here, and nothing was written.",
+        ichor_api::SYSTEM_NAMESPACE
+    );
+    if let Some(cmd) = helm_upgrade_command {
+        text.push_str(&format!(
+            " This Ichor is managed by Helm, so Helm upgrades it: {cmd}"
+        ));
+    }
+    text
 }
 
 async fn start_operation(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Caller,
     Path((ns, cluster)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
     let access = Access {
         verb: "create",
         resource: "talosoperations",
-        namespace: &ns,
+        namespace: Some(&ns),
         name: None,
     };
-    if let Err(r) = authorise(&state, &headers, access).await {
-        return r;
-    }
+    let client = match authorise(&state, &caller, access).await {
+        Ok((_, client)) => client,
+        Err(r) => return r,
+    };
     let pairs = form_pairs(&body);
     let kind = match form_value(&pairs, "kind").unwrap_or("") {
         "reboot" => OperationKind::Reboot,
         "talos-upgrade" => OperationKind::TalosUpgrade,
         "kubernetes-upgrade" => OperationKind::KubernetesUpgrade,
-        "ichor" => OperationKind::Ichor,
+        // The form never offers it; a forged POST must not start one.
+        "ichor" => {
+            let inventory = state.cache.inventory();
+            let summary = view::ichor_summary(inventory.installation.as_deref());
+            return page(
+                StatusCode::BAD_REQUEST,
+                "Not an operation of the UI",
+                &ichor_kind_refusal(summary.helm_upgrade_command.as_deref()),
+            );
+        }
         other => {
             return page(
                 StatusCode::BAD_REQUEST,
@@ -677,17 +1118,6 @@ async fn start_operation(
             );
         }
     };
-    let inventory = state.cache.inventory();
-    let summary = view::ichor_summary(inventory.installation.as_deref());
-    if kind == OperationKind::Ichor
-        && let Some(cmd) = summary.helm_upgrade_command
-    {
-        return page(
-            StatusCode::CONFLICT,
-            "Ichor is managed by Helm",
-            &format!("Helm upgrades this Ichor, not a TalosOperation: {cmd}"),
-        );
-    }
     let version = form_value(&pairs, "version")
         .map(str::trim)
         .filter(|v| !v.is_empty())
@@ -719,10 +1149,11 @@ async fn start_operation(
             concurrency: None,
             installer_image: None,
             dry_run: false,
+            allow_downgrade: false,
         },
         status: None,
     };
-    let api: Api<TalosOperation> = Api::namespaced(state.client.clone(), &ns);
+    let api: Api<TalosOperation> = Api::namespaced(client, &ns);
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PostParams::default()
@@ -745,20 +1176,20 @@ async fn start_operation(
 
 async fn cancel_operation(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Caller,
     Path((ns, name)): Path<(String, String)>,
 ) -> Response {
     let access = Access {
         verb: "patch",
         resource: "talosoperations",
-        namespace: &ns,
+        namespace: Some(&ns),
         name: Some(&name),
     };
-    let user = match authorise(&state, &headers, access).await {
+    let (user, client) = match authorise(&state, &caller, access).await {
         Ok(u) => u,
         Err(r) => return r,
     };
-    let api: Api<TalosOperation> = Api::namespaced(state.client.clone(), &ns);
+    let api: Api<TalosOperation> = Api::namespaced(client, &ns);
     let patch = json!({ "metadata": { "annotations": { CANCEL_ANNOTATION: format!("by {} from the UI", user.username) } } });
     match api
         .patch(&name, &write_params(), &Patch::Merge(&patch))
@@ -773,7 +1204,7 @@ async fn cancel_operation(
 mod tests {
     use super::*;
 
-    /// Covers: issue 15 item 4 (every POST checks Origin)
+    /// Covers: the UI's sign-in and actions, docs/ui.md (every POST checks Origin)
     #[test]
     fn posts_must_come_from_this_server() {
         let host = "ui.example:8443";
@@ -808,7 +1239,7 @@ mod tests {
     }
 
     #[test]
-    fn bearer_tokens_are_cookie_values() {
+    fn bearer_tokens_are_recognised() {
         assert!(is_bearer_token(
             "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln-_"
         ));
@@ -823,10 +1254,48 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(
             header::COOKIE,
-            HeaderValue::from_static("a=1; ichor_session=tok.en; b=2"),
+            HeaderValue::from_static("a=1; __Host-ichor_session=abc; ichor_session=def; b=2"),
         );
-        assert_eq!(session_token(&h).as_deref(), Some("tok.en"));
-        h.insert(header::COOKIE, HeaderValue::from_static("ichor_session="));
-        assert_eq!(session_token(&h), None);
+        assert_eq!(cookie(&h, cookie_name(false)).as_deref(), Some("abc"));
+        assert_eq!(cookie(&h, cookie_name(true)).as_deref(), Some("def"));
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("__Host-ichor_session="),
+        );
+        assert_eq!(cookie(&h, cookie_name(false)), None);
+    }
+
+    /// Covers: R18.3 (the cookie is `__Host-` prefixed, Secure, HttpOnly, SameSite=Strict, Path=/, no Domain, and carries the session id only)
+    #[test]
+    fn the_session_cookie_is_host_only_and_carries_an_id() {
+        let id = session::new_id().unwrap();
+        let c = session_cookie(false, &id);
+        assert!(c.starts_with(&format!("__Host-ichor_session={id};")), "{c}");
+        for flag in ["; Path=/;", "; HttpOnly", "; Secure", "; SameSite=Strict"] {
+            assert!(c.contains(flag), "{c} lacks {flag}");
+        }
+        assert!(!c.to_ascii_lowercase().contains("domain"), "{c}");
+        assert!(c.contains(&format!("Max-Age={}", session::ABSOLUTE_TIMEOUT.as_secs())));
+        // Plain HTTP: browsers refuse a __Host- cookie there; the old name, still Secure.
+        let p = session_cookie(true, &id);
+        assert!(p.starts_with(&format!("ichor_session={id};")), "{p}");
+        assert!(p.contains("; Secure"), "{p}");
+        assert!(cleared_cookie(false).starts_with("__Host-ichor_session=;"));
+        assert!(cleared_cookie(false).contains("Max-Age=0"));
+        assert!(cleared_cookie(true).starts_with("ichor_session=;"));
+    }
+
+    /// Covers: R18.3 (kind ichor is refused by the UI, pointing to `ichor upgrade ichor`)
+    #[test]
+    fn the_ichor_kind_refusal_points_to_ichor_upgrade_ichor() {
+        let text = ichor_kind_refusal(None);
+        assert!(text.contains("`ichor upgrade ichor`"), "{text}");
+        assert!(text.contains(ichor_api::SYSTEM_NAMESPACE), "{text}");
+        assert!(text.contains("nothing was written"), "{text}");
+        let helm = ichor_kind_refusal(Some("helm upgrade ichor X"));
+        assert!(
+            helm.ends_with("Helm upgrades it: helm upgrade ichor X"),
+            "{helm}"
+        );
     }
 }

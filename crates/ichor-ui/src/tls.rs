@@ -179,7 +179,10 @@ pub async fn serve(app: Router, listeners: Listeners) -> Result<(), ServeError> 
             addr: https,
             source,
         })?
-        .serve(app.clone().into_make_service());
+        .serve(
+            app.clone()
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        );
     let plain = async {
         let Some(addr) = listeners.plaintext else {
             return std::future::pending::<Result<(), ServeError>>().await;
@@ -190,9 +193,14 @@ pub async fn serve(app: Router, listeners: Listeners) -> Result<(), ServeError> 
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| ServeError::Listen { addr, source })?;
-        axum::serve(listener, app.clone())
-            .await
-            .map_err(|source| ServeError::Listen { addr, source })
+        // Marked, so its session cookie has the name browsers keep over http.
+        let plain_app = app.clone().layer(axum::Extension(crate::server::Plaintext));
+        axum::serve(
+            listener,
+            plain_app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .map_err(|source| ServeError::Listen { addr, source })
     };
     tokio::select! {
         r = tls_server => r.map_err(|source| ServeError::Listen { addr: https, source }),

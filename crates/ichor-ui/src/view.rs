@@ -2,7 +2,7 @@
 //! what each page shows is decided here and tested here; [`crate::html`]
 //! only lays it out.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ichor_api::conditions::{self, reasons, types};
@@ -22,6 +22,98 @@ pub struct Inventory {
     pub operations: Vec<Arc<TalosOperation>>,
     /// Absent when Ichor has not recorded its install (R4.3f: the UI works without it).
     pub installation: Option<Arc<IchorInstallation>>,
+}
+
+/// Where a user may read one kind of Ichor's objects: everywhere (a
+/// cluster-wide `list` grant) or in some namespaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readable {
+    Everywhere,
+    In(BTreeSet<String>),
+}
+
+impl Default for Readable {
+    /// Nowhere.
+    fn default() -> Self {
+        Readable::In(BTreeSet::new())
+    }
+}
+
+impl Readable {
+    /// Whether objects of namespace `ns` may be shown.
+    pub fn allows(&self, ns: &str) -> bool {
+        match self {
+            Readable::Everywhere => true,
+            Readable::In(set) => set.contains(ns),
+        }
+    }
+
+    pub fn is_nowhere(&self) -> bool {
+        matches!(self, Readable::In(set) if set.is_empty())
+    }
+
+    /// Adds namespace `ns` (a detail page whose one object the user may `get`).
+    pub fn with(mut self, ns: &str) -> Readable {
+        if let Readable::In(set) = &mut self {
+            set.insert(ns.to_owned());
+        }
+        self
+    }
+}
+
+/// What the signed-in user may read, each kind answered by SubjectAccessReviews
+/// (`list` cluster-wide, else per namespace); every page shows only that.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadGrants {
+    pub clusters: Readable,
+    pub machines: Readable,
+    pub operations: Readable,
+}
+
+impl ReadGrants {
+    /// Everything: the lab's anonymous view.
+    pub fn everything() -> ReadGrants {
+        ReadGrants {
+            clusters: Readable::Everywhere,
+            machines: Readable::Everywhere,
+            operations: Readable::Everywhere,
+        }
+    }
+
+    /// Whether the user may read no object of any of the three kinds.
+    pub fn reads_nothing(&self) -> bool {
+        self.clusters.is_nowhere() && self.machines.is_nowhere() && self.operations.is_nowhere()
+    }
+}
+
+/// The part of `inv` that `grants` lets its user read. The IchorInstallation
+/// (Ichor's version and how it is installed) is kept: it names no machine.
+pub fn visible(inv: &Inventory, grants: &ReadGrants) -> Inventory {
+    fn keep<K: kube::Resource>(items: &[Arc<K>], readable: &Readable) -> Vec<Arc<K>> {
+        items
+            .iter()
+            .filter(|o| readable.allows(o.meta().namespace.as_deref().unwrap_or_default()))
+            .cloned()
+            .collect()
+    }
+    Inventory {
+        clusters: keep(&inv.clusters, &grants.clusters),
+        machines: keep(&inv.machines, &grants.machines),
+        operations: keep(&inv.operations, &grants.operations),
+        installation: inv.installation.clone(),
+    }
+}
+
+/// The namespaces that hold objects of each kind, in that order: clusters,
+/// machines, operations (the namespaces a user's read access is asked for).
+pub fn namespaces(inv: &Inventory) -> [BTreeSet<String>; 3] {
+    fn of<K: kube::Resource>(items: &[Arc<K>]) -> BTreeSet<String> {
+        items
+            .iter()
+            .filter_map(|o| o.meta().namespace.clone())
+            .collect()
+    }
+    [of(&inv.clusters), of(&inv.machines), of(&inv.operations)]
 }
 
 /// What the signed-in user may do where the page acts, each answered by a

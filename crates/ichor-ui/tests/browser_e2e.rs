@@ -88,14 +88,26 @@ fn free_port() -> u16 {
         .port()
 }
 
-async fn serve_ui(client: &kube::Client, cache: &Cache, settings: Settings) -> String {
+async fn serve_ui(
+    env: &TestEnv,
+    client: &kube::Client,
+    cache: &Cache,
+    settings: Settings,
+) -> String {
     let port = free_port();
     let listeners = Listeners {
         https: format!("127.0.0.1:{port}").parse().unwrap(),
         tls: None,
         plaintext: None,
     };
-    let app = ichor_ui::router(AppState::new(client.clone(), cache.clone(), settings));
+    let config = env.kube_config().await.expect("test kubeconfig");
+    let users = ichor_ui::UserClients::from_config(&config);
+    let app = ichor_ui::router(AppState::new(
+        client.clone(),
+        users,
+        cache.clone(),
+        settings,
+    ));
     tokio::spawn(async move {
         if let Err(e) = ichor_ui::tls::serve(app, listeners).await {
             panic!("the UI stopped: {e}");
@@ -104,7 +116,7 @@ async fn serve_ui(client: &kube::Client, cache: &Cache, settings: Settings) -> S
     format!("https://127.0.0.1:{port}")
 }
 
-/// Covers: issue 15 item 7 (Chromium against the lab: sign in with a ServiceAccount token, a held machine's drift, release and watch it apply, a reboot operation's progress, read-only shows no action and a POST gets 405, a user without patch talosmachines sees no release button and gets 403), R5.3 settings.readOnly
+/// Covers: R12.2, R12.3, the UI's end-to-end test in docs/ui.md (Chromium against the lab: sign in with a ServiceAccount token, a held machine's drift, release and watch it apply, a reboot operation's progress, read-only shows no action and a POST gets 405, a user without patch talosmachines sees no release button and gets 403), R5.3 settings.readOnly
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chromium_drives_the_ui_against_the_lab() {
     let (chromium, chromedriver) = browser();
@@ -115,16 +127,7 @@ async fn chromium_drives_the_ui_against_the_lab() {
 
     // The lab's Talos side: a control plane and a worker, emulated, with
     // their Nodes Ready.
-    let bundle = std::fs::read_to_string(
-        repo_root().join("../shared/fixtures/talos/stability-secrets.yaml"),
-    )
-    .or_else(|_| {
-        std::fs::read_to_string(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../../shared/fixtures/talos/stability-secrets.yaml"),
-        )
-    })
-    .expect("the secrets bundle fixture");
+    let bundle = ichor_testenv::fixtures::talos("stability-secrets.yaml");
     let suffix = ns.rsplit('-').next().unwrap().to_owned();
     let hosts = [format!("e2e-cp-{suffix}"), format!("e2e-w-{suffix}")];
     let emu = emulator(
@@ -226,8 +229,9 @@ async fn chromium_drives_the_ui_against_the_lab() {
     // The UI: read-write and read-only, over HTTPS (self-signed).
     let (cache, _reflectors) = Cache::start(&client);
     common::cached(&cache, &ns, 2).await;
-    let base = serve_ui(&client, &cache, Settings::default()).await;
+    let base = serve_ui(env, &client, &cache, Settings::default()).await;
     let read_only = serve_ui(
+        env,
         &client,
         &cache,
         Settings {
@@ -334,7 +338,9 @@ async fn chromium_drives_the_ui_against_the_lab() {
     page_shows(&c, op_name).await;
     screenshot(&c, "operations").await;
 
-    // Read-only: no page carries an action; a POST gets 405.
+    // Read-only: no page carries an action; a POST gets 405. Its sessions
+    // are its own (each server keeps them in memory): sign in there.
+    sign_in(&c, &read_only, &lab.operator_token).await;
     for path in [
         "/clusters".to_string(),
         format!("/clusters/{ns}/base"),

@@ -69,7 +69,7 @@ fn app() -> Router {
     Router::new().route("/healthz", get(|| async { "ok" }))
 }
 
-/// Covers: issue 15 item 6 (TLS from a Secret's files, rotated without restart), R5.3 ichorUI.tls
+/// Covers: R12.1 (TLS from a Secret's files, rotated without restart), R5.3 ichorUI.tls
 #[tokio::test]
 async fn a_rotated_certificate_is_served_without_a_restart() {
     let dir = tempfile::tempdir().unwrap();
@@ -101,7 +101,7 @@ async fn a_rotated_certificate_is_served_without_a_restart() {
     server.abort();
 }
 
-/// Covers: issue 15 item 6 (a self-signed certificate without files; plaintext only when opted in)
+/// Covers: R12.1 (a self-signed certificate without files; plaintext only when opted in)
 #[tokio::test]
 async fn self_signed_by_default_and_plaintext_only_when_asked() {
     let port = free_port();

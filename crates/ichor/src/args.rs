@@ -51,6 +51,7 @@ Examples:
   ichor init lab --endpoint https://10.5.0.2:6443 --control-plane 10.5.0.2 --config-patch @ntp.yaml
   ichor init prod --endpoint https://k8s.example.com:6443 --control-plane 10.0.0.11,10.0.0.12
   ichor init prod --endpoint https://10.0.0.10:6443 --control-plane 10.0.0.11 --output-dir ./prod
+  ichor init prod --endpoint https://10.0.0.10:6443 --control-plane 10.0.0.11 --cert-fingerprint 10.0.0.11=FINGERPRINT
 
 Afterwards:
   talosctl --talosconfig ./prod/talosconfig health
@@ -84,7 +85,10 @@ pub enum Command {
     ///
     /// Init first reads every node over the insecure maintenance API (nothing
     /// is written): each must be in maintenance mode, reachable, named once,
-    /// and run Talos v1.12 or later; every problem is reported at once. It
+    /// and run Talos v1.12 or later; every problem is reported at once. The
+    /// plan shows each node's certificate fingerprint, to compare with its
+    /// console (or give with --cert-fingerprint), and init sends each config
+    /// only to that certificate. It
     /// renders each node's config with the controller's own render (so the
     /// controller finds no drift), with Ichor's pinned Cilium as an inline
     /// manifest on the control planes, prints its plan and asks for consent.
@@ -420,11 +424,19 @@ pub struct InitArgs {
     /// @FILE (repeat for more; applied in order).
     #[arg(long = "config-patch", value_name = "@FILE")]
     pub config_patches: Vec<String>,
-    /// Use this secrets bundle (`talosctl gen secrets` format) instead of a new one.
+    /// Use this secrets bundle (`talosctl gen secrets` format) instead of a
+    /// new one. Init never takes a bundle it did not write from the output
+    /// directory unless it is named here.
     #[arg(long, value_name = "FILE")]
     pub with_secrets: Option<PathBuf>,
+    /// The certificate fingerprint a node's maintenance API must present, as
+    /// its console shows it (repeat for more nodes): another certificate
+    /// refuses the node, nothing sent (as talosctl --cert-fingerprint).
+    #[arg(long = "cert-fingerprint", value_name = "ADDRESS=FINGERPRINT")]
+    pub cert_fingerprints: Vec<String>,
     /// Where the secrets bundle, talosconfig and kubeconfig are written (0600),
-    /// and found again by a rerun.
+    /// and found again by a rerun. Made 0700; one other users may write to is
+    /// refused.
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub output_dir: PathBuf,
     /// How long to wait for Ichor's webhooks after installing it.

@@ -7,7 +7,18 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 /// A kube client from `--kubeconfig`, else `$KUBECONFIG` / `~/.kube/config`.
 pub async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
+    client_of(kube_config(kubeconfig).await?)
+}
+
+/// A kube client of `config`.
+pub fn client_of(config: kube::Config) -> anyhow::Result<kube::Client> {
+    kube::Client::try_from(config).context("cannot build a Kubernetes client from the kubeconfig")
+}
+
+/// The client configuration from `--kubeconfig`, else `$KUBECONFIG` /
+/// `~/.kube/config` / in-cluster.
+pub async fn kube_config(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> {
+    Ok(match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).with_context(|| {
                 format!(
@@ -22,6 +33,5 @@ pub async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Clie
         None => kube::Config::infer()
             .await
             .context("no kubeconfig found: pass --kubeconfig FILE or set KUBECONFIG")?,
-    };
-    kube::Client::try_from(config).context("cannot build a Kubernetes client from the kubeconfig")
+    })
 }

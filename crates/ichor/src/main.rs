@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 /// The controller renders every machine's config, which builds and drops
 /// many small YAML values: the system allocator was about a third of a
-/// render's time (issue 18, `docs/benchmarks.md`).
+/// render's time (`docs/benchmarks.md`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

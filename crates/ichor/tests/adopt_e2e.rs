@@ -2,7 +2,7 @@
 //! emulated Talos nodes, the node simulator, the real `ichor` binary (adopt,
 //! and the controller adopt installs, which the lab runs as its Deployment's
 //! pod under its ServiceAccount's token), the real helm and the stand-in
-//! Cilium chart. One test per hardware case of the spec (E1–E7), each asserting what
+//! Cilium chart. One test per hardware case of docs/requirements.md (E1–E7), each asserting what
 //! the case asserts.
 
 use std::io::{BufRead as _, BufReader};
@@ -112,7 +112,7 @@ async fn e1_no_cni_cluster_gets_cilium_then_ichor_then_is_adopted() {
     let said = text(&out);
     assert!(out.status.success(), "adopt failed:\n{said}");
     assert!(said.contains("no CNI found: Ichor will install Cilium (tunnel vxlan, kube-proxy enabled) as its own Helm release, then install Ichor, then adopt"), "{said}");
-    // Cilium before Ichor, Ichor before the machines (spec 1.5, R1.7b).
+    // Cilium before Ichor, Ichor before the machines (R1.5b–d, R1.7b).
     let order = [
         "installing Cilium",
         "Cilium is installed",

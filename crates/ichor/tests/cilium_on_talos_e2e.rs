@@ -76,7 +76,7 @@ async fn pods_of(client: &kube::Client, daemonset: &str) -> Vec<Pod> {
         .items
 }
 
-/// Covers: R1.5b, R1.4b — issue 10 items 4 and 5: Ichor's engine installs the
+/// Covers: R1.5b, R1.4b, R7.3, R7.4: Ichor's engine installs the
 /// real chart (its agent and envoy DaemonSets, `cilium-config`, the operator
 /// Deployment); each DaemonSet gets one pod per node, and the nodes turn
 /// Ready once the agent pod on each is Ready, losing the not-ready taint.
@@ -157,7 +157,7 @@ async fn the_real_chart_runs_a_ready_agent_on_every_node() {
     }
 }
 
-/// Covers: R3.1, R1.5b — issue 10 item 4: a Cilium rendered with a value that
+/// Covers: R3.1, R1.5b, R7.3: a Cilium rendered with a value that
 /// breaks it on Talos (a user value giving an init container SYS_MODULE)
 /// leaves every agent pod not Ready with the reason in its status, keeps the
 /// nodes NotReady, and `ichor adopt` ends its bounded Cilium wait with that

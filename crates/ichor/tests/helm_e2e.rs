@@ -1,4 +1,4 @@
-//! Ichor installed with Helm, end to end on the lab: the spec's cases F1–F5
+//! Ichor installed with Helm, end to end on the lab: the hardware cases F1–F5 of docs/requirements.md
 //! with the real helm (v3 and v4) installing the packaged chart
 //! (`dist/chart`), and the real `ichor` binary.
 //!
@@ -20,7 +20,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 
-/// The spec's preflight text (R4.4a).
+/// The preflight's text, word for word as R4.4a has it.
 const PREFLIGHT: &str = "this cluster has no pod network, so Ichor's pods cannot start. Run ichor cni bootstrap first (it installs Ichor's Cilium), then helm install again.";
 
 mod common;
@@ -89,7 +89,7 @@ impl Harness {
     }
 
     /// The IchorInstallation, if there is one yet, is the chart's
-    /// controller's (manager helm, ADR 0105), never adopt's.
+    /// controller's (manager helm, R5.2), never adopt's.
     async fn assert_adopt_created_no_installation(&self) {
         if let Some(installation) = self.installation().await {
             assert_eq!(installation.spec.deployment.manager, Manager::Helm);
@@ -238,11 +238,11 @@ async fn f5_template_and_dry_run_do_not_fail_on_the_preflight() {
 /// Covers: R4.4a, R4.4b, R4.4c, R4.3a, R4.3b, R5.2, R4.5
 ///
 /// F3: on a no-CNI cluster `helm install` of the packaged chart is refused by
-/// the preflight with the spec's text (v3 and v4) and creates nothing;
+/// the preflight with the text of R4.4a (v3 and v4) and creates nothing;
 /// `preflight.cni=false` skips it (checked with a dry run against the
 /// cluster). `ichor cni bootstrap --kube-proxy enabled` installs Ichor's
 /// Cilium; `helm install` then succeeds; `ichor adopt` recognises the Cilium
-/// record (row 1), reads tunnel and kube-proxy back, skips the install step
+/// record (R4.4c), reads tunnel and kube-proxy back, skips the install step
 /// and completes. The IchorInstallation is the controller's (manager helm).
 #[tokio::test(flavor = "multi_thread")]
 async fn f3_preflight_refuses_a_no_cni_cluster_until_cni_bootstrap() {
@@ -357,7 +357,7 @@ async fn f3_preflight_refuses_a_no_cni_cluster_until_cni_bootstrap() {
     );
 }
 
-/// Covers: R4.1, R4.3a, R4.3b, R4.3d, R4.6a, R4.6b, R4.5, issue 14 item 5 (kind `ichor` refused on a Helm install, the command printed)
+/// Covers: R4.1, R4.3a, R4.3b, R4.3d, R4.6a, R4.6b, R4.5, R11.7 (kind `ichor` refused on a Helm install, the command printed)
 ///
 /// F1 (with the hands-off Cilium of the lab): `helm install` (helm v3) of the
 /// packaged chart creates Ichor; `ichor adopt --cni-unmanaged` finds it by
@@ -625,7 +625,7 @@ async fn after_helm_upgrade_adopt_checks_the_deployed_chart_version() {
     let old = h.package(Some(("0.0.9", "v0.0.9")));
     let out = h.install(Tool::Helm3, &old, &[]);
     assert!(out.status.success(), "helm install: {}", text(&out));
-    // What the v0.0.9 controller would have created (ADR 0105).
+    // What the v0.0.9 controller would have created (R5.2).
     let mut inst = IchorInstallation::new(
         "ichor",
         ichor_api::IchorInstallationSpec {

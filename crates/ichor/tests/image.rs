@@ -154,7 +154,7 @@ fn run_in(root: &Path, env: &[String], argv: &[&str]) -> Output {
     cmd.output().expect("chroot runs")
 }
 
-/// Covers: issue 16 (make images twice gives the same digests; the image
+/// Covers: the images of ADR 0012 (make images twice gives the same digests; the image
 /// config's entrypoint, user and labels; crane pushes the layout as built)
 #[test]
 fn the_controller_image_has_one_digest_and_a_registry_serves_it_as_built() {
@@ -211,7 +211,7 @@ fn chart_in_image(image: &ichor_image::BuiltImage) -> String {
         .unwrap_or_default()
 }
 
-/// Covers: issue 16 (self-contained: the exported file system alone runs
+/// Covers: the images of ADR 0012 (self-contained: the exported file system alone runs
 /// `ichor --version`, `ichor controller --help` and `helm version`, and helm
 /// reads the chart the image carries; no shell inside)
 #[test]
@@ -302,7 +302,7 @@ fn exported(image: &ichor_image::BuiltImage, dir: &Path) -> (Registry, String, P
     (registry, reference, root)
 }
 
-/// Covers: issue 15 (the `ichor-ui` image the chart names: `make images`
+/// Covers: the images of ADR 0012 (the `ichor-ui` image the chart names: `make images`
 /// builds it; two builds, one digest; a registry serves it as built; its
 /// file system alone runs `ichor --version` and `ichor ui --help` as the
 /// image's user; no shell, no helm, no chart; the base layer is the

@@ -4,7 +4,7 @@
 //! address). "Nothing written" is read from the emulator's write log (no
 //! apply, no bootstrap on any node) and from the output directory (absent).
 //!
-//! Covers: R10.1, issue 13 "Must show" (bad input)
+//! Covers: R10.1 (bad input)
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -12,10 +12,7 @@ use std::process::{Command, Output};
 use ichor_talemu::{Emulator, NodeSpec};
 
 fn fixture(rel: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/talos")
-        .join(rel);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    ichor_testenv::fixtures::talos_bytes(rel)
 }
 
 /// A fresh control plane (.181), an already configured node (.182), a fresh
@@ -53,6 +50,9 @@ fn init(out: &Path, args: &[&str]) -> Output {
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// A well-formed fingerprint no node presents (32 zero bytes).
+const WRONG_FINGERPRINT: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
 
 struct Case {
     what: &'static str,
@@ -110,6 +110,14 @@ async fn each_bad_input_is_one_clear_refusal_and_nothing_is_written() {
             says: "--endpoint \"127.0.0.181:6443\" is not a URL of the Kubernetes API",
         },
         Case {
+            what: "a node that presents another certificate than --cert-fingerprint gives",
+            args: base(&[
+                "--cert-fingerprint",
+                &format!("127.0.0.181={WRONG_FINGERPRINT}"),
+            ]),
+            says: "node 127.0.0.181 presents maintenance certificate fingerprint",
+        },
+        Case {
             what: "a Talos below the floor",
             args: base(&["--worker", "127.0.0.183"]),
             says: "node 127.0.0.183 runs Talos v1.11.5; ichor init needs Talos v1.12 or later",
@@ -154,6 +162,8 @@ async fn each_bad_input_is_one_clear_refusal_and_nothing_is_written() {
             "127.0.0.182,127.0.0.183,127.0.0.184,127.0.0.181",
             "--config-patch",
             &format!("@{}", bad_patch.display()),
+            "--cert-fingerprint",
+            &format!("127.0.0.181={WRONG_FINGERPRINT}"),
         ],
     );
     let err = stderr(&o);
@@ -163,4 +173,62 @@ async fn each_bad_input_is_one_clear_refusal_and_nothing_is_written() {
     }
     assert!(!out.exists());
     assert!(emu.writes().is_empty());
+}
+
+/// What is already in the output directory is judged before anything is
+/// written: a `secrets.yaml` init did not write (it would become the
+/// cluster's PKI) and a directory other users may write to are refused,
+/// each saying what to do.
+///
+/// Covers: R10.1, R18.1
+#[tokio::test(flavor = "multi_thread")]
+async fn a_planted_bundle_or_a_shared_output_directory_is_refused() {
+    use std::os::unix::fs::PermissionsExt as _;
+    // Its own address: the other test of this file holds .181 to .183.
+    let emu = Emulator::start(vec![
+        NodeSpec::maintenance("fresh-cp")
+            .with_address(std::net::IpAddr::from([127, 0, 0, 185]))
+            .with_port(50000),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "lab",
+        "--endpoint",
+        "https://127.0.0.185:6443",
+        "--control-plane",
+        "127.0.0.185",
+    ];
+
+    let planted = dir.path().join("planted");
+    std::fs::create_dir(&planted).unwrap();
+    let bundle = ichor_talos::secrets::SecretsBundle::generate().unwrap();
+    std::fs::write(planted.join("secrets.yaml"), bundle.to_yaml().unwrap()).unwrap();
+    let o = init(&planted, &args);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("ichor init refused; nothing was written"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "pass --with-secrets {}",
+            planted.join("secrets.yaml").display()
+        )),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(&planted).unwrap().count(), 1, "{err}");
+
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = init(&shared, &args);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("may be written by other users"), "{err}");
+    assert!(err.contains("chmod go-w"), "{err}");
+    assert_eq!(std::fs::read_dir(&shared).unwrap().count(), 0, "{err}");
+    assert!(emu.writes().is_empty(), "a node was written");
 }

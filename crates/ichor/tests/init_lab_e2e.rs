@@ -12,7 +12,7 @@
 //! (R6.1): the inline entry leaves every control plane's config (its one
 //! class-B apply) and Talos's inventory, and only then `CNIHandover=True`.
 //!
-//! Covers: R10.2, R10.3, R10.4, R6.1, issue 13 items 1, 2 and 3
+//! Covers: R10.2, R10.3, R10.4, R6.1, and the lab's side of `ichor init`
 
 mod common;
 
@@ -545,6 +545,7 @@ async fn assert_no_drift(lab: &InitLab, out: &Path) {
         },
         output_dir: out.to_path_buf(),
         with_secrets: None,
+        cert_fingerprints: Vec::new(),
         talos_port: 50000,
         kube_api_timeout: std::time::Duration::from_secs(60),
         webhook_timeout: std::time::Duration::from_secs(15),

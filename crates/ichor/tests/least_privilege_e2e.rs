@@ -1,5 +1,5 @@
-//! Least privilege, measured, and no secret in what Ichor says (issue 12,
-//! items 2 and 3), on the lab: the installed Ichor (its controller under its
+//! Least privilege, measured, and no secret in what Ichor says (R8.2,
+//! R8.1), on the lab: the installed Ichor (its controller under its
 //! ServiceAccount, its ichor-cni Job under its own) does its real work —
 //! adopt end to end with a Cilium take-over (the Job), the hand-over, the
 //! webhooks, a released machine's apply, a reboot through `ichor reboot`,
@@ -411,9 +411,10 @@ fn every_log(h: &LabHarness) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Covers: R5.1, issue 12 (least privilege from the audit log; no secret in
-/// Events, logs, adopt's plan and progress, `ichor cluster status`), issue 14
-/// (the ichor-installer identity of a kind ichor operation, measured)
+/// Covers: R5.1, R8.2 (least privilege from the audit log), R8.1 (no secret
+/// in Events, logs, adopt's plan and progress, `ichor cluster status`), the
+/// operations of ADR 0014 (the ichor-installer identity of a kind ichor
+/// operation, measured)
 #[tokio::test(flavor = "multi_thread")]
 async fn the_installed_ichor_uses_every_grant_it_has_and_leaks_no_secret() {
     let h = LabHarness::up(|o: &mut LabOptions| {

@@ -36,7 +36,7 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// Covers: issue 14 item 8 (the CLI creates TalosOperations, prints the plan from status, lists and cancels)
+/// Covers: the operation CLI, docs/guides/upgrades.md (the CLI creates TalosOperations, prints the plan from status, lists and cancels)
 #[tokio::test]
 async fn reboot_prints_the_plan_then_list_and_cancel() {
     let env = TestEnv::shared();

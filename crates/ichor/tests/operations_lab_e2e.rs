@@ -215,7 +215,7 @@ fn controller_pid(h: &LabHarness) -> Option<u32> {
 ///   from status — every machine rebooted exactly once, the finished one
 ///   never again.
 ///
-/// Covers: issue 14 "Must show" (3 control planes + 2 workers: Talos upgrade order, drains before reboots, boot ids and versions; node on its old version; held worker skipped; cancel mid-operation; controller SIGKILLed resumes), issue 14 items 2, 3, 6, 8
+/// Covers: R11.2, R11.3, R11.4, R11.5, R11.6 and the operation CLI, on 3 control planes + 2 workers (Talos upgrade order, drains before reboots, boot ids and versions; node on its old version; held worker skipped; cancel mid-operation; controller SIGKILLed resumes)
 #[tokio::test(flavor = "multi_thread")]
 async fn talos_upgrade_on_three_control_planes_then_stops() {
     let h = adopted_lab(false, None).await;
@@ -644,7 +644,7 @@ fn next_minor(version: &str) -> String {
 /// own kube-apiserver stays at its version (v1.37.2): it stands in for the
 /// control planes and is not restarted.
 ///
-/// Covers: issue 14 "Must show" (3 control planes + 2 workers: Kubernetes upgrade end to end with every component's image changed per node, and a dry-run plan; etcd unhealthy waits then fails bounded; PDB blocks a drain; held control plane refuses kubernetes-upgrade), issue 14 items 2, 3, 4
+/// Covers: R11.2, R11.3, R11.5 and kubernetes-upgrade, ADR 0014, on 3 control planes + 2 workers (Kubernetes upgrade end to end with every component's image changed per node, and a dry-run plan; etcd unhealthy waits then fails bounded; PDB blocks a drain; held control plane refuses kubernetes-upgrade)
 #[tokio::test(flavor = "multi_thread")]
 async fn kubernetes_upgrade_and_refusals_on_three_control_planes() {
     let h = adopted_lab(true, Some((TALOS_FOR_UPGRADE, KUBERNETES_BEFORE_UPGRADE))).await;

@@ -30,7 +30,7 @@ async fn node_infos(h: &LabHarness) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Covers: issue 10 item 6 — each shape's nodes report their Talos version
+/// Covers: the lab's config shapes — each shape's nodes report their Talos version
 /// (the Talos API and the Node's osImage agree) and the API server's
 /// Kubernetes version.
 #[tokio::test(flavor = "multi_thread")]

@@ -35,7 +35,7 @@ async fn http_get(port: u16, path: &str) -> Option<String> {
     Some(out)
 }
 
-/// Covers: issue 15 items 1, 6 (`ichor ui`; TLS by default with a self-signed certificate and a warning; plaintext opt-in, deprecated), R4.3f
+/// Covers: R12.1 (`ichor ui`; TLS by default with a self-signed certificate and a warning; plaintext opt-in, deprecated), R4.3f
 #[tokio::test]
 async fn ichor_ui_serves_pages_from_the_api_server() {
     let env = TestEnv::shared();

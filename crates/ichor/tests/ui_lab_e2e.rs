@@ -5,8 +5,10 @@
 //! What Ichor did: the chart's UI Deployment runs as the real `ichor ui`
 //! (the `ichor-ui` image's entrypoint is the `ichor` binary) under the
 //! chart's `ichor-ui` ServiceAccount; it serves HTTPS with the certificate
-//! the chart mounts from the Secret, checks sign-in tokens by TokenReview
-//! and each action by a SubjectAccessReview; the chart's controller, also a
+//! the chart mounts from the Secret, checks sign-in tokens by TokenReview,
+//! keeps sessions in its memory, shows each user what RBAC lets them read
+//! and checks each action by a SubjectAccessReview, then makes it with the
+//! user's own token; the chart's controller, also a
 //! lab pod under its own ServiceAccount, computes the held machine's drift
 //! and applies it once released.
 //!
@@ -216,6 +218,111 @@ async fn operator_token(client: &kube::Client) -> String {
         .expect("a token in the TokenRequest's status")
 }
 
+/// A ServiceAccount token of ichor-system with no RBAC at all: what any
+/// pod's token is.
+async fn nobody_token(client: &kube::Client) -> String {
+    let sas = Api::<ServiceAccount>::namespaced(client.clone(), NS);
+    create(&sas, json!({"metadata": {"name": "nobody"}})).await;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    sas.create_token_request("nobody", &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token
+        .expect("a token in the TokenRequest's status")
+}
+
+/// Signs in through the UI's Service with `token`: the Cookie header of
+/// the session the UI pod started (the cookie carries its id, not the token).
+async fn session(
+    forward: &ServiceForward,
+    connector: &tokio_rustls::TlsConnector,
+    token: &str,
+) -> String {
+    let (signed, _) = https_with(
+        forward,
+        connector,
+        &post("/signin", None, &format!("token={token}")),
+    )
+    .await;
+    assert_eq!(signed.status, 303, "{}", signed.body);
+    let set_cookie = signed
+        .head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .expect("a session cookie")
+        .to_string();
+    for flag in ["httponly", "secure", "samesite=strict", "path=/"] {
+        assert!(set_cookie.contains(flag), "{set_cookie}");
+    }
+    assert!(!set_cookie.contains(token), "the token is in the cookie");
+    // The head is lowercased; the id is lowercase hex.
+    let id = set_cookie
+        .strip_prefix("__host-ichor_session=")
+        .and_then(|rest| rest.split(';').next())
+        .unwrap_or_else(|| panic!("not a __Host- session cookie: {set_cookie}"));
+    format!("__Host-ichor_session={id}")
+}
+
+/// The users that made the `verb`s of Ichor's `resource` in the audit log
+/// (the objects themselves, not their status).
+fn authors(h: &LabHarness, verb: &str, resource: &str) -> Vec<(String, String)> {
+    h.lab
+        .env
+        .audit_events()
+        .into_iter()
+        .filter(|e| e.verb == verb)
+        .filter_map(|e| {
+            let o = e.object_ref?;
+            (o["resource"] == resource && o.get("subresource").is_none()).then(|| {
+                (
+                    o["name"].as_str().unwrap_or_default().to_string(),
+                    e.user.username,
+                )
+            })
+        })
+        .collect()
+}
+
+/// Whether the UI's ServiceAccount may `verb` `resource` of Ichor's group (a SubjectAccessReview).
+async fn ui_may(client: &kube::Client, verb: &str, resource: &str) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(format!("system:serviceaccount:{NS}:ichor-ui")),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{NS}"),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(ichor_api::GROUP.into()),
+                resource: Some(resource.into()),
+                verb: Some(verb.into()),
+                namespace: Some(NS.into()),
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
 /// Waits until the UI Deployment has a Ready pod of template generation
 /// `generation` and its Service's Endpoints name only pods of it.
 async fn ui_ready(h: &LabHarness, generation: i64) {
@@ -276,10 +383,13 @@ fn ui_log(h: &LabHarness, generation: i64) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// Covers: issue 15 ("the chart and install manifest deploy the UI with
-/// TLS; F1's helm install with the UI enabled works"; "the Chromium
-/// end-to-end test on the lab": sign-in, a held machine's drift, release,
-/// applied), R5.3 (ichorUI.port, ichorUI.tls.*, settings.readOnly), R4.1
+/// Covers: R12.1, F1 (the chart and install manifest deploy the UI with
+/// TLS; F1's helm install with the UI enabled works; the Chromium
+/// end-to-end test on the lab: sign-in, a held machine's drift, release,
+/// applied), R5.3 (ichorUI.port, ichorUI.tls.*, settings.readOnly), R4.1,
+/// R18.3 (a token without RBAC sees no machine; the release is made with
+/// the operator's own token, as the audit log shows; the UI's
+/// ServiceAccount holds no write verb)
 ///
 /// F1 with the UI: `helm install` (helm v4) of the packaged chart with
 /// `ichorUI.enabled=true` and the certificate Secret, then `ichor adopt
@@ -287,13 +397,18 @@ fn ui_log(h: &LabHarness, generation: i64) -> String {
 /// Service it serves the Secret's certificate (verified for
 /// `ichor-ui.ichor-system.svc` against the test's CA) and no self-signed
 /// warning is logged; the Secret rotated, the same pod serves the new
-/// certificate without a restart; a ServiceAccount token signs in (HttpOnly, Secure,
-/// SameSite=Strict cookie) and the clusters page lists the adopted cluster.
+/// certificate without a restart; a ServiceAccount token signs in (a
+/// `__Host-` session cookie holding a session id, HttpOnly, Secure,
+/// SameSite=Strict) and the clusters page lists the adopted cluster; a
+/// ServiceAccount token with no RBAC signs in and sees no machine; the
+/// UI's ServiceAccount may not patch or create Ichor's objects.
 /// In Chromium, the operator sees a held worker's drift (class B), releases
 /// the hold, and the page shows the chart's controller applying it (the
-/// node's config written, Applied True). `helm upgrade --set
-/// settings.readOnly=true`: the new UI pod answers 405 to a POST and the
-/// hold stays as it was.
+/// node's config written, Applied True); the API server's audit log names
+/// the operator as the author of the patch, and the UI's ServiceAccount as
+/// the author of no write. `helm upgrade --set settings.readOnly=true`: the
+/// new UI pod knows no session of the old one, answers 405 to a POST and
+/// the hold stays as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn f1_helm_install_with_the_ui_serves_tls_and_chromium_releases_a_hold() {
     let (chromium, chromedriver) = browser();
@@ -395,30 +510,16 @@ async fn f1_helm_install_with_the_ui_serves_tls_and_chromium_releases_a_hold() {
     assert_eq!(container.restart_count, 0, "the UI restarted to rotate");
     assert!(container.ready);
 
-    // Sign-in with a ServiceAccount token: the session cookie's flags, then a page.
+    // Sign-in with a ServiceAccount token: a server-side session whose id
+    // is the cookie (flags checked in `session`), then a page.
     let token = operator_token(&client).await;
     let (anonymous, _) = https(&forward, &ca, &get("/clusters", None)).await;
     assert_eq!(
         anonymous.status, 303,
         "no anonymous access off the lab's loopback"
     );
-    let (signed, _) = https(
-        &forward,
-        &ca,
-        &post("/signin", None, &format!("token={token}")),
-    )
-    .await;
-    assert_eq!(signed.status, 303, "{}", signed.body);
-    let set_cookie = signed
-        .head
-        .lines()
-        .find_map(|l| l.strip_prefix("set-cookie: "))
-        .expect("a session cookie")
-        .to_string();
-    for flag in ["httponly", "secure", "samesite=strict"] {
-        assert!(set_cookie.contains(flag), "{set_cookie}");
-    }
-    let cookie = format!("ichor_session={token}");
+    let verified = trusting(&ca);
+    let cookie = session(&forward, &verified, &token).await;
     let (clusters, _) = https(&forward, &ca, &get("/clusters", Some(&cookie))).await;
     assert_eq!(clusters.status, 200);
     assert!(
@@ -449,6 +550,36 @@ async fn f1_helm_install_with_the_ui_serves_tls_and_chromium_releases_a_hold() {
         .await
         .unwrap();
     let writes_before = h.lab.emulator.writes().len();
+
+    // Any pod's ServiceAccount token (no RBAC) signs in and sees no machine.
+    let nobody = session(&forward, &verified, &nobody_token(&client).await).await;
+    let (page, _) = https(&forward, &ca, &get("/machines", Some(&nobody))).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("You may read nothing here"),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains(&worker_name), "{}", page.body);
+    let (page, _) = https(
+        &forward,
+        &ca,
+        &get(&format!("/machines/{NS}/{worker_name}"), Some(&nobody)),
+    )
+    .await;
+    assert_eq!(page.status, 404, "{}", page.body);
+    // The chart's UI ServiceAccount holds no write verb.
+    for (verb, resource) in [
+        ("patch", "talosmachines"),
+        ("create", "talosoperations"),
+        ("patch", "talosoperations"),
+    ] {
+        assert!(
+            !ui_may(&client, verb, resource).await,
+            "the UI's ServiceAccount may {verb} {resource}"
+        );
+    }
+    assert!(ui_may(&client, "list", "talosmachines").await);
 
     // Chromium against the UI pod, through its Service.
     let base = format!("https://127.0.0.1:{}", forward.addr.port());
@@ -481,6 +612,26 @@ async fn f1_helm_install_with_the_ui_serves_tls_and_chromium_releases_a_hold() {
         "the worker's config was written by the chart's controller"
     );
     c.close().await.unwrap();
+    // The release was made with the operator's own token: the API server's
+    // audit log names the operator, and the UI's ServiceAccount wrote nothing.
+    let patches = authors(&h, "patch", "talosmachines");
+    let operator = format!("system:serviceaccount:{NS}:operator");
+    assert!(
+        patches
+            .iter()
+            .any(|(name, user)| *name == worker_name && *user == operator),
+        "no patch of {worker_name} by {operator}: {patches:?}"
+    );
+    let ui_user = format!("system:serviceaccount:{NS}:ichor-ui");
+    for verb in ["patch", "update", "create"] {
+        for resource in ["talosmachines", "talosoperations"] {
+            let by_ui: Vec<_> = authors(&h, verb, resource)
+                .into_iter()
+                .filter(|(_, user)| *user == ui_user)
+                .collect();
+            assert!(by_ui.is_empty(), "the UI's ServiceAccount wrote: {by_ui:?}");
+        }
+    }
 
     // settings.readOnly: the new pod refuses every write with 405.
     machines
@@ -504,6 +655,10 @@ async fn f1_helm_install_with_the_ui_serves_tls_and_chromium_releases_a_hold() {
     let out = h.helm(Tool::Helm4, &upgrade);
     assert!(out.status.success(), "helm upgrade: {}", text(&out));
     ui_ready(&h, 2).await;
+    // A new pod: sessions live in the pod's memory, so the old one is gone.
+    let (gone, _) = https(&forward, &ca, &get("/clusters", Some(&cookie))).await;
+    assert_eq!(gone.status, 303, "a session outlived its pod");
+    let cookie = session(&forward, &verified, &token).await;
     let release = format!("/machines/{NS}/{worker_name}/release");
     let (refused, _) = https(&forward, &ca, &post(&release, Some(&cookie), "")).await;
     assert_eq!(refused.status, 405, "{}", refused.body);
@@ -564,7 +719,7 @@ async fn apply_file(client: &kube::Client, path: &std::path::Path) {
     }
 }
 
-/// Covers: issue 15 ("the install manifest deploys the UI with TLS"), R5.3
+/// Covers: R12.1 (the install manifest deploys the UI with TLS), R5.3
 /// (HTTPS on ichorUI.port; self-signed without a certificate, with a warning)
 ///
 /// The installer path: `ichor adopt --cni-unmanaged` installs Ichor, then
@@ -606,14 +761,7 @@ async fn install_ui_yaml_deploys_the_ui_over_https_with_a_self_signed_certificat
     let (health, _) = https_with(&forward, &any, &get("/healthz", None)).await;
     assert_eq!(health.status, 200, "{}", health.body);
     let token = operator_token(&client).await;
-    let (signed, _) = https_with(
-        &forward,
-        &any,
-        &post("/signin", None, &format!("token={token}")),
-    )
-    .await;
-    assert_eq!(signed.status, 303, "{}", signed.body);
-    let cookie = format!("ichor_session={token}");
+    let cookie = session(&forward, &any, &token).await;
     let (clusters, _) = https_with(&forward, &any, &get("/clusters", Some(&cookie))).await;
     assert_eq!(clusters.status, 200);
     assert!(
@@ -635,7 +783,7 @@ async fn install_ui_yaml_deploys_the_ui_over_https_with_a_self_signed_certificat
     );
 }
 
-/// Covers: issue 15 item 2 (the cluster page: the Cilium release's status
+/// Covers: the UI's pages, docs/ui.md (the cluster page: the Cilium release's status
 /// read from its record), R6.1
 ///
 /// F3's path with the UI: on a cluster with no CNI, `ichor cni bootstrap`
@@ -715,7 +863,7 @@ async fn the_cluster_page_shows_ichors_cilium_release_from_its_record() {
     let forward = ui_forward(&h, &client).await;
     let any = ichor_lab::pods::unverified_tls();
     let token = operator_token(&client).await;
-    let cookie = format!("ichor_session={token}");
+    let cookie = session(&forward, &any, &token).await;
     let (page, _) = https_with(
         &forward,
         &any,

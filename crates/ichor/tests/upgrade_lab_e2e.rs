@@ -28,7 +28,7 @@ use serde_json::json;
 /// finishes the operation from its new node. Then a budget that allows no
 /// disruption blocks a reboot's drain: the step fails at its bound naming
 /// the budget, and nothing is rebooted.
-/// Covers: issue 14 item 2 (order, Ichor's node last, drains before reboots, boot ids and versions), item 2 (a PDB blocks a drain: the step fails at its bound, naming it), item 7 (the lab evicts pods and honours PDBs), item 8 (ichor upgrade talos --wait)
+/// Covers: R11.2, R11.4 (order, Ichor's node last, drains before reboots, boot ids and versions), R11.3 (a PDB blocks a drain: the step fails at its bound, naming it), the lab's drains (the lab evicts pods and honours PDBs), the operation CLI (ichor upgrade talos --wait)
 #[tokio::test(flavor = "multi_thread")]
 async fn the_installed_controller_upgrades_talos_node_by_node() {
     let h = LabHarness::up(|o| o.nodes = 3).await;

@@ -48,14 +48,6 @@
   - list
   - watch
 - apiGroups:
-  - batch
-  resources:
-  - jobs
-  verbs:
-  - get
-  - create
-  - delete
-- apiGroups:
   - ichor.maesh.dev
   resources:
   - talosoperations
@@ -148,6 +140,14 @@
   - list
   - watch
 - apiGroups:
+  - batch
+  resources:
+  - jobs
+  verbs:
+  - get
+  - create
+  - delete
+- apiGroups:
   - coordination.k8s.io
   resources:
   - leases
@@ -157,7 +157,7 @@
   - update
 {{- end }}
 
-{{- /* The web UI's ClusterRole rules: what it reads, and (unless settings.readOnly) what its actions write; the same as dist/install-ui.yaml's. */}}
+{{- /* The web UI's ClusterRole rules: what it reads, and no write (its actions are made with the signed-in user's token); the same as dist/install-ui.yaml's. */}}
 {{- define "ichor.ui.readRules" }}
 - apiGroups:
   - ichor.maesh.dev
@@ -170,21 +170,6 @@
   - get
   - list
   - watch
-{{- end }}
-{{- define "ichor.ui.actionRules" }}
-- apiGroups:
-  - ichor.maesh.dev
-  resources:
-  - talosmachines
-  verbs:
-  - patch
-- apiGroups:
-  - ichor.maesh.dev
-  resources:
-  - talosoperations
-  verbs:
-  - create
-  - patch
 {{- end }}
 
 {{- /* Ichor's CiliumNetworkPolicies (rendered when networkPolicy.cilium.enabled is true). */}}
@@ -280,4 +265,75 @@ spec:
   - v1
   failurePolicy: {{ .failurePolicy }}
   timeoutSeconds: {{ .timeoutSeconds }}
+{{- end }}
+
+{{- /* Ichor's ValidatingAdmissionPolicies and their bindings, the same as the installer path's; called with a dict of namespace and repository (the controller's image repository). */}}
+{{- define "ichor.admissionPolicies" }}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: ichor-controller-jobs
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups:
+      - batch
+      apiVersions:
+      - v1
+      operations:
+      - CREATE
+      - UPDATE
+      resources:
+      - jobs
+  matchConditions:
+  - name: made-by-ichor-controller
+    expression: request.userInfo.username == 'system:serviceaccount:{{ .namespace }}:ichor-controller'
+  validations:
+  - expression: '!(object.spec.template.spec.serviceAccountName in [''ichor-cni'', ''ichor-installer'']) || (size(object.spec.template.spec.containers) == 1 && !has(object.spec.template.spec.initContainers) && (!has(object.spec.template.spec.volumes) || object.spec.template.spec.volumes.all(v, !has(v.hostPath))) && object.spec.template.spec.containers.all(c, (c.image.startsWith(''{{ .repository }}:'') || c.image.startsWith(''{{ .repository }}@'')) && !has(c.command) && has(c.args) && (object.spec.template.spec.serviceAccountName == ''ichor-cni'' ? (size(c.args) == 7 && c.args[0] == ''cni'' && c.args[1] == ''helm'' && c.args[2] == ''apply'' && c.args[3] == ''--cluster'' && c.args[5] == ''--namespace'') : (size(c.args) == 3 && c.args[0] == ''install'' && c.args[1] == ''--to''))))'
+    message: a Job that runs as ichor-cni or ichor-installer must run Ichor's own image with Ichor's own arguments (one container, no init container, no host path)
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: ichor-controller-jobs
+spec:
+  policyName: ichor-controller-jobs
+  validationActions:
+  - Deny
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {{ .namespace }}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: ichor-privileged-opt-ins
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups:
+      - ichor.maesh.dev
+      apiVersions:
+      - '*'
+      operations:
+      - CREATE
+      - UPDATE
+      resources:
+      - talosclusters
+  validations:
+  - expression: (!has(object.metadata.annotations) || !('ichor.maesh.dev/privileged-cilium-values' in object.metadata.annotations)) || (oldObject != null && has(oldObject.metadata.annotations) && 'ichor.maesh.dev/privileged-cilium-values' in oldObject.metadata.annotations && oldObject.metadata.annotations['ichor.maesh.dev/privileged-cilium-values'] == object.metadata.annotations['ichor.maesh.dev/privileged-cilium-values']) || authorizer.group('ichor.maesh.dev').resource('talosclusters').namespace(object.metadata.namespace).check('privileged-values').allowed()
+    message: only a user allowed the 'privileged-values' verb on talosclusters.ichor.maesh.dev may set or change the annotation ichor.maesh.dev/privileged-cilium-values
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: ichor-privileged-opt-ins
+spec:
+  policyName: ichor-privileged-opt-ins
+  validationActions:
+  - Deny
 {{- end }}

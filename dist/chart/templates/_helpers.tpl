@@ -15,7 +15,7 @@ app.kubernetes.io/part-of: ichor
 {{- end }}
 
 {{- /* The controller's selector. `app.kubernetes.io/name: ichor` is how
-ichor adopt recognises a Helm-installed Ichor (spec 4.3): do not change it. */}}
+ichor adopt recognises a Helm-installed Ichor (R4.3a): do not change it. */}}
 {{- define "ichor.controller.selector" -}}
 app.kubernetes.io/name: ichor
 app.kubernetes.io/component: controller

@@ -2,10 +2,11 @@
 //! `ichor init` starts each node's render from, in place of the live config
 //! adopt reads. Pure; the result holds secrets and is never printed.
 //!
-//! The shape follows the Talos version contract (`../shared/facts/talos-init-and-upgrades.md`
-//! §3): up to v1.13 one `v1alpha1` document holds the Kubernetes settings;
-//! from v1.14 they live in `Kube*` documents and the `v1alpha1` document
-//! keeps only the machine's identity and etcd's CA. The paths Ichor owns
+//! The shape follows the Talos version (the two config shapes of
+//! docs/adr/0003-typed-machine-config.md): up to v1.13 one `v1alpha1`
+//! document holds the Kubernetes settings; from v1.14 they live in `Kube*`
+//! documents and the `v1alpha1` document keeps only the machine's identity
+//! and etcd's CA. The paths Ichor owns
 //! (endpoint, subnets, Kubernetes version, CNI, kube-proxy, the inline
 //! Cilium) are set again by the render, so both agree by construction.
 

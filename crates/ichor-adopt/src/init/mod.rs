@@ -109,6 +109,12 @@ pub struct PlannedNode {
     pub role: String,
     pub talos_version: String,
     pub install_disk: String,
+    /// The fingerprint of the certificate its maintenance API presented
+    /// (Talos's format, as the node's console shows it): init sends the
+    /// node its config only over a connection that presents this one.
+    /// `None` for a node an earlier run of this init configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_fingerprint: Option<String>,
 }
 
 /// What init will do, as printed before consent (no secret in it).
@@ -220,6 +226,14 @@ impl InitPlan {
                     ""
                 }
             ));
+            if let Some(fp) = &n.cert_fingerprint {
+                out.push(format!("  certificate fingerprint {fp}"));
+            }
+        }
+        if self.nodes.iter().any(|n| n.cert_fingerprint.is_some()) {
+            out.push(
+                "compare each certificate fingerprint with the one the node's console shows (or pin it with --cert-fingerprint ADDRESS=FINGERPRINT); init sends each config only to the certificate shown".to_string(),
+            );
         }
         out.push("phases:".to_string());
         for (i, p) in PHASES.iter().enumerate() {
@@ -469,6 +483,7 @@ pub fn plan(
             .to_string(),
             talos_version: node_version.clone(),
             install_disk: disk.clone(),
+            cert_fingerprint: None,
         });
         machines.push(machine);
     }

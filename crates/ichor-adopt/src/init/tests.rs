@@ -3,7 +3,7 @@ use ichor_render::INLINE_CNI_NAME;
 use pretty_assertions::assert_eq;
 
 fn fixtures() -> std::path::PathBuf {
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/talos")
+    ichor_testenv::fixtures::talos_dir()
 }
 
 /// The stability fixtures' bundle (real Talos output).

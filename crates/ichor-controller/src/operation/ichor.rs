@@ -61,6 +61,48 @@ pub fn installer_job(
     .expect("the installer Job is a Job")
 }
 
+/// Why an `ichor` operation may not run, or `None` when it may. Kind
+/// `ichor` runs the cluster-admin installer, so it is obeyed only from the
+/// system namespace (whoever may create operations elsewhere does not get
+/// cluster-wide power), and it installs no version older than the running
+/// controller's (`running`) unless `spec.allowDowngrade` says so.
+pub fn ichor_upgrade_refusal(
+    op_namespace: &str,
+    system_namespace: &str,
+    target: &str,
+    running: &str,
+    allow_downgrade: bool,
+) -> Option<String> {
+    if op_namespace != system_namespace {
+        return Some(format!(
+            "a TalosOperation of kind ichor upgrades Ichor for the whole cluster, so it is obeyed only in {system_namespace}; this one is in {op_namespace} (nothing was started): create it in {system_namespace}"
+        ));
+    }
+    let parse = |v: &str| semver::Version::parse(v.trim_start_matches('v')).ok();
+    let Some(to) = parse(target) else {
+        return Some(format!(
+            "spec.version {target:?} is not a version like v1.14.0 (nothing was started)"
+        ));
+    };
+    match parse(running) {
+        Some(from) if to < from && !allow_downgrade => Some(format!(
+            "spec.version {target} is older than the running Ichor v{from} (nothing was started): a downgrade needs spec.allowDowngrade: true in a new operation"
+        )),
+        _ => None,
+    }
+}
+
+/// The words a plan adds when the operation downgrades Ichor on purpose.
+pub fn downgrade_note(target: &str, running: &str) -> Option<String> {
+    let parse = |v: &str| semver::Version::parse(v.trim_start_matches('v')).ok();
+    match (parse(target), parse(running)) {
+        (Some(to), Some(from)) if to < from => Some(format!(
+            " (a downgrade from v{from}, allowed by spec.allowDowngrade)"
+        )),
+        _ => None,
+    }
+}
+
 /// Where a Job is: done, failed (with its message) or running.
 pub enum JobState {
     Complete,
@@ -103,10 +145,22 @@ impl Run<'_> {
         status: &mut TalosOperationStatus,
     ) -> Result<Action> {
         status.start_time = Some(self.now());
+        let version = self.op.spec.version.clone().unwrap_or_default();
+        let running = env!("CARGO_PKG_VERSION");
+        if let Some(refusal) = ichor_upgrade_refusal(
+            &self.op.namespace().unwrap_or_default(),
+            &self.ctx.config.system_namespace,
+            &version,
+            running,
+            self.op.spec.allow_downgrade,
+        ) {
+            self.finish(status, OperationPhase::Failed, reasons::REFUSED, refusal)
+                .await;
+            return Ok(Action::await_change());
+        }
         if self.ctx.config.deployed_by == DeployedBy::Helm {
             return Ok(self.refuse_kind_ichor(status).await);
         }
-        let version = self.op.spec.version.clone().unwrap_or_default();
         let ns = self.ctx.config.system_namespace.clone();
         let Some(own) = self.ctx.config.cni_job_image.clone() else {
             self.finish(
@@ -121,7 +175,8 @@ impl Run<'_> {
         let image = ichor_render::retag(&own, &version);
         let name = installer_job_name(&self.op.name_any());
         let plan = format!(
-            "installer Job {ns}/{name} runs {image} (`ichor install --to {version}`) as {INSTALLER_IDENTITY}"
+            "installer Job {ns}/{name} runs {image} (`ichor install --to {version}`) as {INSTALLER_IDENTITY}{}",
+            downgrade_note(&version, running).unwrap_or_default()
         );
         if self.op.spec.dry_run {
             self.finish(
@@ -210,5 +265,53 @@ impl Run<'_> {
                 Ok(Action::requeue(self.bounds().poll))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Covers: R18.2
+    #[test]
+    fn kind_ichor_is_obeyed_only_in_the_system_namespace() {
+        let refusal = ichor_upgrade_refusal("team-a", "ichor-system", "v9.0.0", "0.1.0", false)
+            .expect("refused");
+        assert!(refusal.contains("obeyed only in ichor-system"), "{refusal}");
+        assert!(refusal.contains("team-a"), "{refusal}");
+        // Even with every other flag set.
+        assert!(ichor_upgrade_refusal("team-a", "ichor-system", "v9.0.0", "0.1.0", true).is_some());
+        assert_eq!(
+            ichor_upgrade_refusal("ichor-system", "ichor-system", "v0.2.0", "0.1.0", false),
+            None
+        );
+        assert_eq!(
+            ichor_upgrade_refusal("ichor-system", "ichor-system", "v0.1.0", "0.1.0", false),
+            None
+        );
+    }
+
+    /// Covers: R18.2
+    #[test]
+    fn a_downgrade_needs_the_flag_and_the_plan_says_so() {
+        for (target, running) in [
+            ("v0.1.0", "0.2.0"),
+            ("v1.9.9", "2.0.0"),
+            ("v0.2.0-rc.1", "0.2.0"),
+        ] {
+            let refusal =
+                ichor_upgrade_refusal("ichor-system", "ichor-system", target, running, false)
+                    .unwrap_or_else(|| panic!("{target} from {running} refused"));
+            assert!(refusal.contains("spec.allowDowngrade"), "{refusal}");
+            assert_eq!(
+                ichor_upgrade_refusal("ichor-system", "ichor-system", target, running, true),
+                None
+            );
+            assert!(downgrade_note(target, running).is_some_and(|n| n.contains("allowDowngrade")));
+        }
+        assert_eq!(downgrade_note("v0.3.0", "0.2.0"), None);
+        let bad = ichor_upgrade_refusal("ichor-system", "ichor-system", "latest", "0.2.0", true)
+            .expect("refused");
+        assert!(bad.contains("not a version"), "{bad}");
     }
 }

@@ -1,5 +1,5 @@
 //! The last step of a kubernetes-upgrade: the bootstrap-manifests sync, as
-//! `talosctl upgrade-k8s` ends (facts §4.1 step 10), with Ichor's rules.
+//! `talosctl upgrade-k8s` ends (its last step), with Ichor's rules.
 //!
 //! **Where the manifests come from.** Talos renders them on each control
 //! plane from its machine config as `Manifests.kubernetes.talos.dev`
@@ -433,7 +433,7 @@ mod tests {
         }
     }
 
-    /// Covers: issue 14 item 4 (the sync never writes a Cilium a Helm release owns,
+    /// Covers: kubernetes-upgrade, ADR 0014 (the sync never writes a Cilium a Helm release owns,
     /// never creates, writes only the kinds it may), R6.1
     #[test]
     fn helm_owned_missing_and_unwritten_kinds_are_left() {
@@ -498,7 +498,7 @@ mod tests {
         assert!(ds.get("status").is_none() && ds.pointer("/metadata/resourceVersion").is_none());
     }
 
-    /// Covers: issue 14 item 4 (Talos refuses another inventory's object; so does the sync;
+    /// Covers: kubernetes-upgrade, ADR 0014 (Talos refuses another inventory's object; so does the sync;
     /// the managed-by label alone marks Helm's)
     #[test]
     fn another_inventory_or_a_helm_label_leaves_the_object() {
@@ -525,7 +525,7 @@ mod tests {
         assert_eq!(p.left[2].1, Left::ForeignInventory("other".into()));
     }
 
-    /// Covers: issue 14 item 4 (an item that is no object is named)
+    /// Covers: kubernetes-upgrade, ADR 0014 (an item that is no object is named)
     #[test]
     fn an_item_without_kind_is_an_error_naming_the_manifest() {
         let bad = vec![(
@@ -536,7 +536,7 @@ mod tests {
         assert!(e.contains("item 0 of manifest 99-x"), "{e}");
     }
 
-    /// Covers: issue 14 item 4 (a Struct's doubles come back as the integers they were)
+    /// Covers: kubernetes-upgrade, ADR 0014 (a Struct's doubles come back as the integers they were)
     #[test]
     fn struct_numbers_become_integers_when_whole() {
         use prost_types::value::Kind;

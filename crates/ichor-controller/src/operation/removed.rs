@@ -2,10 +2,10 @@
 //! kube-apiserver, kube-controller-manager, kube-scheduler and the kubelet,
 //! admission plugins and feature gates. A component started with one of
 //! them does not start, so `talosctl upgrade-k8s` refuses the path when a
-//! node's config still sets one (facts §4.1 step 5: go-kubernetes's upgrade
-//! checks, which list them per minor from Kubernetes's deprecation guide and
-//! changelogs). Ichor makes the same check at plan time from each machine's
-//! live config: the `extraArgs` of each component (v1alpha1
+//! node's config still sets one (go-kubernetes's upgrade checks, which list
+//! them per minor from Kubernetes's deprecation guide and changelogs). Ichor
+//! makes the same check at plan time from each machine's live config: the
+//! `extraArgs` of each component (v1alpha1
 //! `cluster.apiServer/controllerManager/scheduler.extraArgs` and
 //! `machine.kubelet.extraArgs`, or the `extraArgs` of the v1.14 shape's
 //! `Kube*Config` documents), `enable-admission-plugins` and `feature-gates`
@@ -402,7 +402,7 @@ mod tests {
                 "scheduler": {"extraArgs": {"v": "2"}}}})
     }
 
-    /// Covers: issue 14 item 4 (removed flags, admission plugins and feature gates, by the minors on the path)
+    /// Covers: kubernetes-upgrade, ADR 0014 (removed flags, admission plugins and feature gates, by the minors on the path)
     #[test]
     fn each_kind_of_removed_setting_is_named_only_on_its_path() {
         let args = component_args(&[v1alpha1()]);
@@ -439,7 +439,7 @@ mod tests {
         assert!(removed_in_use("1.36.0", "1.37.0", &args).is_empty());
     }
 
-    /// Covers: issue 14 item 4 (the v1.14 shape's documents, flags with dashes and lists)
+    /// Covers: kubernetes-upgrade, ADR 0014 (the v1.14 shape's documents, flags with dashes and lists)
     #[test]
     fn the_multidoc_shape_and_list_values_are_read() {
         let docs = [
@@ -455,7 +455,7 @@ mod tests {
         );
     }
 
-    /// Covers: issue 14 item 4 (the refusal names the machine and the setting)
+    /// Covers: kubernetes-upgrade, ADR 0014 (the refusal names the machine and the setting)
     #[test]
     fn the_refusal_names_machine_and_setting() {
         let m = refusal(

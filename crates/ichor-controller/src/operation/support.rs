@@ -1,8 +1,8 @@
 //! Which Kubernetes versions each Talos minor runs: the check `talosctl
-//! upgrade-k8s` makes on every node before it changes anything (facts
-//! §4.1 step 4, the support table of §1.4 and Talos's compatibility
-//! packages for 1.10 and 1.11). Pure: the plan reads each node's Talos
-//! version and asks [`refusal`].
+//! upgrade-k8s` makes on every node before it changes anything (Talos's
+//! published support matrix and its compatibility packages, 1.10 and 1.11
+//! included). Pure: the plan reads each node's Talos version and asks
+//! [`refusal`].
 
 use crate::operation_decide::semver;
 
@@ -75,7 +75,7 @@ pub fn refusal(kubernetes: &str, machines: &[(String, String)]) -> Option<String
 mod tests {
     use super::*;
 
-    /// Covers: issue 14 item 4 (each node's Talos supports the target), the edges of every row
+    /// Covers: kubernetes-upgrade, ADR 0014 (each node's Talos supports the target), the edges of every row
     #[test]
     fn every_row_of_the_matrix_at_its_edges() {
         for ((tmaj, tmin), (lmaj, lmin), (hmaj, hmin)) in SUPPORT {
@@ -93,7 +93,7 @@ mod tests {
         }
     }
 
-    /// Covers: issue 14 item 4 (the facts' rows, as numbers)
+    /// Covers: kubernetes-upgrade, ADR 0014 (the support table's rows, as numbers)
     #[test]
     fn the_rows_the_facts_name() {
         assert_eq!(unsupported("v1.14.0", "1.37.0"), None);
@@ -104,7 +104,7 @@ mod tests {
         assert!(unsupported("v1.14.0", "1.31.9").is_some());
     }
 
-    /// Covers: issue 14 item 4 (an unknown Talos or an unreadable version is refused, said so)
+    /// Covers: kubernetes-upgrade, ADR 0014 (an unknown Talos or an unreadable version is refused, said so)
     #[test]
     fn unknown_talos_minors_are_refused() {
         let why = unsupported("v1.15.0", "1.37.0").unwrap();
@@ -120,7 +120,7 @@ mod tests {
         );
     }
 
-    /// Covers: issue 14 item 4 (the refusal names each machine and its Talos version)
+    /// Covers: kubernetes-upgrade, ADR 0014 (the refusal names each machine and its Talos version)
     #[test]
     fn the_refusal_names_the_machine_and_its_talos() {
         let machines = vec![

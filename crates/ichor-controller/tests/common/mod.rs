@@ -20,12 +20,9 @@ use serde_json::json;
 /// bound only turns a hang into a failure, nothing is timed).
 pub const WAIT: Duration = Duration::from_secs(120);
 
-/// The shared Talos fixtures.
+/// A real Talos file from `testdata/talos/`.
 pub fn shared_fixture(rel: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/talos")
-        .join(rel);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+    ichor_testenv::fixtures::talos(rel)
 }
 
 /// The `cni.name: none` fixtures of ichor-render (made from the stability fixtures).
@@ -231,7 +228,7 @@ pub async fn mark_daemonset_ready(client: &kube::Client, ns: &str) {
         .unwrap();
 }
 
-/// Spec 1.5's order up to the hand-over: Nodes `nodes` registered, the
+/// The order of R1.5b–e up to the hand-over: Nodes `nodes` registered, the
 /// TalosCluster `cluster` created, Ichor's Cilium release seeded (records in
 /// `ns`, objects in `release`), the controller started, the DaemonSet played
 /// Ready, and CNIHandover=True seen. Returns the running controller.

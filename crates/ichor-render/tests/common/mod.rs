@@ -10,12 +10,9 @@ use ichor_api::{
 use ichor_render::{RenderInput, Rendered};
 use ichor_talos::config::MachineConfig;
 
-/// A file from `shared/fixtures/talos` (real Talos configs).
+/// A real Talos file from `testdata/talos/`.
 pub fn shared_fixture(rel: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/talos")
-        .join(rel);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+    ichor_testenv::fixtures::talos(rel)
 }
 
 /// A file from this crate's `tests/fixtures`.

@@ -78,7 +78,8 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let talosconfig = emu.talosconfig("talemu", &ClientCertSpec::admin())?;
-    write_private(&state_dir.join("talosconfig"), &talosconfig)?;
+    // It holds a key: Ichor's one private-file writer (0600, never through a link).
+    ichor_talos::private_file::write(&state_dir.join("talosconfig"), talosconfig.as_bytes())?;
     std::fs::write(state_dir.join("ca.crt"), emu.ca_pem())?;
     let endpoints: Vec<String> = emu
         .nodes()
@@ -147,20 +148,9 @@ fn reuse_or_generate_ca(state_dir: &std::path::Path) -> anyhow::Result<Pki> {
         )?
     } else {
         let pki = Pki::generate()?;
-        write_private(&ca_key, pki.ca_key_pem())?;
+        // The CA key: written as every private file of Ichor's is.
+        ichor_talos::private_file::write(&ca_key, pki.ca_key_pem().as_bytes())?;
         pki
     };
     Ok(pki)
-}
-
-/// Writes a file only its owner can read (it holds a key).
-fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    #[cfg(unix)]
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    options.mode(0o600);
-    options.open(path)?.write_all(text.as_bytes())
 }

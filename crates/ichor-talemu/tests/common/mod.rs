@@ -3,13 +3,9 @@
 
 use std::path::PathBuf;
 
-/// The shared Talos fixtures (`$ICHOR_FIXTURES`, else `../shared/fixtures/talos`
-/// beside the workspace).
+/// The real Talos files in `testdata/talos/`.
 pub fn fixtures_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("ICHOR_FIXTURES") {
-        return PathBuf::from(d);
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/talos")
+    ichor_testenv::fixtures::talos_dir()
 }
 
 /// A fixture's bytes.

@@ -117,7 +117,7 @@ pub struct InlineManifestFact {
 
 /// What adopt needs from one node's machine config, in either shape.
 ///
-/// Rules (facts file, sections 5.1-5.2):
+/// Rules (as Talos reads its two config shapes, docs/adr/0003-typed-machine-config.md):
 /// * the shape is [`ConfigShape::Legacy`] when the `v1alpha1` document holds
 ///   Kubernetes settings (`cluster.network`, `controlPlane`, `clusterName`,
 ///   `apiServer` or `proxy`: a v1.12/v1.13 config, or one upgraded from them)

@@ -1,8 +1,8 @@
 //! Typed v1.14 multi-document kinds Ichor reads or renders.
 //!
-//! Field names follow the YAML keys of the Talos documents (facts: section 5.2
-//! of `shared/facts/talos-api.md`). Each struct keeps the keys it does not
-//! model in `extra`. The `kind` key is not a field: [`super::Document`]
+//! Field names follow the YAML keys of the Talos documents, as Talos's
+//! configuration reference names them. Each struct keeps the keys it does
+//! not model in `extra`. The `kind` key is not a field: [`super::Document`]
 //! adds it when writing.
 
 use indexmap::IndexMap;

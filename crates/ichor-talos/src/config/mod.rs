@@ -356,7 +356,7 @@ fn machine_config_resource_spec(m: &Mapping) -> Option<&str> {
 pub fn is_v1alpha1_mapping(m: &Mapping) -> bool {
     // A key whose value is null says nothing (`{version: null}` has no
     // field the v1alpha1 type would keep): such a document stays unknown,
-    // so it reads back as it was written (fuzzing finding F1, issue 12).
+    // so it reads back as it was written (a fuzzing finding, R8.4).
     lookup(m, "kind").is_none()
         && ["version", "machine", "cluster", "debug", "persist"]
             .iter()

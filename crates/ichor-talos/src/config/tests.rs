@@ -439,7 +439,7 @@ fn facts_of_a_mixed_upgraded_config_follow_the_legacy_fields() {
     assert_eq!(f.pod_subnets, vec!["10.3.0.0/16"]);
 }
 
-/// Covers: issue 17 item 2 — an inline manifest is read as Talos loads it:
+/// Covers: Talos's load rules (ADR 0009) — an inline manifest is read as Talos loads it:
 /// leading line breaks and tabs dropped, leading spaces kept.
 #[test]
 fn inline_manifest_contents_lose_leading_line_breaks_as_in_talos() {

@@ -224,7 +224,7 @@ fn a_patch_document_without_kind_or_v1alpha1_keys_is_refused() {
     assert!(err.to_string().contains("p.yaml"), "{err}");
 }
 
-/// Covers: issue 17 item 2 — `$patch: delete` on an item of a keyed list, in both shapes.
+/// Covers: R9.1 — `$patch: delete` on an item of a keyed list, in both shapes.
 #[test]
 fn patch_delete_removes_list_items_by_their_first_key() {
     let out = smp(

@@ -622,7 +622,7 @@ mod tests {
         }
     }
 
-    /// Covers: issue 17 item 4 (all problems at once, each naming its field, no value quoted)
+    /// Covers: the bundle check of ADR 0009 (all problems at once, each naming its field, no value quoted)
     #[test]
     fn an_invalid_bundle_is_refused_with_every_problem_named() {
         let mut b = SecretsBundle::parse(&fixture("stability-secrets.yaml"), "f").unwrap();

@@ -2,7 +2,7 @@
 //! generate one from a secrets bundle (an Ed25519 client certificate signed by
 //! the bundle's OS CA).
 //!
-//! File format (facts, section 1.6): `context` names the current context;
+//! File format (as talosctl reads it): `context` names the current context;
 //! `contexts.<name>` holds `endpoints`, `nodes`, and `ca`/`crt`/`key` as
 //! standard base64 of PEM. The key's PEM label is `ED25519 PRIVATE KEY`.
 

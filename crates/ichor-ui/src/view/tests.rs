@@ -127,6 +127,7 @@ fn operation(name: &str, cluster: &str, phase: Option<OperationPhase>) -> Arc<Ta
             concurrency: None,
             installer_image: None,
             dry_run: false,
+            allow_downgrade: false,
         },
     );
     o.metadata.namespace = Some("lab".into());
@@ -205,7 +206,7 @@ fn lab() -> Inventory {
     }
 }
 
-/// Covers: issue 15 item 2 (clusters: phase, upgrading while an operation runs, versions, CNI and hand-over, machines in sync)
+/// Covers: the UI's pages, docs/ui.md (clusters: phase, upgrading while an operation runs, versions, CNI and hand-over, machines in sync)
 #[test]
 fn clusters_page_shows_upgrading_health_and_sync() {
     let page = clusters_page(&lab());
@@ -258,7 +259,7 @@ fn ichor_summary_without_and_with_helm() {
     assert_eq!(ichor_summary(Some(&inst)).helm_upgrade_command, None);
 }
 
-/// Covers: issue 15 item 2 (cluster: control plane ready, held machines with what they hold back)
+/// Covers: the UI's pages, docs/ui.md (cluster: control plane ready, held machines with what they hold back)
 #[test]
 fn cluster_page_lists_held_machines_and_what_they_hold_back() {
     let p = cluster_page(&lab(), "lab", "one", Permissions::default()).unwrap();
@@ -295,7 +296,7 @@ fn cluster_page_lists_held_machines_and_what_they_hold_back() {
     assert!(cluster_page(&lab(), "other", "one", Permissions::default()).is_none());
 }
 
-/// Covers: issue 15 item 2 (machines: search and filters held, drifted, class, role with counts)
+/// Covers: the UI's pages, docs/ui.md (machines: search and filters held, drifted, class, role with counts)
 #[test]
 fn machines_filters_and_counts() {
     let inv = lab();
@@ -380,7 +381,7 @@ fn machines_filters_and_counts() {
     );
 }
 
-/// Covers: issue 15 item 2 (what releasing the hold would do: paths, apply mode, reboot or not)
+/// Covers: R12.4 (what releasing the hold would do: paths, apply mode, reboot or not)
 #[test]
 fn release_preview_follows_the_classes() {
     let b = entry("machine.nodeLabels.zone", DriftClass::B, "a", "b");
@@ -407,7 +408,7 @@ fn release_preview_follows_the_classes() {
     assert_eq!(release_preview(&[]).mode, ApplyMode::NothingToApply);
 }
 
-/// Covers: issue 15 item 2 (per-path drift with class badges and meanings; secrets as digests)
+/// Covers: the UI's pages, docs/ui.md (per-path drift with class badges and meanings), R8.1 (secrets as digests)
 #[test]
 fn machine_page_shows_drift_with_secrets_as_digests() {
     let mut inv = lab();
@@ -499,7 +500,7 @@ fn paths_parse_as_the_drift_writes_them() {
     );
 }
 
-/// Covers: issue 15 item 2 (operations: the plan and per-machine progress with node names)
+/// Covers: the UI's pages, docs/ui.md (operations: the plan and per-machine progress with node names)
 #[test]
 fn operation_page_joins_plan_and_progress() {
     let inv = lab();
@@ -547,7 +548,7 @@ fn operation_page_joins_plan_and_progress() {
     assert_eq!(operations_page(&done).len(), 1);
 }
 
-/// Covers: issue 15 item 2 (cluster: the Cilium release's status read from its record)
+/// Covers: the UI's pages, docs/ui.md (cluster: the Cilium release's status read from its record)
 #[test]
 fn cluster_page_shows_the_cilium_release_from_its_record() {
     let mut inv = lab();
@@ -573,6 +574,7 @@ fn cluster_page_shows_the_cilium_release_from_its_record() {
             last_deployed: Some("2026-01-02T03:04:05Z".into()),
             deployed_revision: Some(2),
         }),
+        job_failures: None,
     });
     inv.clusters[i] = Arc::new(c.clone());
     let p = cluster_page(&inv, "lab", "one", Permissions::default()).unwrap();
@@ -590,4 +592,71 @@ fn cluster_page_shows_the_cilium_release_from_its_record() {
         p.cilium_release, None,
         "an unmanaged CNI has no Ichor release"
     );
+}
+
+/// The lab, with one more machine and operation in namespace `other`.
+fn two_namespaces() -> Inventory {
+    let mut inv = lab();
+    let mut m = (*machine("x-1", "far", MachineRole::Worker, false, vec![], true)).clone();
+    m.metadata.namespace = Some("other".into());
+    inv.machines.push(Arc::new(m));
+    let mut o = (*operation("far-op", "far", None)).clone();
+    o.metadata.namespace = Some("other".into());
+    inv.operations.push(Arc::new(o));
+    inv
+}
+
+/// Covers: R18.3 (every page shows only what the user may list: per kind, cluster-wide or per namespace; no grant, nothing)
+#[test]
+fn pages_show_only_what_the_user_may_read() {
+    let inv = two_namespaces();
+    assert_eq!(
+        namespaces(&inv),
+        [
+            BTreeSet::from(["lab".to_string()]),
+            BTreeSet::from(["lab".to_string(), "other".to_string()]),
+            BTreeSet::from(["lab".to_string(), "other".to_string()]),
+        ]
+    );
+
+    // No grant: no machine, no cluster, no operation, on any page.
+    let none = ReadGrants::default();
+    assert!(none.reads_nothing());
+    let seen = visible(&inv, &none);
+    assert!(seen.clusters.is_empty() && seen.machines.is_empty() && seen.operations.is_empty());
+    assert!(
+        machines_page(&seen, MachineQuery::default())
+            .rows
+            .is_empty()
+    );
+    assert!(clusters_page(&seen).rows.is_empty());
+    assert!(operations_page(&seen).is_empty());
+    assert!(machine_page(&seen, "lab", "w-1", Permissions::default()).is_none());
+
+    // Machines of namespace other only.
+    let other = ReadGrants {
+        machines: Readable::default().with("other"),
+        ..ReadGrants::default()
+    };
+    assert!(!other.reads_nothing());
+    let seen = visible(&inv, &other);
+    let names: Vec<String> = machines_page(&seen, MachineQuery::default())
+        .rows
+        .iter()
+        .map(|r| format!("{}/{}", r.namespace, r.name))
+        .collect();
+    assert_eq!(names, vec!["other/x-1".to_string()]);
+    assert!(seen.operations.is_empty() && seen.clusters.is_empty());
+
+    // Cluster-wide list: everything of that kind.
+    let all_ops = ReadGrants {
+        operations: Readable::Everywhere,
+        ..ReadGrants::default()
+    };
+    assert_eq!(operations_page(&visible(&inv, &all_ops)).len(), 2);
+    let everything = visible(&inv, &ReadGrants::everything());
+    assert_eq!(everything.machines.len(), inv.machines.len());
+    assert_eq!(everything.clusters.len(), inv.clusters.len());
+    // Everywhere stays everywhere when a namespace is added.
+    assert_eq!(Readable::Everywhere.with("x"), Readable::Everywhere);
 }

@@ -1,7 +1,8 @@
 //! A namespace on the real test API server with a cluster, two machines (one
-//! held with drift), and three users: an operator (may patch machines and
-//! create and patch operations), a viewer (may only read) and the UI's own
-//! client (admin here; the chart's Role is tested elsewhere).
+//! held with drift), and four users: an operator (may patch machines and
+//! create and patch operations), a viewer (may only read), nobody (no RBAC)
+//! and the UI's own client (admin here unless a test builds the chart's
+//! read-only identity; the chart's Role is tested elsewhere).
 
 #![allow(dead_code)]
 
@@ -11,7 +12,7 @@ use ichor_api::{TalosCluster, TalosMachine};
 use ichor_testenv::TestEnv;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -22,6 +23,8 @@ pub struct Lab {
     pub ns: String,
     pub operator_token: String,
     pub viewer_token: String,
+    /// A ServiceAccount of the namespace with no RBAC at all (any pod's token).
+    pub nobody_token: String,
 }
 
 pub async fn install_crds(client: &kube::Client) {
@@ -73,7 +76,8 @@ pub async fn token(client: &kube::Client, ns: &str, name: &str) -> String {
         .expect("a token in the TokenRequest's status")
 }
 
-async fn grant(client: &kube::Client, ns: &str, sa: &str, rules: serde_json::Value) {
+/// Gives ServiceAccount `ns/sa` the `rules` in its namespace (Role and RoleBinding named `sa`).
+pub async fn grant(client: &kube::Client, ns: &str, sa: &str, rules: serde_json::Value) {
     let roles = Api::<Role>::namespaced(client.clone(), ns);
     create(&roles, json!({"metadata": {"name": sa}, "rules": rules})).await;
     let bindings = Api::<RoleBinding>::namespaced(client.clone(), ns);
@@ -111,6 +115,7 @@ pub async fn users(env: &TestEnv, prefix: &str) -> Lab {
         &ns,
         "operator",
         json!([
+            {"apiGroups": ["ichor.maesh.dev"], "resources": ["talosclusters"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": ["ichor.maesh.dev"], "resources": ["talosmachines"], "verbs": ["get", "list", "watch", "patch"]},
             {"apiGroups": ["ichor.maesh.dev"], "resources": ["talosoperations"], "verbs": ["get", "list", "watch", "create", "patch"]}
         ]),
@@ -126,12 +131,95 @@ pub async fn users(env: &TestEnv, prefix: &str) -> Lab {
         ]),
     )
     .await;
+    let nobody_token = token(&client, &ns, "nobody").await;
     Lab {
         client,
         ns,
         operator_token,
         viewer_token,
+        nobody_token,
     }
+}
+
+/// Gives ServiceAccount `ns/sa` the `rules` in every namespace (a
+/// ClusterRole and ClusterRoleBinding named after it), and optionally a
+/// built-in ClusterRole beside it.
+pub async fn grant_cluster_wide(
+    client: &kube::Client,
+    ns: &str,
+    sa: &str,
+    rules: serde_json::Value,
+    builtin: Option<&str>,
+) {
+    let name = format!("{ns}-{sa}");
+    let roles = Api::<ClusterRole>::all(client.clone());
+    create(&roles, json!({"metadata": {"name": name}, "rules": rules})).await;
+    let bindings = Api::<ClusterRoleBinding>::all(client.clone());
+    let subjects = json!([{"kind": "ServiceAccount", "name": sa, "namespace": ns}]);
+    create(
+        &bindings,
+        json!({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": subjects
+        }),
+    )
+    .await;
+    if let Some(role) = builtin {
+        create(
+            &bindings,
+            json!({
+                "metadata": {"name": format!("{name}-{}", role.replace(':', "-"))},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": subjects
+            }),
+        )
+        .await;
+    }
+}
+
+/// Waits until the API server's authorizer lets `token`'s user `verb`
+/// `resource` of Ichor's group in `ns` (`name`: that object only; RBAC
+/// reaches the authorizer's cache a moment after it is written).
+pub async fn authorized(
+    env: &TestEnv,
+    token: &str,
+    verb: &str,
+    resource: &str,
+    ns: &str,
+    name: Option<&str>,
+) {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let config = env.kube_config().await.expect("test kubeconfig");
+    let client = ichor_ui::UserClients::from_config(&config)
+        .client(token)
+        .expect("a client with the token");
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(ichor_api::GROUP.into()),
+                resource: Some(resource.into()),
+                verb: Some(verb.into()),
+                namespace: Some(ns.into()),
+                name: name.map(Into::into),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let api = Api::<SelfSubjectAccessReview>::all(client);
+    for _ in 0..300 {
+        if let Ok(r) = api.create(&PostParams::default(), &review).await
+            && r.status.is_some_and(|s| s.allowed)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{verb} {resource} in {ns} was never allowed for the token's user");
 }
 
 /// [`users`], plus the cluster `lab` and its machines cp-1 and w-1 (held, with drift).

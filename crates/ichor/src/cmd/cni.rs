@@ -1,4 +1,4 @@
-//! `ichor cni bootstrap`: spec step 1.5.2 for a cluster about to get Ichor by Helm.
+//! `ichor cni bootstrap`: the Cilium step of R1.5b (R4.4b) for a cluster about to get Ichor by Helm.
 
 use std::sync::Arc;
 
@@ -52,7 +52,7 @@ pub async fn bootstrap(args: CniBootstrapArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `ichor cni helm apply`: the ichor-cni Job's entry (spec R5.1: the same
+/// `ichor cni helm apply`: the ichor-cni Job's entry (R5.1: the same
 /// apply-for-cluster function as the CLI's bootstrap).
 pub async fn helm_apply(args: CniHelmApplyArgs) -> anyhow::Result<()> {
     let run = Settings::resolve(&args.kube, &args.helm);

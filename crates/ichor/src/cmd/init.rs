@@ -65,6 +65,7 @@ pub async fn run(args: InitArgs) -> anyhow::Result<()> {
         },
         output_dir: args.output_dir.clone(),
         with_secrets,
+        cert_fingerprints: args.cert_fingerprints.clone(),
         talos_port: 50000,
         kube_api_timeout: KUBE_API_WAIT,
         webhook_timeout: args.wait_timeout,

@@ -29,6 +29,7 @@ pub async fn upgrade_talos(args: UpgradeTalosArgs) -> anyhow::Result<()> {
         concurrency: args.common.concurrency,
         installer_image: args.installer_image,
         dry_run: args.common.dry_run,
+        allow_downgrade: false,
     };
     create(&args.common, spec).await
 }
@@ -42,6 +43,7 @@ pub async fn upgrade_version(args: UpgradeVersionArgs, kind: OperationKind) -> a
         concurrency: args.common.concurrency,
         installer_image: None,
         dry_run: args.common.dry_run,
+        allow_downgrade: false,
     };
     create(&args.common, spec).await
 }
@@ -54,6 +56,7 @@ pub async fn reboot(args: RebootArgs) -> anyhow::Result<()> {
         concurrency: args.common.concurrency,
         installer_image: None,
         dry_run: args.common.dry_run,
+        allow_downgrade: false,
     };
     create(&args.common, spec).await
 }
@@ -394,7 +397,7 @@ mod tests {
 
     /// The plan as the status says it, one machine a line, skipped ones with
     /// why; and each machine's bar for `--wait` (steps done of its steps).
-    /// Covers: issue 14 item 8 (the CLI prints the plan from status; --wait follows with a progress bar per machine)
+    /// Covers: the operation CLI, docs/guides/upgrades.md (the CLI prints the plan from status; --wait follows with a progress bar per machine)
     #[test]
     fn plan_lines_from_status() {
         let op: TalosOperation = serde_json::from_value(json!({

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use ichor_ui::{AppState, Cache, Listeners, Settings, TlsFiles};
+use ichor_ui::{AppState, Cache, Listeners, Settings, TlsFiles, UserClients};
 
 use crate::args::UiArgs;
 use crate::connect;
@@ -21,7 +21,10 @@ pub async fn run(args: UiArgs) -> anyhow::Result<()> {
     if args.lab_anonymous_read {
         ichor_ui::tls::check_anonymous(&listeners)?;
     }
-    let client = connect::kube_client(args.kube.kubeconfig.as_deref()).await?;
+    let config = connect::kube_config(args.kube.kubeconfig.as_deref()).await?;
+    // Writes go to the same API server with the signed-in user's token.
+    let users = UserClients::from_config(&config);
+    let client = connect::client_of(config)?;
     let (cache, _reflectors) = Cache::start(&client);
     if !cache.wait_ready(Duration::from_secs(30)).await {
         tracing::warn!(
@@ -32,7 +35,7 @@ pub async fn run(args: UiArgs) -> anyhow::Result<()> {
         read_only: args.read_only,
         anonymous_read: args.lab_anonymous_read,
     };
-    let app = ichor_ui::router(AppState::new(client, cache, settings));
+    let app = ichor_ui::router(AppState::new(client, users, cache, settings));
     ichor_ui::tls::serve(app, listeners)
         .await
         .context("the UI stopped")
