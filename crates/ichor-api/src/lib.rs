@@ -72,6 +72,8 @@ pub const VERSION: &str = "v1alpha1";
 pub const SYSTEM_NAMESPACE: &str = "ichor-system";
 /// Annotation set on a TalosCluster that `ichor adopt` created.
 pub const ADOPTED_ANNOTATION: &str = "ichor.maesh.dev/adopted";
+/// Set (any value) on a TalosOperation to stop it before its next step.
+pub const CANCEL_ANNOTATION: &str = "ichor.maesh.dev/cancel";
 /// On a TalosCluster: `spec.cni.cilium.values` may set images, host paths,
 /// extra containers and ServiceAccounts (refused without it). Guarded by an
 /// admission policy: only a user allowed the `privileged-values` verb on

@@ -859,17 +859,14 @@ fn job_failed(
     now: &Time,
     generation: Option<i64>,
 ) -> Condition {
-    conditions::new(
-        types::CNI_HANDOVER,
-        Status::False,
-        reasons::JOB_FAILED,
+    job_failed_condition(
         format!(
             "the ichor-cni Job {}/{job} failed ({message}); failures in a row: {failures}. It was deleted and a new attempt starts in {}s; the Job's pod log says why",
             settings.system_namespace,
             wait.as_secs()
         ),
+        now,
         generation,
-        now.clone(),
     )
 }
 
@@ -882,14 +879,22 @@ fn job_waiting(
     now: &Time,
     generation: Option<i64>,
 ) -> Condition {
-    conditions::new(
-        types::CNI_HANDOVER,
-        Status::False,
-        reasons::JOB_FAILED,
+    job_failed_condition(
         format!(
             "the ichor-cni Job failed {failures} time(s) in a row (last: {message}); the next attempt starts at {} in {}. Fix what its log said, or change spec.cni to start one now",
             next.0, settings.system_namespace
         ),
+        now,
+        generation,
+    )
+}
+
+fn job_failed_condition(message: String, now: &Time, generation: Option<i64>) -> Condition {
+    conditions::new(
+        types::CNI_HANDOVER,
+        Status::False,
+        reasons::JOB_FAILED,
+        message,
         generation,
         now.clone(),
     )

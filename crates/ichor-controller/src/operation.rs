@@ -54,8 +54,7 @@ pub mod support;
 /// The controller's name in metrics.
 pub const CONTROLLER: &str = "talosoperation";
 
-/// Set (any value) on a TalosOperation to stop it before its next step.
-pub const CANCEL_ANNOTATION: &str = "ichor.maesh.dev/cancel";
+pub use ichor_api::CANCEL_ANNOTATION;
 
 /// Keeps a running operation until the controller has stopped it.
 pub const FINALIZER: &str = "ichor.maesh.dev/operation";

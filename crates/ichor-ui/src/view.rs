@@ -916,8 +916,7 @@ pub struct OperationPage {
     pub cancel_requested: bool,
 }
 
-/// The annotation that cancels an operation before its next step (the controller's `CANCEL_ANNOTATION`).
-pub const CANCEL_ANNOTATION: &str = "ichor.maesh.dev/cancel";
+pub use ichor_api::CANCEL_ANNOTATION;
 
 /// The page of one operation; None when there is no such operation.
 pub fn operation_page(

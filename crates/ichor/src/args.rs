@@ -51,7 +51,6 @@ Examples:
   ichor init lab --endpoint https://10.5.0.2:6443 --control-plane 10.5.0.2 --config-patch @ntp.yaml
   ichor init prod --endpoint https://k8s.example.com:6443 --control-plane 10.0.0.11,10.0.0.12
   ichor init prod --endpoint https://10.0.0.10:6443 --control-plane 10.0.0.11 --output-dir ./prod
-  ichor init prod --endpoint https://10.0.0.10:6443 --control-plane 10.0.0.11 --cert-fingerprint 10.0.0.11=FINGERPRINT
 
 Afterwards:
   talosctl --talosconfig ./prod/talosconfig health

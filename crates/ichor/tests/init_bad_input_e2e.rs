@@ -6,7 +6,7 @@
 //!
 //! Covers: R10.1 (bad input)
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use ichor_talemu::{Emulator, NodeSpec};

@@ -25,7 +25,7 @@ pub async fn upgrade_talos(args: UpgradeTalosArgs) -> anyhow::Result<()> {
     let spec = TalosOperationSpec {
         kind: OperationKind::TalosUpgrade,
         target: target(&args.common, args.machines),
-        version: Some(args.to),
+        version: Some(with_v(&args.to)),
         concurrency: args.common.concurrency,
         installer_image: args.installer_image,
         dry_run: args.common.dry_run,
@@ -39,7 +39,7 @@ pub async fn upgrade_version(args: UpgradeVersionArgs, kind: OperationKind) -> a
     let spec = TalosOperationSpec {
         kind,
         target: target(&args.common, args.machines),
-        version: Some(args.to),
+        version: Some(with_v(&args.to)),
         concurrency: args.common.concurrency,
         installer_image: None,
         dry_run: args.common.dry_run,
@@ -59,6 +59,17 @@ pub async fn reboot(args: RebootArgs) -> anyhow::Result<()> {
         allow_downgrade: false,
     };
     create(&args.common, spec).await
+}
+
+/// A version as the API takes it, with its v (`1.37.0` → `v1.37.0`): people
+/// write Kubernetes versions both ways.
+fn with_v(version: &str) -> String {
+    let version = version.trim();
+    if version.starts_with('v') {
+        version.to_owned()
+    } else {
+        format!("v{version}")
+    }
 }
 
 fn target(common: &OperationCommon, machines: Vec<String>) -> OperationTarget {
