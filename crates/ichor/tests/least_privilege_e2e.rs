@@ -760,3 +760,229 @@ async fn the_installed_ichor_uses_every_grant_it_has_and_leaks_no_secret() {
     })
     .await;
 }
+
+/// A kube client of the lab acting as `user` (the lab's admin impersonates
+/// it; the API server's RBAC and admission see `user`).
+async fn lab_client_as(h: &LabHarness, user: &str) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(&h.lab.kubeconfig).unwrap();
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
+    config.auth_info.impersonate = Some(user.to_owned());
+    kube::Client::try_from(config).unwrap()
+}
+
+/// Polls `done` for up to two minutes; the lab's logs in the failure.
+async fn lab_wait<F, Fut>(h: &LabHarness, what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while !done().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "waited in vain for {what}\n{}",
+            h.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Privilege boundaries on the lab, against the Ichor `ichor adopt`
+/// installed (its controller and webhooks as the lab runs them, under their
+/// ServiceAccount). The lab played: a team namespace with a crafted bundle
+/// Secret (its OS certificate's END marker inside the BEGIN line) and a
+/// cluster and machine using it, and a user who may only create
+/// TalosOperations in that namespace. Ichor did the rest:
+/// - the poisoned cluster's machine fails on its bundle, while the adopted
+///   cluster's machines keep reconciling and the controller never panics
+///   out; its machines still take `spec.hold` through the webhooks;
+/// - that user's TalosOperation of kind `ichor` starts nothing: it ends
+///   Failed saying kind ichor is obeyed only in ichor-system, and no
+///   installer Job exists.
+/// Covers: R18.1, R18.2
+#[tokio::test(flavor = "multi_thread")]
+async fn a_poisoned_bundle_and_a_team_operation_reach_nothing_on_the_lab() {
+    use ichor_api::conditions::{self, reasons, types};
+    use ichor_api::{TalosCluster, TalosOperationSpec};
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::{Namespace, Secret};
+    use kube::api::PostParams;
+    let h = LabHarness::up(|o: &mut LabOptions| o.cni = LabCni::Cilium).await;
+    let out = run(h.adopt(&[]));
+    assert!(out.status.success(), "adopt: {}\n{}", text(&out), h.logs());
+    let admin = h.client().await;
+    let team = "team-a";
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": team}})).unwrap();
+    Api::<Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+
+    // The crafted bundle: the lab's own, with the OS certificate replaced.
+    let good = std::fs::read_to_string(&h.lab.bundle).unwrap();
+    let crafted = ichor_talos::pem::b64("-----BEGIN X-----END X-----");
+    let mut lines: Vec<String> = good.lines().map(str::to_owned).collect();
+    let os = lines
+        .iter()
+        .position(|l| l.trim() == "os:")
+        .expect("certs.os");
+    let indent = lines[os + 1][..lines[os + 1].find("crt:").unwrap()].to_owned();
+    lines[os + 1] = format!("{indent}crt: {crafted}");
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "poisoned", "namespace": team},
+        "stringData": {"secrets.yaml": lines.join("\n") + "\n"}}))
+    .unwrap();
+    Api::<Secret>::namespaced(admin.clone(), team)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let cluster: TalosCluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
+        "metadata": {"name": "poisoned", "namespace": team},
+        "spec": {"endpoint": "https://10.0.0.10:6443", "talosVersion": "v1.13.9", "kubernetesVersion": "v1.34.1",
+            "secretsRef": {"name": "poisoned"}, "cni": {"preset": "unmanaged"}}}))
+    .unwrap();
+    Api::<TalosCluster>::namespaced(admin.clone(), team)
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let machine: TalosMachine = serde_json::from_value(serde_json::json!({
+        "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosMachine",
+        "metadata": {"name": "poisoned-w1", "namespace": team},
+        "spec": {"clusterRef": {"name": "poisoned"}, "role": "worker", "address": "127.0.0.1:1", "hold": true}}))
+    .unwrap();
+    let team_machines = Api::<TalosMachine>::namespaced(admin.clone(), team);
+    team_machines
+        .create(&PostParams::default(), &machine)
+        .await
+        .unwrap();
+    lab_wait(
+        &h,
+        "the poisoned cluster's machine to say its bundle is unusable",
+        || async {
+            team_machines.get("poisoned-w1").await.is_ok_and(|m| {
+                m.status.as_ref().is_some_and(|s| {
+                    conditions::find(&s.conditions, types::READY)
+                        .is_some_and(|c| c.reason == reasons::BUNDLE_UNAVAILABLE)
+                })
+            })
+        },
+    )
+    .await;
+    // The brake and its release still pass the webhooks.
+    for hold in [false, true] {
+        team_machines
+            .patch(
+                "poisoned-w1",
+                &PatchParams::default(),
+                &Patch::Merge(&serde_json::json!({"spec": {"hold": hold}})),
+            )
+            .await
+            .expect("spec.hold is accepted on the poisoned cluster's machine");
+    }
+    // The adopted cluster's machines are reconciled after the poisoned one was.
+    let lab_machines = Api::<TalosMachine>::namespaced(admin.clone(), NS);
+    let name = lab_machines
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    let seen = lab_machines
+        .get(&name)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.observed_generation);
+    lab_machines
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                &serde_json::json!({"spec": {"patches": [{"name": "touch", "inline": LABELS}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    lab_wait(
+        &h,
+        "the adopted cluster's machine to be reconciled again",
+        || async {
+            lab_machines
+                .get(&name)
+                .await
+                .is_ok_and(|m| m.status.and_then(|s| s.observed_generation) > seen)
+        },
+    )
+    .await;
+
+    // A user who may only create TalosOperations in the team namespace.
+    let user = "team-a-operator";
+    let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "operations", "namespace": team},
+        "rules": [{"apiGroups": ["ichor.maesh.dev"], "resources": ["talosoperations"], "verbs": ["create"]}]}))
+    .unwrap();
+    let binding: k8s_openapi::api::rbac::v1::RoleBinding =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "operations", "namespace": team},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "operations"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}))
+        .unwrap();
+    Api::namespaced(admin.clone(), team)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    Api::namespaced(admin.clone(), team)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let spec: TalosOperationSpec = serde_json::from_value(serde_json::json!({
+        "kind": "ichor", "version": "v9.9.9", "target": {"clusterRef": {"name": "poisoned"}}}))
+    .unwrap();
+    Api::<TalosOperation>::namespaced(lab_client_as(&h, user).await, team)
+        .create(
+            &PostParams::default(),
+            &TalosOperation::new("take-over", spec),
+        )
+        .await
+        .expect("the user may create the operation");
+    let ops = Api::<TalosOperation>::namespaced(admin.clone(), team);
+    lab_wait(&h, "the team's ichor operation to end", || async {
+        ops.get("take-over").await.is_ok_and(|o| {
+            o.status
+                .and_then(|s| s.phase)
+                .is_some_and(|p| matches!(p, OperationPhase::Failed | OperationPhase::Succeeded))
+        })
+    })
+    .await;
+    let op = ops.get("take-over").await.unwrap();
+    let status = op.status.unwrap();
+    assert_eq!(status.phase, Some(OperationPhase::Failed));
+    let message = status.message.unwrap_or_default();
+    assert!(message.contains("obeyed only in ichor-system"), "{message}");
+    let jobs = Api::<Job>::all(admin.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        jobs.items.iter().all(|j| !j
+            .metadata
+            .name
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("ichor-upgrade-")),
+        "no installer Job was started"
+    );
+    let logs = h.logs();
+    assert!(
+        !logs.contains("panicked at"),
+        "the controller panicked:\n{logs}"
+    );
+}
