@@ -71,6 +71,10 @@ pub struct OperationBounds {
     /// kubernetes-upgrade: a node runs a component's new image (from the
     /// step's start; `talosctl upgrade-k8s` waits 5 minutes for a pod).
     pub component: Duration,
+    /// One Talos call that pulls or installs the installer image (a
+    /// multi-hundred-megabyte image over a slow registry takes minutes; the
+    /// other calls keep `Config::talos_call_timeout`).
+    pub image: Duration,
     /// How often a wait looks again.
     pub poll: Duration,
 }
@@ -82,6 +86,7 @@ impl Default for OperationBounds {
             drain: Duration::from_secs(300),
             node_return: Duration::from_secs(900),
             component: Duration::from_secs(300),
+            image: Duration::from_secs(600),
             poll: Duration::from_secs(5),
         }
     }
@@ -772,6 +777,7 @@ impl Run<'_> {
                     return Ok(StepOutcome::Advanced);
                 }
                 let image = p.image.clone().unwrap_or_default();
+                let talos = talos.clone().with_call_timeout(self.bounds().image);
                 match talos.pull_installer("", &image).await {
                     Ok(_) => StepOutcome::Advanced,
                     Err(e) => step_failed(m, e),
@@ -783,13 +789,17 @@ impl Run<'_> {
                     return Ok(StepOutcome::Advanced);
                 }
                 let image = p.image.clone().unwrap_or_default();
+                let talos = talos.clone().with_call_timeout(self.bounds().image);
                 match talos.lifecycle_upgrade("", &image).await {
                     Ok(_) => StepOutcome::Advanced,
                     Err(e) => step_failed(m, e),
                 }
             }
             MachineStep::Draining => self.drain_step(p, now).await?,
-            MachineStep::Rebooting => reboot_machine(m, &talos, role, p, upgrade && legacy).await,
+            MachineStep::Rebooting => {
+                let bound = self.bounds().node_return;
+                reboot_machine(m, &talos, role, p, upgrade && legacy, (now, bound)).await
+            }
             MachineStep::WaitingForReturn => self.await_return(&talos, p, now).await?,
             MachineStep::Uncordoning => {
                 let node = p.node_name.clone().unwrap_or_else(|| p.machine.clone());
@@ -1195,18 +1205,36 @@ fn step_failed(m: &TalosMachine, e: ichor_talos_client::Error) -> StepOutcome {
 
 /// Rebooting: a control plane first hands its etcd leadership over (when it
 /// has peers); `legacy_upgrade` runs the pre-1.13 Upgrade, which reboots by
-/// itself, instead of a reboot.
+/// itself, instead of a reboot. `(now, bound)`: how long a node that does
+/// not answer is waited for.
 async fn reboot_machine(
     m: &TalosMachine,
     talos: &TalosClient,
     role: MachineRole,
     p: &MachineProgress,
     legacy_upgrade: bool,
+    (now, bound): (&Time, std::time::Duration),
 ) -> StepOutcome {
-    // Resumed after a restart: a node that does not answer, or
-    // answers with another boot id, has rebooted already.
+    // The step is entered again only when the reboot's result was not
+    // recorded (a restart in between). A node that answers with another
+    // boot id has rebooted. One that does not answer proves nothing — a
+    // passing network error looks the same as a reboot — so it is waited
+    // for, never taken as rebooted: the node would stay drained and cordoned.
     match talos.boot_id("").await {
-        Err(_) => return StepOutcome::Advanced,
+        Err(e) => {
+            let why = format!(
+                "node {} does not answer ({e}); the reboot is issued or checked once it does",
+                m.spec.address
+            );
+            return if decide::bound_passed(p, now, bound) {
+                StepOutcome::Failed(
+                    reasons::RETURN_TIMEOUT,
+                    format!("{why}, still after {bound:?}; check the node's console"),
+                )
+            } else {
+                StepOutcome::Wait(reasons::WAITING_FOR_RETURN, why)
+            };
+        }
         Ok(b) if p.boot_id_before.as_deref() != Some(b.as_str()) => {
             return StepOutcome::Advanced;
         }

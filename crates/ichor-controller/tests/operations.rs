@@ -267,6 +267,7 @@ fn quick() -> OperationBounds {
         node_return: Duration::from_secs(60),
         poll: Duration::from_millis(100),
         component: Duration::from_secs(60),
+        image: Duration::from_secs(60),
     }
 }
 
@@ -681,7 +682,7 @@ async fn deleting_a_running_operation_stops_it() {
 async fn a_held_control_plane_refuses_a_kubernetes_upgrade() {
     let s = setup("op-k8s-held", LAB, &["cp-2"], None, quick()).await;
     let mut op = operation(&s.ns, "k8s", "kubernetes-upgrade", &[]);
-    op.spec.version = Some("1.37.0".into());
+    op.spec.version = Some("v1.37.0".into());
     s.ops.create(&PostParams::default(), &op).await.unwrap();
     let op = finished(&s.ops, "k8s").await;
     let (status, reason, message) = complete(&op);
@@ -1123,7 +1124,7 @@ async fn kubernetes_upgrade_component_by_component() {
     s.ops
         .create(
             &PostParams::default(),
-            &kubernetes_operation(&s.ns, "skip", "1.38.0", false),
+            &kubernetes_operation(&s.ns, "skip", "v1.38.0", false),
         )
         .await
         .unwrap();
@@ -1144,7 +1145,7 @@ async fn kubernetes_upgrade_component_by_component() {
     s.ops
         .create(
             &PostParams::default(),
-            &kubernetes_operation(&s.ns, "old-talos", "1.37.0", false),
+            &kubernetes_operation(&s.ns, "old-talos", "v1.37.0", false),
         )
         .await
         .unwrap();
@@ -1187,7 +1188,7 @@ async fn kubernetes_upgrade_component_by_component() {
     s.ops
         .create(
             &PostParams::default(),
-            &kubernetes_operation(&s.ns, "preview", "1.37.0", true),
+            &kubernetes_operation(&s.ns, "preview", "v1.37.0", true),
         )
         .await
         .unwrap();
@@ -1252,7 +1253,7 @@ async fn kubernetes_upgrade_component_by_component() {
     s.ops
         .create(
             &PostParams::default(),
-            &kubernetes_operation(&s.ns, "k8s", "1.37.0", false),
+            &kubernetes_operation(&s.ns, "k8s", "v1.37.0", false),
         )
         .await
         .unwrap();
@@ -1484,7 +1485,7 @@ async fn a_removed_feature_gate_refuses_a_kubernetes_upgrade() {
     let ops = Api::<TalosOperation>::namespaced(client.clone(), &ns);
     ops.create(
         &PostParams::default(),
-        &kubernetes_operation(&ns, "gate", "1.36.0", false),
+        &kubernetes_operation(&ns, "gate", "v1.36.0", false),
     )
     .await
     .unwrap();

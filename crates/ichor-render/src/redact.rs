@@ -188,25 +188,49 @@ impl Redactor<'_> {
                     .collect(),
             ),
             Value::Tagged(t) => self.redact(path, &t.value),
-            scalar if self.is_public(path) && !carries_credentials(scalar) => scalar.clone(),
+            scalar
+                if self.is_public(path)
+                    && !matches!(scalar, Value::String(s) if carries_credentials(s)) =>
+            {
+                scalar.clone()
+            }
             Value::Null => Value::Null,
             scalar => Value::String(digest(&crate::drift::value_text_full(scalar))),
         }
     }
 }
 
-/// Whether a scalar is a URL that can carry a credential: user information
+/// Whether a text is a URL that can carry a credential: user information
 /// (`https://user:pass@host`) or a query string (`?token=…`). Such a value
 /// is a digest even on a public path (manifest URLs, log endpoints).
-pub fn carries_credentials(value: &Value) -> bool {
-    let Value::String(text) = value else {
-        return false;
-    };
+pub fn carries_credentials(text: &str) -> bool {
     let Some((_, rest)) = text.split_once("://") else {
         return false;
     };
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
     authority.contains('@') || rest.contains('?')
+}
+
+/// Whether `text` is exactly a digest as [`digest`] writes it (and so shows
+/// nothing): `sha256:` and 12 hex digits, `… (`, a length, ` bytes)`. A value
+/// that merely starts with `sha256:` is not one.
+pub fn is_digest(text: &str) -> bool {
+    let Some(rest) = text.strip_prefix("sha256:") else {
+        return false;
+    };
+    let Some((hex, rest)) = rest.split_at_checked(DIGEST_HEX) else {
+        return false;
+    };
+    let Some(len) = rest
+        .strip_prefix("… (")
+        .and_then(|r| r.strip_suffix(" bytes)"))
+    else {
+        return false;
+    };
+    hex.bytes()
+        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        && !len.is_empty()
+        && len.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// A value that must not be shown, as `sha256:<12 hex>… (<n> bytes)`: equal
@@ -269,6 +293,23 @@ mod tests {
             "env"
         ])));
         assert!(!r.is_public(&p(&["KubeletConfig", "auth", "username"])));
+    }
+
+    /// Covers: R8.1
+    #[test]
+    fn only_a_real_digest_is_taken_for_one() {
+        assert!(is_digest(&digest("c2VjcmV0")));
+        assert!(is_digest(&digest("")));
+        for not in [
+            "sha256:",
+            "sha256:c2VjcmV0",
+            "sha256:0123456789ab… (8 bytes) and the secret",
+            "sha256:0123456789AB… (8 bytes)",
+            "sha256:0123456789ab (8 bytes)",
+            "sha256:0123456789ab… ( bytes)",
+        ] {
+            assert!(!is_digest(not), "{not}");
+        }
     }
 
     /// Covers: R8.1

@@ -6,15 +6,23 @@
 /// What stands in for a quoted value.
 pub const REDACTED: &str = "(redacted)";
 
-/// `message` with every double-quoted stretch, and the backticked value after
-/// `variant `, replaced by [`REDACTED`]. Field names (``unknown field `x` ``)
-/// stay: they are keys, and they tell the user what to fix.
+/// Where a backticked value (not a field name) starts: serde writes the
+/// value it choked on as ``variant `…` `` and ``character `…` ``.
+const BACKTICKED_VALUES: [&str; 2] = ["variant `", "character `"];
+
+/// `message` with every double-quoted stretch (a `\"` inside it does not end
+/// it), and the backticked value after `variant ` or `character `, replaced
+/// by [`REDACTED`]. Field names (``unknown field `x` ``) stay: they are keys,
+/// and they tell the user what to fix.
 pub fn quoted_values(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
     let mut rest = message;
     loop {
         let dq = rest.find('"');
-        let bt = rest.find("variant `").map(|i| i + "variant ".len());
+        let bt = BACKTICKED_VALUES
+            .iter()
+            .filter_map(|m| rest.find(m).map(|i| i + m.len() - 1))
+            .min();
         let (start, close) = match (dq, bt) {
             (Some(d), Some(b)) if b < d => (b, '`'),
             (Some(d), _) => (d, '"'),
@@ -24,7 +32,7 @@ pub fn quoted_values(message: &str) -> String {
         out.push_str(&rest[..=start]);
         let after = &rest[start + 1..];
         out.push_str(REDACTED);
-        match after.find(close) {
+        match closing(after, close) {
             Some(end) => {
                 out.push(close);
                 rest = &after[end + 1..];
@@ -37,6 +45,20 @@ pub fn quoted_values(message: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// The byte index of the `close` that ends a quoted stretch: for a double
+/// quote, one not escaped by a backslash.
+fn closing(text: &str, close: char) -> Option<usize> {
+    let mut escaped = false;
+    for (i, c) in text.char_indices() {
+        match c {
+            '\\' if close == '"' && !escaped => escaped = true,
+            c if c == close && !escaped => return Some(i),
+            _ => escaped = false,
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -59,5 +81,26 @@ mod tests {
         );
         assert_eq!(quoted_values(r#"open "abc"#), r#"open "(redacted)"#);
         assert_eq!(quoted_values("no quotes"), "no quotes");
+    }
+
+    /// Covers: R8.1
+    #[test]
+    fn escaped_quotes_and_backticked_characters_do_not_let_a_value_through() {
+        assert_eq!(
+            quoted_values(r#"invalid type: string "ab\"cd\"ef", expected u16"#),
+            r#"invalid type: string "(redacted)", expected u16"#
+        );
+        assert_eq!(
+            quoted_values(r#"string "a\\" then "b""#),
+            r#"string "(redacted)" then "(redacted)""#
+        );
+        assert_eq!(
+            quoted_values("invalid type: character `k`, expected a string"),
+            "invalid type: character `(redacted)`, expected a string"
+        );
+        assert_eq!(
+            quoted_values("unknown variant `x`, expected one of `a`"),
+            "unknown variant `(redacted)`, expected one of `a`"
+        );
     }
 }

@@ -1118,10 +1118,17 @@ async fn start_operation(
             );
         }
     };
+    // The API takes versions with their v; people write them both ways.
     let version = form_value(&pairs, "version")
         .map(str::trim)
         .filter(|v| !v.is_empty())
-        .map(str::to_owned);
+        .map(|v| {
+            if v.starts_with('v') {
+                v.to_owned()
+            } else {
+                format!("v{v}")
+            }
+        });
     let machines: Vec<String> = pairs
         .iter()
         .filter(|(k, v)| k == "machines" && !v.is_empty())

@@ -753,9 +753,12 @@ pub fn parse_path(text: &str) -> ConfigPath {
 /// A value as the UI may show it: as it is on a public path, else its
 /// digest. The controller already redacts what it writes to status; this
 /// is the second fence, so a value that reached status unredacted is still
-/// not shown.
+/// not shown — one that only starts with `sha256:` included; a URL with
+/// credentials is a digest on a public path too.
 pub fn shown_value(path: &ConfigPath, value: &str) -> String {
-    if Redactor::default().is_public(path) || value.starts_with("sha256:") {
+    let public =
+        Redactor::default().is_public(path) && !ichor_render::redact::carries_credentials(value);
+    if public || ichor_render::redact::is_digest(value) {
         value.to_owned()
     } else {
         digest(value)

@@ -74,6 +74,7 @@ fn controller_config(ns: &str) -> ichor_controller::Config {
             drain: Duration::from_secs(60),
             node_return: Duration::from_secs(60),
             component: Duration::from_secs(60),
+            image: Duration::from_secs(60),
             poll: Duration::from_millis(200),
         },
         ..ichor_controller::Config::default()

@@ -523,6 +523,11 @@ pub struct ControllerArgs {
     /// without this one) before the operation fails naming the member.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     pub etcd_timeout: std::time::Duration,
+    /// How long one Talos call that pulls or installs an upgrade's installer
+    /// image may take before the machine's step fails (the other Talos calls
+    /// are bounded at 30 s).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub image_timeout: std::time::Duration,
 }
 
 #[derive(Debug, Subcommand)]

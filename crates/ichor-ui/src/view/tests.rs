@@ -660,3 +660,21 @@ fn pages_show_only_what_the_user_may_read() {
     // Everywhere stays everywhere when a namespace is added.
     assert_eq!(Readable::Everywhere.with("x"), Readable::Everywhere);
 }
+
+/// A value that only looks like a digest is not shown as it is, and a URL
+/// with a token is a digest even on a public path.
+/// Covers: R8.1
+#[test]
+fn only_real_digests_and_public_values_are_shown() {
+    use ichor_render::path::{ConfigPath, Segment::Key};
+    let secret = ConfigPath(vec![Key("cluster".into()), Key("secret".into())]);
+    let forged = "sha256:this-is-the-secret-itself";
+    assert_ne!(shown_value(&secret, forged), forged);
+    let real = ichor_render::redact::digest("s3cr3t");
+    assert_eq!(shown_value(&secret, &real), real);
+    let manifests = ConfigPath(vec![Key("cluster".into()), Key("extraManifests".into())]);
+    let url = "https://example.com/m.yaml?token=T0K3N";
+    assert!(!shown_value(&manifests, url).contains("T0K3N"));
+    let plain = "https://example.com/m.yaml";
+    assert_eq!(shown_value(&manifests, plain), plain);
+}

@@ -25,6 +25,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         operation_bounds: ichor_controller::operation::OperationBounds {
             drain: args.drain_timeout,
             etcd: args.etcd_timeout,
+            image: args.image_timeout,
             ..Default::default()
         },
         ..Config::default()
