@@ -647,6 +647,85 @@ async fn a_restarted_controller_resumes_without_repeating() {
     assert_eq!(s.lab.upgrade_writes(), vec!["w-1: reboot", "w-2: reboot"]);
 }
 
+/// A node that does not answer when its reboot is due is waited for, not
+/// taken for rebooted: the lab makes the worker go silent while its drain
+/// is blocked, then lets the drain finish (playing the kubelet: the pod is
+/// gone). Ichor's reboot step waits, saying the node does not answer; once
+/// the node answers again with the same boot id, Ichor reboots it and the
+/// operation succeeds — before, the step counted the silence as a reboot,
+/// and the node stayed drained and cordoned, never rebooted.
+/// Covers: R11.4
+#[tokio::test]
+async fn a_silent_node_at_the_reboot_step_is_waited_for_not_taken_as_rebooted() {
+    let machines = &[("w-1", "worker")];
+    let s = setup("op-silent", machines, &[], None, quick()).await;
+    pod_on(&s.client, &s.ns, "db-0", &s.lab.host("w-1"), "db").await;
+    let pods = Api::<Pod>::namespaced(s.client.clone(), &s.ns);
+    pods.patch_status(
+        "db-0",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+    )
+    .await
+    .unwrap();
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "db", "namespace": s.ns},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}
+    }))
+    .unwrap();
+    Api::<PodDisruptionBudget>::namespaced(s.client.clone(), &s.ns)
+        .create(&PostParams::default(), &pdb)
+        .await
+        .unwrap();
+    s.ops
+        .create(
+            &PostParams::default(),
+            &operation(&s.ns, "rb", "reboot", &[]),
+        )
+        .await
+        .unwrap();
+    let step_is = |step: MachineStep, says: &'static str| {
+        let ops = s.ops.clone();
+        async move {
+            ops.get("rb").await.is_ok_and(|op| {
+                op.status.is_some_and(|st| {
+                    st.machines.first().is_some_and(|m| {
+                        m.step == step && m.message.as_deref().unwrap_or_default().contains(says)
+                    })
+                })
+            })
+        }
+    };
+    wait_for("w-1 to be draining", || step_is(MachineStep::Draining, "")).await;
+    s.lab.emu.set_fault(0, ichor_talemu::Fault::Down);
+    pods.delete(
+        "db-0",
+        &kube::api::DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    wait_for("the reboot step to wait for the silent node", || {
+        step_is(MachineStep::Rebooting, "does not answer")
+    })
+    .await;
+    assert!(s.lab.upgrade_writes().is_empty());
+    s.lab.emu.set_fault(0, ichor_talemu::Fault::None);
+    let op = finished(&s.ops, "rb").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", reasons::SUCCEEDED),
+        "{message}"
+    );
+    s.running.stop().await.unwrap();
+    assert_eq!(s.lab.upgrade_writes(), vec!["w-1: reboot"]);
+}
+
 /// Deleting a running operation cancels it (the finalizer keeps it until
 /// the controller has stopped it), and it is then gone.
 /// Covers: R11.6 (cancel by deletion)
