@@ -213,6 +213,10 @@ pub const PRIVILEGED_VALUES_VERB: &str = "privileged-values";
 pub const JOBS_POLICY: &str = "ichor-controller-jobs";
 /// The ValidatingAdmissionPolicy guarding the privileged-values opt-in.
 pub const OPT_IN_POLICY: &str = "ichor-privileged-opt-ins";
+/// The ValidatingAdmissionPolicy guarding the any-installer-image opt-in.
+pub const INSTALLER_OPT_IN_POLICY: &str = "ichor-upgrade-image-opt-in";
+/// The RBAC verb that allows setting the any-installer-image annotation.
+pub const ANY_INSTALLER_IMAGE_VERB: &str = "any-installer-image";
 
 /// An image reference without its tag or digest
 /// (`registry:5000/ichor:v1` → `registry:5000/ichor`).
@@ -253,6 +257,14 @@ pub fn admission_policies(ns: &str, image_repository: &str) -> Vec<Value> {
          authorizer.group('{group}').resource('talosclusters').namespace(object.metadata.namespace).check('{PRIVILEGED_VALUES_VERB}').allowed()",
         group = ichor_api::GROUP
     );
+    let installer_key = ichor_api::ANY_INSTALLER_IMAGE_ANNOTATION;
+    let installer_opt_in = format!(
+        "(!has(object.metadata.annotations) || !('{installer_key}' in object.metadata.annotations)) || \
+         (oldObject != null && has(oldObject.metadata.annotations) && '{installer_key}' in oldObject.metadata.annotations && \
+          oldObject.metadata.annotations['{installer_key}'] == object.metadata.annotations['{installer_key}']) || \
+         authorizer.group('{group}').resource('talosoperations').namespace(object.metadata.namespace).check('{ANY_INSTALLER_IMAGE_VERB}').allowed()",
+        group = ichor_api::GROUP
+    );
     vec![
         json!({
             "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
@@ -287,6 +299,22 @@ pub fn admission_policies(ns: &str, image_repository: &str) -> Vec<Value> {
             "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
             "metadata": {"name": OPT_IN_POLICY},
             "spec": {"policyName": OPT_IN_POLICY, "validationActions": ["Deny"]}
+        }),
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": INSTALLER_OPT_IN_POLICY},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": [ichor_api::GROUP], "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE"], "resources": ["talosoperations"]}]},
+                "validations": [{"expression": installer_opt_in,
+                    "message": format!("only a user allowed the '{ANY_INSTALLER_IMAGE_VERB}' verb on talosoperations.{} may set or change the annotation {installer_key}", ichor_api::GROUP)}]
+            }
+        }),
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": INSTALLER_OPT_IN_POLICY},
+            "spec": {"policyName": INSTALLER_OPT_IN_POLICY, "validationActions": ["Deny"]}
         }),
     ]
 }

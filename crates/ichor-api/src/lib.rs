@@ -72,6 +72,14 @@ pub const VERSION: &str = "v1alpha1";
 pub const SYSTEM_NAMESPACE: &str = "ichor-system";
 /// Annotation set on a TalosCluster that `ichor adopt` created.
 pub const ADOPTED_ANNOTATION: &str = "ichor.maesh.dev/adopted";
+/// On a TalosOperation: `spec.installerImage` may name a registry outside
+/// [`TRUSTED_INSTALLER_REGISTRIES`]. Guarded by an admission policy: only a
+/// user allowed the `any-installer-image` verb on talosoperations may set it.
+pub const ANY_INSTALLER_IMAGE_ANNOTATION: &str = "ichor.maesh.dev/any-installer-image";
+/// Where a talos-upgrade's `spec.installerImage` may come from without
+/// [`ANY_INSTALLER_IMAGE_ANNOTATION`]: Sidero Labs' own registries. (With no
+/// `spec.installerImage`, each machine's own installer repository is used.)
+pub const TRUSTED_INSTALLER_REGISTRIES: [&str; 2] = ["ghcr.io/siderolabs/", "factory.talos.dev/"];
 /// Set (any value) on a TalosOperation to stop it before its next step.
 pub const CANCEL_ANNOTATION: &str = "ichor.maesh.dev/cancel";
 /// On a TalosCluster: `spec.cni.cilium.values` may set images, host paths,

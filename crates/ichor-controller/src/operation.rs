@@ -497,6 +497,19 @@ impl Run<'_> {
             .await;
             return Ok(Action::await_change());
         };
+        let opted_in = self
+            .op
+            .annotations()
+            .get(ichor_api::ANY_INSTALLER_IMAGE_ANNOTATION)
+            .is_some_and(|v| v == "true");
+        if let Some(refusal) =
+            decide::installer_image_refusal(spec.installer_image.as_deref(), opted_in)
+        {
+            status.start_time = Some(self.now());
+            self.finish(status, OperationPhase::Failed, reasons::REFUSED, refusal)
+                .await;
+            return Ok(Action::await_change());
+        }
         let facts = self.machine_facts(&cluster_name, &cluster).await?;
         let now = self.now();
         status.start_time = Some(now.clone());

@@ -475,6 +475,24 @@ pub fn bound_passed(progress: &MachineProgress, now: &Time, bound: Duration) -> 
     elapsed >= bound
 }
 
+/// Why `spec.installerImage` may not be used, or `None`: an image outside
+/// Sidero Labs' registries ([`ichor_api::TRUSTED_INSTALLER_REGISTRIES`])
+/// becomes what runs as root on the nodes, so it needs the annotation an
+/// admission policy lets only an admin set.
+pub fn installer_image_refusal(spec_image: Option<&str>, opted_in: bool) -> Option<String> {
+    let image = spec_image?;
+    let trusted = ichor_api::TRUSTED_INSTALLER_REGISTRIES
+        .iter()
+        .any(|registry| image.starts_with(registry));
+    (!trusted && !opted_in).then(|| {
+        format!(
+            "spec.installerImage {image:?} is not from {}: the installer runs as root on every targeted node, so another registry needs the annotation {}: \"true\", which only a user allowed the any-installer-image verb may set (see docs/security.md); or leave spec.installerImage out to keep each machine's own installer repository",
+            ichor_api::TRUSTED_INSTALLER_REGISTRIES.join(" or "),
+            ichor_api::ANY_INSTALLER_IMAGE_ANNOTATION
+        )
+    })
+}
+
 /// The installer image for a machine: `spec.installerImage`, else the
 /// machine's own installer repository (schematic kept) at the target tag,
 /// else the Image Factory's image of the empty schematic.
@@ -1371,6 +1389,34 @@ mod tests {
             &t(1000),
             Duration::ZERO
         ));
+    }
+
+    /// Covers: R18.2
+    #[test]
+    fn an_installer_image_from_elsewhere_needs_the_admins_opt_in() {
+        assert_eq!(installer_image_refusal(None, false), None);
+        for trusted in [
+            "ghcr.io/siderolabs/installer:v1.14.0",
+            "factory.talos.dev/installer/abc123:v1.14.0",
+        ] {
+            assert_eq!(
+                installer_image_refusal(Some(trusted), false),
+                None,
+                "{trusted}"
+            );
+        }
+        for other in [
+            "evil.example/installer:v1.14.0",
+            "ghcr.io/siderolabs.evil/installer:v1",
+            "ghcr.io/someone/installer:v1.14.0",
+        ] {
+            let refusal = installer_image_refusal(Some(other), false).expect("refused");
+            assert!(
+                refusal.contains(ichor_api::ANY_INSTALLER_IMAGE_ANNOTATION),
+                "{refusal}"
+            );
+            assert_eq!(installer_image_refusal(Some(other), true), None);
+        }
     }
 
     #[test]

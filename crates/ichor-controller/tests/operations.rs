@@ -726,6 +726,33 @@ async fn a_silent_node_at_the_reboot_step_is_waited_for_not_taken_as_rebooted() 
     assert_eq!(s.lab.upgrade_writes(), vec!["w-1: reboot"]);
 }
 
+/// A talos-upgrade whose `spec.installerImage` is not from Sidero Labs'
+/// registries is refused before any machine is touched, unless an admin
+/// opted it in (the annotation; its admission policy is tested in
+/// webhook.rs).
+/// Covers: R18.2
+#[tokio::test]
+async fn an_installer_image_from_elsewhere_is_refused_without_the_opt_in() {
+    let machines = &[("w-1", "worker")];
+    let s = setup("op-installer", machines, &[], None, quick()).await;
+    let mut op = operation(&s.ns, "elsewhere", "talos-upgrade", &[]);
+    op.spec.installer_image = Some("registry.example/installer:v1.14.0".into());
+    s.ops.create(&PostParams::default(), &op).await.unwrap();
+    let op = finished(&s.ops, "elsewhere").await;
+    let (status, reason, message) = complete(&op);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", reasons::REFUSED)
+    );
+    assert!(
+        message.contains(ichor_api::ANY_INSTALLER_IMAGE_ANNOTATION),
+        "{message}"
+    );
+    assert!(op.status.unwrap().plan.is_empty());
+    s.running.stop().await.unwrap();
+    assert!(s.lab.upgrade_writes().is_empty());
+}
+
 /// Deleting a running operation cancels it (the finalizer keeps it until
 /// the controller has stopped it), and it is then gone.
 /// Covers: R11.6 (cancel by deletion)

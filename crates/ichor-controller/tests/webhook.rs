@@ -515,4 +515,32 @@ async fn admission_policies_bound_the_controllers_jobs_and_the_opt_in() {
         )
         .await
         .expect("a user granted privileged-values may opt in");
+
+    // The installer-image opt-in on a TalosOperation: the same rule.
+    grant(
+        &admin,
+        &ns,
+        "carol",
+        json!([{"apiGroups": ["ichor.maesh.dev"], "resources": ["talosoperations"], "verbs": ["create"]}]),
+    )
+    .await;
+    let operation = |name: &str| -> ichor_api::TalosOperation {
+        serde_json::from_value(json!({
+            "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosOperation",
+            "metadata": {"name": name, "namespace": ns,
+                "annotations": {ichor_api::ANY_INSTALLER_IMAGE_ANNOTATION: "true"}},
+            "spec": {"kind": "talos-upgrade", "version": "v1.14.0", "installerImage": "registry.example/installer:v1.14.0",
+                "target": {"clusterRef": {"name": "plain"}}}
+        }))
+        .unwrap()
+    };
+    let err = Api::<ichor_api::TalosOperation>::namespaced(as_user(env, "carol").await, &ns)
+        .create(&PostParams::default(), &operation("by-carol"))
+        .await
+        .expect_err("refused");
+    assert!(err.to_string().contains("any-installer-image"), "{err}");
+    Api::<ichor_api::TalosOperation>::namespaced(admin.clone(), &ns)
+        .create(&PostParams::default(), &operation("by-admin"))
+        .await
+        .expect("a cluster admin may opt an operation in");
 }

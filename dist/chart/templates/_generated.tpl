@@ -336,4 +336,34 @@ spec:
   policyName: ichor-privileged-opt-ins
   validationActions:
   - Deny
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: ichor-upgrade-image-opt-in
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups:
+      - ichor.maesh.dev
+      apiVersions:
+      - '*'
+      operations:
+      - CREATE
+      - UPDATE
+      resources:
+      - talosoperations
+  validations:
+  - expression: (!has(object.metadata.annotations) || !('ichor.maesh.dev/any-installer-image' in object.metadata.annotations)) || (oldObject != null && has(oldObject.metadata.annotations) && 'ichor.maesh.dev/any-installer-image' in oldObject.metadata.annotations && oldObject.metadata.annotations['ichor.maesh.dev/any-installer-image'] == object.metadata.annotations['ichor.maesh.dev/any-installer-image']) || authorizer.group('ichor.maesh.dev').resource('talosoperations').namespace(object.metadata.namespace).check('any-installer-image').allowed()
+    message: only a user allowed the 'any-installer-image' verb on talosoperations.ichor.maesh.dev may set or change the annotation ichor.maesh.dev/any-installer-image
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: ichor-upgrade-image-opt-in
+spec:
+  policyName: ichor-upgrade-image-opt-in
+  validationActions:
+  - Deny
 {{- end }}
