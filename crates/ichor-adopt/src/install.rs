@@ -235,8 +235,10 @@ pub fn image_repository(image: &str) -> &str {
 ///   any tag) with Ichor's own arguments, one container, no init container
 ///   and no host path: the controller's token cannot become those identities
 ///   for anything else;
-/// - the privileged-values annotation on a TalosCluster is set or changed
-///   only by a user the authorizer allows the `privileged-values` verb.
+/// - the privileged-values annotation on a TalosCluster, and the
+///   any-installer-image annotation on a TalosOperation, are set or changed
+///   only by a user the authorizer allows the matching verb
+///   (`opt_in_policy`).
 pub fn admission_policies(ns: &str, image_repository: &str) -> Vec<Value> {
     let controller = format!("system:serviceaccount:{ns}:{CONTROLLER}");
     let jobs = format!(
@@ -248,22 +250,6 @@ pub fn admission_policies(ns: &str, image_repository: &str) -> Vec<Value> {
            (object.spec.template.spec.serviceAccountName == 'ichor-cni' \
              ? (size(c.args) == 7 && c.args[0] == 'cni' && c.args[1] == 'helm' && c.args[2] == 'apply' && c.args[3] == '--cluster' && c.args[5] == '--namespace') \
              : (size(c.args) == 3 && c.args[0] == 'install' && c.args[1] == '--to'))))"
-    );
-    let key = PRIVILEGED_VALUES_ANNOTATION;
-    let opt_in = format!(
-        "(!has(object.metadata.annotations) || !('{key}' in object.metadata.annotations)) || \
-         (oldObject != null && has(oldObject.metadata.annotations) && '{key}' in oldObject.metadata.annotations && \
-          oldObject.metadata.annotations['{key}'] == object.metadata.annotations['{key}']) || \
-         authorizer.group('{group}').resource('talosclusters').namespace(object.metadata.namespace).check('{PRIVILEGED_VALUES_VERB}').allowed()",
-        group = ichor_api::GROUP
-    );
-    let installer_key = ichor_api::ANY_INSTALLER_IMAGE_ANNOTATION;
-    let installer_opt_in = format!(
-        "(!has(object.metadata.annotations) || !('{installer_key}' in object.metadata.annotations)) || \
-         (oldObject != null && has(oldObject.metadata.annotations) && '{installer_key}' in oldObject.metadata.annotations && \
-          oldObject.metadata.annotations['{installer_key}'] == object.metadata.annotations['{installer_key}']) || \
-         authorizer.group('{group}').resource('talosoperations').namespace(object.metadata.namespace).check('{ANY_INSTALLER_IMAGE_VERB}').allowed()",
-        group = ichor_api::GROUP
     );
     vec![
         json!({
@@ -284,37 +270,51 @@ pub fn admission_policies(ns: &str, image_repository: &str) -> Vec<Value> {
             "spec": {"policyName": JOBS_POLICY, "validationActions": ["Deny"],
                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}}
         }),
+    ]
+    .into_iter()
+    .chain(opt_in_policy(
+        OPT_IN_POLICY,
+        "talosclusters",
+        PRIVILEGED_VALUES_ANNOTATION,
+        PRIVILEGED_VALUES_VERB,
+    ))
+    .chain(opt_in_policy(
+        INSTALLER_OPT_IN_POLICY,
+        "talosoperations",
+        ichor_api::ANY_INSTALLER_IMAGE_ANNOTATION,
+        ANY_INSTALLER_IMAGE_VERB,
+    ))
+    .collect()
+}
+
+/// A policy and its binding: annotation `key` on Ichor's `resource` may be
+/// set or changed only by a user the authorizer allows `verb` on that
+/// resource in the object's namespace (an RBAC verb of Ichor's own, which
+/// cluster-admin holds).
+fn opt_in_policy(name: &str, resource: &str, key: &str, verb: &str) -> [Value; 2] {
+    let group = ichor_api::GROUP;
+    let expression = format!(
+        "(!has(object.metadata.annotations) || !('{key}' in object.metadata.annotations)) || \
+         (oldObject != null && has(oldObject.metadata.annotations) && '{key}' in oldObject.metadata.annotations && \
+          oldObject.metadata.annotations['{key}'] == object.metadata.annotations['{key}']) || \
+         authorizer.group('{group}').resource('{resource}').namespace(object.metadata.namespace).check('{verb}').allowed()"
+    );
+    [
         json!({
             "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": OPT_IN_POLICY},
+            "metadata": {"name": name},
             "spec": {
                 "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": [{"apiGroups": [ichor_api::GROUP], "apiVersions": ["*"],
-                    "operations": ["CREATE", "UPDATE"], "resources": ["talosclusters"]}]},
-                "validations": [{"expression": opt_in,
-                    "message": format!("only a user allowed the '{PRIVILEGED_VALUES_VERB}' verb on talosclusters.{} may set or change the annotation {key}", ichor_api::GROUP)}]
+                "matchConstraints": {"resourceRules": [{"apiGroups": [group], "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE"], "resources": [resource]}]},
+                "validations": [{"expression": expression,
+                    "message": format!("only a user allowed the '{verb}' verb on {resource}.{group} may set or change the annotation {key}")}]
             }
         }),
         json!({
             "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": OPT_IN_POLICY},
-            "spec": {"policyName": OPT_IN_POLICY, "validationActions": ["Deny"]}
-        }),
-        json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": INSTALLER_OPT_IN_POLICY},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": [{"apiGroups": [ichor_api::GROUP], "apiVersions": ["*"],
-                    "operations": ["CREATE", "UPDATE"], "resources": ["talosoperations"]}]},
-                "validations": [{"expression": installer_opt_in,
-                    "message": format!("only a user allowed the '{ANY_INSTALLER_IMAGE_VERB}' verb on talosoperations.{} may set or change the annotation {installer_key}", ichor_api::GROUP)}]
-            }
-        }),
-        json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": INSTALLER_OPT_IN_POLICY},
-            "spec": {"policyName": INSTALLER_OPT_IN_POLICY, "validationActions": ["Deny"]}
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"]}
         }),
     ]
 }
