@@ -392,11 +392,12 @@ async fn start_servers(
         // The certificate is read before anything else starts: a missing or
         // bad Secret is an error at once, not a webhook that never answers.
         webhook::load_tls(client, &config.system_namespace, &wh.cert_secret).await?;
+        let listener = webhook::bind(wh.addr)?;
         let stop = shutdown.clone();
         let (c, ns) = (client.clone(), config.system_namespace.clone());
         tokio::spawn(async move {
             if let Err(e) =
-                webhook::serve_from_secret(c, ns, wh.cert_secret, wh.addr, wh.reload, stop).await
+                webhook::serve_from_secret(c, ns, wh.cert_secret, listener, wh.reload, stop).await
             {
                 tracing::error!(error = %e, "the webhook server stopped");
             }

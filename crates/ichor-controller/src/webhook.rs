@@ -308,6 +308,20 @@ pub fn server_config(
     Ok(Arc::new(cfg))
 }
 
+/// Binds `addr` for the webhook server: done before the server starts, so
+/// a port already taken stops the controller at once instead of leaving it
+/// running with webhooks nobody answers.
+pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener> {
+    let serve_error = |e: std::io::Error| Error::Serve {
+        what: "webhook",
+        addr: addr.to_string(),
+        reason: e.to_string(),
+    };
+    let listener = std::net::TcpListener::bind(addr).map_err(serve_error)?;
+    listener.set_nonblocking(true).map_err(serve_error)?;
+    Ok(listener)
+}
+
 /// Serves [`router`] over HTTPS until `shutdown`.
 pub async fn serve(
     addr: SocketAddr,
@@ -315,7 +329,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     serve_with(
-        addr,
+        bind(addr)?,
         axum_server::tls_rustls::RustlsConfig::from_config(tls),
         shutdown,
     )
@@ -323,36 +337,39 @@ pub async fn serve(
 }
 
 async fn serve_with(
-    addr: SocketAddr,
+    listener: std::net::TcpListener,
     tls: axum_server::tls_rustls::RustlsConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    let addr = listener
+        .local_addr()
+        .map_or_else(|_| "(unknown)".to_string(), |a| a.to_string());
+    let serve_error = |e: std::io::Error| Error::Serve {
+        what: "webhook",
+        addr: addr.clone(),
+        reason: e.to_string(),
+    };
     let handle = axum_server::Handle::new();
     let h = handle.clone();
     tokio::spawn(async move {
         shutdown.await;
         h.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
     });
-    axum_server::bind_rustls(addr, tls)
+    axum_server::from_tcp_rustls(listener, tls)
+        .map_err(serve_error)?
         .handle(handle)
         .serve(router().into_make_service())
         .await
-        .map_err(|e| Error::Serve {
-            what: "webhook",
-            addr: addr.to_string(),
-            reason: e.to_string(),
-        })
+        .map_err(serve_error)
 }
 
-/// Serves [`router`] with the certificate of Secret `namespace/secret`,
-/// reading the Secret again every `reload` and switching to a renewed
-/// certificate without a restart (a rotation by cert-manager or the chart).
-/// A Secret that becomes unusable keeps the last good certificate and says so.
+/// Serves [`router`] on `listener` (from [`bind`]) with the certificate in
+/// `namespace/secret`, reloading it when the Secret changes.
 pub async fn serve_from_secret(
     client: kube::Client,
     namespace: String,
     secret: String,
-    addr: SocketAddr,
+    listener: std::net::TcpListener,
     reload: std::time::Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
@@ -391,7 +408,7 @@ pub async fn serve_from_secret(
             }
         }
     });
-    let r = serve_with(addr, config, shutdown).await;
+    let r = serve_with(listener, config, shutdown).await;
     watcher.abort();
     r
 }
@@ -400,6 +417,22 @@ pub async fn serve_from_secret(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A webhook port already taken is an error when the controller starts
+    /// (it exits and says where), not a server that never answers while the
+    /// pod runs on.
+    #[test]
+    fn a_taken_webhook_port_is_an_error_at_start() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = taken.local_addr().unwrap();
+        let err = bind(addr).unwrap_err();
+        assert!(
+            matches!(&err, Error::Serve { what: "webhook", addr: a, .. } if *a == addr.to_string()),
+            "{err}"
+        );
+        drop(taken);
+        assert!(bind(addr).is_ok(), "the port once freed");
+    }
 
     /// Covers: bad input (spec.address: the CRD's doc, the webhook and the
     /// controller agree that a port is optional and 50000 is the default)

@@ -850,12 +850,16 @@ impl IchorPods {
         pod_cidr: Option<&str>,
     ) -> PodProcess {
         let (ip, pod_ip) = self.pod_ip(pod_cidr);
-        let ports: BTreeMap<u16, u16> = container
+        let declared: Vec<u16> = container
             .ports
             .iter()
             .flatten()
             .filter_map(|p| u16::try_from(p.container_port).ok())
-            .map(|p| (p, free_port(ip)))
+            .collect();
+        let ports: BTreeMap<u16, u16> = declared
+            .iter()
+            .copied()
+            .zip(free_ports(ip, declared.len()))
             .collect();
         for (declared, mapped) in &ports {
             self.runner.network.route(
@@ -1528,11 +1532,16 @@ impl Drop for AbortOnDrop {
     }
 }
 
-fn free_port(ip: Ipv4Addr) -> u16 {
-    TcpListener::bind((ip, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port on the pod's loopback address")
+/// `n` distinct free ports on `ip`. Every listener is held until all are
+/// picked: a port released and picked again would map two of a pod's
+/// declared ports to one (its webhook port answered by its metrics server).
+fn free_ports(ip: Ipv4Addr, n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind((ip, 0)).expect("a free port on the pod's loopback address"))
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().expect("a bound listener's address").port())
+        .collect()
 }
 
 fn now() -> String {
@@ -1660,6 +1669,15 @@ mod tests {
         );
         assert_eq!(ready_endpoint(&e, "metrics"), None);
         assert_eq!(ready_endpoint(&Endpoints::default(), "https"), None);
+    }
+
+    /// A pod's declared ports map to distinct ports of its address, however
+    /// many it declares.
+    #[test]
+    fn a_pods_ports_never_share_a_mapped_port() {
+        let ports = free_ports(Ipv4Addr::LOCALHOST, 300);
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), 300, "{ports:?}");
     }
 
     #[test]

@@ -76,6 +76,25 @@ async fn pods_of(client: &kube::Client, daemonset: &str) -> Vec<Pod> {
         .items
 }
 
+/// The DaemonSet's status once every scheduled pod is Ready, or as it
+/// stands after a minute.
+async fn settled_status(
+    client: &kube::Client,
+    daemonset: &str,
+) -> k8s_openapi::api::apps::v1::DaemonSetStatus {
+    let api = Api::<DaemonSet>::namespaced(client.clone(), "kube-system");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let status = api.get(daemonset).await.unwrap().status.unwrap();
+        let settled = status.desired_number_scheduled > 0
+            && status.number_ready == status.desired_number_scheduled;
+        if settled || std::time::Instant::now() > deadline {
+            return status;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
 /// Covers: R1.5b, R1.4b, R7.3, R7.4: Ichor's engine installs the
 /// real chart (its agent and envoy DaemonSets, `cilium-config`, the operator
 /// Deployment); each DaemonSet gets one pod per node, and the nodes turn
@@ -128,12 +147,10 @@ async fn the_real_chart_runs_a_ready_agent_on_every_node() {
             .collect();
         assert_eq!(on, nodes, "{daemonset}: one pod per node");
         assert_eq!(pods.len(), nodes.len(), "{daemonset}");
-        let status = Api::<DaemonSet>::namespaced(client.clone(), "kube-system")
-            .get(daemonset)
-            .await
-            .unwrap()
-            .status
-            .unwrap();
+        // `cni bootstrap` waits for the nodes, which wait for the agent only;
+        // envoy's pods turn Ready on their own probes, so its status is read
+        // until it settles (bounded), then asserted.
+        let status = settled_status(&client, daemonset).await;
         assert_eq!(status.desired_number_scheduled, 2, "{daemonset}");
         assert_eq!(status.number_ready, 2, "{daemonset}");
     }
