@@ -211,6 +211,9 @@ pub const PRIVILEGED_VALUES_ANNOTATION: &str = ichor_api::PRIVILEGED_VALUES_ANNO
 pub const PRIVILEGED_VALUES_VERB: &str = "privileged-values";
 /// The ValidatingAdmissionPolicy bounding the Jobs Ichor's controller creates.
 pub const JOBS_POLICY: &str = "ichor-controller-jobs";
+/// The ValidatingAdmissionPolicy bounding the Deployments and DaemonSets
+/// the controller changes.
+pub const WORKLOADS_POLICY: &str = "ichor-controller-workloads";
 /// The ValidatingAdmissionPolicy guarding the privileged-values opt-in.
 pub const OPT_IN_POLICY: &str = "ichor-privileged-opt-ins";
 /// The ValidatingAdmissionPolicy guarding the any-installer-image opt-in.
@@ -235,6 +238,13 @@ pub fn image_repository(image: &str) -> &str {
 ///   any tag) with Ichor's own arguments, one container, no init container
 ///   and no host path: the controller's token cannot become those identities
 ///   for anything else;
+/// - a Deployment or DaemonSet the controller's ServiceAccount changes keeps
+///   its `spec` unless it is in `kube-system` or carries Talos's
+///   bootstrap-manifests inventory annotation (the kubernetes-upgrade's
+///   sync brings only Talos's objects to Talos's manifests; the CNI
+///   hand-over changes metadata alone), and the controller never stamps that
+///   annotation on a workload: its token cannot rewrite an application's
+///   pods;
 /// - the privileged-values annotation on a TalosCluster, and the
 ///   any-installer-image annotation on a TalosOperation, are set or changed
 ///   only by a user the authorizer allows the matching verb
@@ -272,6 +282,7 @@ pub fn admission_policies(ns: &str, image_repository: &str) -> Vec<Value> {
         }),
     ]
     .into_iter()
+    .chain(workloads_policy(&controller))
     .chain(opt_in_policy(
         OPT_IN_POLICY,
         "talosclusters",
@@ -285,6 +296,48 @@ pub fn admission_policies(ns: &str, image_repository: &str) -> Vec<Value> {
         ANY_INSTALLER_IMAGE_VERB,
     ))
     .collect()
+}
+
+/// The policy and binding of [`WORKLOADS_POLICY`] for the controller's
+/// username.
+fn workloads_policy(controller: &str) -> [Value; 2] {
+    use ichor_talos::bootstrap_inventory::{
+        INVENTORY_NAME, OWNING_INVENTORY_ANNOTATION, WORKLOADS_NAMESPACE,
+    };
+    let annotation = |o: &str| {
+        format!(
+            "(has({o}.metadata.annotations) && '{OWNING_INVENTORY_ANNOTATION}' in {o}.metadata.annotations \
+             ? {o}.metadata.annotations['{OWNING_INVENTORY_ANNOTATION}'] : '')"
+        )
+    };
+    let (old, new) = (annotation("oldObject"), annotation("object"));
+    let spec = format!(
+        "object.spec == oldObject.spec || object.metadata.namespace == '{WORKLOADS_NAMESPACE}' || {old} == '{INVENTORY_NAME}'"
+    );
+    let stamp = format!("{new} == '' || {new} == {old}");
+    [
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": WORKLOADS_POLICY},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                    "operations": ["UPDATE"], "resources": ["daemonsets", "deployments"]}]},
+                "matchConditions": [{"name": "made-by-ichor-controller", "expression": format!("request.userInfo.username == '{controller}'")}],
+                "validations": [
+                    {"expression": spec,
+                     "message": format!("Ichor's controller may change the spec of a Deployment or DaemonSet only in {WORKLOADS_NAMESPACE} or on one Talos's bootstrap manifests own (annotation {OWNING_INVENTORY_ANNOTATION}: {INVENTORY_NAME})")},
+                    {"expression": stamp,
+                     "message": format!("Ichor's controller may keep or remove the annotation {OWNING_INVENTORY_ANNOTATION} on a Deployment or DaemonSet, never set it")}
+                ]
+            }
+        }),
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": WORKLOADS_POLICY},
+            "spec": {"policyName": WORKLOADS_POLICY, "validationActions": ["Deny"]}
+        }),
+    ]
 }
 
 /// A policy and its binding: annotation `key` on Ichor's `resource` may be

@@ -12,6 +12,7 @@ use ichor_controller::webhook::{self, VALIDATE_TALOSCLUSTER_PATH, VALIDATE_TALOS
 use ichor_testenv::TestEnv;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -391,7 +392,8 @@ async fn admission_policies_bound_the_controllers_jobs_and_the_opt_in() {
         &admin,
         &ns,
         &controller,
-        json!([{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]),
+        json!([{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"]}]),
     )
     .await;
     let jobs = Api::<Job>::namespaced(as_user(env, &controller).await, &ns);
@@ -543,4 +545,110 @@ async fn admission_policies_bound_the_controllers_jobs_and_the_opt_in() {
         .create(&PostParams::default(), &operation("by-admin"))
         .await
         .expect("a cluster admin may opt an operation in");
+
+    // The workloads the controller's token may change: an application's
+    // Deployment keeps its pods (only its metadata may change, and never by
+    // gaining Talos's inventory annotation); one Talos's manifests own, or
+    // one in kube-system, may be brought to Talos's manifests.
+    grant(
+        &admin,
+        "kube-system",
+        &controller,
+        json!([{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"]}]),
+    )
+    .await;
+    let inventory = ichor_talos::bootstrap_inventory::OWNING_INVENTORY_ANNOTATION;
+    let deployment = |ns: &str, name: &str, annotations: Value| -> Deployment {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": ns, "annotations": annotations},
+            "spec": {"selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "app", "image": "registry.example/app:v1"}]}}}
+        }))
+        .unwrap()
+    };
+    let create = |d: Deployment| {
+        let admin = admin.clone();
+        async move {
+            Api::<Deployment>::namespaced(admin, d.metadata.namespace.as_deref().unwrap())
+                .create(&PostParams::default(), &d)
+                .await
+                .unwrap();
+        }
+    };
+    let talos_owned = json!({inventory: ichor_talos::bootstrap_inventory::INVENTORY_NAME});
+    create(deployment(&ns, "app", json!({"team": "a"}))).await;
+    create(deployment(&ns, "talos-inline", talos_owned.clone())).await;
+    let in_kube_system = format!("{ns}-coredns");
+    create(deployment("kube-system", &in_kube_system, json!({}))).await;
+    let as_controller = as_user(env, &controller).await;
+    let image = |image: &str| {
+        Patch::Merge(
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": image}]}}}}),
+        )
+    };
+    let mine = Api::<Deployment>::namespaced(as_controller.clone(), &ns);
+    wait_for(
+        "the workloads policy to keep an application's pods",
+        || async {
+            mine.patch("app", &PatchParams::default(), &image("evil.example/x:v1"))
+                .await
+                .is_err_and(|e| {
+                    e.to_string()
+                        .contains("may change the spec of a Deployment or DaemonSet only")
+                })
+        },
+    )
+    .await;
+    let err = mine
+        .patch(
+            "app",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {inventory: ichor_talos::bootstrap_inventory::INVENTORY_NAME}}})),
+        )
+        .await
+        .expect_err("the controller may not stamp Talos's annotation");
+    assert!(err.to_string().contains("never set it"), "{err}");
+    mine.patch(
+        "app",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"team": null}}})),
+    )
+    .await
+    .expect("metadata alone (the hand-over's change) is the controller's to make");
+    mine.patch(
+        "talos-inline",
+        &PatchParams::default(),
+        &image("registry.example/app:v2"),
+    )
+    .await
+    .expect("a workload Talos's manifests own is synced");
+    mine.patch(
+        "talos-inline",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {inventory: null}}})),
+    )
+    .await
+    .expect("the hand-over removes Talos's annotation");
+    Api::<Deployment>::namespaced(as_controller.clone(), "kube-system")
+        .patch(
+            &in_kube_system,
+            &PatchParams::default(),
+            &image("registry.example/app:v2"),
+        )
+        .await
+        .expect("a workload in kube-system (where Talos's manifests put theirs) is synced");
+    // Any other identity is not the policy's business.
+    Api::<Deployment>::namespaced(admin.clone(), &ns)
+        .patch(
+            "app",
+            &PatchParams::default(),
+            &image("registry.example/app:v3"),
+        )
+        .await
+        .expect("an admin changes an application's pods");
+    Api::<Deployment>::namespaced(admin.clone(), "kube-system")
+        .delete(&in_kube_system, &Default::default())
+        .await
+        .unwrap();
 }

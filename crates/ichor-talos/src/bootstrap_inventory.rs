@@ -20,6 +20,10 @@ use std::fmt;
 pub const INVENTORY_NAMESPACE: &str = "kube-system";
 /// The inventory ConfigMap's name (also the inventory's id in the annotation).
 pub const INVENTORY_NAME: &str = "talos-bootstrap-manifests-inventory";
+/// Where Talos's bootstrap manifests put their workloads (kube-proxy,
+/// CoreDNS); objects there made before Talos stamped them carry no
+/// owning-inventory annotation.
+pub const WORKLOADS_NAMESPACE: &str = "kube-system";
 /// The annotation naming the inventory that owns an object.
 pub const OWNING_INVENTORY_ANNOTATION: &str = "config.k8s.io/owning-inventory";
 /// Talos's field manager for its bootstrap manifests.

@@ -310,6 +310,41 @@ spec:
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
 metadata:
+  name: ichor-controller-workloads
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups:
+      - apps
+      apiVersions:
+      - v1
+      operations:
+      - UPDATE
+      resources:
+      - daemonsets
+      - deployments
+  matchConditions:
+  - name: made-by-ichor-controller
+    expression: request.userInfo.username == 'system:serviceaccount:{{ .namespace }}:ichor-controller'
+  validations:
+  - expression: 'object.spec == oldObject.spec || object.metadata.namespace == ''kube-system'' || (has(oldObject.metadata.annotations) && ''config.k8s.io/owning-inventory'' in oldObject.metadata.annotations ? oldObject.metadata.annotations[''config.k8s.io/owning-inventory''] : '''') == ''talos-bootstrap-manifests-inventory'''
+    message: 'Ichor''s controller may change the spec of a Deployment or DaemonSet only in kube-system or on one Talos''s bootstrap manifests own (annotation config.k8s.io/owning-inventory: talos-bootstrap-manifests-inventory)'
+  - expression: '(has(object.metadata.annotations) && ''config.k8s.io/owning-inventory'' in object.metadata.annotations ? object.metadata.annotations[''config.k8s.io/owning-inventory''] : '''') == '''' || (has(object.metadata.annotations) && ''config.k8s.io/owning-inventory'' in object.metadata.annotations ? object.metadata.annotations[''config.k8s.io/owning-inventory''] : '''') == (has(oldObject.metadata.annotations) && ''config.k8s.io/owning-inventory'' in oldObject.metadata.annotations ? oldObject.metadata.annotations[''config.k8s.io/owning-inventory''] : '''')'
+    message: Ichor's controller may keep or remove the annotation config.k8s.io/owning-inventory on a Deployment or DaemonSet, never set it
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: ichor-controller-workloads
+spec:
+  policyName: ichor-controller-workloads
+  validationActions:
+  - Deny
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
   name: ichor-privileged-opt-ins
 spec:
   failurePolicy: Fail

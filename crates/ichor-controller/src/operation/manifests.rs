@@ -38,7 +38,9 @@
 
 use std::collections::BTreeMap;
 
-use ichor_talos::bootstrap_inventory::{INVENTORY_NAME, OWNING_INVENTORY_ANNOTATION};
+use ichor_talos::bootstrap_inventory::{
+    INVENTORY_NAME, OWNING_INVENTORY_ANNOTATION, WORKLOADS_NAMESPACE,
+};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{Map, Value};
 
@@ -98,6 +100,10 @@ pub enum Left {
     ForeignInventory(String),
     /// A kind the controller does not write.
     NotWritten,
+    /// A Deployment or DaemonSet outside `kube-system` without Talos's
+    /// inventory annotation: the admission policy that bounds the
+    /// controller lets it change the spec only of Talos's workloads.
+    NotTalos,
 }
 
 /// The sync decided: the objects to apply, in order (ConfigMaps, accounts
@@ -139,6 +145,12 @@ impl Plan {
         let missing = count(|l| *l == Left::Missing);
         if missing > 0 {
             out.push_str(&format!("; {missing} missing, left for Talos to create"));
+        }
+        let not_talos = count(|l| *l == Left::NotTalos);
+        if not_talos > 0 {
+            out.push_str(&format!(
+                "; {not_talos} workloads outside kube-system without Talos's inventory annotation left (the controller may not change them)"
+            ));
         }
         let kinds = count(|l| *l == Left::NotWritten);
         if kinds > 0 {
@@ -231,6 +243,11 @@ pub fn is_writable(o: &ManifestObject) -> bool {
     writable(&o.group, &o.kind).is_some_and(|(_, v, _, _)| *v == o.version)
 }
 
+/// A Deployment or DaemonSet: what the workloads admission policy bounds.
+fn is_workload(o: &ManifestObject) -> bool {
+    o.group == "apps" && matches!(o.kind.as_str(), "DaemonSet" | "Deployment")
+}
+
 /// The decision for every object, from what the cluster holds (`live`, by
 /// object; absent = missing). Pure.
 pub fn plan(objects: Vec<ManifestObject>, live: &dyn Fn(&ManifestObject) -> Option<Live>) -> Plan {
@@ -252,6 +269,9 @@ pub fn plan(objects: Vec<ManifestObject>, live: &dyn Fn(&ManifestObject) -> Opti
             Some(owner) if owner != INVENTORY_NAME => {
                 let owner = owner.clone();
                 p.left.push((o, Left::ForeignInventory(owner)));
+            }
+            None if is_workload(&o) && o.namespace != WORKLOADS_NAMESPACE => {
+                p.left.push((o, Left::NotTalos));
             }
             _ => p.apply.push(o),
         }
@@ -523,6 +543,46 @@ mod tests {
         assert!(p.apply.is_empty());
         assert_eq!(p.left[0].1, Left::HelmOwned(String::new()));
         assert_eq!(p.left[2].1, Left::ForeignInventory("other".into()));
+    }
+
+    /// Covers: R18.2 (the sync changes a workload outside kube-system only
+    /// when Talos's inventory stamped it: the admission policy refuses the
+    /// controller any other, so the plan leaves it and says so)
+    #[test]
+    fn a_workload_outside_kube_system_talos_did_not_stamp_is_left() {
+        let mut moved = objects(&manifests()[..1]).unwrap();
+        for o in &mut moved {
+            o.namespace = "apps".into();
+        }
+        let stamped = |o: &ManifestObject| Live {
+            annotations: (o.name == "stamped")
+                .then(|| {
+                    (
+                        OWNING_INVENTORY_ANNOTATION.to_string(),
+                        INVENTORY_NAME.to_string(),
+                    )
+                })
+                .into_iter()
+                .collect(),
+            labels: BTreeMap::new(),
+        };
+        let p = plan(moved.clone(), &|o| Some(stamped(o)));
+        let ds = moved.iter().find(|o| o.kind == "DaemonSet").unwrap();
+        assert!(
+            p.left.contains(&(ds.clone(), Left::NotTalos)),
+            "{:?}",
+            p.left
+        );
+        assert!(p.apply.iter().all(|o| !is_workload(o)), "{:?}", p.apply);
+        assert!(
+            p.summary().contains("1 workloads outside kube-system"),
+            "{}",
+            p.summary()
+        );
+        let mut renamed = ds.clone();
+        renamed.name = "stamped".into();
+        let p = plan(vec![renamed.clone()], &|o| Some(stamped(o)));
+        assert_eq!(p.apply, vec![renamed], "Talos's own workload is synced");
     }
 
     /// Covers: kubernetes-upgrade, ADR 0014 (an item that is no object is named)
