@@ -26,6 +26,7 @@
 //! # }
 //! ```
 
+pub mod backoff;
 pub mod bootstrap_inventory;
 pub mod cluster;
 pub mod cni_job;
@@ -181,8 +182,12 @@ pub struct Config {
     /// How often a reconciled object is looked at again (drift appears on
     /// nodes without any Kubernetes event).
     pub resync: Duration,
-    /// Retry delay after a failed reconcile.
+    /// Retry delay after a reconcile's first failure; it doubles with each
+    /// failure in a row of the same object (±20%), up to
+    /// `error_requeue_max`, and a success resets it.
     pub error_requeue: Duration,
+    /// The longest wait between two attempts of a failing object.
+    pub error_requeue_max: Duration,
     /// How many TalosMachines are reconciled at once (each is a Talos API
     /// conversation with one node).
     pub machine_concurrency: u16,
@@ -213,6 +218,7 @@ impl Default for Config {
             talos_call_timeout: Duration::from_secs(30),
             resync: Duration::from_secs(300),
             error_requeue: Duration::from_secs(15),
+            error_requeue_max: Duration::from_secs(600),
             machine_concurrency: 256,
             http_addr: None,
             webhook: None,
@@ -243,6 +249,8 @@ pub struct Context {
     pub(crate) nodes: pipeline::Shared<PartialObjectMeta<Node>>,
     /// Keeps a cluster's reconciles apart while its machines converge.
     pub(crate) cluster_spacing: pipeline::Spacing,
+    /// Failed reconciles in a row, per object: the back-off's count.
+    pub(crate) failures: backoff::FailureCounts,
 }
 
 impl Context {
@@ -273,6 +281,7 @@ impl Context {
             clusters,
             nodes,
             cluster_spacing: pipeline::Spacing::default(),
+            failures: backoff::FailureCounts::default(),
         }
     }
 }

@@ -75,11 +75,17 @@ where
     F: std::future::Future<Output = Result<kube::runtime::controller::Action>>,
 {
     use futures::FutureExt as _;
+    let kind = K::kind(&());
     let payload = match std::panic::AssertUnwindSafe(reconcile).catch_unwind().await {
-        Ok(result) => return result,
+        Ok(result) => {
+            if result.is_ok() {
+                let namespace = obj.namespace().unwrap_or_default();
+                ctx.failures.succeeded(&kind, &namespace, &obj.name_any());
+            }
+            return result;
+        }
         Err(payload) => payload,
     };
-    let kind = K::kind(&());
     let err = Error::Panicked {
         kind: static_kind(&kind),
         namespace: obj.namespace().unwrap_or_default(),
@@ -158,8 +164,9 @@ where
     Ok(())
 }
 
-/// The error policy of both controllers: count, log, requeue after
-/// `Config::error_requeue`.
+/// The error policy of every controller: count, log, requeue after the
+/// object's back-off (`Config::error_requeue` doubled with each failure in
+/// a row, up to `Config::error_requeue_max`, with jitter).
 pub(crate) fn error_policy<K>(
     controller: &'static str,
     obj: Arc<DeserializeGuard<K>>,
@@ -171,12 +178,22 @@ where
 {
     ctx.metrics.failed(controller, error.metric_label());
     let kind = K::kind(&());
+    let (namespace, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
+    let failures = ctx.failures.failed(&kind, &namespace, &name);
+    let retry = crate::backoff::wait(
+        failures,
+        ctx.config.error_requeue,
+        ctx.config.error_requeue_max,
+        &format!("{kind}/{namespace}/{name}"),
+    );
     tracing::warn!(
-        object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()),
+        object = %format!("{namespace}/{name}"),
         error = %error,
+        failures,
+        retry_in = ?retry,
         "{kind} reconcile failed"
     );
-    Action::requeue(ctx.config.error_requeue)
+    Action::requeue(retry)
 }
 
 fn reference(kind: &str, meta: &ObjectMeta) -> ObjectReference {
@@ -358,6 +375,68 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A context whose client is never called (no server behind it).
+    fn offline_context() -> Arc<Context> {
+        let client =
+            kube::Client::try_from(kube::Config::new("https://127.0.0.1:1".parse().unwrap()))
+                .unwrap();
+        Arc::new(Context::new(
+            client,
+            crate::Config {
+                error_requeue: std::time::Duration::from_secs(15),
+                error_requeue_max: std::time::Duration::from_secs(600),
+                ..crate::Config::default()
+            },
+            Arc::default(),
+            Shared::new().0,
+            Shared::new().0,
+            Shared::new().0,
+        ))
+    }
+
+    fn machine(name: &str) -> Arc<DeserializeGuard<ichor_api::TalosMachine>> {
+        let m: ichor_api::TalosMachine = serde_json::from_value(serde_json::json!({
+            "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosMachine",
+            "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"clusterRef": {"name": "prod"}, "address": "10.0.0.1", "role": "worker"}
+        }))
+        .unwrap();
+        Arc::new(DeserializeGuard(Ok(m)))
+    }
+
+    /// Covers: R18.5 (every failed reconcile backs off: the wait doubles with
+    /// each failure in a row of that object, with its own jitter, and a
+    /// success starts it again from the first wait)
+    #[tokio::test]
+    async fn a_failing_object_is_retried_later_each_time_until_it_succeeds() {
+        let ctx = offline_context();
+        let err = || Error::Client("the API server went away".into());
+        let expected = |n: u32| {
+            Action::requeue(crate::backoff::wait(
+                n,
+                ctx.config.error_requeue,
+                ctx.config.error_requeue_max,
+                "TalosMachine/team-a/w1",
+            ))
+        };
+        for n in 1..=6 {
+            let action = error_policy("machine", machine("w1"), &err(), ctx.clone());
+            assert_eq!(action, expected(n), "failure {n}");
+        }
+        assert_ne!(expected(1), expected(6), "the wait grew");
+        // Another object starts at its own first wait.
+        let other = error_policy("machine", machine("w2"), &err(), ctx.clone());
+        assert_ne!(other, expected(6));
+        // A success resets w1.
+        let ok = unwind_boundary(ctx.clone(), machine("w1"), async {
+            Ok(Action::requeue(std::time::Duration::from_secs(300)))
+        })
+        .await;
+        assert!(ok.is_ok());
+        let action = error_policy("machine", machine("w1"), &err(), ctx.clone());
+        assert_eq!(action, expected(1));
+    }
 
     /// The reconciles of one controller run at once and all wait for the
     /// other controller's store: every one of them must wake.

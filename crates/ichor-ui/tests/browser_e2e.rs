@@ -67,6 +67,7 @@ fn controller_config(ns: &str) -> ichor_controller::Config {
         cilium_release_namespace: ns.into(),
         resync: Duration::from_secs(3),
         error_requeue: Duration::from_millis(500),
+        error_requeue_max: Duration::from_secs(5),
         talos_call_timeout: Duration::from_secs(20),
         leader_election: None,
         operation_bounds: ichor_controller::operation::OperationBounds {

@@ -123,6 +123,7 @@ pub fn config(ns: &str, release_ns: &str) -> ichor_controller::Config {
         cilium_release_namespace: release_ns.into(),
         resync: Duration::from_secs(5),
         error_requeue: Duration::from_millis(500),
+        error_requeue_max: Duration::from_secs(5),
         talos_call_timeout: Duration::from_secs(20),
         leader_election: None,
         ..ichor_controller::Config::default()
