@@ -2,8 +2,9 @@
 //!
 //! A value of a machine-config path is shown only when the path is on
 //! [`PUBLIC_PATHS`], the allow-list of paths known to hold no secret, and its
-//! own key is not one of [`SECRET_KEYS`]. Every other value — unknown
-//! documents, unknown fields, anything Talos adds tomorrow — is shown as a
+//! own key is not one of [`SECRET_KEYS`]. Every other value — documents
+//! Ichor does not model (their header aside), unknown fields, anything Talos
+//! adds tomorrow — is shown as a
 //! stable digest plus its length ([`digest`]), so a change stays visible and
 //! the value does not. The table and its reasons are in
 //! `docs/adr/0013-redaction-by-default.md`; a test keeps the two equal.
@@ -81,28 +82,30 @@ pub const PUBLIC_PATHS: &[&str] = &[
     "cluster.adminKubeconfig",
     "cluster.allowSchedulingOnControlPlanes",
     "cluster.allowSchedulingOnMasters",
-    // Multi-document kinds that hold no secret.
-    "HostnameConfig", "LinkConfig", "LinkAliasConfig", "BondConfig", "VLANConfig",
-    "BridgeConfig", "DummyLinkConfig", "Layer2VIPConfig", "HCloudVIPConfig",
-    "DHCPv4Config", "DHCPv6Config", "StaticHostConfig", "ResolverConfig",
-    "TimeSyncConfig", "EthernetConfig", "NetworkRuleConfig",
-    "NetworkDefaultActionConfig", "KubeSpanEndpointsConfig", "SysctlConfig",
-    "FilesystemTrimConfig", "VolumeConfig", "UserVolumeConfig", "SwapVolumeConfig",
-    "RawVolumeConfig", "ExistingVolumeConfig", "SecurityProfileConfig",
-    "TrustedRootsConfig", "WatchdogTimerConfig", "KmsgLogConfig", "EventSinkConfig",
-    "UnattendedInstallConfig", "RegistryMirrorConfig",
-    "RegistryTLSConfig[*].ca", "RegistryTLSConfig[*].insecureSkipVerify",
-    "RegistryTLSConfig[*].clientIdentity.crt",
-    "KubePrismConfig", "KubeProxyConfig", "KubeNetworkConfig", "KubeClusterConfig",
-    "KubeAPIServerConfig", "KubeControllerManagerConfig", "KubeSchedulerConfig",
-    "KubeAdmissionControlConfig", "KubeAuditPolicyConfig", "KubeAuthorizerConfig",
-    "KubeCoreDNSConfig", "KubeletConfig", "KubeNodeConfig",
-    "KubeCredentialProviderConfig", "KubeFlannelCNIConfig", "KubeTalosAPIAccessConfig",
+    // Multi-document kinds. A kind Ichor does not type
+    // (`ichor_talos::config::Document`) shows its header only, whatever
+    // Talos puts in it; a typed kind shows, one by one, the fields its
+    // struct names that hold no secret, so a field Talos adds tomorrow is a
+    // digest until it is listed here.
+    "KubePrismConfig.port", "KubePrismConfig.tlsServerName",
+    "KubeNetworkConfig.dnsDomain", "KubeNetworkConfig.podSubnets",
+    "KubeNetworkConfig.serviceSubnets",
+    "KubeFlannelCNIConfig.backendType", "KubeFlannelCNIConfig.backendPort",
+    "KubeProxyConfig.enabled", "KubeProxyConfig.image", "KubeProxyConfig.mode",
     "KubeExternalManifestConfig[*].url", "KubeExternalManifestConfig.url",
-    "KubeAPIServerCAConfig.issuingCA.crt", "KubeAggregatorCAConfig.issuingCA.crt",
-    "KubeAPIServerCAConfig.accepted", "KubeAggregatorCAConfig.accepted",
-    "KubeServiceAccountConfig.issuer.issuerURL", "KubeServiceAccountConfig.accepted",
-    "DiscoveryServiceConfig", "DiscoveryIdentityConfig.clusterID",
+    "KubeClusterConfig.clusterName", "KubeClusterConfig.endpoint",
+    "KubeAPIServerCAConfig.issuingCA.cert", "KubeAPIServerCAConfig.acceptedCAs",
+    "KubeAggregatorCAConfig.issuingCA.cert", "KubeAggregatorCAConfig.acceptedCAs",
+    "KubeServiceAccountConfig.issuer.issuerURL",
+    "KubeletConfig.image",
+    "DiscoveryIdentityConfig.clusterID",
+    "UnattendedInstallConfig.installer.image",
+    "UnattendedInstallConfig.provisioning.diskSelector.match",
+    "UnattendedInstallConfig.provisioning.wipe",
+    // Untyped kinds whose one field Ichor writes: the image a Kubernetes
+    // upgrade retags (so the version change stays readable in drift).
+    "KubeAPIServerConfig.image", "KubeControllerManagerConfig.image",
+    "KubeSchedulerConfig.image",
 ];
 
 /// Keys whose values are secret wherever they stand, even under a public
@@ -293,6 +296,73 @@ mod tests {
             "env"
         ])));
         assert!(!r.is_public(&p(&["KubeletConfig", "auth", "username"])));
+    }
+
+    /// Covers: R8.1
+    #[test]
+    fn a_document_kind_ichor_does_not_model_shows_its_header_only() {
+        let r = Redactor::default();
+        let named = |kind: &str, name: &str, keys: &[&str]| {
+            let mut path = ConfigPath::default().key(kind).item(name);
+            for k in keys {
+                path = path.key(k);
+            }
+            path
+        };
+        // Unmodelled kinds: the header, nothing else.
+        assert!(r.is_public(&p(&["KubeAPIServerConfig", "apiVersion"])));
+        assert!(r.is_public(&p(&["KubeAPIServerConfig", "kind"])));
+        assert!(!r.is_public(&p(&["KubeAPIServerConfig", "extraArgs", "oidc-client-id"])));
+        assert!(!r.is_public(&p(&["KubeAPIServerConfig", "certExtraSANs"])));
+        assert!(!r.is_public(&p(&["EventSinkConfig", "endpoint"])));
+        assert!(!r.is_public(&p(&["KubeCredentialProviderConfig", "configuration"])));
+        assert!(!r.is_public(&p(&["HostnameConfig", "hostname"])));
+        assert!(r.is_public(&named("LinkConfig", "eth0", &["name"])));
+        assert!(!r.is_public(&named("LinkConfig", "eth0", &["addresses"])));
+        assert!(!r.is_public(&named("RegistryTLSConfig", "ghcr.io", &["ca"])));
+        // The one field Ichor writes in an untyped kind.
+        assert!(r.is_public(&p(&["KubeAPIServerConfig", "image"])));
+        // Modelled kinds: their listed fields, not a field Talos adds.
+        assert!(r.is_public(&p(&["KubePrismConfig", "port"])));
+        assert!(!r.is_public(&p(&["KubePrismConfig", "futureField"])));
+        assert!(r.is_public(&p(&["KubeletConfig", "image"])));
+        assert!(!r.is_public(&p(&["KubeletConfig", "extraArgs", "node-ip"])));
+        assert!(!r.is_public(&p(&["KubeletConfig", "clusterDNS"])));
+        assert!(!r.is_public(&named("KubeInlineManifestConfig", "cilium", &["manifest"])));
+        assert!(r.is_public(&named("KubeExternalManifestConfig", "m", &["url"])));
+        assert!(!r.is_public(&named("KubeExternalManifestConfig", "m", &["headers"])));
+    }
+
+    /// The allow-list names no multi-document kind whole, and a field only
+    /// of a kind Ichor types (or the image Ichor writes into a control-plane
+    /// component's kind): widening it back is caught here as well as by the
+    /// leak test.
+    /// Covers: R8.1
+    #[test]
+    fn every_listed_document_field_belongs_to_a_kind_ichor_models() {
+        use ichor_talos::config::DocumentKind;
+        const WRITTEN_IMAGES: &[&str] = &[
+            "KubeAPIServerConfig.image",
+            "KubeControllerManagerConfig.image",
+            "KubeSchedulerConfig.image",
+        ];
+        for entry in PUBLIC_PATHS
+            .iter()
+            .filter(|e| e.starts_with(|c: char| c.is_ascii_uppercase()))
+        {
+            let kind_end = entry.find(['.', '[']).unwrap_or(entry.len());
+            let (kind, field) = entry.split_at(kind_end);
+            let field = field.strip_prefix("[*]").unwrap_or(field);
+            assert!(
+                field.len() > 1 && field.starts_with('.'),
+                "{entry}: a document kind is listed whole"
+            );
+            assert!(
+                DocumentKind::from_kind_name(kind) != DocumentKind::Other
+                    || WRITTEN_IMAGES.contains(entry),
+                "{entry}: {kind} is not a kind Ichor models, so only its header is public"
+            );
+        }
     }
 
     /// Covers: R8.1

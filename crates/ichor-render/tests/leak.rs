@@ -4,7 +4,9 @@
 //! own secrets, and the fields Talos's config reference marks as credentials:
 //! registry auth, WireGuard keys, disk-encryption passphrases, inline-manifest
 //! contents, extra manifest headers, environment, file contents, static pods,
-//! plus a field and a document Talos does not have yet) is seeded with a
+//! URLs with credentials or query tokens, plus a field and a document Talos
+//! does not have yet), and ordinary-looking fields of document kinds Ichor
+//! does not model or fields a modelled kind does not name, is seeded with a
 //! unique marker on the node's side and another one in the machine's patches;
 //! render and drift run as the controller runs them, and nothing they produce
 //! (entries, summary, the Drifted condition, a patch error) may carry a marker.
@@ -65,12 +67,12 @@ fn no_secret_of_either_shape_reaches_drift() {
         (
             "stability-v1.12/base-controlplane.yaml",
             v1alpha1_secrets as fn(&str) -> String,
-            26,
+            29,
         ),
         (
             "stability-v1.14/base-controlplane.yaml",
             multidoc_secrets,
-            9,
+            17,
         ),
     ] {
         let drift = drift_of(fixture, secrets, &Redactor::default());
@@ -135,24 +137,124 @@ fn the_leak_test_finds_env_and_url_credentials_when_the_rules_are_widened() {
         &redactor,
     );
     let leaked = leaks(&drift);
-    assert!(
-        leaked.iter().any(|t| t.contains(&format!("{DESIRED}-25"))),
-        "without env as a secret key, the apiServer proxy password should leak: {leaked:#?}"
-    );
-    // The URL rule alone keeps the manifest token out: it is on a public path.
+    for (marker, what) in [
+        (25, "the apiServer proxy password"),
+        (
+            28,
+            "a credential provider's env value, deep under machine.kubelet",
+        ),
+    ] {
+        assert!(
+            leaked
+                .iter()
+                .any(|t| t.contains(&format!("{DESIRED}-{marker}"))),
+            "without env as a secret key, {what} should leak: {leaked:#?}"
+        );
+    }
+    // The URL rule alone keeps these tokens and passwords out: they are on
+    // public paths.
     let drift = drift_of(
         "stability-v1.12/base-controlplane.yaml",
         v1alpha1_secrets,
+        &Redactor::default(),
+    );
+    for public in [
+        "cluster.extraManifests",
+        "cluster.discovery.registries.service.endpoint",
+        "machine.logging.destinations",
+    ] {
+        assert!(
+            drift.entries.iter().any(|e| e.path.starts_with(public)),
+            "the seeded URL under {public} changed, so drift must show it (else this proves nothing): {:#?}",
+            drift.entries
+        );
+    }
+}
+
+/// The leak test fails when the allow-list is widened back to whole
+/// document kinds: each kind (or field) listed public again lets its
+/// marker through, so every marker of the multi-document shape is one drift
+/// really carries.
+/// Covers: R8.1
+#[test]
+fn the_leak_test_finds_each_document_kind_listed_whole_again() {
+    for (widen, marker) in [
+        ("KubeAPIServerConfig", 10),
+        ("KubeAPIServerConfig.env", 11),
+        ("EventSinkConfig", 12),
+        ("KubeCredentialProviderConfig", 13),
+        ("HostnameConfig", 14),
+        ("KubePrismConfig", 15),
+        ("KubeletConfig", 16),
+    ] {
+        let mut widened: Vec<&str> = PUBLIC_PATHS.to_vec();
+        widened.push(widen);
+        // `env` stays a secret key unless the case is about it.
+        let secret_keys: Vec<&str> = SECRET_KEYS
+            .iter()
+            .copied()
+            .filter(|k| !(widen.ends_with(".env") && *k == "env"))
+            .collect();
+        let redactor = Redactor {
+            public_paths: &widened,
+            secret_keys: &secret_keys,
+        };
+        let drift = drift_of(
+            "stability-v1.14/base-controlplane.yaml",
+            multidoc_secrets,
+            &redactor,
+        );
+        let leaked = leaks(&drift);
+        assert!(
+            leaked
+                .iter()
+                .any(|t| t.contains(&format!("{DESIRED}-{marker}"))),
+            "listing {widen} public should leak marker {marker}: {leaked:#?}"
+        );
+    }
+    // The manifest URL's token (marker 17) stays out by the URL rule on a
+    // public path; drift must carry the change, else that proves nothing.
+    let drift = drift_of(
+        "stability-v1.14/base-controlplane.yaml",
+        multidoc_secrets,
         &Redactor::default(),
     );
     assert!(
         drift
             .entries
             .iter()
-            .any(|e| e.path.starts_with("cluster.extraManifests")),
-        "the seeded manifest URL changed, so drift must show it (else this proves nothing): {:#?}",
+            .any(|e| e.path == "KubeExternalManifestConfig[monitoring].url"),
+        "{:#?}",
         drift.entries
     );
+}
+
+/// Narrowing the allow-list to typed kinds keeps what drift must read: the
+/// images a Kubernetes upgrade writes, in typed and untyped kinds alike,
+/// are shown as they are.
+/// Covers: R8.1
+#[test]
+fn the_images_a_kubernetes_upgrade_writes_are_still_shown() {
+    let live = parse(&own_fixture("v1.14-cni-none-controlplane.yaml"));
+    let mut spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
+    spec.kubernetes_version = "v1.29.1".into();
+    let out = render(
+        &spec,
+        &machine(MachineRole::Controlplane, &[]),
+        &live,
+        true,
+        None,
+    );
+    let drift = ichor_render::drift::compare(&live, &out.config).expect("drift");
+    assert_eq!(drift.entries.len(), 5, "{:#?}", drift.entries);
+    for e in &drift.entries {
+        let desired = e.desired.as_deref().unwrap_or_default();
+        assert!(
+            e.path.ends_with(".image") && desired.ends_with(":v1.29.1"),
+            "{}: {desired}",
+            e.path
+        );
+    }
 }
 
 /// Covers: R8.1 (an error about a patch carries no value of it)

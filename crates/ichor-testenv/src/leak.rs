@@ -1,8 +1,10 @@
 //! Secret markers for leak tests: every secret-bearing field of both
 //! machine-config shapes (the stability fixtures' own secrets, and the fields
 //! Talos's config reference marks as credentials, plus a field and a document
-//! Talos does not have yet), as config patches carrying unique markers, so a
-//! test can seed them and then search everything Ichor writes for a marker.
+//! Talos does not have yet, `env` values, URLs with credentials or query
+//! tokens, and fields of document kinds Ichor does not model), as config
+//! patches carrying unique markers, so a test can seed them and then search
+//! everything Ichor writes for a marker.
 
 /// The v1alpha1 shape's secret fields, as a patch carrying `mark`-n markers.
 pub fn v1alpha1_secrets(mark: &str) -> String {
@@ -56,6 +58,17 @@ pub fn v1alpha1_secrets(mark: &str) -> String {
               - name: API_KEY
                 value: {mark}-12
   futureCredential: {mark}-13
+  kubelet:
+    credentialProviderConfig:
+      providers:
+        - name: ecr-credential-provider
+          env:
+            - name: AWS_SECRET_ACCESS_KEY
+              value: {mark}-28
+  logging:
+    destinations:
+      - endpoint: tcp://logs.example:5140/?token={mark}-29
+        format: json_lines
 cluster:
   id: {mark}-14
   secret: {mark}-15
@@ -81,11 +94,18 @@ cluster:
       PROXY_PASSWORD: {mark}-25
   extraManifests:
     - https://manifests.example/cni.yaml?token={mark}-26
+  discovery:
+    registries:
+      service:
+        endpoint: https://discovery:{mark}-27@discovery.example/
 "#
     )
 }
 
-/// The multi-document shape's secret fields (documents of their own).
+/// The multi-document shape's secret fields (documents of their own), and
+/// ordinary-looking fields that are secret only by the rule that a kind
+/// Ichor does not model shows its header alone (`-10` to `-14`) or that a
+/// modelled kind shows only the fields it names (`-15`, `-16`).
 pub fn multidoc_secrets(mark: &str) -> String {
     format!(
         r#"machine:
@@ -124,6 +144,46 @@ apiVersion: v1alpha1
 kind: FutureCredentialConfig
 name: registry
 password: {mark}-9
+---
+apiVersion: v1alpha1
+kind: KubeAPIServerConfig
+extraArgs:
+  oidc-client-id: {mark}-10
+env:
+  HTTPS_PROXY: http://proxy.example:3128
+  PROXY_PASSWORD: {mark}-11
+---
+apiVersion: v1alpha1
+kind: EventSinkConfig
+endpoint: "{mark}-12.example:4222"
+---
+apiVersion: v1alpha1
+kind: KubeCredentialProviderConfig
+configuration:
+  apiVersion: kubelet.config.k8s.io/v1
+  kind: CredentialProviderConfig
+  providers:
+    - name: ecr-credential-provider
+      args:
+        - --registry-token={mark}-13
+---
+apiVersion: v1alpha1
+kind: HostnameConfig
+hostname: {mark}-14
+---
+apiVersion: v1alpha1
+kind: KubePrismConfig
+futureEndpoint: {mark}-15
+---
+apiVersion: v1alpha1
+kind: KubeletConfig
+extraArgs:
+  bootstrap-token: {mark}-16
+---
+apiVersion: v1alpha1
+kind: KubeExternalManifestConfig
+name: monitoring
+url: https://manifests.example/monitoring.yaml?token={mark}-17
 "#
     )
 }
