@@ -2,14 +2,18 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test standalone testbin fmt-check clippy cargo-test lab fuzz bench bench-scale
+.PHONY: test standalone deny testbin fmt-check clippy cargo-test lab fuzz bench bench-scale
 
-## test: check that nothing reaches outside the repository, build the upstream tools if missing, then fmt, clippy and every test
-test: standalone testbin fmt-check clippy cargo-test
+## test: check that nothing reaches outside the repository and the dependency graph's licences, bans and sources, build the upstream tools if missing, then fmt, clippy and every test
+test: standalone deny testbin fmt-check clippy cargo-test
 
 ## standalone: fail when any file reads or cites a path outside the repository, or cites an issue number
 standalone:
 	@bash tools/check-standalone.sh
+
+## deny: cargo-deny against deny.toml — licences, bans (wildcards; duplicate versions reported), sources (crates.io only); installs the pinned cargo-deny into the cache once per machine. Advisories are not checked (no reachable registry serves the RustSec database)
+deny:
+	@bash tools/deny.sh
 
 ## testbin: build kube-apiserver, etcd, helm v3/v4, talosctl, the machinery peer and the SSA prune peer, and fetch the real Cilium chart, into the cache (once per machine); install Debian's chromium and chromium-driver for the UI's browser test
 testbin:
