@@ -61,7 +61,7 @@ pub use machine::{
 pub use operation::{
     ComponentPhase, ComponentProgress, KubernetesComponent, MachineProgress, MachineStep,
     OperationKind, OperationPhase, OperationTarget, PlanEntry, PlannedAction, TalosOperation,
-    TalosOperationSpec, TalosOperationStatus,
+    TalosOperationSpec, TalosOperationStatus, UnknownOperationKind,
 };
 
 /// The API group of every Ichor resource.

@@ -80,7 +80,32 @@ impl OperationKind {
             OperationKind::Reboot => "reboot",
         }
     }
+
+    /// Every kind, in the order the spec's documentation gives them.
+    pub const ALL: [OperationKind; 4] = [
+        OperationKind::Ichor,
+        OperationKind::TalosUpgrade,
+        OperationKind::KubernetesUpgrade,
+        OperationKind::Reboot,
+    ];
 }
+
+impl std::str::FromStr for OperationKind {
+    type Err = UnknownOperationKind;
+
+    /// The kind the spec's name means (`talos-upgrade`, …).
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        OperationKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == name)
+            .ok_or_else(|| UnknownOperationKind(name.to_owned()))
+    }
+}
+
+/// A name that is no operation kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an operation kind (ichor, talos-upgrade, kubernetes-upgrade or reboot)")]
+pub struct UnknownOperationKind(pub String);
 
 /// What a TalosOperation does: ichor, talos-upgrade, kubernetes-upgrade or reboot.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, JsonSchema)]
@@ -323,4 +348,20 @@ pub struct MachineProgress {
     /// The last thing said about it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+#[cfg(test)]
+mod kind_names {
+    use super::*;
+
+    /// The names the UI and the CLI parse are the spec's own: each kind's
+    /// name reads back to it, as serde writes it.
+    #[test]
+    fn every_kind_reads_back_from_its_spec_name() {
+        for kind in OperationKind::ALL {
+            assert_eq!(kind.as_str().parse::<OperationKind>(), Ok(kind));
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
+        }
+        assert!("Reboot".parse::<OperationKind>().is_err());
+    }
 }

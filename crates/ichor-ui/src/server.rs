@@ -24,13 +24,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, Request, State};
+use axum::extract::{ConnectInfo, Form, FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
+use axum_extra::extract::CookieJar;
+use axum_extra::extract::cookie::{Cookie, SameSite};
 use ichor_api::{
     ClusterRef, OperationKind, OperationTarget, TalosMachine, TalosOperation, TalosOperationSpec,
 };
@@ -366,35 +367,36 @@ pub fn cookie_name(plaintext: bool) -> &'static str {
     }
 }
 
-/// The value of cookie `name` in the Cookie header.
+/// The value of cookie `name` in the Cookie header (an empty one is none).
 pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.to_owned())
+    CookieJar::from_headers(headers)
+        .get(name)
+        .map(|c| c.value().to_owned())
         .filter(|v| !v.is_empty())
+}
+
+/// The session cookie with `value`, living `max_age`: host-only (no
+/// Domain), Path=/, Secure, HttpOnly, SameSite=Strict.
+fn session_cookie_with(plaintext: bool, value: String, max_age: Duration) -> String {
+    Cookie::build((cookie_name(plaintext), value))
+        .path("/")
+        .max_age(cookie::time::Duration::try_from(max_age).unwrap_or(cookie::time::Duration::ZERO))
+        .http_only(true)
+        .secure(true)
+        .same_site(SameSite::Strict)
+        .build()
+        .to_string()
 }
 
 /// The Set-Cookie value that starts session `id`: it ends with the
 /// session's absolute expiry at the latest.
 pub fn session_cookie(plaintext: bool, id: &str) -> String {
-    format!(
-        "{}={id}; Path=/; Max-Age={}; HttpOnly; Secure; SameSite=Strict",
-        cookie_name(plaintext),
-        session::ABSOLUTE_TIMEOUT.as_secs()
-    )
+    session_cookie_with(plaintext, id.to_owned(), session::ABSOLUTE_TIMEOUT)
 }
 
 /// The Set-Cookie value that drops the session cookie.
 pub fn cleared_cookie(plaintext: bool) -> String {
-    format!(
-        "{}=; Path=/; Max-Age=0; HttpOnly; Secure; SameSite=Strict",
-        cookie_name(plaintext)
-    )
+    session_cookie_with(plaintext, String::new(), Duration::ZERO)
 }
 
 /// Who sent a request: the session cookie of its listener, its peer address.
@@ -749,40 +751,8 @@ async fn signin_page() -> Response {
     ok_html(html::signin(None))
 }
 
-/// Reads an `application/x-www-form-urlencoded` body into pairs (repeated keys kept).
-pub fn form_pairs(body: &[u8]) -> Vec<(String, String)> {
-    fn decode(s: &str) -> String {
-        let bytes = s.as_bytes();
-        let mut out = Vec::with_capacity(bytes.len());
-        let mut i = 0;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'+' => out.push(b' '),
-                b'%' if i + 2 < bytes.len() => {
-                    let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
-                    match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                        Some(b) => {
-                            out.push(b);
-                            i += 2;
-                        }
-                        None => out.push(b'%'),
-                    }
-                }
-                b => out.push(b),
-            }
-            i += 1;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
-    String::from_utf8_lossy(body)
-        .split('&')
-        .filter(|kv| !kv.is_empty())
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            (decode(k), decode(v))
-        })
-        .collect()
-}
+/// A form body's fields in order, repeated keys kept (a multi-select).
+type FormPairs = Vec<(String, String)>;
 
 fn form_value<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
     pairs
@@ -819,12 +789,15 @@ fn too_many_attempts(wait: Duration) -> Response {
     res
 }
 
-async fn signin(State(state): State<AppState>, caller: Caller, body: Bytes) -> Response {
+async fn signin(
+    State(state): State<AppState>,
+    caller: Caller,
+    Form(pairs): Form<FormPairs>,
+) -> Response {
     // First: every attempt past this point costs the API server a TokenReview.
     if let Err(wait) = lock(&state.shared.signins).attempt(caller.address, Instant::now()) {
         return too_many_attempts(wait);
     }
-    let pairs = form_pairs(&body);
     let token = form_value(&pairs, "token").unwrap_or("").trim().to_owned();
     if !is_bearer_token(&token) {
         return signin_refused(
@@ -1081,7 +1054,7 @@ async fn start_operation(
     State(state): State<AppState>,
     caller: Caller,
     Path((ns, cluster)): Path<(String, String)>,
-    body: Bytes,
+    Form(pairs): Form<FormPairs>,
 ) -> Response {
     let access = Access {
         verb: "create",
@@ -1093,13 +1066,14 @@ async fn start_operation(
         Ok((_, client)) => client,
         Err(r) => return r,
     };
-    let pairs = form_pairs(&body);
-    let kind = match form_value(&pairs, "kind").unwrap_or("") {
-        "reboot" => OperationKind::Reboot,
-        "talos-upgrade" => OperationKind::TalosUpgrade,
-        "kubernetes-upgrade" => OperationKind::KubernetesUpgrade,
+    let kind = match form_value(&pairs, "kind").unwrap_or("").parse() {
+        Ok(
+            kind @ (OperationKind::Reboot
+            | OperationKind::TalosUpgrade
+            | OperationKind::KubernetesUpgrade),
+        ) => kind,
         // The form never offers it; a forged POST must not start one.
-        "ichor" => {
+        Ok(OperationKind::Ichor) => {
             let inventory = state.cache.inventory();
             let summary = view::ichor_summary(inventory.installation.as_deref());
             return page(
@@ -1108,7 +1082,7 @@ async fn start_operation(
                 &ichor_kind_refusal(summary.helm_upgrade_command.as_deref()),
             );
         }
-        other => {
+        Err(ichor_api::UnknownOperationKind(other)) => {
             return page(
                 StatusCode::BAD_REQUEST,
                 "Unknown operation",
@@ -1233,8 +1207,11 @@ mod tests {
 
     #[test]
     fn forms_decode_repeated_keys() {
+        let pairs: FormPairs =
+            serde_urlencoded::from_bytes(b"kind=reboot&machines=a&machines=b%2Dc&version=&x=1+2%")
+                .unwrap();
         assert_eq!(
-            form_pairs(b"kind=reboot&machines=a&machines=b%2Dc&version=&x=1+2%"),
+            pairs,
             vec![
                 ("kind".to_string(), "reboot".to_string()),
                 ("machines".into(), "a".into()),
