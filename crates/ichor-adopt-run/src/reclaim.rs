@@ -207,11 +207,7 @@ pub async fn inspect(kube: &kube::Client) -> Result<ReclaimInspection, ReclaimEr
 }
 
 fn role_name(m: &TalosMachine) -> String {
-    match m.spec.role {
-        ichor_api::MachineRole::Controlplane => "controlplane",
-        ichor_api::MachineRole::Worker => "worker",
-    }
-    .to_string()
+    m.spec.role.as_str().to_string()
 }
 
 /// Every object of kind `K` in every namespace; none when its CRD is not

@@ -16,8 +16,7 @@ use crate::classify::{AdoptMode, CniClassification, Refusal, classify_cni, decid
 use crate::inspection::{Inspection, TalosNode};
 use crate::preconditions::{self, Subnets};
 
-/// The annotation that marks a TalosCluster as adopted.
-pub const ADOPTED_ANNOTATION: &str = "ichor.maesh.dev/adopted";
+pub use ichor_api::ADOPTED_ANNOTATION;
 /// The label naming the cluster on the objects adopt writes for it.
 pub const CLUSTER_LABEL: &str = "ichor.maesh.dev/cluster";
 

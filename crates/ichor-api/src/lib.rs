@@ -64,6 +64,9 @@ pub use operation::{
     TalosOperationSpec, TalosOperationStatus, UnknownOperationKind,
 };
 
+/// Annotation set on a TalosCluster that `ichor init` created.
+pub const INITIALIZED_ANNOTATION: &str = "ichor.maesh.dev/initialized";
+
 /// The API group of every Ichor resource.
 pub const GROUP: &str = "ichor.maesh.dev";
 /// The API version of this crate's types.

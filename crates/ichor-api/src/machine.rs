@@ -86,6 +86,22 @@ pub enum MachineRole {
     Worker,
 }
 
+impl MachineRole {
+    /// The name Talos and the spec give the role (`controlplane`, `worker`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MachineRole::Controlplane => "controlplane",
+            MachineRole::Worker => "worker",
+        }
+    }
+}
+
+impl std::fmt::Display for MachineRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One Talos config patch: a strategic merge patch (YAML documents) or an
 /// RFC 6902 JSON patch (a YAML list of operations), as talosctl accepts them.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]

@@ -159,10 +159,7 @@ pub fn class_name(class: DriftClass) -> &'static str {
 }
 
 fn role_name(role: MachineRole) -> &'static str {
-    match role {
-        MachineRole::Controlplane => "controlplane",
-        MachineRole::Worker => "worker",
-    }
+    role.as_str()
 }
 
 // ---------------------------------------------------------------- Ichor

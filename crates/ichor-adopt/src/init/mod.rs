@@ -26,8 +26,7 @@ use crate::plan::CLUSTER_LABEL;
 use crate::preconditions::MIN_TALOS;
 pub use base::{BaseInput, ConfigShape, base_config, endpoint_host, major_minor};
 
-/// The annotation that marks a TalosCluster as made by `ichor init`.
-pub const INITIALIZED_ANNOTATION: &str = "ichor.maesh.dev/initialized";
+pub use ichor_api::INITIALIZED_ANNOTATION;
 
 /// What a node answered to the read-only inspection over the insecure API.
 #[derive(Debug, Clone, PartialEq, Eq)]

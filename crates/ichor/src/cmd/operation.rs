@@ -352,10 +352,7 @@ fn plan_lines(op: &TalosOperation) -> Vec<String> {
                 }
             }
         };
-        let role = match e.role {
-            ichor_api::MachineRole::Controlplane => "controlplane",
-            ichor_api::MachineRole::Worker => "worker",
-        };
+        let role = e.role.as_str();
         let mut line = format!("  {:>3}  {}  {role}  {action}", e.batch + 1, e.machine);
         if let Some(p) = progress
             && e.action != PlannedAction::Skip
