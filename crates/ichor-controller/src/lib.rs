@@ -10,7 +10,7 @@
 //!   machines, sets `status.cni.detected` (R2.2) and the CNI hand-over
 //!   (R1.5e, `CNIHandover`).
 //! - [`operation`]: the TalosOperation reconciler — plans first (pure, in
-//!   [`operation_decide`]), then upgrades or reboots machine by machine:
+//!   [`ichor_reconcile::operation`]), then upgrades or reboots machine by machine:
 //!   control planes one at a time with etcd checked, drains through the
 //!   Eviction API, holds respected, resumable from status.
 //! - [`installation`]: the IchorInstallation singleton, created once when
@@ -38,9 +38,12 @@ pub mod leader;
 pub mod machine;
 pub mod metrics;
 pub mod operation;
-pub mod operation_decide;
 pub mod pipeline;
 pub mod webhook;
+
+/// The operation decisions under their former name (the CLI reads
+/// `step_after` here).
+pub use ichor_reconcile::operation as operation_decide;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -1,7 +1,7 @@
 //! The TalosOperation reconciler (kinds `talos-upgrade` and `reboot`).
 //!
 //! read (the operation, its cluster and machines) → plan or next step
-//! ([`crate::operation_decide`], pure) → one step at a time, each recorded
+//! ([`ichor_reconcile::operation`], pure) → one step at a time, each recorded
 //! in `status` before it runs, so a restarted controller resumes where the
 //! status says and never repeats a finished machine. The plan is written
 //! before anything is touched. Per machine: etcd healthy (control planes),
@@ -39,17 +39,15 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::{Controller, watcher};
 
-use crate::operation_decide::{
+use crate::{Context, Error, Result, pipeline};
+use ichor_reconcile::operation::{
     self as decide, EtcdMemberView, EtcdVerdict, MachineFacts, Next, PlanOutcome, ReturnVerdict,
     ReturnView,
 };
-use crate::{Context, Error, Result, pipeline};
 
 pub mod ichor;
 mod kubernetes;
 pub mod manifests;
-pub mod removed;
-pub mod support;
 
 /// The controller's name in metrics.
 pub const CONTROLLER: &str = "talosoperation";

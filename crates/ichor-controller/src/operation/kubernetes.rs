@@ -25,8 +25,8 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::runtime::controller::Action;
 
 use super::{Run, StepOutcome, talos_error};
-use crate::operation_decide::{self as decide, NextComponent};
 use crate::{Error, Result};
+use ichor_reconcile::operation::{self as decide, NextComponent, removed, support};
 
 /// The component as the Talos API names its config resource; `None` for
 /// the bootstrap-manifests step, which has none.
@@ -58,10 +58,7 @@ fn component_args(
     m: &TalosMachine,
     live: &[u8],
 ) -> Result<
-    std::collections::BTreeMap<
-        super::removed::Component,
-        std::collections::BTreeMap<String, String>,
-    >,
+    std::collections::BTreeMap<removed::Component, std::collections::BTreeMap<String, String>>,
 > {
     let name = m.metadata.name.clone().unwrap_or_default();
     let bad = |reason: String| Error::LiveConfig {
@@ -78,7 +75,7 @@ fn component_args(
         .iter()
         .filter_map(|d| serde_json::to_value(d).ok())
         .collect();
-    Ok(super::removed::component_args(&docs))
+    Ok(removed::component_args(&docs))
 }
 
 impl Run<'_> {
@@ -147,16 +144,16 @@ impl Run<'_> {
         }
         // Every machine the new version reaches must run it on its Talos,
         // as talosctl checks each node's Version first.
-        if let Some(why) = super::support::refusal(&to, &talos_versions) {
+        if let Some(why) = support::refusal(&to, &talos_versions) {
             return Ok(Some((reasons::UNSUPPORTED_BY_TALOS, why)));
         }
         // The flags, admission plugins and feature gates the path removes:
         // a component given one would not start.
         let in_use: Vec<(String, Vec<String>)> = settings
             .iter()
-            .map(|(m, args)| (m.clone(), super::removed::removed_in_use(&from, &to, args)))
+            .map(|(m, args)| (m.clone(), removed::removed_in_use(&from, &to, args)))
             .collect();
-        if let Some(why) = super::removed::refusal(&to, &in_use) {
+        if let Some(why) = removed::refusal(&to, &in_use) {
             return Ok(Some((reasons::REMOVED_SETTING_IN_USE, why)));
         }
         let mut in_use = Vec::new();

@@ -1,7 +1,7 @@
 //! The pure decisions of a TalosOperation (ADR 0011): its plan, which
 //! machines act next, the step after a step, and the verdicts on what was
 //! observed (etcd health, a node's return, a bound). No I/O here; the
-//! controller (`operation`) reads, calls these, and writes.
+//! controller's `operation` module reads, calls these, and writes.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,6 +13,9 @@ use ichor_api::operation::{
     OperationKind, PlanEntry, PlannedAction, TalosOperationSpec, TalosOperationStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+pub mod removed;
+pub mod support;
 
 /// The plan's words for a machine skipped because it is held.
 pub const HELD: &str = "held";
@@ -802,7 +805,8 @@ mod tests {
 
     fn machines() -> Vec<MachineFacts> {
         let list: Vec<TalosMachine> =
-            serde_yaml_ng::from_str(include_str!("fixtures/machines-lab.yaml")).expect("fixture");
+            serde_yaml_ng::from_str(include_str!("../fixtures/machines-lab.yaml"))
+                .expect("fixture");
         list.into_iter()
             .map(|m| MachineFacts {
                 name: m.metadata.name.clone().unwrap_or_default(),
@@ -816,7 +820,7 @@ mod tests {
 
     fn op(kind: OperationKind) -> TalosOperationSpec {
         let o: TalosOperation =
-            serde_yaml_ng::from_str(include_str!("fixtures/operation-talos-upgrade.yaml"))
+            serde_yaml_ng::from_str(include_str!("../fixtures/operation-talos-upgrade.yaml"))
                 .expect("fixture");
         let mut spec = o.spec;
         spec.kind = kind;

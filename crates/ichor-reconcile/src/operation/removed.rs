@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::operation_decide::semver;
+use super::semver;
 
 /// One minor's removals.
 pub struct Removals {
@@ -33,7 +33,7 @@ pub struct Removals {
 const NONE: &[&str] = &[];
 
 /// The removals Ichor knows, by minor (1.25 to 1.36; for 1.37 only the
-/// removed APIs are known, `operation_decide::REMOVED_API_RESOURCES`).
+/// removed APIs are known, `super::REMOVED_API_RESOURCES`).
 pub const REMOVALS: &[Removals] = &[
     Removals {
         minor: 25,

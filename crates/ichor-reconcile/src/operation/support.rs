@@ -4,7 +4,7 @@
 //! included). Pure: the plan reads each node's Talos version and asks
 //! [`refusal`].
 
-use crate::operation_decide::semver;
+use super::semver;
 
 /// A `major.minor` version.
 pub type Minor = (u64, u64);
