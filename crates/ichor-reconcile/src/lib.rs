@@ -8,6 +8,8 @@
 //! - [`cluster`]: the TalosCluster's status and actions — Ready from its
 //!   machines, the CNI detected, the hand-over's three steps and the
 //!   ichor-cni Job.
+//! - [`machine`]: a TalosMachine's drift, whether to apply it, and its
+//!   conditions.
 //! - [`operation`]: a TalosOperation's plan, next step and verdicts; the
 //!   Talos→Kubernetes support table ([`operation::support`]) and the
 //!   settings each Kubernetes minor removes ([`operation::removed`]).
@@ -20,4 +22,5 @@ pub mod backoff;
 pub mod cluster;
 pub mod cni_job;
 pub mod inventory;
+pub mod machine;
 pub mod operation;

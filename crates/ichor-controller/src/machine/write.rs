@@ -1,0 +1,82 @@
+//! What the TalosMachine reconcile writes to the node: the class B apply
+//! in no-reboot mode, the read-back, and what it recorded. (The status is
+//! written by the reconcile itself.)
+
+use ichor_api::conditions::{self, Status, reasons, types};
+use ichor_api::{TalosMachine, TalosMachineStatus};
+use ichor_reconcile::machine::{
+    ApplyPlan, drifted, inline_manifest_names, read_back_condition, still_released,
+};
+use ichor_talos_client::{ApplyMode, ApplyRequest, TalosClient};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt as _;
+
+use super::Note;
+use super::read::{live_config_error, read_live, read_machine_now, talos_error};
+use crate::{Context, Result};
+
+/// Applies `plan` in no-reboot mode, reads the config back and records
+/// the outcome ([`read_back_condition`]). Right before the apply the
+/// machine is read again: a hold taken back (or a spec changed) since the
+/// reconcile's read means no apply ([`still_released`]).
+pub(super) async fn apply_and_read_back(
+    machine: &TalosMachine,
+    talos: &TalosClient,
+    ctx: &Context,
+    plan: &ApplyPlan,
+    status: &mut TalosMachineStatus,
+    now: &Time,
+) -> Result<Option<Note>> {
+    let generation = machine.metadata.generation;
+    let current = read_machine_now(machine, ctx).await?;
+    if let Some(refused) = still_released(machine, &current, now) {
+        let note = (
+            if refused.reason == reasons::HOLD_TAKEN_BACK {
+                reasons::HOLD_TAKEN_BACK
+            } else {
+                reasons::SPEC_CHANGED
+            },
+            refused.message.clone(),
+        );
+        conditions::set(&mut status.conditions, refused);
+        return Ok(Some(note));
+    }
+    let request = ApplyRequest::new(plan.desired_yaml.clone().into_bytes(), ApplyMode::NoReboot);
+    if let Err(e) = talos.apply_configuration("", &request).await {
+        ctx.metrics.applied("failed");
+        conditions::set(
+            &mut status.conditions,
+            conditions::new(
+                types::APPLIED,
+                Status::False,
+                reasons::APPLY_FAILED,
+                format!(
+                    "the node refused the no-reboot apply of {}: {e}; Ichor retries; check the node with talosctl",
+                    plan.paths.join(", ")
+                ),
+                generation,
+                now.clone(),
+            ),
+        );
+        return Err(talos_error(machine, e));
+    }
+    tracing::info!(machine = %format!("{}/{}", machine.namespace().unwrap_or_default(), machine.name_any()), paths = ?plan.paths, "applied class B drift in no-reboot mode");
+    let read_back = read_live(talos, machine).await?.config;
+    status.inline_manifests = Some(inline_manifest_names(&read_back));
+    let after = ichor_render::compare(&read_back, &plan.desired)?;
+    status.drift = after.entries.clone();
+    conditions::set(&mut status.conditions, drifted(&after, generation, now));
+    let read_back_yaml = read_back
+        .to_yaml()
+        .map_err(|e| live_config_error(machine, e.to_string()))?;
+    let hash = status.config_hash.clone().unwrap_or_default();
+    let (applied, note) =
+        read_back_condition(plan, &read_back_yaml, &after, &hash, generation, now);
+    ctx.metrics.applied(if applied.status == "True" {
+        "applied"
+    } else {
+        "read_back_mismatch"
+    });
+    conditions::set(&mut status.conditions, applied);
+    Ok(note.map(|n| (reasons::APPLIED, n)))
+}
