@@ -88,9 +88,10 @@ IMAGES_DIR := bin/images
 # a build of the same commit anywhere gives the same bytes.
 RELEASE_RUSTFLAGS = --remap-path-prefix=$(CURDIR)=/ichor --remap-path-prefix=$${CARGO_HOME:-$$HOME/.cargo}=/cargo
 IMAGEGEN = ./target/release/imagegen --ichor target/release/ichor --helm "$(IMAGE_HELM)" --cilium-chart "$(IMAGE_CHART)" \
+	--helm-version "$$(sed -n 's/^HELM4_VERSION=//p' tools/versions.env)" --cargo-manifest Cargo.toml \
 	--revision "$$(git rev-parse HEAD)" --created "$$(git log -1 --format=%ct)" --source $(IMAGE_SOURCE)
 
-## images: the controller and UI images (ichor-controller, ichor-ui) as OCI layouts and archives in bin/images/ (no container daemon; same commit, same digests)
+## images: the controller and UI images (ichor-controller, ichor-ui) as OCI layouts and archives in bin/images/, each with its SBOM (<image>-<tag>.cdx.json, CycloneDX) beside it (no container daemon; same commit, same digests)
 images: testbin
 	RUSTFLAGS="$(RELEASE_RUSTFLAGS)" $(CARGO) build --locked --release -p ichor -p ichor-image
 	$(IMAGEGEN) --version $(WS_VERSION) --out $(IMAGES_DIR)
@@ -99,7 +100,7 @@ images: testbin
 HELM ?= $(shell command -v helm 2>/dev/null || echo "$${ICHOR_TESTBIN_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/ichor/testbin}/helm-$$(sed -n 's/^HELM4_VERSION=//p' tools/versions.env)/helm")
 RELEASE_DIR := bin/release
 
-## release: VERSION=vX.Y.Z — the CLI, the install manifests (install.yaml, the UI's opt-in install-ui.yaml), the packaged chart and both images in bin/release/
+## release: VERSION=vX.Y.Z — the CLI, the install manifests (install.yaml, the UI's opt-in install-ui.yaml), the packaged chart and both images with their SBOMs in bin/release/
 # The version comes from one place, [workspace.package] in Cargo.toml (and
 # Chart.yaml follows it); VERSION must equal it, with its v. The chart's own
 # version is VERSION without the v; appVersion and the image tags keep it.

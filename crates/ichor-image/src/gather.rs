@@ -1,7 +1,9 @@
 //! Reading the controller image's inputs from the build machine: the shared
 //! libraries `ichor` links (through `ldd`) and the Debian packages they come
 //! from (through `dpkg-query`), the CA bundle, and the Cilium chart packed
-//! deterministically from its directory.
+//! deterministically from its directory; and for the images' SBOMs, the
+//! crates `ichor` links (through `cargo metadata`), helm's version (helm's
+//! own answer) and the Go module the chart came from.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,6 +11,7 @@ use std::process::Command;
 use crate::Error;
 use crate::controller::{CA_PATH, Chart, Inputs, PackagedFile};
 use crate::layer::{FileTree, gzip};
+use crate::sbom::{self, RUST_TARGET, RustCrates, Software};
 
 /// Where the inputs are on this machine.
 #[derive(Debug, Clone)]
@@ -204,6 +207,64 @@ pub fn inputs(sources: &Sources) -> Result<Inputs, Error> {
                 run("dpkg-query", &["-W", "-f=${Version}", "ca-certificates"])?.trim()
             ),
         },
+    })
+}
+
+/// The crates linked into `package`'s binary for the images' platform, as
+/// the workspace of `manifest` (its Cargo.toml) and its Cargo.lock resolve
+/// them. Runs `cargo metadata --locked` (`$CARGO`, else `cargo`).
+pub fn rust_crates(manifest: &Path, package: &str) -> Result<RustCrates, Error> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let manifest_arg = manifest.display().to_string();
+    let metadata = run(
+        &cargo,
+        &[
+            "metadata",
+            "--locked",
+            "--format-version",
+            "1",
+            "--filter-platform",
+            RUST_TARGET,
+            "--manifest-path",
+            &manifest_arg,
+        ],
+    )?;
+    let lock = String::from_utf8_lossy(&read(&manifest.with_file_name("Cargo.lock"))?).into_owned();
+    sbom::rust_crates(metadata.as_bytes(), &lock, package)
+}
+
+/// The release `helm` says it is (`helm version`); when `pinned` is given,
+/// the binary must be that release.
+pub fn helm_version(helm: &Path, pinned: Option<&str>) -> Result<String, Error> {
+    let helm_arg = helm.display().to_string();
+    let version = run(&helm_arg, &["version", "--template", "{{.Version}}"])?
+        .trim()
+        .to_string();
+    match pinned {
+        Some(pin) if pin != version => Err(Error::Sbom(format!(
+            "{helm_arg} says it is helm {version}, but the pinned release is {pin}"
+        ))),
+        _ => Ok(version),
+    }
+}
+
+/// What the SBOMs need beyond the images' inputs: the crates in `ichor`
+/// (the workspace of `manifest`), helm's release (checked against
+/// `pinned_helm` when given) and the Go module the chart folder belongs to.
+pub fn software(
+    sources: &Sources,
+    manifest: &Path,
+    pinned_helm: Option<&str>,
+) -> Result<Software, Error> {
+    let modcache = std::env::var_os("GOMODCACHE").map(PathBuf::from);
+    Ok(Software {
+        crates: rust_crates(manifest, sbom::ICHOR_PACKAGE)?,
+        helm_version: helm_version(&sources.helm, pinned_helm)?,
+        chart_module: sources
+            .cilium_chart
+            .as_deref()
+            .filter(|p| p.is_dir())
+            .and_then(|p| sbom::go_module(p, modcache.as_deref())),
     })
 }
 

@@ -4,13 +4,15 @@
 //! [`ui::image`] say which files); [`image::build`] turns it into OCI blobs in memory with canonical
 //! JSON and deterministic, gzip-compressed tar layers, so one commit gives one
 //! digest; [`layout`] writes the OCI image layout `crane push` uploads.
-//! Reading the inputs from the build machine is [`gather`]'s job.
+//! Reading the inputs from the build machine is [`gather`]'s job, and
+//! [`sbom`] says what each image's software is (CycloneDX JSON).
 
 pub mod controller;
 pub mod gather;
 pub mod image;
 pub mod layer;
 pub mod layout;
+pub mod sbom;
 pub mod ui;
 
 pub use image::{BuiltImage, ImageSpec, build};
@@ -38,4 +40,6 @@ pub enum Error {
     Dynamic(String, String),
     #[error("the chart at {0} cannot be packed: {1}")]
     Chart(String, String),
+    #[error("the software bill of materials: {0}")]
+    Sbom(String),
 }

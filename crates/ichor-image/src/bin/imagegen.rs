@@ -4,8 +4,10 @@
 //!
 //! Each image is written as `OUT/<name>/` (an OCI image layout: push it with
 //! `crane push OUT/<name> REGISTRY/REPO:TAG`) and `OUT/<name>-<tag>.oci.tar`
-//! (the same layout in one archive), and its digest is appended to
-//! `OUT/digests.txt`.
+//! (the same layout in one archive), with its software bill of materials
+//! beside it as `OUT/<name>-<tag>.cdx.json` (CycloneDX JSON: the crates in
+//! `ichor`, helm, the chart and the base layer's Debian packages), and its
+//! digest is appended to `OUT/digests.txt`.
 
 // This binary speaks to the person who runs it on stdout/stderr; it has
 // no printer module of its own (the print lint forbids printing in libraries).
@@ -15,7 +17,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use ichor_image::{controller, gather, layout, ui};
+use ichor_image::{controller, gather, layout, sbom, ui};
 
 /// Build Ichor's controller and UI images from release binaries, reproducibly.
 #[derive(Debug, Parser)]
@@ -47,9 +49,17 @@ struct Args {
     /// (use the commit's time for a reproducible build).
     #[arg(long, value_name = "SECONDS", env = "SOURCE_DATE_EPOCH")]
     created: u64,
-    /// Where to write the layouts, archives and digests.
+    /// Where to write the layouts, archives, SBOMs and digests.
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
+    /// The helm release the --helm binary must be (`helm version`); the SBOM
+    /// names it. Without it, the binary's own answer is taken.
+    #[arg(long, value_name = "vX.Y.Z")]
+    helm_version: Option<String>,
+    /// The workspace's Cargo.toml: the SBOM lists the crates its Cargo.lock
+    /// resolves for the ichor binary.
+    #[arg(long, value_name = "PATH", default_value = "Cargo.toml")]
+    cargo_manifest: PathBuf,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -64,6 +74,8 @@ fn main() -> anyhow::Result<()> {
         created: args.created,
     };
     let inputs = gather::inputs(&sources).context("reading the images' inputs")?;
+    let software = gather::software(&sources, &args.cargo_manifest, args.helm_version.as_deref())
+        .context("reading what the images' software is")?;
     let controller_spec = controller::image(&inputs);
     let chart = controller_spec.labels[controller::CILIUM_CHART_LABEL].clone();
     let mut lines = Vec::new();
@@ -71,6 +83,17 @@ fn main() -> anyhow::Result<()> {
         let image = ichor_image::build(&spec)
             .with_context(|| format!("building the {} image", spec.name))?;
         lines.push(write_image(&image, &args.out, args.created)?);
+        let document = sbom::document(&spec, &image, &inputs, &software);
+        let path = args
+            .out
+            .join(format!("{}-{}.cdx.json", image.name, image.tag));
+        std::fs::write(&path, sbom::to_bytes(&document))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!(
+            "  sbom    {} ({} components)",
+            path.display(),
+            document["components"].as_array().map_or(0, Vec::len)
+        );
     }
     let digests = args.out.join("digests.txt");
     std::fs::write(&digests, lines.join("\n") + "\n")
