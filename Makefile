@@ -36,11 +36,16 @@ cargo-test:
 # patches, talosconfig, secrets bundle, Helm records, the webhooks. A failing
 # case is shrunk and printed; it becomes a named regression test.
 FUZZ_CASES ?= 20000
-FUZZ_TARGETS = -p ichor-talos -p ichor-helm -p ichor-controller --test fuzz_parsers --test fuzz_record --test fuzz_webhook
+# package/test binary/name filter: each crate's fuzz module in its test binary.
+FUZZ_TARGETS = ichor-talos/fuzz_parsers/ ichor-helm/it/fuzz_record:: ichor-controller/fuzz_webhook/
 # Optimised: a long run does far more cases per minute (FUZZ_PROFILE= for a debug build).
 FUZZ_PROFILE ?= --release
 fuzz:
-	PROPTEST_CASES=$(FUZZ_CASES) PROPTEST_MAX_SHRINK_ITERS=100000 $(CARGO) test --locked $(FUZZ_PROFILE) $(FUZZ_TARGETS) -- --test-threads=2
+	@set -e; for target in $(FUZZ_TARGETS); do \
+	  IFS=/ read -r pkg bin filter <<< "$$target"; \
+	  echo "fuzz: $$pkg --test $$bin $$filter"; \
+	  PROPTEST_CASES=$(FUZZ_CASES) PROPTEST_MAX_SHRINK_ITERS=100000 $(CARGO) test --locked $(FUZZ_PROFILE) -p $$pkg --test $$bin $$filter -- --test-threads=2; \
+	done
 
 ## bench: the benchmarks (release profile, criterion), then one table of figure, goal, measured, peer, ratio and verdict (not part of make test)
 # Each bench leaves its rows in target/bench-figures/<bench>.json; the table
@@ -131,5 +136,5 @@ fuzz-patch: testbin
 ## check-machinery: the checks against Talos's own v1.14 config machinery (every v1.14 render validated, patches compared; ICHOR_DIFF_MACHINERY_CASES, default 300). Not in `make test`: the module proxy does not serve that machinery, so the peer is built only where ICHOR_TALOS_MACHINERY_SRC names its source (tools/testbin.sh)
 check-machinery: testbin
 	$(CARGO) test --locked --features machinery-peer -p ichor-talos --test talosctl_patch_diff machinery_peer -- --test-threads=2 --nocapture
-	$(CARGO) test --locked --features machinery-peer -p ichor-render --test talosctl_validate machinery_peer -- --test-threads=2 --nocapture
+	$(CARGO) test --locked --features machinery-peer -p ichor-render --test it machinery_peer -- --test-threads=2 --nocapture
 	$(CARGO) test --locked --features machinery-peer -p ichor-adopt --test init_talos_validate -- --test-threads=2 --nocapture

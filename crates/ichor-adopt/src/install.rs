@@ -52,7 +52,7 @@ pub fn controller_image(version: &str) -> String {
 }
 
 /// The controller's rights across the cluster, each one used (measured from
-/// the API server's audit log by `crates/ichor/tests/least_privilege_e2e.rs`).
+/// the API server's audit log by `crates/ichor/tests/it/least_privilege_e2e.rs`).
 /// Secrets: `get` only, since the secrets bundle lives beside its TalosCluster
 /// in any namespace and is named by the cluster's spec.
 pub fn controller_cluster_rules() -> Value {

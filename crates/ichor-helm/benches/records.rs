@@ -14,7 +14,7 @@
 // forbids printing elsewhere).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use std::time::{Duration, Instant};

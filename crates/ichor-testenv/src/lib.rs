@@ -22,6 +22,8 @@
 //! network. Tests patch Node and workload status themselves.
 
 pub mod bench;
+#[cfg(feature = "browser")]
+pub mod browser;
 mod certs;
 pub mod fixtures;
 pub mod leak;

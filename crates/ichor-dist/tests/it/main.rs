@@ -1,0 +1,6 @@
+//! The integration tests of `ichor-dist`, one binary (one link) for them all:
+//! each former test file is a module here; shared helpers are modules too.
+
+mod chart;
+mod release;
+mod stale;
