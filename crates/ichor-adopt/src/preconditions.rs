@@ -116,6 +116,11 @@ fn talos_minor(version: &str) -> Option<(u64, u64)> {
 }
 
 #[cfg(test)]
+pub(crate) fn talos_minor_for_tests(version: &str) -> Option<(u64, u64)> {
+    talos_minor(version)
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::inspection::{KubeInspection, KubeNode, TalosNode};

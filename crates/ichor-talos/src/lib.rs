@@ -13,6 +13,7 @@ pub mod private_file;
 pub mod redact;
 pub mod secrets;
 pub mod talosconfig;
+pub mod version;
 
 /// Writes a file readable by its owner only (0600), replacing it, through
 /// the one private-file writer ([`private_file::write`]).
