@@ -364,8 +364,8 @@ pub fn kube_proxy_from_talos(inspection: &Inspection) -> KubeProxyMode {
     }
 }
 
-fn version_key(v: &str) -> Option<semver::Version> {
-    semver::Version::parse(v.trim_start_matches('v')).ok()
+fn version_key(v: &str) -> Option<ichor_talos::version::Version> {
+    ichor_talos::version::Version::parse(v).ok()
 }
 
 #[cfg(test)]

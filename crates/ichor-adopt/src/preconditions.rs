@@ -111,13 +111,9 @@ fn subnets(inspection: &Inspection, refusals: &mut Vec<Refusal>) -> Subnets {
 
 /// `v1.13.9` → (1, 13).
 fn talos_minor(version: &str) -> Option<(u64, u64)> {
-    let v = semver::Version::parse(version.trim_start_matches('v')).ok()?;
-    Some((v.major, v.minor))
-}
-
-#[cfg(test)]
-pub(crate) fn talos_minor_for_tests(version: &str) -> Option<(u64, u64)> {
-    talos_minor(version)
+    ichor_talos::version::Version::parse(version)
+        .ok()
+        .map(|v| v.major_minor())
 }
 
 #[cfg(test)]

@@ -14,41 +14,7 @@ use ichor_talos::pem::unb64;
 use ichor_talos::secrets::SecretsBundle;
 use serde_yaml_ng::{Mapping, Value};
 
-/// The machine-config shape a Talos version writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum ConfigShape {
-    /// One `v1alpha1` document (Talos v1.12, v1.13).
-    V1alpha1,
-    /// `v1alpha1` plus `Kube*` documents (Talos v1.14 on).
-    Multidoc,
-}
-
-impl ConfigShape {
-    /// The shape Talos `version` (`v1.14.0`) writes.
-    pub fn for_version(version: &str) -> Option<ConfigShape> {
-        let (major, minor) = major_minor(version)?;
-        Some(if (major, minor) >= (1, 14) {
-            ConfigShape::Multidoc
-        } else {
-            ConfigShape::V1alpha1
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ConfigShape::V1alpha1 => "v1alpha1",
-            ConfigShape::Multidoc => "multi-document",
-        }
-    }
-}
-
-/// `(major, minor)` of `v1.14.0`, `1.13.9-rc.1`.
-pub fn major_minor(version: &str) -> Option<(u64, u64)> {
-    let v = version.trim().trim_start_matches('v');
-    let mut parts = v.split(['.', '-', '+']);
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
-}
+pub use ichor_talos::config::ConfigShape;
 
 /// What a base config is made of besides the bundle.
 #[derive(Debug, Clone, Copy)]
@@ -116,7 +82,7 @@ fn image(repository: &str, version: &str) -> Value {
 /// The base config of one node, as YAML documents.
 pub fn base_config(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Vec<Mapping> {
     let docs = match input.shape {
-        ConfigShape::V1alpha1 => v1alpha1_shape(bundle, input),
+        ConfigShape::Legacy => v1alpha1_shape(bundle, input),
         ConfigShape::Multidoc => multidoc_shape(bundle, input),
     };
     docs.into_iter()

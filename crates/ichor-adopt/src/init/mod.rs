@@ -24,7 +24,8 @@ use serde::Serialize;
 use crate::classify::Refusal;
 use crate::plan::CLUSTER_LABEL;
 use crate::preconditions::MIN_TALOS;
-pub use base::{BaseInput, ConfigShape, base_config, endpoint_host, major_minor};
+pub use base::{BaseInput, ConfigShape, base_config, endpoint_host};
+use ichor_talos::version::Version;
 
 pub use ichor_api::INITIALIZED_ANNOTATION;
 
@@ -288,8 +289,14 @@ fn install_disk(disks: &[String]) -> Option<String> {
     sorted.first().map(|d| (*d).clone())
 }
 
-fn version_key(v: &str) -> Option<semver::Version> {
-    semver::Version::parse(v.trim_start_matches('v')).ok()
+fn version_key(v: &str) -> Option<Version> {
+    Version::parse(v).ok()
+}
+
+/// The release line of a version (`(1, 14)`), none for a text that is no
+/// release version.
+fn release_line(v: &str) -> Option<(u64, u64)> {
+    Version::parse(v).ok().map(|v| v.major_minor())
 }
 
 /// The nodes' answers and the request → the plan and what init writes, or
@@ -363,7 +370,7 @@ pub fn plan(
                     disks,
                 },
             ) => {
-                match major_minor(talos_version) {
+                match release_line(talos_version) {
                     Some(v) if v >= MIN_TALOS => {}
                     _ => refusals.push(Refusal::new(format!(
                         "node {address} runs Talos {talos_version}; ichor init needs Talos v{}.{} or later: boot it from a newer Talos image",
@@ -408,7 +415,7 @@ pub fn plan(
             .min_by(|a, b| version_key(a).cmp(&version_key(b)))
             .unwrap_or_default(),
     };
-    let talos_minor = major_minor(&talos_version);
+    let talos_minor = release_line(&talos_version);
     let range = talos_minor.and_then(kubernetes_range);
     if request.talos_version.is_some() && range.is_none() {
         refusals.push(Refusal::new(format!(
@@ -417,7 +424,7 @@ pub fn plan(
     }
     let kubernetes_version = match (&request.kubernetes_version, range) {
         (Some(k), Some((low, high, _))) => {
-            match major_minor(k) {
+            match release_line(k) {
                 Some(v) if v >= low && v <= high => {}
                 _ => refusals.push(Refusal::new(format!(
                     "--kubernetes-version {k} is not supported by Talos {talos_version} (it runs Kubernetes v{}.{} to v{}.{})",
@@ -433,7 +440,9 @@ pub fn plan(
     if !refusals.is_empty() {
         return Err(refusals);
     }
-    let shape = ConfigShape::for_version(&talos_version).unwrap_or(ConfigShape::V1alpha1);
+    let shape = Version::parse(&talos_version)
+        .map(|v| ConfigShape::for_version(&v))
+        .unwrap_or(ConfigShape::Legacy);
 
     let cluster = talos_cluster(request, &talos_version, &kubernetes_version);
     let mut machines = Vec::new();

@@ -274,39 +274,3 @@ fn the_configs_carry_cilium_inline_on_control_planes_only() {
         assert_eq!(w.machines[0].metadata.name.as_deref(), Some("cp-1"));
     }
 }
-
-/// The one version parser (`ichor_talos::version::Version`) reads every
-/// release version as the three parsers it replaces did: init's lenient
-/// `major_minor`, adopt's `talos_minor` and the `version_key` order. Where
-/// they differed, on texts that are no release (`1.14`, `v1.14.0-rc.04`),
-/// the new one refuses, as `talos_minor` and `version_key` did.
-/// Covers: R19.1 (one vocabulary, proven equal before the old parsers go)
-mod one_version_parser {
-    use ichor_talos::version::Version;
-    use proptest::prelude::*;
-
-    fn version_text() -> impl Strategy<Value = String> {
-        (
-            prop::option::of(Just("v")),
-            0u64..40,
-            0u64..40,
-            0u64..40,
-            prop::option::of("(alpha|beta|rc)\\.(0|[1-9][0-9]?)"),
-        )
-            .prop_map(|(v, major, minor, patch, pre)| {
-                let pre = pre.map(|p| format!("-{p}")).unwrap_or_default();
-                format!("{}{major}.{minor}.{patch}{pre}", v.unwrap_or(""))
-            })
-    }
-
-    proptest! {
-        #[test]
-        fn the_new_parser_reads_what_the_old_ones_read(a in version_text(), b in version_text()) {
-            let new = Version::parse(&a).unwrap();
-            prop_assert_eq!(Some(new.major_minor()), super::super::base::major_minor(&a));
-            prop_assert_eq!(Some(new.major_minor()), crate::preconditions::talos_minor_for_tests(&a));
-            let old_order = super::super::version_key(&a).cmp(&super::super::version_key(&b));
-            prop_assert_eq!(Version::parse(&a).ok().cmp(&Version::parse(&b).ok()), old_order);
-        }
-    }
-}

@@ -15,12 +15,33 @@ pub const DEFAULT_SERVICE_SUBNET: &str = "10.96.0.0/12";
 pub const DEFAULT_DNS_DOMAIN: &str = "cluster.local";
 
 /// Where the Kubernetes settings of a config live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ConfigShape {
     /// v1.12/v1.13 (and configs upgraded from them): inside the `v1alpha1` document.
+    #[serde(rename = "v1alpha1")]
     Legacy,
     /// v1.14: in separate `Kube*` documents.
+    #[serde(rename = "multidoc")]
     Multidoc,
+}
+
+impl ConfigShape {
+    /// The shape a Talos release writes for a new node.
+    pub fn for_version(talos: &crate::version::Version) -> ConfigShape {
+        if talos.major_minor() >= (1, 14) {
+            ConfigShape::Multidoc
+        } else {
+            ConfigShape::Legacy
+        }
+    }
+
+    /// How messages name the shape.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigShape::Legacy => "v1alpha1",
+            ConfigShape::Multidoc => "multi-document",
+        }
+    }
 }
 
 /// The machine type (`machine.type`).
