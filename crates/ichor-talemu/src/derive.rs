@@ -382,6 +382,29 @@ fn base64_pem_at(v: &Value, keys: &[&str]) -> Option<String> {
         .filter(|s| !s.trim().is_empty())
 }
 
+/// The etcd image a control-plane config names (`cluster.etcd.image`), if any.
+pub fn etcd_image(bytes: &[u8]) -> Option<String> {
+    let docs = documents(bytes).ok()?;
+    let v1 = docs.iter().find(|d| is_v1alpha1(d))?;
+    str_at(v1, &["cluster", "etcd", "image"]).filter(|s| !s.trim().is_empty())
+}
+
+/// The NTP servers a config names (`machine.time.servers`, or a
+/// `TimeSyncConfig` document's `ntp.servers`); empty when it names none.
+pub fn time_servers(bytes: &[u8]) -> Vec<String> {
+    let Ok(docs) = documents(bytes) else {
+        return Vec::new();
+    };
+    docs.iter()
+        .find(|d| kind_of(d) == Some("TimeSyncConfig"))
+        .and_then(|d| strings_at(d, &["ntp", "servers"]))
+        .or_else(|| {
+            let v1 = docs.iter().find(|d| is_v1alpha1(d))?;
+            strings_at(v1, &["machine", "time", "servers"])
+        })
+        .unwrap_or_default()
+}
+
 /// The Talos API CA of a config (`machine.ca`, base64 PEM in the v1alpha1
 /// document of both shapes), with its key when the config holds it.
 pub fn os_ca(bytes: &[u8]) -> Option<CaPair> {

@@ -25,16 +25,20 @@
 //! # Ok(()) }
 //! ```
 
+mod api;
 pub mod derive;
 pub mod diff;
+mod discovery;
 mod error;
+mod host;
+mod journal;
 pub mod manifests;
 mod node;
 pub mod pki;
 pub mod resources;
 mod server;
-mod service;
 pub mod talosconfig;
+mod wire;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -42,12 +46,14 @@ use std::time::Duration;
 
 use ichor_talos_client::{ClientIdentity, ClientOptions, TalosClient};
 
+pub use api::EtcdAlarm;
 pub use error::EmuError;
 pub use node::{Disk, Fault, NodeSpec, ReadGate, WriteAction, WriteRecord};
 pub use pki::{CertifiedKey, ClientCertSpec, Pki};
 
+use api::{Cluster, NodeApi};
+use discovery::Discovery;
 use node::Node;
-use service::{Cluster, NodeApi};
 
 /// Options of an emulator.
 pub struct EmulatorOptions {
@@ -122,18 +128,27 @@ impl Emulator {
             None => Pki::generate()?,
         };
         let writes = Arc::new(Mutex::new(Vec::new()));
+        let discovery = Arc::new(Discovery::default());
         let mut built = Vec::new();
         let mut listeners = Vec::new();
-        for spec in nodes {
+        for (index, spec) in nodes.into_iter().enumerate() {
             let listener = server::bind(SocketAddr::new(spec.address, spec.port)).await?;
             listeners.push(listener);
-            built.push(Node::new(spec, Arc::clone(&writes), options.reboot_outage)?);
+            built.push(Node::new(
+                spec,
+                Arc::clone(&writes),
+                options.reboot_outage,
+                Arc::clone(&discovery),
+                index,
+            )?);
         }
         let (bootstraps, _) = tokio::sync::broadcast::channel(16);
         let cluster = Arc::new(Cluster {
             nodes: built,
             serve_config_ca: options.serve_config_ca,
             bootstraps,
+            discovery,
+            etcd: Mutex::new(Default::default()),
         });
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
         let mut handles = Vec::new();
@@ -309,8 +324,22 @@ impl Emulator {
     }
 
     /// Fault: node `i`'s etcd member has not started (`false` clears it).
+    /// Its record says so: the etcd service fails, then waits.
     pub fn set_etcd_unhealthy(&self, i: usize, on: bool) {
-        self.cluster.nodes[i].lock().etcd_unhealthy = on;
+        self.cluster.nodes[i].set_etcd_unhealthy(on);
+    }
+
+    /// Fault: etcd raises `alarm` on node `i`'s member (as etcd does when
+    /// its database is full); `talosctl etcd alarm disarm` clears it.
+    pub fn raise_etcd_alarm(&self, i: usize, alarm: EtcdAlarm) {
+        self.api(i).raise_etcd_alarm(i, alarm);
+    }
+
+    fn api(&self, i: usize) -> NodeApi {
+        NodeApi {
+            cluster: Arc::clone(&self.cluster),
+            me: i,
+        }
     }
 
     /// Node `i`'s reboots stay down after their outage until the returned

@@ -13,6 +13,9 @@ use ichor_talos_client::proto::cosi::resource as cosi;
 use ichor_talos_client::proto::machine;
 
 use crate::derive;
+use crate::discovery::{Affiliate, Discovery};
+use crate::host;
+use crate::journal::Journal;
 use crate::resources::{self, Item, NodeView};
 
 /// How an emulated node starts.
@@ -229,6 +232,10 @@ pub(crate) struct NodeState {
     /// The TLS configuration a node serves once it left maintenance mode
     /// with a config naming its own Talos API CA (`None`: the emulator's CA).
     pub mtls: Option<Arc<rustls::ServerConfig>>,
+    /// What happened to the node since it booted (dmesg, logs, services).
+    pub journal: Journal,
+    /// The [`Discovery::generation`] the node's resources were computed at.
+    pub discovery_seen: u64,
 }
 
 /// A pause in a node's COSI reads (get, list, watch; the machine config is
@@ -285,6 +292,10 @@ pub(crate) struct Node {
     pub events: broadcast::Sender<cosi::Event>,
     pub writes: Arc<Mutex<Vec<WriteRecord>>>,
     pub reboot_outage: Duration,
+    /// What the emulator's nodes know of each other.
+    pub discovery: Arc<Discovery>,
+    /// The node's place among the emulator's nodes.
+    pub index: usize,
 }
 
 pub(crate) fn parse_version(v: &str) -> Option<(u64, u64)> {
@@ -358,6 +369,8 @@ impl Node {
         spec: NodeSpec,
         writes: Arc<Mutex<Vec<WriteRecord>>>,
         reboot_outage: Duration,
+        discovery: Arc<Discovery>,
+        index: usize,
     ) -> Result<Arc<Self>, crate::EmuError> {
         let version =
             parse_version(&spec.talos_version).ok_or_else(|| crate::EmuError::Version {
@@ -390,11 +403,15 @@ impl Node {
                 reboot_gate: None,
                 etcd_data: false,
                 mtls: None,
+                journal: Journal::boot(),
+                discovery_seen: 0,
             }),
             spec,
             events,
             writes,
             reboot_outage,
+            discovery,
+            index,
         });
         {
             let mut st = node.lock();
@@ -403,9 +420,88 @@ impl Node {
                 .as_deref()
                 .and_then(|c| derive::facts(c, version >= (1, 14)).ok())
                 .is_some_and(|f| f.machine_type.is_control_plane());
+            if st.etcd_data {
+                node.discovery.mark_bootstrapped();
+            }
+            node.record_boot(&mut st);
             node.refresh(&mut st);
         }
         Ok(node)
+    }
+
+    /// The facts of the node's active config (`None` in maintenance mode).
+    pub fn facts_of(&self, st: &NodeState) -> Option<derive::ConfigFacts> {
+        st.active
+            .as_deref()
+            .and_then(|c| derive::facts(c, self.multidoc_kubernetes()).ok())
+    }
+
+    /// The id of the node's etcd member (stable: from its hostname).
+    pub fn member_id(&self) -> u64 {
+        crate::discovery::member_id(&self.spec.hostname)
+    }
+
+    /// Whether the node's etcd member runs: a configured control plane of a
+    /// bootstrapped cluster whose member is not held down by a fault.
+    pub fn etcd_runs(&self, st: &NodeState) -> bool {
+        self.discovery.bootstrapped()
+            && !st.etcd_unhealthy
+            && self
+                .facts_of(st)
+                .is_some_and(|f| f.machine_type.is_control_plane())
+    }
+
+    /// Whether the node runs the control plane's static pods: a configured
+    /// control plane of a bootstrapped cluster.
+    pub fn static_pods_run(&self, st: &NodeState) -> bool {
+        self.discovery.bootstrapped()
+            && self
+                .facts_of(st)
+                .is_some_and(|f| f.machine_type.is_control_plane())
+    }
+
+    /// A fresh record for a boot that happens now.
+    fn record_boot(&self, st: &mut NodeState) {
+        let facts = self.facts_of(st);
+        let etcd_runs = self.etcd_runs(st);
+        let mut journal = Journal::boot();
+        let version = self.talos_version();
+        host::record_boot(
+            &mut journal,
+            &host::Boot {
+                talos_version: &version,
+                boot_id: &st.boot_id,
+                configured: st.active.as_deref().zip(facts.as_ref()),
+                etcd_runs,
+                member_id: self.member_id(),
+            },
+        );
+        st.journal = journal;
+    }
+
+    /// Recomputes the node's resources when what it knows of the other
+    /// nodes changed since they were computed.
+    pub fn sync(&self, st: &mut NodeState) {
+        if st.discovery_seen != self.discovery.generation() {
+            self.refresh(st);
+        }
+    }
+
+    /// Fault: the node's etcd member stops (or starts again); its record says so.
+    pub fn set_etcd_unhealthy(&self, on: bool) {
+        let mut st = self.lock();
+        if st.etcd_unhealthy == on {
+            return;
+        }
+        let was_running = self.etcd_runs(&st);
+        st.etcd_unhealthy = on;
+        let runs = self.etcd_runs(&st);
+        if was_running != runs
+            && let Some(config) = st.active.clone()
+        {
+            host::record_etcd_fault(&mut st.journal, &config, self.member_id(), !runs);
+        }
+        self.refresh(&mut st);
     }
 
     pub fn lock(&self) -> MutexGuard<'_, NodeState> {
@@ -463,13 +559,28 @@ impl Node {
     /// Recomputes the node's resources, bumps versions of changed ones and
     /// sends watch events.
     pub fn refresh(&self, st: &mut NodeState) {
-        let facts = st
-            .active
-            .as_deref()
-            .and_then(|c| derive::facts(c, self.multidoc_kubernetes()).ok());
+        let facts = self.facts_of(st);
         let talos_version = self.talos_version();
+        let hostname = facts
+            .as_ref()
+            .and_then(|f| f.hostname.clone())
+            .unwrap_or_else(|| self.spec.hostname.clone());
+        let affiliate = facts.as_ref().map(|f| Affiliate {
+            hostname: hostname.clone(),
+            address: self.spec.address,
+            machine_type: f.machine_type,
+            operating_system: format!("Talos ({talos_version})"),
+            cluster_id: f.cluster_id.clone(),
+        });
+        self.discovery.publish(self.index, affiliate);
+        st.discovery_seen = self.discovery.generation();
+        let members = facts
+            .as_ref()
+            .map(|f| self.discovery.members(&f.cluster_id))
+            .unwrap_or_default();
         let view = NodeView {
             hostname: &self.spec.hostname,
+            address: self.spec.address,
             talos_version: &talos_version,
             v1_13_or_later: self.version() >= (1, 13),
             active_config: st.active.as_deref(),
@@ -477,6 +588,9 @@ impl Node {
             facts: facts.as_ref(),
             stage: st.stage,
             disks: &self.spec.disks,
+            members: &members,
+            journal: &st.journal,
+            static_pods_run: self.static_pods_run(st),
         };
         let items = resources::node_items(&view);
         let now = SystemTime::now();
@@ -632,7 +746,9 @@ impl Node {
             .try_mode_timeout
             .and_then(|d| Duration::try_from(d).ok())
             .unwrap_or(Duration::from_secs(60));
+        let before = self.facts_of(&st);
         self.store_applied_config(&mut st, mode, req.data.clone(), try_timeout, &mut details);
+        self.record_apply(&mut st, mode, req.data.len(), before.as_ref(), &details);
         self.refresh(&mut st);
         drop(st);
         self.record(WriteAction::ApplyConfiguration {
@@ -648,6 +764,41 @@ impl Node {
             mode: mode as i32,
             mode_details: details + &mode_err,
         })
+    }
+
+    /// What an apply leaves in the node's record: machined's line, the
+    /// services starting on a node leaving maintenance mode, the kubelet
+    /// restarting when its image changed now.
+    fn record_apply(
+        &self,
+        st: &mut NodeState,
+        mode: machine::apply_configuration_request::Mode,
+        bytes: usize,
+        before: Option<&derive::ConfigFacts>,
+        details: &str,
+    ) {
+        let summary = details.lines().next().unwrap_or_default();
+        st.journal.talos(format!(
+            "apply config request: mode {}, {bytes} bytes: {summary}",
+            apply_mode_name(mode)
+        ));
+        let Some(after) = self.facts_of(st) else {
+            return;
+        };
+        let etcd_runs = self.etcd_runs(st);
+        let member_id = self.member_id();
+        let Some(active) = st.active.clone() else {
+            return;
+        };
+        match before {
+            None => {
+                host::record_services_start(&mut st.journal, &active, &after, etcd_runs, member_id)
+            }
+            Some(b) if b.kubelet_image != after.kubelet_image => {
+                host::record_kubelet_restart(&mut st.journal, &after);
+            }
+            Some(_) => {}
+        }
     }
 
     /// Stores an applied config where `mode` puts it (active, persistent or
@@ -704,6 +855,10 @@ impl Node {
             let mut st = node.lock();
             st.active = st.persistent.clone();
             st.rollback = None;
+            st.journal.talos(format!(
+                "the configuration applied in try mode was rolled back after {}",
+                go_duration(timeout)
+            ));
             node.refresh(&mut st);
             drop(st);
             node.record(WriteAction::TryRollback);
@@ -715,9 +870,11 @@ impl Node {
         if image.trim().is_empty() {
             return Err(Status::invalid_argument("image reference is required"));
         }
-        self.lock()
-            .pulled
-            .insert((driver, namespace, image.to_string()));
+        {
+            let mut st = self.lock();
+            st.pulled.insert((driver, namespace, image.to_string()));
+            st.journal.talos(format!("image pulled: {image}"));
+        }
         self.record(WriteAction::ImagePull {
             image: image.to_string(),
         });
@@ -752,6 +909,9 @@ impl Node {
             )));
         }
         st.installed = Some(target.clone());
+        st.journal.talos(format!(
+            "upgrade: installed Talos {target} from {image} to the inactive boot slot; it boots at the next reboot"
+        ));
         drop(st);
         self.record(WriteAction::Upgrade {
             image: image.to_string(),
@@ -781,7 +941,14 @@ impl Node {
         {
             return Err(Status::failed_precondition(reason));
         }
-        self.lock().installed = Some(target);
+        {
+            let mut st = self.lock();
+            st.journal.talos(format!(
+                "upgrade request received: installing Talos {target} from {} to the inactive boot slot, then rebooting",
+                req.image
+            ));
+            st.installed = Some(target);
+        }
         self.record(WriteAction::Upgrade {
             image: req.image.clone(),
             legacy: true,
@@ -825,6 +992,7 @@ impl Node {
         let outage = self.reboot_outage;
         {
             let mut st = self.lock();
+            st.journal.talos(format!("rebooting (actor id {actor_id})"));
             st.stage = 5;
             st.down_until = Some(Instant::now() + outage);
             self.refresh(&mut st);
@@ -862,6 +1030,7 @@ impl Node {
             st.stage = if st.active.is_some() { 4 } else { 3 };
             st.down_until = None;
             st.rebooting_after_apply = false;
+            node.record_boot(&mut st);
             node.refresh(&mut st);
         });
     }

@@ -16,12 +16,13 @@ use tokio_rustls::TlsAcceptor;
 use ichor_talos_client::proto::cosi::resource::state_server::StateServer;
 use ichor_talos_client::proto::machine::image_service_server::ImageServiceServer;
 use ichor_talos_client::proto::machine::lifecycle_service_server::LifecycleServiceServer;
-use ichor_talos_client::proto::machine::machine_service_server::MachineServiceServer;
 use ichor_talos_client::tls as ctls;
 
 use crate::EmuError;
+use crate::api::NodeApi;
+use crate::api::router::{MachineRouter, NotEmulatedLayer};
 use crate::pki::CertifiedKey;
-use crate::service::NodeApi;
+use crate::wire::time::time_service_server::TimeServiceServer;
 
 /// Wraps the WebPKI client verifier with apid's extra check: every
 /// non-CA certificate of the chain has ExtKeyUsage exactly `[ClientAuth]`.
@@ -201,12 +202,11 @@ pub(crate) async fn serve(
     });
     let incoming = tokio_stream::wrappers::ReceiverStream::new(rx);
     let result = tonic::transport::Server::builder()
-        .add_service(
-            MachineServiceServer::new(api.clone())
-                .max_decoding_message_size(ichor_talos_client::client::MAX_MESSAGE_SIZE),
-        )
+        .layer(NotEmulatedLayer)
+        .add_service(MachineRouter::new(api.clone()))
         .add_service(ImageServiceServer::new(api.clone()))
         .add_service(LifecycleServiceServer::new(api.clone()))
+        .add_service(TimeServiceServer::new(api.clone()))
         .add_service(StateServer::new(api))
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = shutdown.changed().await;

@@ -1,26 +1,49 @@
-//! The gRPC services of an emulated node (MachineService and the COSI State
-//! service), with apid's routing on the `node`/`nodes` metadata and the
-//! role checks of Talos's authorizer.
+//! The gRPC services of an emulated node, one room per Talos API: apid's
+//! routing on the `node`/`nodes` metadata and the role checks of Talos's
+//! authorizer live here; each service (and each group of MachineService
+//! methods) in its own file:
+//!
+//! - [`machine`]: MachineService's index, and the node's configuration,
+//!   version, reboot, upgrade, bootstrap and kubeconfig;
+//! - [`services`]: the services Talos runs (`talosctl services`);
+//! - [`etcd`]: etcd's members, status, alarms and leadership;
+//! - [`logs`]: the kernel log and the services' logs;
+//! - [`system`]: memory, processes, mounts;
+//! - [`containers`]: containers and their stats;
+//! - [`time`]: TimeService; [`image`]: ImageService; [`lifecycle`]:
+//!   LifecycleService; [`cosi`]: the COSI State service (`talosctl get`);
+//! - [`router`]: which of the above answers a path, and the answer of
+//!   everything the lab does not emulate.
+
+mod containers;
+mod cosi;
+pub(crate) mod etcd;
+mod image;
+mod lifecycle;
+mod logs;
+mod machine;
+pub(crate) mod router;
+mod services;
+mod system;
+mod time;
 
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::Stream;
 use tonic::metadata::MetadataMap;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
-use tonic::{Request, Response, Status};
+use tonic::{Request, Status};
 
 use ichor_talos_client::proto::common;
-use ichor_talos_client::proto::cosi::resource as cosi;
-use ichor_talos_client::proto::cosi::resource::state_server::State;
 use ichor_talos_client::proto::google::rpc;
-use ichor_talos_client::proto::machine;
-use ichor_talos_client::proto::machine::image_service_server::ImageService;
-use ichor_talos_client::proto::machine::lifecycle_service_server::LifecycleService;
-use ichor_talos_client::proto::machine::machine_service_server::MachineService;
 
-use crate::node::{Fault, Node, WriteAction};
+use crate::discovery::Discovery;
+use crate::node::{Fault, Node};
 use crate::resources;
+use crate::wire;
+
+pub use etcd::EtcdAlarm;
 
 const ADMIN: &str = "os:admin";
 const OPERATOR: &str = "os:operator";
@@ -34,6 +57,10 @@ pub(crate) struct Cluster {
     pub serve_config_ca: bool,
     /// The index of every node that bootstraps etcd, as it happens.
     pub bootstraps: tokio::sync::broadcast::Sender<usize>,
+    /// What the nodes know of each other (members, etcd bootstrapped).
+    pub discovery: Arc<Discovery>,
+    /// The etcd cluster's own state: its leader and alarms.
+    pub etcd: Mutex<etcd::EtcdCluster>,
 }
 
 impl Cluster {
@@ -67,7 +94,7 @@ impl Caller {
 }
 
 /// Reads the roles from the verified client certificate of the connection.
-fn caller<T>(request: &Request<T>) -> Caller {
+pub(crate) fn caller<T>(request: &Request<T>) -> Caller {
     let Some(info) = request.extensions().get::<TlsConnectInfo<TcpConnectInfo>>() else {
         return Caller::Maintenance;
     };
@@ -305,114 +332,49 @@ impl NodeApi {
         }
     }
 
-    /// The etcd members: one per configured control plane. A member whose
-    /// node has the `etcd_unhealthy` fault has not started, which Talos shows
-    /// as an empty name.
-    fn etcd_members(&self) -> Vec<machine::EtcdMember> {
+    /// The nodes a streaming call goes to, with the name apid gives each
+    /// one's messages (`None`: one node, no metadata). Talos proxies a stream
+    /// to many nodes as one stream of all their messages.
+    async fn stream_targets(
+        &self,
+        md: &MetadataMap,
+    ) -> Result<Vec<(usize, Option<String>)>, Status> {
+        match self.route(md, false)? {
+            Route::One(i) => {
+                self.guard(i).await?;
+                Ok(vec![(i, None)])
+            }
+            Route::Many(targets) if targets.len() == 1 => {
+                let i = self.resolve(&targets[0])?;
+                self.guard(i).await?;
+                Ok(vec![(i, None)])
+            }
+            Route::Many(targets) => {
+                let mut out = Vec::new();
+                for target in targets {
+                    let i = self.resolve(&target)?;
+                    self.guard(i).await?;
+                    out.push((i, Some(target)));
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// The index of `node` among the emulator's nodes.
+    fn index_of(&self, node: &Arc<Node>) -> usize {
         self.cluster
             .nodes
             .iter()
-            .filter(|n| !n.in_maintenance() && n.is_control_plane())
-            .filter(|_| self.cluster.bootstrapped())
-            .map(|n| {
-                let started = !n.lock().etcd_unhealthy;
-                let address = n.spec.address;
-                machine::EtcdMember {
-                    id: member_id(&n.spec.hostname),
-                    hostname: if started { n.hostname() } else { String::new() },
-                    peer_urls: vec![format!("https://{address}:2380")],
-                    client_urls: vec![format!("https://{address}:2379")],
-                    is_learner: false,
-                }
-            })
-            .collect()
-    }
-
-    /// What the legacy Upgrade's etcd pre-check (`ValidateForUpgrade`) refuses, if anything.
-    fn etcd_upgrade_refusal(&self) -> Option<String> {
-        let members = self.etcd_members();
-        if members.len() == 2 {
-            return Some(
-                "etcd member count(2) is insufficient to maintain quorum if upgrade commences"
-                    .to_string(),
-            );
-        }
-        members.iter().find(|m| m.hostname.is_empty()).map(|m| {
-            format!(
-                "etcd member {:x} is not started, all members must be running to perform an upgrade",
-                m.id
-            )
-        })
+            .position(|n| Arc::ptr_eq(n, node))
+            .unwrap_or(self.me)
     }
 }
 
-impl NodeApi {
-    /// Bootstrap on one node, with Talos's checks in Talos's order: the node
-    /// must be up with a config (else FailedPrecondition, which talosctl
-    /// retries), a control plane (Unimplemented), and etcd must hold no data
-    /// yet (AlreadyExists "etcd data directory is not empty": every control
-    /// plane of a bootstrapped cluster has joined it).
-    fn bootstrap_on(&self, i: usize) -> Result<machine::Bootstrap, Status> {
-        let node = self.node(i);
-        if node.in_maintenance() || node.lock().rebooting_after_apply {
-            return Err(Status::failed_precondition(
-                "bootstrap is not available yet",
-            ));
-        }
-        if !node.is_control_plane() {
-            return Err(Status::unimplemented(
-                "bootstrap is only supported on control plane nodes",
-            ));
-        }
-        if self.cluster.bootstrapped() {
-            return Err(Status::already_exists("etcd data directory is not empty"));
-        }
-        node.lock().etcd_data = true;
-        node.record(WriteAction::Bootstrap);
-        let _ = self.cluster.bootstraps.send(i);
-        Ok(machine::Bootstrap { metadata: None })
-    }
-
-    /// After a node leaves maintenance mode: serve the Talos API CA its
-    /// config names (when the emulator is told to, and the config holds one).
-    fn serve_config_ca(&self, i: usize) {
-        if !self.cluster.serve_config_ca {
-            return;
-        }
-        let node = self.node(i);
-        let Some(config) = node.lock().active.clone() else {
-            return;
-        };
-        // A worker's config holds the CA without its key: its certificate
-        // comes from the control planes (trustd), which hold the key.
-        let Some(ca) = crate::derive::os_ca(&config).or_else(|| {
-            let cert = crate::derive::os_ca_cert(&config)?;
-            self.cluster.nodes.iter().find_map(|n| {
-                let other = n.lock().active.clone()?;
-                crate::derive::os_ca(&other).filter(|ca| ca.cert_pem == cert)
-            })
-        }) else {
-            return;
-        };
-        let built = crate::pki::Pki::from_pem(&ca.cert_pem, &ca.key_pem).and_then(|pki| {
-            let cert = pki.server_cert(&node.spec.hostname, &[node.spec.address])?;
-            crate::server::mtls_config(pki.ca_pem(), &cert)
-        });
-        match built {
-            Ok(tls) => node.lock().mtls = Some(Arc::new(tls)),
-            Err(e) => tracing::warn!(
-                node = %node.spec.hostname,
-                "the applied config's Talos API CA is unusable, keeping the emulator's: {e}"
-            ),
-        }
-    }
-}
-
-/// A stable etcd member id for a hostname (FNV-1a).
-fn member_id(hostname: &str) -> u64 {
-    hostname.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+/// A method a node in maintenance mode does not serve, as Talos's
+/// maintenance API answers it.
+fn not_in_maintenance(method: &str) -> Status {
+    Status::unimplemented(format!("method {method} not implemented"))
 }
 
 /// Messages of the `messages` pattern carry a `common.Metadata` in field 1.
@@ -430,468 +392,25 @@ macro_rules! has_metadata {
     )*};
 }
 has_metadata!(
-    machine::Version,
-    machine::Hostname,
-    machine::ApplyConfiguration,
-    machine::Reboot,
-    machine::Upgrade,
-    machine::EtcdMembers,
-    machine::EtcdForfeitLeadership,
-    machine::Bootstrap
+    ichor_talos_client::proto::machine::Version,
+    ichor_talos_client::proto::machine::Hostname,
+    ichor_talos_client::proto::machine::ApplyConfiguration,
+    ichor_talos_client::proto::machine::Reboot,
+    ichor_talos_client::proto::machine::Upgrade,
+    ichor_talos_client::proto::machine::EtcdMembers,
+    ichor_talos_client::proto::machine::EtcdForfeitLeadership,
+    ichor_talos_client::proto::machine::Bootstrap,
+    wire::machine::ServiceList,
+    wire::machine::EtcdStatus,
+    wire::machine::EtcdAlarm,
+    wire::machine::EtcdAlarmDisarm,
+    wire::machine::LogsContainer,
+    wire::machine::Memory,
+    wire::machine::Process,
+    wire::machine::Mounts,
+    wire::machine::Container,
+    wire::machine::Stats,
+    wire::time::Time
 );
 
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
-
-#[tonic::async_trait]
-impl MachineService for NodeApi {
-    async fn apply_configuration(
-        &self,
-        request: Request<machine::ApplyConfigurationRequest>,
-    ) -> Result<Response<machine::ApplyConfigurationResponse>, Status> {
-        let caller = caller(&request);
-        let md = request.metadata().clone();
-        let req = request.into_inner();
-        let messages = self
-            .unary(&md, |node| {
-                let was_in_maintenance = node.in_maintenance();
-                let applied = node.apply(req.clone(), caller.is_admin())?;
-                if was_in_maintenance && !node.in_maintenance() {
-                    let i = self
-                        .cluster
-                        .nodes
-                        .iter()
-                        .position(|n| Arc::ptr_eq(n, node))
-                        .unwrap_or(self.me);
-                    self.serve_config_ca(i);
-                }
-                Ok(applied)
-            })
-            .await?;
-        Ok(Response::new(machine::ApplyConfigurationResponse {
-            messages,
-        }))
-    }
-
-    async fn hostname(
-        &self,
-        request: Request<()>,
-    ) -> Result<Response<machine::HostnameResponse>, Status> {
-        Self::authorize(&caller(&request), &[ADMIN, OPERATOR, READER])?;
-        let messages = self
-            .unary(request.metadata(), |node| {
-                Ok(machine::Hostname {
-                    metadata: None,
-                    hostname: node.hostname(),
-                })
-            })
-            .await?;
-        Ok(Response::new(machine::HostnameResponse { messages }))
-    }
-
-    async fn reboot(
-        &self,
-        request: Request<machine::RebootRequest>,
-    ) -> Result<Response<machine::RebootResponse>, Status> {
-        Self::authorize(&caller(&request), &[ADMIN, OPERATOR])?;
-        let messages = self
-            .unary(request.metadata(), |node| Ok(node.reboot()))
-            .await?;
-        Ok(Response::new(machine::RebootResponse { messages }))
-    }
-
-    async fn version(
-        &self,
-        request: Request<()>,
-    ) -> Result<Response<machine::VersionResponse>, Status> {
-        Self::authorize(&caller(&request), &[ADMIN, OPERATOR, READER])?;
-        let messages = self
-            .unary(request.metadata(), |node| Ok(node.version_message()))
-            .await?;
-        Ok(Response::new(machine::VersionResponse { messages }))
-    }
-
-    type ReadStream = BoxStream<common::Data>;
-
-    async fn read(
-        &self,
-        request: Request<machine::ReadRequest>,
-    ) -> Result<Response<Self::ReadStream>, Status> {
-        Self::authorize(&caller(&request), &[ADMIN])?;
-        let i = self.stream_target(request.metadata()).await?;
-        let bytes = self.node(i).read_file(&request.get_ref().path)?;
-        let data = common::Data {
-            metadata: None,
-            bytes,
-        };
-        Ok(Response::new(Box::pin(futures::stream::iter([Ok(data)]))))
-    }
-
-    async fn upgrade(
-        &self,
-        request: Request<machine::UpgradeRequest>,
-    ) -> Result<Response<machine::UpgradeResponse>, Status> {
-        Self::authorize(&caller(&request), &[ADMIN])?;
-        let md = request.metadata().clone();
-        let req = request.into_inner();
-        let messages = self
-            .unary(&md, |node| {
-                let refusal = if node.is_control_plane() {
-                    self.etcd_upgrade_refusal()
-                } else {
-                    None
-                };
-                node.legacy_upgrade(&req, refusal)
-            })
-            .await?;
-        Ok(Response::new(machine::UpgradeResponse { messages }))
-    }
-
-    async fn etcd_member_list(
-        &self,
-        request: Request<machine::EtcdMemberListRequest>,
-    ) -> Result<Response<machine::EtcdMemberListResponse>, Status> {
-        Self::authorize(&caller(&request), &[ADMIN, OPERATOR, READER])?;
-        let messages = self
-            .unary(request.metadata(), |node| {
-                if node.in_maintenance() {
-                    return Err(Status::failed_precondition("etcd is not running"));
-                }
-                let members = self.etcd_members();
-                let started = members.iter().filter(|m| !m.hostname.is_empty()).count();
-                // The call requires a leader: a majority of members must run.
-                if started * 2 <= members.len() {
-                    return Err(Status::unavailable("etcdserver: no leader"));
-                }
-                Ok(machine::EtcdMembers {
-                    metadata: None,
-                    legacy_members: Vec::new(),
-                    members,
-                })
-            })
-            .await?;
-        Ok(Response::new(machine::EtcdMemberListResponse { messages }))
-    }
-
-    async fn bootstrap(
-        &self,
-        request: Request<machine::BootstrapRequest>,
-    ) -> Result<Response<machine::BootstrapResponse>, Status> {
-        Self::authorize(&caller(&request), &[ADMIN])?;
-        let messages = self
-            .unary(request.metadata(), |node| {
-                let i = self
-                    .cluster
-                    .nodes
-                    .iter()
-                    .position(|n| Arc::ptr_eq(n, node))
-                    .unwrap_or(self.me);
-                self.bootstrap_on(i)
-            })
-            .await?;
-        Ok(Response::new(machine::BootstrapResponse { messages }))
-    }
-
-    type KubeconfigStream = BoxStream<common::Data>;
-
-    async fn kubeconfig(
-        &self,
-        request: Request<()>,
-    ) -> Result<Response<Self::KubeconfigStream>, Status> {
-        Self::authorize(&caller(&request), &[ADMIN])?;
-        let i = self.stream_target(request.metadata()).await?;
-        let bytes = self.node(i).kubeconfig_archive()?;
-        let data = common::Data {
-            metadata: None,
-            bytes,
-        };
-        Ok(Response::new(Box::pin(futures::stream::iter([Ok(data)]))))
-    }
-
-    async fn etcd_forfeit_leadership(
-        &self,
-        request: Request<machine::EtcdForfeitLeadershipRequest>,
-    ) -> Result<Response<machine::EtcdForfeitLeadershipResponse>, Status> {
-        Self::authorize(&caller(&request), &[ADMIN])?;
-        let messages = self
-            .unary(request.metadata(), |node| {
-                if node.in_maintenance() || !node.is_control_plane() {
-                    return Err(Status::failed_precondition(
-                        "etcd is not running on this node",
-                    ));
-                }
-                node.record(WriteAction::EtcdForfeitLeadership);
-                Ok(machine::EtcdForfeitLeadership {
-                    metadata: None,
-                    member: node.hostname(),
-                })
-            })
-            .await?;
-        Ok(Response::new(machine::EtcdForfeitLeadershipResponse {
-            messages,
-        }))
-    }
-}
-
-#[tonic::async_trait]
-impl ImageService for NodeApi {
-    type PullStream = BoxStream<machine::ImageServicePullResponse>;
-
-    async fn pull(
-        &self,
-        request: Request<machine::ImageServicePullRequest>,
-    ) -> Result<Response<Self::PullStream>, Status> {
-        Self::authorize(&caller(&request), &[ADMIN, OPERATOR])?;
-        let i = self.stream_target(request.metadata()).await?;
-        let req = request.into_inner();
-        let store = req.containerd.unwrap_or_default();
-        let name = self
-            .node(i)
-            .pull_image(store.driver, store.namespace, &req.image_ref)?;
-        use machine::image_service_pull_response::Response as Pull;
-        let progress = machine::ImageServicePullResponse {
-            response: Some(Pull::PullProgress(machine::ImageServicePullProgress {
-                layer_id: "sha256:0000000000000000000000000000000000000000000000000000000000000000"
-                    .to_string(),
-                progress: Some(machine::ImageServicePullLayerProgress {
-                    status: machine::image_service_pull_layer_progress::Status::ExtractComplete
-                        as i32,
-                    elapsed: None,
-                    offset: 0,
-                    total: 0,
-                }),
-            })),
-        };
-        let done = machine::ImageServicePullResponse {
-            response: Some(Pull::Name(name)),
-        };
-        Ok(Response::new(Box::pin(futures::stream::iter([
-            Ok(progress),
-            Ok(done),
-        ]))))
-    }
-}
-
-#[tonic::async_trait]
-impl LifecycleService for NodeApi {
-    type UpgradeStream = BoxStream<machine::LifecycleServiceUpgradeResponse>;
-
-    async fn upgrade(
-        &self,
-        request: Request<machine::LifecycleServiceUpgradeRequest>,
-    ) -> Result<Response<Self::UpgradeStream>, Status> {
-        Self::authorize(&caller(&request), &[ADMIN])?;
-        let i = self.stream_target(request.metadata()).await?;
-        let req = request.into_inner();
-        let store = req.containerd.unwrap_or_default();
-        let image = req.source.map(|s| s.image_name).unwrap_or_default();
-        let lines = self
-            .node(i)
-            .lifecycle_upgrade(store.driver, store.namespace, &image)?;
-        use machine::lifecycle_service_install_progress::Response as Progress;
-        let progress = |p| {
-            Ok(machine::LifecycleServiceUpgradeResponse {
-                progress: Some(machine::LifecycleServiceInstallProgress { response: Some(p) }),
-            })
-        };
-        let mut out: Vec<Result<_, Status>> = lines
-            .into_iter()
-            .map(|l| progress(Progress::Message(l)))
-            .collect();
-        out.push(progress(Progress::ExitCode(0)));
-        Ok(Response::new(Box::pin(futures::stream::iter(out))))
-    }
-}
-
-fn not_found(r#type: &str, id: &str) -> Status {
-    Status::not_found(format!("resource {type}/{id} doesn't exist"))
-}
-
-#[tonic::async_trait]
-impl State for NodeApi {
-    async fn get(
-        &self,
-        request: Request<cosi::GetRequest>,
-    ) -> Result<Response<cosi::GetResponse>, Status> {
-        let caller = caller(&request);
-        let md = request.metadata().clone();
-        let req = request.into_inner();
-        let i = self
-            .cosi_target(&md, &caller, &req.namespace, &req.r#type)
-            .await?;
-        let st = self.node(i).lock();
-        let key = (req.namespace.clone(), req.r#type.clone(), req.id.clone());
-        let stored = st
-            .store
-            .get(&key)
-            .ok_or_else(|| not_found(&req.r#type, &req.id))?;
-        Ok(Response::new(cosi::GetResponse {
-            resource: Some(stored.to_proto()),
-        }))
-    }
-
-    type ListStream = BoxStream<cosi::ListResponse>;
-
-    async fn list(
-        &self,
-        request: Request<cosi::ListRequest>,
-    ) -> Result<Response<Self::ListStream>, Status> {
-        let caller = caller(&request);
-        let md = request.metadata().clone();
-        let req = request.into_inner();
-        let i = self
-            .cosi_target(&md, &caller, &req.namespace, &req.r#type)
-            .await?;
-        let items: Vec<Result<cosi::ListResponse, Status>> = {
-            let st = self.node(i).lock();
-            st.store
-                .iter()
-                .filter(|((ns, t, _), _)| *ns == req.namespace && *t == req.r#type)
-                .map(|(_, s)| {
-                    Ok(cosi::ListResponse {
-                        resource: Some(s.to_proto()),
-                    })
-                })
-                .collect()
-        };
-        Ok(Response::new(Box::pin(futures::stream::iter(items))))
-    }
-
-    type WatchStream = BoxStream<cosi::WatchResponse>;
-
-    async fn watch(
-        &self,
-        request: Request<cosi::WatchRequest>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
-        let caller = caller(&request);
-        let md = request.metadata().clone();
-        let req = request.into_inner();
-        let i = self
-            .cosi_target(&md, &caller, &req.namespace, &req.r#type)
-            .await?;
-        let options = req.options.clone().unwrap_or_default();
-        if req.id.is_some() && (options.bootstrap_contents || !options.label_query.is_empty()) {
-            return Err(Status::unimplemented(
-                "bootstrap contents and label queries are not supported for single resource watch",
-            ));
-        }
-        let node = Arc::clone(self.node(i));
-        // Subscribe before reading the current state, so no change is lost.
-        let events = node.events.subscribe();
-        let initial = initial_watch_events(&node, &req, options.bootstrap_contents);
-        let live = live_watch_events(events, req.namespace, req.r#type, req.id);
-        let stream =
-            futures::StreamExt::chain(futures::stream::iter(initial.into_iter().map(Ok)), live);
-        Ok(Response::new(Box::pin(stream)))
-    }
-}
-
-/// One watch event for `resource` (none for a bootstrapped marker).
-fn watch_event(
-    resource: Option<cosi::Resource>,
-    event_type: cosi::EventType,
-) -> cosi::WatchResponse {
-    cosi::WatchResponse {
-        event: vec![cosi::Event {
-            resource,
-            event_type: event_type as i32,
-            old: None,
-            error: None,
-            bookmark: None,
-        }],
-    }
-}
-
-/// What a watch sends first: an empty response, then the watched resource
-/// (a tombstone when it does not exist), or with bootstrap contents every
-/// resource of the type and (API version 1 on) a bootstrapped marker.
-fn initial_watch_events(
-    node: &Node,
-    req: &cosi::WatchRequest,
-    bootstrap_contents: bool,
-) -> Vec<cosi::WatchResponse> {
-    let mut initial: Vec<cosi::WatchResponse> = vec![cosi::WatchResponse { event: Vec::new() }];
-    let st = node.lock();
-    match &req.id {
-        Some(id) => {
-            let key = (req.namespace.clone(), req.r#type.clone(), id.clone());
-            match st.store.get(&key) {
-                Some(s) => initial.push(watch_event(Some(s.to_proto()), cosi::EventType::Created)),
-                None => {
-                    let tombstone = cosi::Resource {
-                        metadata: Some(cosi::Metadata {
-                            namespace: req.namespace.clone(),
-                            r#type: req.r#type.clone(),
-                            id: id.clone(),
-                            version: "undefined".to_string(),
-                            phase: "running".to_string(),
-                            ..Default::default()
-                        }),
-                        spec: None,
-                    };
-                    initial.push(watch_event(Some(tombstone), cosi::EventType::Destroyed));
-                }
-            }
-        }
-        None if bootstrap_contents => {
-            for ((ns, t, _), s) in &st.store {
-                if *ns == req.namespace && *t == req.r#type {
-                    initial.push(watch_event(Some(s.to_proto()), cosi::EventType::Created));
-                }
-            }
-            if req.api_version >= 1 {
-                initial.push(watch_event(None, cosi::EventType::Bootstrapped));
-            }
-        }
-        None => {}
-    }
-    initial
-}
-
-/// The node's changes to resources of `ns`/`ty` (and `id`, when given), as
-/// they happen; a lagging watcher skips what it missed.
-fn live_watch_events(
-    mut events: tokio::sync::broadcast::Receiver<cosi::Event>,
-    ns: String,
-    ty: String,
-    id: Option<String>,
-) -> impl Stream<Item = Result<cosi::WatchResponse, Status>> + Send + 'static {
-    async_stream_events(move |tx| async move {
-        loop {
-            match events.recv().await {
-                Ok(ev) => {
-                    let Some(md) = ev.resource.as_ref().and_then(|r| r.metadata.as_ref()) else {
-                        continue;
-                    };
-                    if md.namespace != ns || md.r#type != ty {
-                        continue;
-                    }
-                    if id.as_ref().is_some_and(|id| *id != md.id) {
-                        continue;
-                    }
-                    if tx
-                        .send(Ok(cosi::WatchResponse { event: vec![ev] }))
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-            }
-        }
-    })
-}
-
-/// A stream fed by a task through a channel (the task ends when the stream is dropped).
-fn async_stream_events<F, Fut>(
-    f: F,
-) -> impl Stream<Item = Result<cosi::WatchResponse, Status>> + Send + 'static
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<Result<cosi::WatchResponse, Status>>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(f(tx));
-    tokio_stream::wrappers::ReceiverStream::new(rx)
-}
+pub(crate) type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;

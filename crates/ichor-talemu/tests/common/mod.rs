@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+pub mod talosctl;
+
 /// The real Talos files in `testdata/talos/`.
 pub fn fixtures_dir() -> PathBuf {
     ichor_testenv::fixtures::talos_dir()

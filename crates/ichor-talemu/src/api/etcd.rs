@@ -1,0 +1,337 @@
+//! etcd through MachineService: the members (`talosctl etcd members`), a
+//! member's status (`etcd status`), the cluster's alarms (`etcd alarm
+//! list`, `etcd alarm disarm`) and a leader handing its leadership on.
+//!
+//! One member per configured control plane, once etcd was bootstrapped; a
+//! member whose node has the `etcd_unhealthy` fault has not started. The
+//! leader is the first started member until it forfeits its leadership.
+
+use tonic::{Request, Response, Status};
+
+use ichor_talos_client::proto::machine;
+
+use super::{ADMIN, NodeApi, OPERATOR, READER, caller, not_in_maintenance};
+use crate::discovery::member_id;
+use crate::node::{Node, WriteAction};
+use crate::wire::machine as wire;
+
+/// An etcd alarm, as etcd raises them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EtcdAlarm {
+    /// The member's database reached its quota.
+    NoSpace,
+    /// The member's data is corrupt.
+    Corrupt,
+}
+
+impl EtcdAlarm {
+    fn proto(self) -> i32 {
+        match self {
+            EtcdAlarm::NoSpace => wire::etcd_member_alarm::AlarmType::Nospace as i32,
+            EtcdAlarm::Corrupt => wire::etcd_member_alarm::AlarmType::Corrupt as i32,
+        }
+    }
+
+    /// What etcd's status says while the alarm is raised.
+    fn error(self) -> &'static str {
+        match self {
+            EtcdAlarm::NoSpace => "etcdserver: mvcc: database space exceeded",
+            EtcdAlarm::Corrupt => "etcdserver: corrupt cluster",
+        }
+    }
+}
+
+/// The etcd cluster's own state: who leads, since which term, what alarms.
+#[derive(Debug, Default)]
+pub(crate) struct EtcdCluster {
+    /// The member that leads (`None`: the first started one).
+    pub leader: Option<u64>,
+    /// Raft's term: one more each time the leadership changes.
+    pub term: u64,
+    /// Raised alarms: (member id, alarm).
+    pub alarms: Vec<(u64, EtcdAlarm)>,
+}
+
+/// The size of every member's database, and how much of it is in use.
+const DB_SIZE: i64 = 20_480_000;
+const DB_IN_USE: i64 = 9_830_400;
+
+impl NodeApi {
+    /// The etcd members: one per configured control plane. A member whose
+    /// node has the `etcd_unhealthy` fault has not started, which Talos shows
+    /// as an empty name.
+    pub(super) fn etcd_members(&self) -> Vec<machine::EtcdMember> {
+        self.cluster
+            .nodes
+            .iter()
+            .filter(|n| !n.in_maintenance() && n.is_control_plane())
+            .filter(|_| self.cluster.bootstrapped())
+            .map(|n| {
+                let started = !n.lock().etcd_unhealthy;
+                let address = n.spec.address;
+                machine::EtcdMember {
+                    id: member_id(&n.spec.hostname),
+                    hostname: if started { n.hostname() } else { String::new() },
+                    peer_urls: vec![format!("https://{address}:2380")],
+                    client_urls: vec![format!("https://{address}:2379")],
+                    is_learner: false,
+                }
+            })
+            .collect()
+    }
+
+    /// What the legacy Upgrade's etcd pre-check (`ValidateForUpgrade`) refuses, if anything.
+    pub(super) fn etcd_upgrade_refusal(&self) -> Option<String> {
+        let members = self.etcd_members();
+        if members.len() == 2 {
+            return Some(
+                "etcd member count(2) is insufficient to maintain quorum if upgrade commences"
+                    .to_string(),
+            );
+        }
+        members.iter().find(|m| m.hostname.is_empty()).map(|m| {
+            format!(
+                "etcd member {:x} is not started, all members must be running to perform an upgrade",
+                m.id
+            )
+        })
+    }
+
+    /// The member that leads now: the one that took the leadership, while it
+    /// runs, else the first started member.
+    fn etcd_leader(&self) -> Option<u64> {
+        let started: Vec<u64> = self
+            .etcd_members()
+            .into_iter()
+            .filter(|m| !m.hostname.is_empty())
+            .map(|m| m.id)
+            .collect();
+        let chosen = self.etcd_cluster().leader;
+        chosen
+            .filter(|l| started.contains(l))
+            .or_else(|| started.first().copied())
+    }
+
+    fn etcd_cluster(&self) -> std::sync::MutexGuard<'_, EtcdCluster> {
+        self.cluster.etcd.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Raises an alarm on node `i`'s member.
+    pub(crate) fn raise_etcd_alarm(&self, i: usize, alarm: EtcdAlarm) {
+        let id = self.node(i).member_id();
+        let mut etcd = self.etcd_cluster();
+        if !etcd.alarms.contains(&(id, alarm)) {
+            etcd.alarms.push((id, alarm));
+        }
+    }
+
+    /// The checks of an etcd call on `node` (`api`: its name in Talos's
+    /// refusal): a configured control plane whose member runs.
+    fn local_etcd(node: &Node, method: &str, api: &str) -> Result<(), Status> {
+        if node.in_maintenance() {
+            return Err(not_in_maintenance(method));
+        }
+        if !node.is_control_plane() {
+            return Err(Status::unimplemented(format!(
+                "{api} is only available on control plane nodes"
+            )));
+        }
+        let st = node.lock();
+        if !node.etcd_runs(&st) {
+            return Err(Status::unknown(format!(
+                "failed to create etcd client: the etcd member on this node is not running (service etcd is {})",
+                st.journal
+                    .service_events("etcd")
+                    .and_then(|e| e.state())
+                    .map_or("not started", |s| s.as_str())
+            )));
+        }
+        Ok(())
+    }
+
+    pub(super) async fn etcd_member_list_answer(
+        &self,
+        request: Request<machine::EtcdMemberListRequest>,
+    ) -> Result<Response<machine::EtcdMemberListResponse>, Status> {
+        Self::authorize(&caller(&request), &[ADMIN, OPERATOR, READER])?;
+        let messages = self
+            .unary(request.metadata(), |node| {
+                if node.in_maintenance() {
+                    return Err(Status::failed_precondition("etcd is not running"));
+                }
+                let members = self.etcd_members();
+                let started = members.iter().filter(|m| !m.hostname.is_empty()).count();
+                // The call requires a leader: a majority of members must run.
+                if started * 2 <= members.len() {
+                    return Err(Status::unavailable("etcdserver: no leader"));
+                }
+                Ok(machine::EtcdMembers {
+                    metadata: None,
+                    legacy_members: Vec::new(),
+                    members,
+                })
+            })
+            .await?;
+        Ok(Response::new(machine::EtcdMemberListResponse { messages }))
+    }
+
+    pub(super) async fn etcd_forfeit_leadership_answer(
+        &self,
+        request: Request<machine::EtcdForfeitLeadershipRequest>,
+    ) -> Result<Response<machine::EtcdForfeitLeadershipResponse>, Status> {
+        Self::authorize(&caller(&request), &[ADMIN])?;
+        let messages = self
+            .unary(request.metadata(), |node| {
+                if node.in_maintenance() || !node.is_control_plane() {
+                    return Err(Status::failed_precondition(
+                        "etcd is not running on this node",
+                    ));
+                }
+                let me = node.member_id();
+                if self.etcd_leader() == Some(me) {
+                    let next = self
+                        .etcd_members()
+                        .into_iter()
+                        .find(|m| !m.hostname.is_empty() && m.id != me);
+                    if let Some(next) = next {
+                        {
+                            let mut etcd = self.etcd_cluster();
+                            etcd.leader = Some(next.id);
+                            etcd.term += 1;
+                        }
+                        node.lock().journal.output(
+                            "etcd",
+                            format!(
+                                "{{\"level\":\"info\",\"msg\":\"leadership transferred\",\"from\":\"{me:x}\",\"to\":\"{:x}\"}}",
+                                next.id
+                            ),
+                        );
+                    }
+                }
+                node.record(WriteAction::EtcdForfeitLeadership);
+                Ok(machine::EtcdForfeitLeadership {
+                    metadata: None,
+                    member: node.hostname(),
+                })
+            })
+            .await?;
+        Ok(Response::new(machine::EtcdForfeitLeadershipResponse {
+            messages,
+        }))
+    }
+
+    pub(super) async fn etcd_status_answer(
+        &self,
+        request: Request<()>,
+    ) -> Result<Response<wire::EtcdStatusResponse>, Status> {
+        Self::authorize(&caller(&request), &[ADMIN, OPERATOR, READER])?;
+        let messages = self
+            .unary(request.metadata(), |node| {
+                Self::local_etcd(node, "EtcdStatus", "etcd status")?;
+                let me = node.member_id();
+                let (term, errors) = {
+                    let etcd = self.etcd_cluster();
+                    let errors = etcd
+                        .alarms
+                        .iter()
+                        .filter(|(m, _)| *m == me)
+                        .map(|(_, a)| a.error().to_string())
+                        .collect();
+                    (etcd.term, errors)
+                };
+                let config = node.lock().active.clone().unwrap_or_default();
+                let image = crate::derive::etcd_image(&config)
+                    .unwrap_or_else(|| crate::host::DEFAULT_ETCD_IMAGE.to_string());
+                let version = image
+                    .rsplit_once(':')
+                    .map_or("3.6.12", |(_, t)| t)
+                    .trim_start_matches('v')
+                    .split('-')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                let storage = {
+                    let mut parts = version.split('.');
+                    match (parts.next(), parts.next()) {
+                        (Some(a), Some(b)) => format!("{a}.{b}.0"),
+                        _ => "unknown".to_string(),
+                    }
+                };
+                let raft_index = 12_345 + 100 * (term + 2);
+                Ok(wire::EtcdStatus {
+                    metadata: None,
+                    member_status: Some(wire::EtcdMemberStatus {
+                        protocol_version: version,
+                        db_size: DB_SIZE,
+                        db_size_in_use: DB_IN_USE,
+                        leader: self.etcd_leader().unwrap_or_default(),
+                        raft_index,
+                        raft_term: term + 2,
+                        raft_applied_index: raft_index,
+                        errors,
+                        is_learner: false,
+                        member_id: me,
+                        storage_version: storage,
+                    }),
+                })
+            })
+            .await?;
+        Ok(Response::new(wire::EtcdStatusResponse { messages }))
+    }
+
+    fn alarms(&self) -> Vec<wire::EtcdMemberAlarm> {
+        self.etcd_cluster()
+            .alarms
+            .iter()
+            .map(|(member_id, alarm)| wire::EtcdMemberAlarm {
+                member_id: *member_id,
+                alarm: alarm.proto(),
+            })
+            .collect()
+    }
+
+    pub(super) async fn etcd_alarm_list_answer(
+        &self,
+        request: Request<()>,
+    ) -> Result<Response<wire::EtcdAlarmListResponse>, Status> {
+        Self::authorize(&caller(&request), &[ADMIN, OPERATOR, READER])?;
+        let messages = self
+            .unary(request.metadata(), |node| {
+                Self::local_etcd(node, "EtcdAlarmList", "etcd alarm list")?;
+                Ok(wire::EtcdAlarm {
+                    metadata: None,
+                    member_alarms: self.alarms(),
+                })
+            })
+            .await?;
+        Ok(Response::new(wire::EtcdAlarmListResponse { messages }))
+    }
+
+    pub(super) async fn etcd_alarm_disarm_answer(
+        &self,
+        request: Request<()>,
+    ) -> Result<Response<wire::EtcdAlarmDisarmResponse>, Status> {
+        Self::authorize(&caller(&request), &[ADMIN])?;
+        let messages = self
+            .unary(request.metadata(), |node| {
+                Self::local_etcd(node, "EtcdAlarmDisarm", "etcd alarm disarm")?;
+                let disarmed = self.alarms();
+                self.etcd_cluster().alarms.clear();
+                if !disarmed.is_empty() {
+                    node.lock().journal.output(
+                        "etcd",
+                        format!(
+                            "{{\"level\":\"info\",\"msg\":\"disarmed alarms\",\"count\":{}}}",
+                            disarmed.len()
+                        ),
+                    );
+                }
+                Ok(wire::EtcdAlarmDisarm {
+                    metadata: None,
+                    member_alarms: disarmed,
+                })
+            })
+            .await?;
+        Ok(Response::new(wire::EtcdAlarmDisarmResponse { messages }))
+    }
+}
