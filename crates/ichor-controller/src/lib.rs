@@ -1,5 +1,9 @@
 //! Ichor's controller, run by `ichor controller`.
 //!
+//! Each reconciler is read → decide → write, and every decision is a pure
+//! function in `ichor-reconcile` (ADR 0017); the folders here read, carry
+//! out what was decided, and write status and Events.
+//!
 //! - [`machine`]: the TalosMachine reconciler — reads each node's live config
 //!   through the Talos API (credentials minted in memory from the cluster's
 //!   bundle Secret), renders the desired config, writes the drift per path
@@ -8,11 +12,15 @@
 //!   written.
 //! - [`cluster`]: the TalosCluster reconciler — aggregates Ready from the
 //!   machines, sets `status.cni.detected` (R2.2) and the CNI hand-over
-//!   (R1.5e, `CNIHandover`).
-//! - [`operation`]: the TalosOperation reconciler — plans first (pure, in
-//!   [`ichor_reconcile::operation`]), then upgrades or reboots machine by machine:
-//!   control planes one at a time with etcd checked, drains through the
-//!   Eviction API, holds respected, resumable from status.
+//!   (R1.5e, `CNIHandover`), with the ichor-cni Job ([`cni_job`]) and
+//!   Talos's inventory ([`bootstrap_inventory`]).
+//! - [`operation`]: the TalosOperation reconciler — plans first, then
+//!   upgrades or reboots machine by machine, each step a pure transition
+//!   ([`ichor_reconcile::operation`]): control planes one at a time with
+//!   etcd checked, drains through the Eviction API, holds respected,
+//!   resumable from status.
+//! - [`pipeline`]: what the reconcilers share — the reconcile boundary, the
+//!   status write, Events, the shared stores.
 //! - [`installation`]: the IchorInstallation singleton, created once when
 //!   deployed by Helm (R5.2), tolerated absent otherwise (R4.3f).
 //! - [`leader`]: leader election with a `coordination.k8s.io` Lease.
@@ -27,9 +35,7 @@
 //! ```
 
 pub mod backoff;
-pub mod bootstrap_inventory;
 pub mod cluster;
-pub mod cni_job;
 pub mod credentials;
 mod error;
 pub mod http;
@@ -44,6 +50,9 @@ pub mod webhook;
 /// The operation decisions under their former name (the CLI reads
 /// `step_after` here).
 pub use ichor_reconcile::operation as operation_decide;
+
+/// The hand-over's I/O, under the names other crates use.
+pub use cluster::{bootstrap_inventory, cni_job};
 
 use std::future::Future;
 use std::net::SocketAddr;

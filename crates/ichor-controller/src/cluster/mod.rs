@@ -25,6 +25,8 @@ use kube::runtime::{Controller, WatchStreamExt as _, watcher};
 use crate::pipeline;
 use crate::{Context, Error, Result};
 
+pub mod bootstrap_inventory;
+pub mod cni_job;
 mod read;
 mod write;
 

@@ -29,7 +29,7 @@ pub(super) async fn read(ctx: &Context, cluster: &TalosCluster) -> Result<Observ
             && !check.at_desired_hash()
             && ctx.config.cni_job_image.is_some()
         {
-            observed.job = crate::cni_job::read(
+            observed.job = super::cni_job::read(
                 &ctx.client,
                 &ctx.config.system_namespace,
                 cluster,
@@ -105,7 +105,7 @@ async fn read_inventory(ctx: &Context, cluster: &TalosCluster) -> Result<Invento
                 source: Box::new(e),
             })?;
     let release = match release {
-        Some(r) => crate::bootstrap_inventory::release_objects(
+        Some(r) => super::bootstrap_inventory::release_objects(
             &r.manifest,
             &ctx.config.cilium_release_namespace,
         )
@@ -121,7 +121,7 @@ async fn read_inventory(ctx: &Context, cluster: &TalosCluster) -> Result<Invento
     };
     Ok(InventoryObserved {
         release,
-        config_map: crate::bootstrap_inventory::read(&ctx.client).await?,
+        config_map: super::bootstrap_inventory::read(&ctx.client).await?,
     })
 }
 

@@ -19,7 +19,7 @@ pub(super) async fn write(
         match action {
             ClusterAction::StartJob { hash } => {
                 let image = ctx.config.cni_job_image.as_deref().unwrap_or_default();
-                crate::cni_job::start(
+                super::cni_job::start(
                     &ctx.client,
                     &ctx.config.system_namespace,
                     cluster,
@@ -29,10 +29,10 @@ pub(super) async fn write(
                 .await?;
             }
             ClusterAction::DeleteFailedJob { name } => {
-                crate::cni_job::delete(&ctx.client, &ctx.config.system_namespace, name).await?;
+                super::cni_job::delete(&ctx.client, &ctx.config.system_namespace, name).await?;
             }
             ClusterAction::ReleaseInventory { config_map, step } => {
-                crate::bootstrap_inventory::release(&ctx.client, config_map, step).await?;
+                super::bootstrap_inventory::release(&ctx.client, config_map, step).await?;
                 pipeline::publish_on(
                     ctx,
                     "TalosCluster",
