@@ -456,104 +456,37 @@ pub fn document(
 ) -> Value {
     let paths: BTreeSet<&str> = spec.layers.iter().flat_map(|(_, t)| t.paths()).collect();
     let has = |path: &str| paths.contains(path.trim_start_matches('/'));
-    let mut components = Vec::new();
-    let mut dependencies: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut top = Vec::new();
-
+    let mut parts = Parts::default();
     if has(ICHOR_PATH) {
         let crates = &software.crates;
-        top.push(crates.root.clone());
+        parts.top.push(crates.root.clone());
         for c in &crates.crates {
-            components.push(crate_component(c, &crates.root, inputs));
-            dependencies.insert(c.bom_ref(), c.depends_on.clone());
+            parts
+                .components
+                .push(crate_component(c, &crates.root, inputs));
+            parts.dependencies.insert(c.bom_ref(), c.depends_on.clone());
         }
     }
     if has(HELM_PATH) {
-        let module = software.helm_module();
-        let purl = module.purl();
-        components.push(json!({
-            "type": "application",
-            "bom-ref": purl,
-            "name": "helm",
-            "version": software.helm_version,
-            "description": format!("the Go module {}, built without cgo", module.path),
-            "licenses": [{"expression": "Apache-2.0"}],
-            "purl": purl,
-            "hashes": sha256_hashes(&inputs.helm),
-            "evidence": located(HELM_PATH),
-        }));
-        top.push(purl.clone());
-        dependencies.insert(purl, Vec::new());
+        parts.leaf(helm_component(inputs, software));
     }
     if let Ok(chart) = &inputs.cilium_chart
         && has(&chart_path(&chart.version))
     {
-        let bom_ref = format!("chart:cilium@{}", chart.version);
-        let mut m = Map::new();
-        m.insert("type".into(), json!("application"));
-        m.insert("bom-ref".into(), json!(bom_ref));
-        m.insert("name".into(), json!("cilium"));
-        m.insert("version".into(), json!(chart.version));
-        m.insert("description".into(), json!("Helm chart"));
-        if let Some(module) = &software.chart_module {
-            m.insert("purl".into(), json!(module.purl()));
-        }
-        m.insert("hashes".into(), sha256_hashes(&chart.archive));
-        m.insert("evidence".into(), located(&chart_path(&chart.version)));
-        components.push(Value::Object(m));
-        top.push(bom_ref.clone());
-        dependencies.insert(bom_ref, Vec::new());
+        parts.leaf(chart_component(chart, software));
     }
-    // The Debian packages the base layer's files came from, each once.
-    let mut packages: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for file in inputs.libraries.iter().chain([&inputs.ca_certificates]) {
-        if has(&file.path) {
-            packages.entry(&file.package).or_default().push(&file.path);
-        }
+    for component in debian_components(inputs, &has) {
+        parts.leaf(component);
     }
-    for (package, files) in packages {
-        let (name, version) = package.split_once(' ').unwrap_or((package, ""));
-        let purl = format!(
-            "pkg:deb/debian/{}@{}",
-            purl_encode(name),
-            purl_encode(version)
-        );
-        let occurrences: Vec<Value> = files.iter().map(|f| json!({"location": f})).collect();
-        components.push(json!({
-            "type": "library",
-            "bom-ref": purl,
-            "name": name,
-            "version": version,
-            "purl": purl,
-            "evidence": {"occurrences": occurrences},
-        }));
-        top.push(purl.clone());
-        dependencies.insert(purl, Vec::new());
-    }
-
-    let hex = image.digest().trim_start_matches("sha256:");
-    let image_ref = format!(
-        "pkg:oci/{}@{}?tag={}",
-        purl_encode(&image.name),
-        purl_encode(image.digest()),
-        purl_encode(&image.tag)
-    );
-    top.sort();
-    dependencies.insert(image_ref.clone(), top);
-    let mut image_component = json!({
-        "type": "container",
-        "bom-ref": image_ref,
-        "name": image.name,
-        "version": image.tag,
-        "purl": image_ref,
-        "hashes": [{"alg": "SHA-256", "content": hex}],
-    });
-    if let Some(license) = spec.labels.get("org.opencontainers.image.licenses") {
-        image_component["licenses"] = json!([{"expression": license}]);
-    }
-    if let Some(source) = spec.labels.get("org.opencontainers.image.source") {
-        image_component["externalReferences"] = json!([{"type": "vcs", "url": source}]);
-    }
+    let image_component = image_component(spec, image);
+    let image_ref = image_component["bom-ref"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    parts.top.sort();
+    parts
+        .dependencies
+        .insert(image_ref, std::mem::take(&mut parts.top));
     json!({
         "bomFormat": "CycloneDX",
         "specVersion": "1.6",
@@ -568,12 +501,122 @@ pub fn document(
             }]},
             "component": image_component,
         },
-        "components": components,
-        "dependencies": dependencies
+        "components": parts.components,
+        "dependencies": parts.dependencies
             .into_iter()
             .map(|(r, d)| json!({"ref": r, "dependsOn": d}))
             .collect::<Vec<_>>(),
     })
+}
+
+/// What the document lists, gathered part by part: the components, who
+/// depends on whom, and what the image itself holds directly.
+#[derive(Default)]
+struct Parts {
+    components: Vec<Value>,
+    dependencies: BTreeMap<String, Vec<String>>,
+    top: Vec<String>,
+}
+
+impl Parts {
+    /// A component the image holds directly and that depends on nothing
+    /// listed (helm, the chart, a Debian package).
+    fn leaf(&mut self, component: Value) {
+        let bom_ref = component["bom-ref"].as_str().unwrap_or_default().to_owned();
+        self.components.push(component);
+        self.top.push(bom_ref.clone());
+        self.dependencies.insert(bom_ref, Vec::new());
+    }
+}
+
+fn helm_component(inputs: &Inputs, software: &Software) -> Value {
+    let module = software.helm_module();
+    let purl = module.purl();
+    json!({
+        "type": "application",
+        "bom-ref": purl,
+        "name": "helm",
+        "version": software.helm_version,
+        "description": format!("the Go module {}, built without cgo", module.path),
+        "licenses": [{"expression": "Apache-2.0"}],
+        "purl": purl,
+        "hashes": sha256_hashes(&inputs.helm),
+        "evidence": located(HELM_PATH),
+    })
+}
+
+fn chart_component(chart: &crate::controller::Chart, software: &Software) -> Value {
+    let mut m = Map::new();
+    m.insert("type".into(), json!("application"));
+    m.insert(
+        "bom-ref".into(),
+        json!(format!("chart:cilium@{}", chart.version)),
+    );
+    m.insert("name".into(), json!("cilium"));
+    m.insert("version".into(), json!(chart.version));
+    m.insert("description".into(), json!("Helm chart"));
+    if let Some(module) = &software.chart_module {
+        m.insert("purl".into(), json!(module.purl()));
+    }
+    m.insert("hashes".into(), sha256_hashes(&chart.archive));
+    m.insert("evidence".into(), located(&chart_path(&chart.version)));
+    Value::Object(m)
+}
+
+/// The Debian packages the base layer's files came from, each once.
+fn debian_components(inputs: &Inputs, has: &dyn Fn(&str) -> bool) -> Vec<Value> {
+    let mut packages: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for file in inputs.libraries.iter().chain([&inputs.ca_certificates]) {
+        if has(&file.path) {
+            packages.entry(&file.package).or_default().push(&file.path);
+        }
+    }
+    packages
+        .into_iter()
+        .map(|(package, files)| {
+            let (name, version) = package.split_once(' ').unwrap_or((package, ""));
+            let purl = format!(
+                "pkg:deb/debian/{}@{}",
+                purl_encode(name),
+                purl_encode(version)
+            );
+            let occurrences: Vec<Value> = files.iter().map(|f| json!({"location": f})).collect();
+            json!({
+                "type": "library",
+                "bom-ref": purl,
+                "name": name,
+                "version": version,
+                "purl": purl,
+                "evidence": {"occurrences": occurrences},
+            })
+        })
+        .collect()
+}
+
+/// The image itself: its digest, tag, licence and source.
+fn image_component(spec: &ImageSpec, image: &BuiltImage) -> Value {
+    let hex = image.digest().trim_start_matches("sha256:");
+    let image_ref = format!(
+        "pkg:oci/{}@{}?tag={}",
+        purl_encode(&image.name),
+        purl_encode(image.digest()),
+        purl_encode(&image.tag)
+    );
+    let mut component = json!({
+        "type": "container",
+        "bom-ref": image_ref,
+        "name": image.name,
+        "version": image.tag,
+        "purl": image_ref,
+        "hashes": [{"alg": "SHA-256", "content": hex}],
+    });
+    if let Some(license) = spec.labels.get("org.opencontainers.image.licenses") {
+        component["licenses"] = json!([{"expression": license}]);
+    }
+    if let Some(source) = spec.labels.get("org.opencontainers.image.source") {
+        component["externalReferences"] = json!([{"type": "vcs", "url": source}]);
+    }
+    component
 }
 
 /// The document's bytes: indented JSON, keys in a fixed order.
