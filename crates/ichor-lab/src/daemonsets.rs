@@ -169,13 +169,26 @@ fn plain_pod_status(pod: &PodSpec, node: &Node, now: &str) -> Value {
         return json!({"phase": "Pending", "reason": null, "message": null,
             "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
                 {"type": "Ready", "status": "False", "reason": "ContainersNotReady",
-                 "message": crate::simulator::NO_CNI_MESSAGE, "lastTransitionTime": now}]});
+                 "message": crate::simulator::NO_CNI_MESSAGE, "lastTransitionTime": now}],
+            "containerStatuses": null});
     }
+    // A kubelet reports each running container's state too (`talosctl
+    // health` counts a pod whose containers report none as finished).
+    let containers: Vec<Value> = pod
+        .containers
+        .iter()
+        .map(|c| {
+            json!({"name": c.name, "image": c.image.clone().unwrap_or_default(), "imageID": "",
+                "ready": true, "started": true, "restartCount": 0,
+                "state": {"running": {"startedAt": now}}})
+        })
+        .collect();
     json!({"phase": "Running", "reason": null, "message": null,
         "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
             {"type": "Initialized", "status": "True", "lastTransitionTime": now},
             {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
-            {"type": "Ready", "status": "True", "lastTransitionTime": now}]})
+            {"type": "Ready", "status": "True", "lastTransitionTime": now}],
+        "containerStatuses": containers})
 }
 
 fn pod_is_ready(status: &Value) -> bool {

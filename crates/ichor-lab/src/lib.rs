@@ -1,6 +1,8 @@
 //! The local lab: a whole stand-in cluster on one machine.
 //!
-//! - a real kube-apiserver and etcd (the test control plane of `ichor-testenv`);
+//! - a real kube-apiserver and etcd (the test control plane of `ichor-testenv`)
+//!   with the cluster's own Kubernetes CA, which the nodes name as where the
+//!   cluster's Kubernetes API answers (so the kubeconfig they hand out works);
 //! - N emulated Talos nodes (`ichor-talemu`), each on its own loopback address
 //!   and port 50000, configured from the real Talos fixtures and trusting the
 //!   cluster's own OS CA (so a bundle recovered from a node works against it);
@@ -390,7 +392,14 @@ impl Lab {
             path: socket.clone(),
             source,
         })?;
-        let env = TestEnv::start_with_cluster_egress(Some(network.socket()))?;
+        // The cluster's own Kubernetes CA and service-account key, as on a
+        // real cluster: the kubeconfig a control plane hands out through
+        // the Talos API (`talosctl kubeconfig`, `talosctl health`) works
+        // against the lab's API server, which the nodes name as where the
+        // cluster's API answers (it stands in for the endpoint's).
+        let identity = init::cluster_identity(configs[0].as_bytes(), ichor_testenv::free_port())?;
+        let env = TestEnv::start_for_cluster(identity, Some(network.socket()))?;
+        emulator.serve_kubernetes_at(env.server_url());
 
         let (kubeconfig, talosconfig, bundle_path) = write_operator_files(
             &options.state_dir,
@@ -786,6 +795,21 @@ mod tests {
             node_names(3, 1).1,
             ["lab-cp-1", "lab-worker-1", "lab-worker-2"]
         );
+    }
+
+    #[test]
+    fn the_api_server_takes_the_cluster_identity_of_either_shape() {
+        for shape in [LabShape::V1alpha1, LabShape::Multidoc] {
+            let options = LabOptions::new("unused").with_shape(shape);
+            let (addresses, _) = node_names(3, 1);
+            let configs = node_configs(&options, &addresses).unwrap();
+            let identity = init::cluster_identity(configs[0].as_bytes(), 6443).unwrap();
+            assert_eq!(identity.port, 6443, "{shape:?}");
+            assert!(
+                identity.service_account_key_pem.contains("PRIVATE KEY"),
+                "{shape:?}"
+            );
+        }
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub(crate) struct Discovery {
     affiliates: Mutex<Vec<Option<Affiliate>>>,
     generation: AtomicU64,
     bootstrapped: AtomicBool,
+    /// Where the cluster's Kubernetes API answers, when not at the
+    /// endpoint the configs name.
+    kubernetes_api: Mutex<Option<String>>,
 }
 
 impl Discovery {
@@ -70,6 +73,22 @@ impl Discovery {
     /// etcd was bootstrapped on some control plane.
     pub fn bootstrapped(&self) -> bool {
         self.bootstrapped.load(Ordering::SeqCst)
+    }
+
+    /// Where the cluster's Kubernetes API answers (`None`: at the endpoint
+    /// the configs name).
+    pub fn kubernetes_api(&self) -> Option<String> {
+        self.kubernetes_api
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn set_kubernetes_api(&self, url: String) {
+        *self
+            .kubernetes_api
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(url);
     }
 
     pub fn mark_bootstrapped(&self) {

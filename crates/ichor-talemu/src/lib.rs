@@ -329,6 +329,15 @@ impl Emulator {
         self.cluster.nodes[i].set_etcd_unhealthy(on);
     }
 
+    /// Where the cluster's Kubernetes API answers when it is not at the
+    /// endpoint the nodes' configs name — the lab's one API server stands in
+    /// for the control planes' on an address of its own: the kubeconfig the
+    /// control planes hand out (`talosctl kubeconfig`, and the Kubernetes
+    /// checks of `talosctl health`) names `url` instead.
+    pub fn serve_kubernetes_at(&self, url: impl Into<String>) {
+        self.cluster.discovery.set_kubernetes_api(url.into());
+    }
+
     /// Fault: etcd raises `alarm` on node `i`'s member (as etcd does when
     /// its database is full); `talosctl etcd alarm disarm` clears it.
     pub fn raise_etcd_alarm(&self, i: usize, alarm: EtcdAlarm) {

@@ -695,7 +695,11 @@ impl Node {
             .ok_or_else(|| {
                 Status::failed_precondition("kubernetes API server CA config is not available")
             })?;
-        let endpoint = facts.control_plane_endpoint.clone().unwrap_or_default();
+        let endpoint = self
+            .discovery
+            .kubernetes_api()
+            .or_else(|| facts.control_plane_endpoint.clone())
+            .unwrap_or_default();
         let kubeconfig =
             crate::pki::admin_kubeconfig(&facts.cluster_name, &endpoint, &ca.cert_pem, &ca.key_pem)
                 .map_err(|e| Status::internal(format!("generating the kubeconfig: {e}")))?;

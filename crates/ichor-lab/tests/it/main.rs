@@ -3,3 +3,4 @@
 
 mod cilium_handover_prune;
 mod cilium_on_talos_real_chart;
+mod talosctl_health;
