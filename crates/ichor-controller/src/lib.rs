@@ -1,9 +1,5 @@
 //! Ichor's controller, run by `ichor controller`.
 //!
-//! Each reconciler is read → decide → write, and every decision is a pure
-//! function in `ichor-reconcile` (ADR 0017); the folders here read, carry
-//! out what was decided, and write status and Events.
-//!
 //! - [`machine`]: the TalosMachine reconciler — reads each node's live config
 //!   through the Talos API (credentials minted in memory from the cluster's
 //!   bundle Secret), renders the desired config, writes the drift per path
@@ -12,15 +8,11 @@
 //!   written.
 //! - [`cluster`]: the TalosCluster reconciler — aggregates Ready from the
 //!   machines, sets `status.cni.detected` (R2.2) and the CNI hand-over
-//!   (R1.5e, `CNIHandover`), with the ichor-cni Job ([`cni_job`]) and
-//!   Talos's inventory ([`bootstrap_inventory`]).
+//!   (R1.5e, `CNIHandover`, with [`cni_job`] and [`bootstrap_inventory`]).
 //! - [`operation`]: the TalosOperation reconciler — plans first, then
-//!   upgrades or reboots machine by machine, each step a pure transition
-//!   ([`ichor_reconcile::operation`]): control planes one at a time with
-//!   etcd checked, drains through the Eviction API, holds respected,
-//!   resumable from status.
-//! - [`pipeline`]: what the reconcilers share — the reconcile boundary, the
-//!   status write, Events, the shared stores.
+//!   upgrades or reboots machine by machine, each step a pure transition:
+//!   control planes one at a time with etcd checked, drains through the
+//!   Eviction API, holds respected, resumable from status.
 //! - [`installation`]: the IchorInstallation singleton, created once when
 //!   deployed by Helm (R5.2), tolerated absent otherwise (R4.3f).
 //! - [`leader`]: leader election with a `coordination.k8s.io` Lease.
@@ -33,6 +25,12 @@
 //! ichor_controller::run(config).await
 //! # }
 //! ```
+//!
+//! Each reconciler is read → decide → write: every decision is a pure
+//! function in `ichor-reconcile` (ADR 0017); the folders here read, carry
+//! out what was decided, and write status and Events through what they
+//! share in [`pipeline`] (the reconcile boundary, the status write, Events,
+//! the shared stores).
 
 pub mod backoff;
 pub mod cluster;
