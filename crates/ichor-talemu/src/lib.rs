@@ -1,9 +1,14 @@
 //! `ichor-talemu`: a Talos node emulator for tests and the lab. It speaks the
 //! Talos gRPC API (MachineService Version / Hostname / ApplyConfiguration /
 //! Reboot / Read / Upgrade / EtcdMemberList / EtcdForfeitLeadership /
-//! Bootstrap / Kubeconfig, ImageService Pull, LifecycleService Upgrade and
-//! the COSI State service's Get / List / Watch) over mutual TLS, so
-//! that both Ichor's client and the real `talosctl` can talk to it.
+//! Bootstrap / Kubeconfig, and what an operator reads with talosctl:
+//! ServiceList, EtcdStatus, EtcdAlarmList / EtcdAlarmDisarm, Dmesg, Logs,
+//! Memory, Processes, Mounts, Containers, Stats; TimeService; ImageService
+//! Pull, LifecycleService Upgrade and the COSI State service's Get / List /
+//! Watch) over mutual TLS, so that both Ichor's client and the real
+//! `talosctl` can talk to it. What it does not emulate answers
+//! `Unimplemented` with `not emulated by the lab: <service>/<method>`
+//! (docs/lab.md lists both).
 //!
 //! A node can start in maintenance mode (no config): it then serves the
 //! insecure API (no client certificate, the caller is `os:reader`, node
