@@ -4,12 +4,10 @@
 //! applied, etcd bootstrapped, a reboot, an upgrade), and what the lab does
 //! not emulate says so by name.
 
-mod common;
-
 use std::net::IpAddr;
 use std::time::Duration;
 
-use common::talosctl::{Talosctl, insecure, line_with};
+use crate::common::talosctl::{Talosctl, insecure, line_with};
 use ichor_talemu::{Disk, Emulator, EtcdAlarm, NodeSpec};
 
 fn at(a: u8, b: u8) -> IpAddr {
@@ -39,11 +37,11 @@ async fn until_rebooted(emu: &Emulator, i: usize, boot: &str) {
 async fn fresh_control_plane_and_worker(dir: &std::path::Path) -> (Emulator, Talosctl) {
     let emu = Emulator::start(vec![
         NodeSpec::maintenance("cp-1").with_address(at(1, 10)),
-        NodeSpec::new("w-1", common::worker_v112()).with_address(at(1, 20)),
+        NodeSpec::new("w-1", crate::common::worker_v112()).with_address(at(1, 20)),
     ])
     .await
     .unwrap();
-    let cp = file(dir, "cp.yaml", &common::cp_v112());
+    let cp = file(dir, "cp.yaml", &crate::common::cp_v112());
     let run = insecure(&emu, 0, dir, &["apply-config", "--insecure", "-f", &cp]).await;
     assert!(run.ok, "{run}");
     let talosctl = Talosctl::admin(&emu, dir);
@@ -144,7 +142,8 @@ async fn etcd_status_and_alarms_agree_with_the_members() {
     let emu = Emulator::start(
         (1..=3u8)
             .map(|i| {
-                NodeSpec::new(format!("cp-{i}"), common::cp_v112()).with_address(at(2, 10 + i))
+                NodeSpec::new(format!("cp-{i}"), crate::common::cp_v112())
+                    .with_address(at(2, 10 + i))
             })
             .collect(),
     )
@@ -161,7 +160,7 @@ async fn etcd_status_and_alarms_agree_with_the_members() {
         .map(|h| member_id(&run.stdout, h))
         .collect();
 
-    let status = |run: &common::talosctl::Run, node: &str| -> (String, String) {
+    let status = |run: &crate::common::talosctl::Run, node: &str| -> (String, String) {
         let cols: Vec<String> = line_with(&run.stdout, &[node])
             .split_whitespace()
             .map(str::to_string)
@@ -223,7 +222,7 @@ async fn etcd_status_and_alarms_agree_with_the_members() {
 #[tokio::test(flavor = "multi_thread")]
 async fn dmesg_and_logs_tell_what_happened_to_the_node() {
     let emu = Emulator::start(vec![
-        NodeSpec::new("cp-1", common::cp_v112()).with_address(at(3, 10)),
+        NodeSpec::new("cp-1", crate::common::cp_v112()).with_address(at(3, 10)),
     ])
     .await
     .unwrap();
@@ -239,7 +238,11 @@ async fn dmesg_and_logs_tell_what_happened_to_the_node() {
     );
     assert!(!run.stdout.contains("apply config request"), "{run}");
 
-    let changed = common::edit(&common::cp_v112(), "kubelet:v1.28.0", "kubelet:v1.28.4");
+    let changed = crate::common::edit(
+        &crate::common::cp_v112(),
+        "kubelet:v1.28.0",
+        "kubelet:v1.28.4",
+    );
     let changed = file(dir.path(), "changed.yaml", &changed);
     let run = talosctl
         .on(cp, &["apply-config", "--mode", "no-reboot", "-f", &changed])
@@ -320,7 +323,7 @@ async fn dmesg_and_logs_tell_what_happened_to_the_node() {
 #[tokio::test(flavor = "multi_thread")]
 async fn members_addresses_links_and_routes_come_from_the_nodes() {
     let emu = Emulator::start(vec![
-        NodeSpec::new("cp-1", common::cp_v112()).with_address(at(4, 10)),
+        NodeSpec::new("cp-1", crate::common::cp_v112()).with_address(at(4, 10)),
         NodeSpec::maintenance("w-1").with_address(at(4, 20)),
     ])
     .await
@@ -337,7 +340,7 @@ async fn members_addresses_links_and_routes_come_from_the_nodes() {
     );
     assert!(!run.stdout.contains("w-1"), "{run}");
 
-    let worker = file(dir.path(), "worker.yaml", &common::worker_v112());
+    let worker = file(dir.path(), "worker.yaml", &crate::common::worker_v112());
     let run = insecure(
         &emu,
         1,
@@ -445,8 +448,8 @@ async fn containers_and_processes_follow_the_bootstrap_and_the_config() {
         "{run}"
     );
 
-    let changed = common::edit(
-        &common::cp_v112(),
+    let changed = crate::common::edit(
+        &crate::common::cp_v112(),
         "kube-apiserver:v1.28.0",
         "kube-apiserver:v1.28.4",
     );
@@ -477,8 +480,8 @@ async fn containers_and_processes_follow_the_bootstrap_and_the_config() {
 #[tokio::test(flavor = "multi_thread")]
 async fn time_follows_the_config_and_memory_is_fixed() {
     let emu = Emulator::start(vec![
-        NodeSpec::new("cp-1", common::cp_v112()).with_address(at(5, 10)),
-        NodeSpec::new("w-1", common::worker_v112()).with_address(at(5, 20)),
+        NodeSpec::new("cp-1", crate::common::cp_v112()).with_address(at(5, 10)),
+        NodeSpec::new("w-1", crate::common::worker_v112()).with_address(at(5, 20)),
     ])
     .await
     .unwrap();
@@ -492,8 +495,8 @@ async fn time_follows_the_config_and_memory_is_fixed() {
         "{run}"
     );
 
-    let changed = common::edit(
-        &common::cp_v112(),
+    let changed = crate::common::edit(
+        &crate::common::cp_v112(),
         "machine:\n    type: controlplane\n",
         "machine:\n    type: controlplane\n    time:\n        servers:\n            - ntp.lab.example\n",
     );
@@ -532,8 +535,8 @@ async fn time_follows_the_config_and_memory_is_fixed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn volumes_and_mounts_follow_the_system_disk() {
     let emu = Emulator::start(vec![
-        NodeSpec::new("cp-1", common::cp_v112()).with_address(at(6, 10)),
-        NodeSpec::new("w-1", common::worker_v112())
+        NodeSpec::new("cp-1", crate::common::cp_v112()).with_address(at(6, 10)),
+        NodeSpec::new("w-1", crate::common::worker_v112())
             .with_address(at(6, 20))
             .with_disks(vec![Disk::new("/dev/nvme0n1", 64_000_000_000)]),
     ])
@@ -573,7 +576,7 @@ async fn volumes_and_mounts_follow_the_system_disk() {
 #[tokio::test(flavor = "multi_thread")]
 async fn what_the_lab_does_not_emulate_says_so() {
     let emu = Emulator::start(vec![
-        NodeSpec::new("cp-1", common::cp_v112()).with_address(at(7, 10)),
+        NodeSpec::new("cp-1", crate::common::cp_v112()).with_address(at(7, 10)),
     ])
     .await
     .unwrap();

@@ -1,8 +1,6 @@
 //! Ichor's Talos client against the emulator: the calls, node targeting,
 //! timeouts and the errors that must be clear (and write nothing).
 
-mod common;
-
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -19,7 +17,7 @@ fn ip(s: &str) -> IpAddr {
 }
 
 async fn one_cp() -> Emulator {
-    Emulator::start(vec![NodeSpec::new("cp-1", common::cp_v112())])
+    Emulator::start(vec![NodeSpec::new("cp-1", crate::common::cp_v112())])
         .await
         .unwrap()
 }
@@ -52,7 +50,10 @@ async fn version_and_hostname() {
 async fn cosi_reads_of_a_v112_control_plane() {
     let emu = one_cp().await;
     let c = emu.admin_client(0).unwrap();
-    assert_eq!(c.machine_config("").await.unwrap(), common::cp_v112());
+    assert_eq!(
+        c.machine_config("").await.unwrap(),
+        crate::common::cp_v112()
+    );
     assert_eq!(c.machine_type("").await.unwrap(), MachineType::ControlPlane);
     assert_eq!(c.version_resource("").await.unwrap().version, "v1.13.9");
     assert_eq!(c.nodename("").await.unwrap().nodename, "cp-1");
@@ -99,14 +100,17 @@ async fn cosi_reads_of_a_v112_control_plane() {
 #[tokio::test(flavor = "multi_thread")]
 async fn cosi_reads_of_a_v114_control_plane() {
     let emu = Emulator::start(vec![
-        NodeSpec::new("cp-1", common::cp_v114()).with_version("v1.14.0"),
+        NodeSpec::new("cp-1", crate::common::cp_v114()).with_version("v1.14.0"),
     ])
     .await
     .unwrap();
     let c = emu.admin_client(0).unwrap();
     assert_eq!(c.version("").await.unwrap().tag, "v1.14.0");
-    assert_eq!(c.machine_config("").await.unwrap(), common::cp_v114());
-    let text = String::from_utf8(common::cp_v114()).unwrap();
+    assert_eq!(
+        c.machine_config("").await.unwrap(),
+        crate::common::cp_v114()
+    );
+    let text = String::from_utf8(crate::common::cp_v114()).unwrap();
     let kp = c.kubeprism_config("").await.unwrap();
     assert_eq!(kp.is_some(), text.contains("kind: KubePrismConfig"));
     let bm = c.bootstrap_manifests_config("").await.unwrap().unwrap();
@@ -117,7 +121,7 @@ async fn cosi_reads_of_a_v114_control_plane() {
 /// A worker has no BootstrapManifestsConfig: the helper says `None`, not an error.
 #[tokio::test(flavor = "multi_thread")]
 async fn worker_has_no_bootstrap_manifests() {
-    let emu = Emulator::start(vec![NodeSpec::new("w-1", common::worker_v112())])
+    let emu = Emulator::start(vec![NodeSpec::new("w-1", crate::common::worker_v112())])
         .await
         .unwrap();
     let c = emu.admin_client(0).unwrap();
@@ -131,8 +135,8 @@ async fn worker_has_no_bootstrap_manifests() {
 async fn apply_modes() {
     let emu = one_cp().await;
     let c = emu.admin_client(0).unwrap();
-    let original = common::cp_v112();
-    let changed = common::edit(
+    let original = crate::common::cp_v112();
+    let changed = crate::common::edit(
         &original,
         "kubePrism:\n            enabled: true\n            port: 7445",
         "kubePrism:\n            enabled: true\n            port: 7446",
@@ -162,7 +166,7 @@ async fn apply_modes() {
     assert_eq!(emu.persistent_config(0).unwrap(), changed);
 
     // AUTO with a change that needs a reboot (machine.type) resolves to REBOOT on v1.13.
-    let staged = common::edit(&changed, "type: controlplane", "type: worker");
+    let staged = crate::common::edit(&changed, "type: controlplane", "type: worker");
     let mut auto = ApplyRequest::new(staged.clone(), ApplyMode::Auto);
     auto.dry_run = true;
     let r = c.apply_configuration("", &auto).await.unwrap();
@@ -204,12 +208,16 @@ async fn apply_modes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn apply_modes_of_v114() {
     let emu = Emulator::start(vec![
-        NodeSpec::new("cp-1", common::cp_v112()).with_version("v1.14.0"),
+        NodeSpec::new("cp-1", crate::common::cp_v112()).with_version("v1.14.0"),
     ])
     .await
     .unwrap();
     let c = emu.admin_client(0).unwrap();
-    let other = common::edit(&common::cp_v112(), "type: controlplane", "type: worker");
+    let other = crate::common::edit(
+        &crate::common::cp_v112(),
+        "type: controlplane",
+        "type: worker",
+    );
     let mut auto = ApplyRequest::new(other.clone(), ApplyMode::Auto);
     auto.dry_run = true;
     assert_eq!(
@@ -228,8 +236,8 @@ async fn apply_modes_of_v114() {
 async fn apply_try_reverts() {
     let emu = one_cp().await;
     let c = emu.admin_client(0).unwrap();
-    let original = common::cp_v112();
-    let changed = common::edit(&original, "port: 7445", "port: 7447");
+    let original = crate::common::cp_v112();
+    let changed = crate::common::edit(&original, "port: 7445", "port: 7447");
     let mut req = ApplyRequest::new(changed.clone(), ApplyMode::Try);
     req.try_timeout = Some(Duration::from_millis(400));
     let r = c.apply_configuration("", &req).await.unwrap();
@@ -263,7 +271,7 @@ async fn reboot_applies_staged_config() {
     let emu = one_cp().await;
     let c = emu.admin_client(0).unwrap();
     let boot = emu.boot_id(0);
-    let staged = common::edit(&common::cp_v112(), "port: 7445", "port: 7448");
+    let staged = crate::common::edit(&crate::common::cp_v112(), "port: 7445", "port: 7448");
     c.apply_configuration("", &ApplyRequest::new(staged.clone(), ApplyMode::Staged))
         .await
         .unwrap();
@@ -301,7 +309,7 @@ async fn cosi_watch_sees_an_apply() {
     let e = kind.next().await.unwrap().unwrap();
     assert_eq!(e.event_type, WatchEventType::Bootstrapped);
 
-    let changed = common::edit(&common::cp_v112(), "port: 7445", "port: 7449");
+    let changed = crate::common::edit(&crate::common::cp_v112(), "port: 7445", "port: 7449");
     c.apply_configuration("", &ApplyRequest::new(changed, ApplyMode::NoReboot))
         .await
         .unwrap();
@@ -329,9 +337,9 @@ async fn cosi_watch_sees_an_apply() {
 #[tokio::test(flavor = "multi_thread")]
 async fn node_routing_and_concurrency() {
     let emu = Emulator::start(vec![
-        NodeSpec::new("cp-1", common::cp_v112()).with_address(ip("127.0.0.11")),
-        NodeSpec::new("w-1", common::worker_v112()).with_address(ip("127.0.0.12")),
-        NodeSpec::new("w-2", common::worker_v112())
+        NodeSpec::new("cp-1", crate::common::cp_v112()).with_address(ip("127.0.0.11")),
+        NodeSpec::new("w-1", crate::common::worker_v112()).with_address(ip("127.0.0.12")),
+        NodeSpec::new("w-2", crate::common::worker_v112())
             .with_address(ip("127.0.0.13"))
             .with_version("v1.12.4"),
     ])
@@ -360,8 +368,8 @@ async fn node_routing_and_concurrency() {
 #[tokio::test(flavor = "multi_thread")]
 async fn timeout_names_node_and_call() {
     let emu = Emulator::start(vec![
-        NodeSpec::new("cp-1", common::cp_v112()).with_address(ip("127.0.0.21")),
-        NodeSpec::new("w-1", common::worker_v112()).with_address(ip("127.0.0.22")),
+        NodeSpec::new("cp-1", crate::common::cp_v112()).with_address(ip("127.0.0.21")),
+        NodeSpec::new("w-1", crate::common::worker_v112()).with_address(ip("127.0.0.22")),
     ])
     .await
     .unwrap();
@@ -394,8 +402,8 @@ async fn timeout_names_node_and_call() {
 #[tokio::test(flavor = "multi_thread")]
 async fn down_and_unknown_nodes() {
     let emu = Emulator::start(vec![
-        NodeSpec::new("cp-1", common::cp_v112()).with_address(ip("127.0.0.31")),
-        NodeSpec::new("w-1", common::worker_v112()).with_address(ip("127.0.0.32")),
+        NodeSpec::new("cp-1", crate::common::cp_v112()).with_address(ip("127.0.0.31")),
+        NodeSpec::new("w-1", crate::common::worker_v112()).with_address(ip("127.0.0.32")),
     ])
     .await
     .unwrap();
@@ -427,13 +435,13 @@ async fn down_and_unknown_nodes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn wrong_ca_is_refused() {
     let emu = one_cp().await;
-    let other = Emulator::start(vec![NodeSpec::new("x", common::cp_v112())])
+    let other = Emulator::start(vec![NodeSpec::new("x", crate::common::cp_v112())])
         .await
         .unwrap();
     let cert = emu.issue_client_cert(&ClientCertSpec::admin()).unwrap();
     let identity = ClientIdentity::from_pem(other.ca_pem(), cert.cert_pem, cert.key_pem);
     let c = TalosClient::new(&emu.endpoint(0), &identity, quick()).unwrap();
-    let changed = common::edit(&common::cp_v112(), "port: 7445", "port: 7450");
+    let changed = crate::common::edit(&crate::common::cp_v112(), "port: 7445", "port: 7450");
     let err = c
         .apply_configuration("", &ApplyRequest::new(changed, ApplyMode::NoReboot))
         .await
@@ -455,7 +463,7 @@ async fn expired_certificate_is_refused() {
     spec.not_before = Some((2020, 1, 1));
     spec.not_after = Some((2021, 1, 1));
     let c = emu.client(0, &spec, quick()).unwrap();
-    let changed = common::edit(&common::cp_v112(), "port: 7445", "port: 7451");
+    let changed = crate::common::edit(&crate::common::cp_v112(), "port: 7445", "port: 7451");
     let err = c
         .apply_configuration("", &ApplyRequest::new(changed, ApplyMode::NoReboot))
         .await
@@ -469,7 +477,7 @@ async fn expired_certificate_is_refused() {
 #[tokio::test(flavor = "multi_thread")]
 async fn client_certificate_from_another_ca_is_refused() {
     let emu = one_cp().await;
-    let other = Emulator::start(vec![NodeSpec::new("x", common::cp_v112())])
+    let other = Emulator::start(vec![NodeSpec::new("x", crate::common::cp_v112())])
         .await
         .unwrap();
     let cert = other.issue_client_cert(&ClientCertSpec::admin()).unwrap();
@@ -515,7 +523,7 @@ async fn reader_role_limits() {
     let err = c
         .apply_configuration(
             "",
-            &ApplyRequest::new(common::cp_v112(), ApplyMode::NoReboot),
+            &ApplyRequest::new(crate::common::cp_v112(), ApplyMode::NoReboot),
         )
         .await
         .unwrap_err();
@@ -535,11 +543,14 @@ async fn maintenance_mode() {
     let v = c.version("").await.unwrap();
     assert!(!v.rbac, "no RBAC before a config is loaded");
     let r = c
-        .apply_configuration("", &ApplyRequest::new(common::cp_v112(), ApplyMode::Auto))
+        .apply_configuration(
+            "",
+            &ApplyRequest::new(crate::common::cp_v112(), ApplyMode::Auto),
+        )
         .await
         .unwrap();
     assert_eq!(r.mode, Some(ApplyMode::NoReboot));
-    assert_eq!(emu.active_config(0).unwrap(), common::cp_v112());
+    assert_eq!(emu.active_config(0).unwrap(), crate::common::cp_v112());
     // Now configured: the node wants mutual TLS.
     let admin = emu.admin_client(0).unwrap();
     assert_eq!(
@@ -584,10 +595,11 @@ async fn on_nodes_respects_the_concurrency_bound() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    let mut specs = vec![NodeSpec::new("cp-1", common::cp_v112()).with_address(ip("127.0.0.71"))];
+    let mut specs =
+        vec![NodeSpec::new("cp-1", crate::common::cp_v112()).with_address(ip("127.0.0.71"))];
     for i in 2..=8 {
         specs.push(
-            NodeSpec::new(format!("w-{i}"), common::worker_v112())
+            NodeSpec::new(format!("w-{i}"), crate::common::worker_v112())
                 .with_address(ip(&format!("127.0.0.7{i}"))),
         );
     }
@@ -629,7 +641,7 @@ async fn on_nodes_respects_the_concurrency_bound() {
 async fn out_of_band_config_change_is_read_back() {
     let emu = one_cp().await;
     let c = emu.admin_client(0).unwrap();
-    let changed = common::edit(&common::cp_v112(), "port: 7445", "port: 7460");
+    let changed = crate::common::edit(&crate::common::cp_v112(), "port: 7445", "port: 7460");
     emu.set_config(0, changed.clone());
     assert_eq!(c.machine_config("").await.unwrap(), changed);
     assert_eq!(c.kubeprism_config("").await.unwrap().unwrap().port, 7460);
@@ -656,7 +668,7 @@ async fn watch_outlives_the_call_timeout() {
         WatchEventType::Created
     );
     tokio::time::sleep(Duration::from_millis(900)).await;
-    let changed = common::edit(&common::cp_v112(), "port: 7445", "port: 7461");
+    let changed = crate::common::edit(&crate::common::cp_v112(), "port: 7445", "port: 7461");
     emu.set_config(0, changed.clone());
     let e = tokio::time::timeout(Duration::from_secs(5), w.next())
         .await
@@ -673,8 +685,8 @@ async fn watch_outlives_the_call_timeout() {
 #[tokio::test(flavor = "multi_thread")]
 async fn endpoint_failover() {
     let emu = Emulator::start(vec![
-        NodeSpec::new("cp-1", common::cp_v112()).with_address(ip("127.0.0.81")),
-        NodeSpec::new("cp-2", common::cp_v112()).with_address(ip("127.0.0.82")),
+        NodeSpec::new("cp-1", crate::common::cp_v112()).with_address(ip("127.0.0.81")),
+        NodeSpec::new("cp-2", crate::common::cp_v112()).with_address(ip("127.0.0.82")),
     ])
     .await
     .unwrap();

@@ -7,8 +7,6 @@
 //! Bootstrap, Kubeconfig), R10.1 (what init's inspection reads), R10.3
 //! (bootstrap answers "already bootstrapped" and writes once)
 
-mod common;
-
 use std::path::Path;
 use std::time::Duration;
 
@@ -92,7 +90,7 @@ async fn talosctl_with(config: &Path, dir: &Path, args: &[&str]) -> Run {
 /// A talosconfig signed by the CA the fixture configs carry (`machine.ca`),
 /// naming node `i` as endpoint and node.
 fn fixture_talosconfig(emu: &Emulator, i: usize, dir: &Path) -> std::path::PathBuf {
-    let ca = derive::os_ca(&common::cp_v112()).expect("the fixture holds machine.ca");
+    let ca = derive::os_ca(&crate::common::cp_v112()).expect("the fixture holds machine.ca");
     let pki = Pki::from_pem(&ca.cert_pem, &ca.key_pem).unwrap();
     let cert = pki.client_cert(&ClientCertSpec::admin()).unwrap();
     let text = ichor_talemu::talosconfig::render(
@@ -177,8 +175,8 @@ async fn talosctl_apply_bootstrap_kubeconfig() {
     let dir = tempfile::tempdir().unwrap();
     let cp = dir.path().join("cp.yaml");
     let worker = dir.path().join("worker.yaml");
-    std::fs::write(&cp, common::cp_v112()).unwrap();
-    std::fs::write(&worker, common::worker_v112()).unwrap();
+    std::fs::write(&cp, crate::common::cp_v112()).unwrap();
+    std::fs::write(&worker, crate::common::worker_v112()).unwrap();
     for (i, file) in [(0, &cp), (1, &worker)] {
         let run = talosctl(
             dir.path(),
@@ -263,8 +261,8 @@ async fn talosctl_apply_bootstrap_kubeconfig() {
 fn assert_kubeconfig_of_fixture(kubeconfig: &str) {
     use base64::Engine as _;
     let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(kubeconfig).unwrap();
-    let facts = derive::facts(&common::cp_v112(), false).unwrap();
-    let ca = derive::kubernetes_ca(&common::cp_v112()).unwrap();
+    let facts = derive::facts(&crate::common::cp_v112(), false).unwrap();
+    let ca = derive::kubernetes_ca(&crate::common::cp_v112()).unwrap();
     let cluster = &doc["clusters"][0];
     assert_eq!(cluster["name"].as_str(), Some(facts.cluster_name.as_str()));
     assert_eq!(
@@ -306,10 +304,13 @@ async fn client_bootstrap_and_kubeconfig() {
     let err = insecure.bootstrap("").await.unwrap_err();
     assert!(err.is_permission_denied(), "{err}");
     insecure
-        .apply_configuration("", &ApplyRequest::new(common::cp_v114(), ApplyMode::Auto))
+        .apply_configuration(
+            "",
+            &ApplyRequest::new(crate::common::cp_v114(), ApplyMode::Auto),
+        )
         .await
         .unwrap();
-    let ca = derive::os_ca(&common::cp_v114()).unwrap();
+    let ca = derive::os_ca(&crate::common::cp_v114()).unwrap();
     let pki = Pki::from_pem(&ca.cert_pem, &ca.key_pem).unwrap();
     let cert = pki.client_cert(&ClientCertSpec::admin()).unwrap();
     let identity =
@@ -324,7 +325,7 @@ async fn client_bootstrap_and_kubeconfig() {
     assert_eq!(admin.etcd_members("").await.unwrap().len(), 1);
     let kubeconfig = admin.kubeconfig("").await.unwrap();
     let text = String::from_utf8(kubeconfig).unwrap();
-    let kube_ca = derive::kubernetes_ca(&common::cp_v114()).unwrap();
+    let kube_ca = derive::kubernetes_ca(&crate::common::cp_v114()).unwrap();
     use base64::Engine as _;
     assert!(
         text.contains(

@@ -1,14 +1,12 @@
 //! What the emulator derives from the real fixtures (the facts its resources show).
 
-mod common;
-
 use ichor_talemu::derive::{MachineType, can_apply_immediate, facts};
 
 /// v1.12 shape: flannel by default, custom CNI and example.com in "overrides".
 /// Covers: R1.3b, R1.3d, R1.4b
 #[test]
 fn v112_fixtures() {
-    let base = facts(&common::cp_v112(), false).unwrap();
+    let base = facts(&crate::common::cp_v112(), false).unwrap();
     assert_eq!(base.machine_type, MachineType::ControlPlane);
     assert_eq!(base.kubeprism_port, Some(7445));
     assert_eq!(base.cni_name, "flannel");
@@ -23,14 +21,14 @@ fn v112_fixtures() {
     );
 
     let over = facts(
-        &common::fixture("stability-v1.12/overrides-controlplane.yaml"),
+        &crate::common::fixture("stability-v1.12/overrides-controlplane.yaml"),
         false,
     )
     .unwrap();
     assert_eq!(over.cni_name, "custom");
     assert_eq!(over.dns_domain, "example.com");
 
-    let worker = facts(&common::worker_v112(), false).unwrap();
+    let worker = facts(&crate::common::worker_v112(), false).unwrap();
     assert_eq!(worker.machine_type, MachineType::Worker);
     assert_eq!(worker.kubeprism_port, Some(7445));
 }
@@ -41,7 +39,7 @@ fn v112_fixtures() {
 /// Covers: R1.3b, R1.3d
 #[test]
 fn v114_fixtures() {
-    let base = facts(&common::cp_v114(), true).unwrap();
+    let base = facts(&crate::common::cp_v114(), true).unwrap();
     assert_eq!(base.machine_type, MachineType::ControlPlane);
     assert_eq!(base.kubeprism_port, Some(7445));
     assert_eq!(base.cni_name, "flannel");
@@ -51,7 +49,7 @@ fn v114_fixtures() {
     assert!(base.has_kubernetes_network);
 
     let over = facts(
-        &common::fixture("stability-v1.14/overrides-controlplane.yaml"),
+        &crate::common::fixture("stability-v1.14/overrides-controlplane.yaml"),
         true,
     )
     .unwrap();
@@ -63,12 +61,12 @@ fn v114_fixtures() {
 /// are live; a machine type change is not.
 #[test]
 fn immediate_apply_rule() {
-    let cp = common::cp_v112();
-    let kubeprism = common::edit(&cp, "port: 7445", "port: 7446");
+    let cp = crate::common::cp_v112();
+    let kubeprism = crate::common::edit(&cp, "port: 7445", "port: 7446");
     assert!(can_apply_immediate(&cp, &kubeprism).is_ok());
-    let cluster = common::edit(&cp, "dnsDomain: cluster.local", "dnsDomain: other.local");
+    let cluster = crate::common::edit(&cp, "dnsDomain: cluster.local", "dnsDomain: other.local");
     assert!(can_apply_immediate(&cp, &cluster).is_ok());
-    let machine_type = common::edit(&cp, "type: controlplane", "type: worker");
+    let machine_type = crate::common::edit(&cp, "type: controlplane", "type: worker");
     let err = can_apply_immediate(&cp, &machine_type).unwrap_err();
     assert!(
         err.starts_with("this config change can't be applied in immediate mode\ndiff:\n"),

@@ -2,8 +2,6 @@
 //! talosctl accepts what the emulator says, the emulator tells the truth about
 //! the wire format, and our client's tests against it mean something.
 
-mod common;
-
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -67,7 +65,7 @@ async fn talosctl_n(emu: &Emulator, config: &Path, node: &str, args: &[&str]) ->
 }
 
 async fn setup() -> (Emulator, tempfile::TempDir, PathBuf) {
-    let emu = Emulator::start(vec![NodeSpec::new("cp-1", common::cp_v112())])
+    let emu = Emulator::start(vec![NodeSpec::new("cp-1", crate::common::cp_v112())])
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -100,7 +98,7 @@ async fn talosctl_get_machineconfig_yaml() {
     assert!(run.stdout.contains("id: v1alpha1"), "{run}");
     assert!(run.stdout.contains("talos.dev/yaml-spec"), "{run}");
     // Every line of the config is in the spec block scalar.
-    let config = String::from_utf8(common::cp_v112()).unwrap();
+    let config = String::from_utf8(crate::common::cp_v112()).unwrap();
     for line in config.lines().filter(|l| !l.trim().is_empty()) {
         assert!(
             run.stdout.contains(line.trim_start()),
@@ -194,7 +192,7 @@ async fn talosctl_get_manifests() {
 #[tokio::test(flavor = "multi_thread")]
 async fn talosctl_apply_config_and_reboot() {
     let (emu, dir, admin) = setup().await;
-    let changed = common::edit(&common::cp_v112(), "port: 7445", "port: 7446");
+    let changed = crate::common::edit(&crate::common::cp_v112(), "port: 7445", "port: 7446");
     let file = dir.path().join("changed.yaml");
     std::fs::write(&file, &changed).unwrap();
     let file = file.to_str().unwrap();
@@ -222,7 +220,7 @@ async fn talosctl_apply_config_and_reboot() {
     let run = talosctl(&emu, &admin, &["get", "kubeprismconfig", "-o", "yaml"]).await;
     assert!(run.stdout.contains("port: 7446"), "{run}");
 
-    let tried = common::edit(&changed, "port: 7446", "port: 7447");
+    let tried = crate::common::edit(&changed, "port: 7446", "port: 7447");
     let tried_file = dir.path().join("tried.yaml");
     std::fs::write(&tried_file, &tried).unwrap();
     let run = talosctl(
@@ -290,8 +288,8 @@ async fn talosctl_through_a_control_plane() {
     let cp: IpAddr = "127.0.0.51".parse().unwrap();
     let w: IpAddr = "127.0.0.52".parse().unwrap();
     let emu = Emulator::start(vec![
-        NodeSpec::new("cp-1", common::cp_v112()).with_address(cp),
-        NodeSpec::new("w-1", common::worker_v112())
+        NodeSpec::new("cp-1", crate::common::cp_v112()).with_address(cp),
+        NodeSpec::new("w-1", crate::common::worker_v112())
             .with_address(w)
             .with_version("v1.13.8"),
     ])
@@ -374,7 +372,7 @@ async fn talosctl_maintenance_apply() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("cp.yaml");
-    std::fs::write(&file, common::cp_v112()).unwrap();
+    std::fs::write(&file, crate::common::cp_v112()).unwrap();
 
     let run = talosctl_insecure(&emu, dir.path(), &["version", "--insecure"]).await;
     assert!(run.ok, "{run}");
@@ -392,7 +390,7 @@ async fn talosctl_maintenance_apply() {
             .contains("Applied configuration without a reboot"),
         "{run}"
     );
-    assert_eq!(emu.active_config(0).unwrap(), common::cp_v112());
+    assert_eq!(emu.active_config(0).unwrap(), crate::common::cp_v112());
 
     let admin = talosconfig(&emu, dir.path(), &ClientCertSpec::admin());
     let run = talosctl(&emu, &admin, &["get", "machinetype", "-o", "yaml"]).await;
@@ -438,7 +436,7 @@ async fn talosctl_watch_sees_an_apply() {
     read_until("port: 7445", &mut seen).await;
     assert!(seen.contains("event: created"), "{seen}");
 
-    let changed = common::edit(&common::cp_v112(), "port: 7445", "port: 7452");
+    let changed = crate::common::edit(&crate::common::cp_v112(), "port: 7445", "port: 7452");
     emu.admin_client(0)
         .unwrap()
         .apply_configuration(
@@ -460,7 +458,7 @@ async fn talosctl_watch_sees_an_apply() {
 #[tokio::test(flavor = "multi_thread")]
 async fn talosctl_apply_staged_and_auto() {
     let (emu, dir, admin) = setup().await;
-    let staged = common::edit(&common::cp_v112(), "port: 7445", "port: 7453");
+    let staged = crate::common::edit(&crate::common::cp_v112(), "port: 7445", "port: 7453");
     let staged_file = dir.path().join("staged.yaml");
     std::fs::write(&staged_file, &staged).unwrap();
     let run = talosctl(
@@ -481,10 +479,10 @@ async fn talosctl_apply_staged_and_auto() {
             .contains("Staged configuration to be applied after the next reboot"),
         "{run}"
     );
-    assert_eq!(emu.active_config(0).unwrap(), common::cp_v112());
+    assert_eq!(emu.active_config(0).unwrap(), crate::common::cp_v112());
     assert_eq!(emu.persistent_config(0).unwrap(), staged);
 
-    let worker = common::edit(&staged, "type: controlplane", "type: worker");
+    let worker = crate::common::edit(&staged, "type: controlplane", "type: worker");
     let worker_file = dir.path().join("worker.yaml");
     std::fs::write(&worker_file, &worker).unwrap();
     let run = talosctl(
@@ -670,7 +668,7 @@ async fn talosctl_upgrade_needs_admin_and_the_image() {
 fn three_control_planes() -> Vec<NodeSpec> {
     (1..=3u8)
         .map(|i| {
-            NodeSpec::new(format!("cp-{i}"), common::cp_v112())
+            NodeSpec::new(format!("cp-{i}"), crate::common::cp_v112())
                 .with_address(IpAddr::from([127, 0, 0, i]))
         })
         .collect()

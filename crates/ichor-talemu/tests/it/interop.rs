@@ -2,8 +2,6 @@
 //! bundle, a talosconfig generated from that bundle by `ichor-talos`, read
 //! back by `ichor-talos`, used by our client and by the real talosctl.
 
-mod common;
-
 use std::time::Duration;
 
 use ichor_talemu::{Emulator, EmulatorOptions, NodeSpec, Pki};
@@ -13,12 +11,12 @@ use ichor_talos_client::{ClientIdentity, ClientOptions, TalosClient};
 use ichor_testenv::Tool;
 
 async fn emulator_with_bundle_ca() -> (Emulator, SecretsBundle) {
-    let path = common::fixtures_dir().join("stability-secrets.yaml");
+    let path = crate::common::fixtures_dir().join("stability-secrets.yaml");
     let bundle = SecretsBundle::from_file(&path).unwrap();
     let (ca, key) = bundle.os_ca_pem().expect("the bundle has an OS CA");
     let pki = Pki::from_pem(&ca, &key).unwrap();
     let emu = Emulator::start_with(
-        vec![NodeSpec::new("base-cp-1", common::cp_v112())],
+        vec![NodeSpec::new("base-cp-1", crate::common::cp_v112())],
         EmulatorOptions {
             pki: Some(pki),
             ..EmulatorOptions::default()
@@ -55,7 +53,7 @@ async fn talosconfig_from_bundle_against_the_emulator() {
     let c = client_from(&admin);
     assert_eq!(
         c.machine_config("127.0.0.1").await.unwrap(),
-        common::cp_v112()
+        crate::common::cp_v112()
     );
 
     let reader =

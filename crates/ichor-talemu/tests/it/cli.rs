@@ -1,8 +1,6 @@
 //! The `ichor-talemu serve` command: it writes a talosconfig that the real
 //! talosctl uses as is (endpoints = control planes, nodes = every node).
 
-mod common;
-
 use std::time::Duration;
 
 use ichor_testenv::Tool;
@@ -13,8 +11,8 @@ use ichor_testenv::Tool;
 async fn serve_writes_a_talosconfig_talosctl_uses() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let cp = common::fixtures_dir().join("stability-v1.12/base-controlplane.yaml");
-    let worker = common::fixtures_dir().join("stability-v1.12/base-worker.yaml");
+    let cp = crate::common::fixtures_dir().join("stability-v1.12/base-controlplane.yaml");
+    let worker = crate::common::fixtures_dir().join("stability-v1.12/base-worker.yaml");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ichor-talemu"))
         .args(["serve", "--nodes", "2", "--first-address", "127.0.0.61"])
         .arg("--config")
@@ -78,7 +76,7 @@ async fn serve_writes_a_talosconfig_talosctl_uses() {
 async fn serve_reuses_its_ca() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let cp = common::fixtures_dir().join("stability-v1.12/base-controlplane.yaml");
+    let cp = crate::common::fixtures_dir().join("stability-v1.12/base-controlplane.yaml");
     let run = |port: &'static str| {
         tokio::process::Command::new(env!("CARGO_BIN_EXE_ichor-talemu"))
             .args([

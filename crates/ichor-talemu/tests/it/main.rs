@@ -1,0 +1,12 @@
+//! The integration tests of `ichor-talemu`, one binary (one link) for them all:
+//! each former test file is a module here; shared helpers are modules too.
+
+mod cli;
+mod client;
+mod common;
+mod derive;
+mod everyday;
+mod interop;
+mod maintenance;
+mod never_in_production;
+mod talosctl;
