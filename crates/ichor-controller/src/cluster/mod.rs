@@ -1,8 +1,8 @@
 //! The TalosCluster reconciler: Ready aggregated from the machines,
 //! `status.cni.detected` (R2.2) and the CNI hand-over (R1.5e).
 //!
-//! [`read`] → `ichor_reconcile::cluster::decide` (pure: the hand-over's
-//! three steps and the ichor-cni Job are described there) → [`write`]. This
+//! `read` → `ichor_reconcile::cluster::decide` (pure: the hand-over's
+//! three steps and the ichor-cni Job are described there) → `write`. This
 //! module runs the controller: its watches and what each event reconciles.
 
 use std::future::Future;

@@ -7,7 +7,7 @@
 //! Only `status` is ever written (server-side apply of the status
 //! subresource); `spec` and `metadata.generation` are never touched. The
 //! decisions are `ichor_reconcile::machine`'s; here the watches and the
-//! reconcile that reads ([`read`]), decides, and applies ([`write`]).
+//! reconcile that reads (`read`), decides, and applies (`write`).
 //!
 //! Objects are watched through [`DeserializeGuard`]: a TalosMachine that
 //! cannot be read as the type becomes an error on that object (logged,

@@ -4,17 +4,17 @@
 //! (`ichor_reconcile::operation`, pure) → one step at a time, each recorded
 //! in `status` before it runs, so a restarted controller resumes where the
 //! status says and never repeats a finished machine. The plan is written
-//! before anything is touched ([`plan`]). Per machine ([`step`]): etcd
+//! before anything is touched (`plan`). Per machine (`step`): etcd
 //! healthy (control planes), pull the installer, write it to the other
-//! slot, cordon and drain through the Eviction API ([`drain`]:
+//! slot, cordon and drain through the Eviction API (`drain`:
 //! PodDisruptionBudgets honoured, no forced deletion), forfeit etcd
 //! leadership, reboot, wait for a new boot id + the target version + a
 //! Ready Node, uncordon. Each step is a pure transition from what the
 //! controller read to what it carries out. A cancel (deletion or the
 //! `ichor.maesh.dev/cancel` annotation) stops before the next step
-//! ([`drive`]).
+//! (`drive`).
 //!
-//! `kubernetes-upgrade` runs one component step at a time ([`kubernetes`]);
+//! `kubernetes-upgrade` runs one component step at a time (`kubernetes`);
 //! `ichor` is refused on a Helm install with the `helm upgrade` command
 //! ([`ichor`]).
 

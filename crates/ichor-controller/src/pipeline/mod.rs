@@ -1,13 +1,13 @@
 //! What the reconcilers share. Each reconcile is read → decide → write:
 //! the read and the write touch the API, the decision between them is a pure
 //! function of what was read and the clock (`ichor-reconcile`). Here:
-//! - [`boundary`]: the read of a watched object (a malformed one becomes an
+//! - `boundary`: the read of a watched object (a malformed one becomes an
 //!   error on that object and a Warning Event, and the watch goes on), the
 //!   unwind boundary around each reconcile and the error policy;
-//! - [`status`]: the status write (server-side apply of the status
+//! - `status`: the status write (server-side apply of the status
 //!   subresource, nothing else);
-//! - [`events`]: Events on Ichor's objects;
-//! - [`stores`]: the stores one controller's watch fills and another's
+//! - `events`: Events on Ichor's objects;
+//! - `stores`: the stores one controller's watch fills and another's
 //!   reconcile reads, and the filters that keep status writes from
 //!   reconciling each other;
 //! - the clock.

@@ -8,7 +8,7 @@
 //! names the config to apply in no-reboot mode ([`ComponentEffect`]),
 //! recorded once written ([`written`]); Waiting waits for the node (and
 //! Kubernetes) to run the new image, up to the component bound
-//! ([`bound_passed`](super::bound_passed)). The bootstrap-manifests step
+//! ([`super::bound_passed`]). The bootstrap-manifests step
 //! has its own Pending, record and Waiting here; the controller reads and
 //! applies the manifests.
 

@@ -6,7 +6,7 @@
 //! step's function here, then carries out the [`Effect`] it names. A Talos
 //! effect the node refuses fails the step ([`refused`]); [`record`] then
 //! moves the machine's progress on. Every bound is asked of
-//! [`bound_passed`](super::bound_passed), from the step's start.
+//! [`super::bound_passed`], from the step's start.
 
 use std::time::Duration;
 
