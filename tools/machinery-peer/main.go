@@ -4,11 +4,15 @@
 //
 //	machinery-peer validate --mode metal|cloud|container [--strict] FILE
 //	machinery-peer patch FILE --patch @P [--patch ...] -o OUT
+//	machinery-peer patch --from-empty --patch @P [--patch ...] -o OUT
 //	machinery-peer codec-bench --iterations N FILE...
 //
 // validate loads FILE and runs the client-side validation for the runtime
 // mode, printing warnings and errors as talosctl validate does (exit 1 on
-// errors). patch applies the patches as `talosctl machineconfig patch` does.
+// errors). patch applies the patches as `talosctl machineconfig patch` does;
+// with --from-empty it starts from a config holding no document, as Talos's
+// API can (configpatcher.WithConfig of an empty container) and its CLI
+// cannot (an empty file reads as no config).
 // codec-bench loads and encodes each file N times and prints JSON figures.
 package main
 
@@ -22,6 +26,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/container"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/validation"
 )
@@ -77,6 +82,7 @@ func main() {
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: machinery-peer validate --mode metal|cloud|container [--strict] FILE\n"+
 		"       machinery-peer patch FILE --patch @P [--patch @Q] -o OUT\n"+
+		"       machinery-peer patch --from-empty --patch @P [--patch @Q] -o OUT\n"+
 		"       machinery-peer codec-bench --iterations N FILE...")
 	os.Exit(2)
 }
@@ -157,19 +163,32 @@ func patch(args []string) error {
 	fs.Var(&patches, "p", "short for --patch")
 	out := fs.String("o", "", "output file (default stdout)")
 	fs.StringVar(out, "output", "", "output file (default stdout)")
+	fromEmpty := fs.Bool("from-empty", false, "start from a config holding no document (no FILE)")
 
 	files, err := interleaved(fs, args)
 	if err != nil {
 		return err
 	}
 
-	if len(files) != 1 {
-		return errors.New("patch takes one config file")
-	}
+	var input configpatcher.Input
 
-	data, err := os.ReadFile(files[0])
-	if err != nil {
-		return err
+	switch {
+	case *fromEmpty && len(files) == 0:
+		empty, err := container.New()
+		if err != nil {
+			return err
+		}
+
+		input = configpatcher.WithConfig(empty)
+	case !*fromEmpty && len(files) == 1:
+		data, err := os.ReadFile(files[0])
+		if err != nil {
+			return err
+		}
+
+		input = configpatcher.WithBytes(data)
+	default:
+		return errors.New("patch takes one config file, or --from-empty and none")
 	}
 
 	loaded, err := configpatcher.LoadPatches(patches)
@@ -177,7 +196,7 @@ func patch(args []string) error {
 		return err
 	}
 
-	applied, err := configpatcher.Apply(configpatcher.WithBytes(data), loaded)
+	applied, err := configpatcher.Apply(input, loaded)
 	if err != nil {
 		return err
 	}

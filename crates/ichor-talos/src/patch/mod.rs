@@ -9,12 +9,18 @@
 //!   `apiVersion`, `kind` and `name` (the `v1alpha1` patch document, which has
 //!   no `kind`, into the `v1alpha1` document); a patch document with no match
 //!   is appended;
+//! * the documents apply in their order, and several may name one config
+//!   document, as Talos v1.14 allows (v1.13 refuses such a patch; Ichor
+//!   gives v1.14's result on every line, ADR 0009): each merges into what
+//!   the ones before it left, a document an earlier one appended included;
 //! * every `$patch: delete` of a patch document is taken out of it and
-//!   applied first, then what is left is merged: at the top of a document it
-//!   removes the document (refused for `v1alpha1`); as the value of a key it
-//!   removes the key; in a list item it removes the first item of that list
-//!   whose value for the item's first other key is equal (refused when there
-//!   is none, or when the list is inside a list item);
+//!   applied before what is left is merged; the deletes aimed at the
+//!   `v1alpha1` document, from all the patch's documents, apply before any
+//!   document merges (Talos's order on both lines). A delete at the top of
+//!   a document removes the document (refused for `v1alpha1`); as the value
+//!   of a key it removes the key; in a list item it removes the first item
+//!   of that list whose value for the item's first other key is equal
+//!   (refused when there is none, or when the list is inside a list item);
 //! * mappings merge key by key, patch values win; a `null` patch value
 //!   changes nothing; `extraArgs` mappings are replaced key by key;
 //! * lists are appended, except the replaced ones (`podSubnets`,
@@ -101,16 +107,6 @@ pub enum PatchError {
         origin: String,
         /// What failed.
         reason: String,
-    },
-    /// Two patch documents for the same config document.
-    #[error(
-        "patch {origin} has two documents for {document}; Talos refuses that: merge them into one document"
-    )]
-    DuplicateDocument {
-        /// Where the patch came from.
-        origin: String,
-        /// Which document (`apiVersion/kind/name`).
-        document: String,
     },
     /// A strategic merge patch whose documents hold nothing to merge or delete.
     #[error(
@@ -274,33 +270,20 @@ enum Application {
     Reapply,
 }
 
-/// Refuses what Talos refuses when it reads a strategic merge patch: two
-/// documents for the same config document (counting only documents with
-/// something to merge once their deletes are taken out), and a patch that
-/// holds neither a delete nor anything to merge.
+/// Refuses what Talos refuses when it reads a strategic merge patch: a
+/// patch that holds neither a delete nor anything to merge. Several
+/// documents for one config document are accepted, as Talos v1.14 accepts
+/// them (ADR 0009).
 fn check_patch_documents(docs: &[Mapping], origin: &str) -> Result<(), PatchError> {
-    let mut seen = Vec::new();
-    let mut any_delete = false;
-    for doc in docs {
+    let holds_something = docs.iter().any(|doc| {
         let mut rest = doc.clone();
         let mut deletes = Vec::new();
         // a refused delete is reported with its path when the patch is applied
         let whole = extract_deletes_from_mapping(&mut rest, &mut Vec::new(), false, &mut deletes)
             .unwrap_or(false);
-        any_delete |= !deletes.is_empty();
-        if whole || is_empty_patch_document(&rest) {
-            continue;
-        }
-        let id = DocId::of(&rest);
-        if seen.contains(&id) {
-            return Err(PatchError::DuplicateDocument {
-                origin: origin.to_string(),
-                document: id.describe(),
-            });
-        }
-        seen.push(id);
-    }
-    if !docs.is_empty() && seen.is_empty() && !any_delete {
+        !deletes.is_empty() || !(whole || is_empty_patch_document(&rest))
+    });
+    if !docs.is_empty() && !holds_something {
         return Err(PatchError::NothingToMerge {
             origin: origin.to_string(),
         });
@@ -336,22 +319,23 @@ fn apply_strategic_merge_in(
     })
 }
 
-/// The strategic merge of [`apply_strategic_merge`] on the config's mappings.
-fn merge_documents(
-    docs: &mut Vec<CowMapping<'_>>,
-    patch_docs: &[Mapping],
-    origin: &str,
-    how: Application,
-) -> Result<(), PatchError> {
-    for patch in patch_docs {
+/// One patch document, read: the document it applies to, its deletes
+/// (taken out, as Talos's loader takes them out) and what is left to merge.
+struct PatchDocument {
+    id: DocId,
+    deletes: Vec<Delete>,
+    /// What is left once the deletes are out; `None` when nothing is.
+    rest: Option<Mapping>,
+}
+
+impl PatchDocument {
+    fn read(patch: &Mapping, origin: &str) -> Result<Self, PatchError> {
         let id = DocId::of(patch);
         if id == DocId::Unmatched {
             return Err(PatchError::UnknownDocument {
                 origin: origin.to_string(),
             });
         }
-        // Talos takes every `$patch: delete` out of a patch document first
-        // and applies those deletes before merging what is left.
         let mut rest = patch.clone();
         let mut deletes = Vec::new();
         let whole = extract_deletes_from_mapping(&mut rest, &mut Vec::new(), false, &mut deletes)
@@ -359,22 +343,59 @@ fn merge_documents(
             origin: origin.to_string(),
             reason,
         })?;
-        for delete in &deletes {
-            apply_delete(docs, &id, delete, how).map_err(|reason| PatchError::Delete {
+        let rest = (!whole && !is_empty_patch_document(&rest)).then_some(rest);
+        Ok(Self { id, deletes, rest })
+    }
+}
+
+/// The strategic merge of [`apply_strategic_merge`] on the config's mappings.
+///
+/// The patch's documents apply in their order, and several of them may
+/// name one config document (Talos v1.14; ADR 0009): each merges into what
+/// the documents before it left, a document one of them appended included.
+/// Every delete aimed at the `v1alpha1` document applies first, before any
+/// of the patch's documents merges (Talos hands them out in that order, on
+/// both lines); the deletes of any other document apply just before what is
+/// left of that document merges.
+fn merge_documents(
+    docs: &mut Vec<CowMapping<'_>>,
+    patch_docs: &[Mapping],
+    origin: &str,
+    how: Application,
+) -> Result<(), PatchError> {
+    let read = patch_docs
+        .iter()
+        .map(|p| PatchDocument::read(p, origin))
+        .collect::<Result<Vec<_>, _>>()?;
+    let delete_all = |docs: &mut Vec<CowMapping<'_>>, doc: &PatchDocument| {
+        doc.deletes.iter().try_for_each(|delete| {
+            apply_delete(docs, &doc.id, delete, how).map_err(|reason| PatchError::Delete {
                 origin: origin.to_string(),
                 reason,
-            })?;
+            })
+        })
+    };
+    for doc in read.iter().filter(|d| d.id == DocId::V1Alpha1) {
+        delete_all(docs, doc)?;
+    }
+    let mut merger = Merger::new(how);
+    for doc in &read {
+        if doc.id != DocId::V1Alpha1 {
+            delete_all(docs, doc)?;
         }
-        if whole || is_empty_patch_document(&rest) {
-            continue;
-        }
-        let path_root = id.path_root();
-        match docs.iter_mut().find(|d| DocId::of(d) == id) {
-            Some(target) => merge_mapping(target, &rest, &[path_root.as_str()], how),
+        let Some(rest) = &doc.rest else { continue };
+        let path_root = doc.id.path_root();
+        let ident = doc.id.describe();
+        match docs.iter_mut().find(|d| DocId::of(d) == doc.id) {
+            Some(target) => merger.mapping(target, rest, &[path_root.as_str()], &ident),
             None => {
-                let mut fresh = Mapping::new();
-                merge_mapping(&mut fresh, &rest, &[path_root.as_str()], how);
-                docs.push(CowMapping::Owned(fresh));
+                let fresh = CowMapping::Owned(merger.fresh_document(rest, &path_root, &ident));
+                // Talos keeps the v1alpha1 document first in every config
+                if doc.id == DocId::V1Alpha1 {
+                    docs.insert(0, fresh);
+                } else {
+                    docs.push(fresh);
+                }
             }
         }
     }
@@ -860,74 +881,203 @@ fn is_args_map(path: &[&str]) -> bool {
     path.last() == Some(&"extraArgs")
 }
 
-fn merge_mapping(target: &mut Mapping, patch: &Mapping, path: &[&str], how: Application) {
-    for (k, pv) in patch {
-        let Some(key) = k.as_str() else {
-            target.insert(k.clone(), strip(pv));
-            continue;
-        };
-        if key == PATCH_KEY {
-            continue;
+/// The merge of one patch's documents into a config's documents.
+///
+/// Reapplied (ADR 0016), an item the patch appends to a list is taken as
+/// already there when the list holds an equal item that the patch did not
+/// put there or take as its own: `accounted` keeps, per list, the items the
+/// patch appended or took as its own, across all the patch's documents, so
+/// a patch whose documents append the same item twice keeps two copies, as
+/// Talos does, and finds both on its own result.
+struct Merger {
+    how: Application,
+    /// Per list (named by its document, keys and keyed items, as
+    /// [`list_item_ident`] names an item), the patch's items.
+    accounted: std::collections::HashMap<String, Vec<Value>>,
+}
+
+impl Merger {
+    fn new(how: Application) -> Self {
+        Self {
+            how,
+            accounted: std::collections::HashMap::new(),
         }
-        if is_delete_value(pv) {
-            target.shift_remove(key);
-            continue;
-        }
-        if pv.is_null() {
-            continue;
-        }
-        let mut child: Vec<&str> = path.to_vec();
-        child.push(key);
-        match target.get_mut(key) {
-            Some(Value::Mapping(t)) if is_args_map(&child) && pv.is_mapping() => {
-                for (ak, av) in pv.as_mapping().into_iter().flatten() {
-                    t.insert(ak.clone(), strip(av));
+    }
+
+    /// Merges a patch mapping into a config mapping. `path` is the rule path
+    /// (document kind, then keys; see [`list_rule`]); `ident` names this very
+    /// mapping, a keyed list item by its key (for [`Merger::accounted`]).
+    fn mapping(&mut self, target: &mut Mapping, patch: &Mapping, path: &[&str], ident: &str) {
+        for (k, pv) in patch {
+            let Some(key) = k.as_str() else {
+                target.insert(k.clone(), strip(pv));
+                continue;
+            };
+            if key == PATCH_KEY {
+                continue;
+            }
+            if is_delete_value(pv) {
+                target.shift_remove(key);
+                continue;
+            }
+            if pv.is_null() {
+                continue;
+            }
+            let mut child: Vec<&str> = path.to_vec();
+            child.push(key);
+            let child_ident = format!("{ident}.{key}");
+            match target.get_mut(key) {
+                Some(Value::Mapping(t)) if is_args_map(&child) && pv.is_mapping() => {
+                    for (ak, av) in pv.as_mapping().into_iter().flatten() {
+                        t.insert(ak.clone(), strip(av));
+                    }
+                }
+                Some(tv) if !tv.is_null() && !replaces_whole_value(&child) => {
+                    self.value(tv, pv, &child, &child_ident)
+                }
+                _ => {
+                    let fresh = match pv {
+                        // Talos merges a keyed list into the empty list of a
+                        // section the config has: the patch's items for one
+                        // key fold into one (a section the config lacks is
+                        // taken whole with what it holds, as Talos takes it)
+                        Value::Sequence(items)
+                            if matches!(list_rule(&child), ListRule::Keyed { .. }) =>
+                        {
+                            let mut list = Vec::new();
+                            self.list(&mut list, items, &child, &child_ident);
+                            Value::Sequence(list)
+                        }
+                        _ => {
+                            let fresh = strip(pv);
+                            self.account_fresh(&fresh, &child, &child_ident);
+                            fresh
+                        }
+                    };
+                    target.insert(k.clone(), fresh);
                 }
             }
-            Some(tv) if !tv.is_null() && !replaces_whole_value(&child) => {
-                merge_value(tv, pv, &child, how)
-            }
-            _ => {
-                target.insert(k.clone(), strip(pv));
+        }
+    }
+
+    /// A patch document for a config document the config does not have,
+    /// taken whole (Talos appends a copy of it, merging nothing inside).
+    fn fresh_document(&mut self, patch: &Mapping, path_root: &str, ident: &str) -> Mapping {
+        // a null value says nothing (as when merged into a document)
+        let kept: Mapping = patch
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let fresh = strip(&Value::Mapping(kept));
+        self.account_fresh(&fresh, &[path_root], ident);
+        match fresh {
+            Value::Mapping(m) => m,
+            _ => Mapping::new(),
+        }
+    }
+
+    fn value(&mut self, target: &mut Value, patch: &Value, path: &[&str], ident: &str) {
+        match (target, patch) {
+            (Value::Mapping(t), Value::Mapping(p)) => self.mapping(t, p, path, ident),
+            (Value::Sequence(t), Value::Sequence(p)) => self.list(t, p, path, ident),
+            (t, p) => {
+                let fresh = strip(p);
+                self.account_fresh(&fresh, path, ident);
+                *t = fresh;
             }
         }
     }
-}
 
-fn merge_value(target: &mut Value, patch: &Value, path: &[&str], how: Application) {
-    match (target, patch) {
-        (Value::Mapping(t), Value::Mapping(p)) => merge_mapping(t, p, path, how),
-        (Value::Sequence(t), Value::Sequence(p)) => merge_list(t, p, path, how),
-        (t, p) => *t = strip(p),
-    }
-}
-
-fn merge_list(target: &mut Vec<Value>, patch: &[Value], path: &[&str], how: Application) {
-    match list_rule(path) {
-        ListRule::Append if how == Application::Reapply => {
-            // Each item the list held before counts once: an item the patch
-            // appends is taken as already there when an equal item is left,
-            // so a patch appending the same item twice keeps both.
-            let mut held: Vec<Value> = target.clone();
-            for item in patch.iter().filter(|v| !is_delete_value(v)).map(strip) {
-                match held.iter().position(|h| *h == item) {
-                    Some(i) => {
+    fn list(&mut self, target: &mut Vec<Value>, patch: &[Value], path: &[&str], ident: &str) {
+        let items = patch.iter().filter(|v| !is_delete_value(v));
+        match list_rule(path) {
+            ListRule::Append if self.how == Application::Reapply => {
+                let accounted = self.accounted.entry(ident.to_string()).or_default();
+                // the items the list holds that the patch neither appended
+                // nor took as its own: each counts once
+                let mut held: Vec<Value> = target.clone();
+                for a in accounted.iter() {
+                    if let Some(i) = held.iter().position(|h| h == a) {
                         held.swap_remove(i);
                     }
-                    None => target.push(item),
+                }
+                for item in items.map(strip) {
+                    match held.iter().position(|h| *h == item) {
+                        Some(i) => {
+                            held.swap_remove(i);
+                        }
+                        None => target.push(item.clone()),
+                    }
+                    accounted.push(item);
+                }
+            }
+            ListRule::Append => target.extend(items.map(strip)),
+            ListRule::Replace => *target = patch.iter().map(strip).collect(),
+            ListRule::Keyed { keys } => {
+                for item in items {
+                    match target.iter().position(|t| same_key(t, item, keys)) {
+                        Some(i) => {
+                            let item_ident = list_item_ident(ident, &target[i], keys);
+                            self.value(&mut target[i], item, path, &item_ident);
+                        }
+                        None => {
+                            let fresh = strip(item);
+                            let item_ident = list_item_ident(ident, &fresh, keys);
+                            self.account_fresh(&fresh, path, &item_ident);
+                            target.push(fresh);
+                        }
+                    }
                 }
             }
         }
-        ListRule::Append => target.extend(patch.iter().filter(|v| !is_delete_value(v)).map(strip)),
-        ListRule::Replace => *target = patch.iter().map(strip).collect(),
-        ListRule::Keyed { keys } => {
-            for item in patch.iter().filter(|v| !is_delete_value(v)) {
-                match target.iter().position(|t| same_key(t, item, keys)) {
-                    Some(i) => merge_value(&mut target[i], item, path, how),
-                    None => target.push(strip(item)),
+    }
+
+    /// Reapplied, a value the patch puts in whole: the items of the
+    /// appended-to lists inside it are the patch's own.
+    fn account_fresh(&mut self, v: &Value, path: &[&str], ident: &str) {
+        if self.how != Application::Reapply {
+            return;
+        }
+        match v {
+            Value::Mapping(m) => {
+                for (k, child) in m {
+                    let Some(key) = k.as_str() else { continue };
+                    let mut child_path = path.to_vec();
+                    child_path.push(key);
+                    self.account_fresh(child, &child_path, &format!("{ident}.{key}"));
                 }
             }
+            Value::Sequence(items) => match list_rule(path) {
+                ListRule::Append => self
+                    .accounted
+                    .entry(ident.to_string())
+                    .or_default()
+                    .extend(items.iter().cloned()),
+                ListRule::Keyed { keys } => {
+                    for item in items {
+                        self.account_fresh(item, path, &list_item_ident(ident, item, keys));
+                    }
+                }
+                ListRule::Replace => {}
+            },
+            _ => {}
         }
+    }
+}
+
+/// The name of a keyed list's item, for [`Merger::accounted`]: the list's
+/// name and the item's value for the first key it has.
+fn list_item_ident(list: &str, item: &Value, keys: &[&str]) -> String {
+    let key = keys
+        .iter()
+        .find_map(|k| item.get(*k).filter(|v| !v.is_null()).map(|v| (k, v)));
+    match key {
+        Some((k, v)) => format!(
+            "{list}[{k}={}]",
+            serde_yaml_ng::to_string(v).unwrap_or_default().trim_end()
+        ),
+        None => format!("{list}[]"),
     }
 }
 

@@ -436,3 +436,283 @@ fn reapply_of_a_delete_already_done_changes_nothing() {
             .is_err()
     );
 }
+
+// ------------- the v1.14 patch rules (ADR 0009, "Talos lines")
+
+/// The documents of a config as YAML mappings.
+fn mappings(cfg: &MachineConfig) -> Vec<Mapping> {
+    cfg.to_mappings().unwrap()
+}
+
+fn yaml(text: &str) -> Value {
+    serde_yaml_ng::from_str(text).unwrap()
+}
+
+/// The document with this kind (and name, when given).
+fn doc_of(cfg: &MachineConfig, kind: &str, name: Option<&str>) -> Option<Mapping> {
+    mappings(cfg).into_iter().find(|d| {
+        d.get("kind").and_then(Value::as_str) == Some(kind)
+            && d.get("name").and_then(Value::as_str) == name
+    })
+}
+
+/// Several documents for one config document are read and merged in their
+/// order, each into what the one before left, as Talos v1.14 does (v1.13
+/// refused such a patch): a later scalar wins, lists grow in order.
+/// Covers: R9.1a
+#[test]
+fn repeated_documents_merge_in_their_order() {
+    let patch = "apiVersion: v1alpha1\nkind: KubePrismConfig\nport: 7001\n---\nmachine:\n  certSANs: [a.example]\n---\napiVersion: v1alpha1\nkind: KubePrismConfig\nport: 7002\n---\nmachine:\n  certSANs: [b.example]\n  network:\n    hostname: node-b\n";
+    let parsed = ConfigPatch::parse(patch, "p.yaml").unwrap();
+    assert!(matches!(&parsed, ConfigPatch::StrategicMerge(d) if d.len() == 4));
+    let cfg = v14_cp();
+    let before = mappings(&cfg)[0]["machine"]["certSANs"]
+        .as_sequence()
+        .cloned()
+        .unwrap_or_default();
+    let out = parsed.apply(&cfg, "p.yaml").unwrap();
+    assert_eq!(out.facts().kube_prism.port, Some(7002));
+    let v1 = &mappings(&out)[0];
+    let mut want = before;
+    want.extend([Value::from("a.example"), Value::from("b.example")]);
+    assert_eq!(v1["machine"]["certSANs"], Value::Sequence(want));
+    assert_eq!(v1["machine"]["network"]["hostname"], Value::from("node-b"));
+    assert_eq!(
+        out.documents.len(),
+        cfg.documents.len(),
+        "merged, not appended"
+    );
+}
+
+/// A document the patch appends is the one its later documents merge into
+/// and delete from: added, deleted, added again leaves the last one alone;
+/// a key deleted between two documents is set again by the second.
+/// Covers: R9.1a
+#[test]
+fn a_delete_between_repeated_documents_applies_in_its_place() {
+    let cfg = v12_cp();
+    let head = "apiVersion: v1alpha1\nkind: LinkConfig\nname: eth7\n";
+    let out = smp(
+        &cfg,
+        &format!(
+            "{head}mtu: 1500\naddresses:\n  - address: 10.0.7.1/24\n---\n{head}$patch: delete\n---\n{head}mtu: 9000\n"
+        ),
+    );
+    assert_eq!(
+        doc_of(&out, "LinkConfig", Some("eth7")).unwrap(),
+        yaml(&format!("{head}mtu: 9000\n"))
+            .as_mapping()
+            .unwrap()
+            .clone()
+    );
+    assert_eq!(out.documents.len(), cfg.documents.len() + 1);
+
+    let out = smp(
+        &cfg,
+        &format!(
+            "{head}mtu: 1500\naddresses:\n  - address: 10.0.7.1/24\n  - address: 10.0.8.1/24\n---\n{head}addresses:\n  - address: 10.0.7.1/24\n    $patch: delete\n---\n{head}mtu:\n  $patch: delete\n---\n{head}addresses:\n  - address: 10.0.9.1/24\n"
+        ),
+    );
+    assert_eq!(
+        doc_of(&out, "LinkConfig", Some("eth7")).unwrap(),
+        yaml(&format!(
+            "{head}addresses:\n  - address: 10.0.8.1/24\n  - address: 10.0.9.1/24\n"
+        ))
+        .as_mapping()
+        .unwrap()
+        .clone()
+    );
+
+    // a delete aimed at a document the patch appended and then deleted finds nothing
+    let out = smp(
+        &cfg,
+        &format!("{head}mtu: 1500\n---\n{head}$patch: delete\n---\n{head}$patch: delete\n"),
+    );
+    assert_eq!(out, cfg);
+}
+
+/// The deletes aimed at the v1alpha1 document, from all the patch's
+/// documents, apply before any of them merges (Talos's order on both
+/// lines): a later document's delete does not undo an earlier one's
+/// values, and a delete of a key only a patch document sets is refused.
+/// Covers: R9.1, R9.1a
+#[test]
+fn v1alpha1_deletes_apply_before_any_v1alpha1_document_merges() {
+    let base = MachineConfig::parse(
+        "version: v1alpha1\nmachine:\n  type: worker\n  sysctls:\n    b: \"2\"\n",
+    )
+    .unwrap();
+    let out = smp(
+        &base,
+        "machine:\n  sysctls:\n    a: \"1\"\n---\nmachine:\n  sysctls:\n    $patch: delete\n",
+    );
+    assert_eq!(mappings(&out)[0]["machine"]["sysctls"], yaml("a: \"1\"\n"));
+
+    let err = ConfigPatch::parse(
+        "machine:\n  network:\n    interfaces:\n      - interface: eth9\n        mtu: 1500\n---\nmachine:\n  network:\n    interfaces:\n      - interface: eth9\n        $patch: delete\n",
+        "p.yaml",
+    )
+    .unwrap()
+    .apply(&base, "p.yaml")
+    .unwrap_err();
+    assert!(matches!(err, PatchError::Delete { .. }), "{err}");
+    assert!(err.to_string().contains("machine.network"), "{err}");
+}
+
+/// A patch on a config holding no document appends its documents (a later
+/// one merging into an earlier one), and its deletes find nothing, as
+/// Talos's API does on both lines (talosctl's CLI reads no config from an
+/// empty file). A JSON 6902 patch is refused: it needs exactly one document.
+/// Covers: R9.1a
+#[test]
+fn a_patch_on_an_empty_config_appends_its_documents() {
+    let empty = MachineConfig::parse("").unwrap();
+    assert!(empty.documents.is_empty());
+    // the v1alpha1 document comes first, as in every config Talos writes
+    let out = smp(
+        &empty,
+        "apiVersion: v1alpha1\nkind: KubePrismConfig\n$patch: delete\n---\napiVersion: v1alpha1\nkind: KubePrismConfig\nport: 7445\n---\nmachine:\n  network:\n    hostname: a\n---\nmachine:\n  sysctls:\n    $patch: delete\n  network:\n    hostname: b\n",
+    );
+    assert_eq!(
+        mappings(&out),
+        vec![
+            yaml("machine:\n  network:\n    hostname: b\n")
+                .as_mapping()
+                .unwrap()
+                .clone(),
+            yaml("apiVersion: v1alpha1\nkind: KubePrismConfig\nport: 7445\n")
+                .as_mapping()
+                .unwrap()
+                .clone(),
+        ]
+    );
+    let err = ConfigPatch::parse("- op: add\n  path: /machine\n  value: {}\n", "j.yaml")
+        .unwrap()
+        .apply(&empty, "j.yaml")
+        .unwrap_err();
+    assert!(
+        matches!(err, PatchError::Json6902Multidoc { documents: 0, .. }),
+        "{err}"
+    );
+}
+
+/// `extraArgs` list values, in the v1alpha1 document and in the v1.14
+/// `Kube*` documents, are replaced per key (a list by a string and the
+/// other way round), across several documents for one config document.
+/// Covers: R9.1a
+#[test]
+fn extra_args_list_values_are_replaced_per_key() {
+    let cfg = v14_cp();
+    let out = smp(
+        &cfg,
+        "apiVersion: v1alpha1\nkind: KubeAPIServerConfig\nextraArgs:\n  service-account-issuer:\n    - https://old.example:6443\n    - https://new.example:6443\n  audit-log-maxage: \"30\"\n---\napiVersion: v1alpha1\nkind: KubeAPIServerConfig\nextraArgs:\n  service-account-issuer: https://new.example:6443\n  audit-log-maxage: [\"30\", \"31\"]\n---\nmachine:\n  kubelet:\n    extraArgs:\n      feature-gates: [A=true]\n---\nmachine:\n  kubelet:\n    extraArgs:\n      feature-gates: [B=true]\n",
+    );
+    let api = doc_of(&out, "KubeAPIServerConfig", None).unwrap();
+    let args = api["extraArgs"].as_mapping().unwrap();
+    assert_eq!(
+        args["service-account-issuer"],
+        Value::from("https://new.example:6443")
+    );
+    assert_eq!(args["audit-log-maxage"], yaml("[\"30\", \"31\"]"));
+    let before = doc_of(&cfg, "KubeAPIServerConfig", None).unwrap();
+    for (k, v) in before
+        .get("extraArgs")
+        .and_then(Value::as_mapping)
+        .into_iter()
+        .flatten()
+    {
+        if !matches!(
+            k.as_str(),
+            Some("service-account-issuer" | "audit-log-maxage")
+        ) {
+            assert_eq!(args.get(k), Some(v), "{k:?} is kept");
+        }
+    }
+    assert_eq!(
+        mappings(&out)[0]["machine"]["kubelet"]["extraArgs"]["feature-gates"],
+        yaml("[B=true]")
+    );
+}
+
+/// Reapplied, a patch whose documents append to one list counts the items
+/// across all of them: on a config without them it gives `apply`'s result
+/// (two documents appending one item keep two copies), and on its own
+/// result it changes nothing, a list created by an earlier document and a
+/// delete between the documents included (ADR 0016).
+/// Covers: R9.1a
+#[test]
+fn reapply_of_repeated_documents_appends_once() {
+    let cfg = v12_cp();
+    for patch in [
+        "machine:\n  certSANs: [x.example]\n---\nmachine:\n  certSANs: [x.example]\n",
+        "machine:\n  time:\n    servers: [ntp.example]\n---\nmachine:\n  time:\n    servers: [ntp.example, ntp2.example]\n",
+        "apiVersion: v1alpha1\nkind: LinkConfig\nname: eth7\naddresses:\n  - address: 10.0.7.1/24\n---\napiVersion: v1alpha1\nkind: LinkConfig\nname: eth7\n$patch: delete\n---\napiVersion: v1alpha1\nkind: LinkConfig\nname: eth7\naddresses:\n  - address: 10.0.7.1/24\n  - address: 10.0.8.1/24\n",
+        "machine:\n  network:\n    interfaces:\n      - interface: eth5\n        addresses: [10.5.0.1/24]\n---\nmachine:\n  network:\n    interfaces:\n      - interface: eth5\n        addresses: [10.5.0.1/24]\n",
+    ] {
+        let once = smp(&cfg, patch);
+        assert_eq!(reapplied(&cfg, patch), once, "{patch}");
+        assert_eq!(reapplied(&once, patch), once, "{patch}");
+        if !patch.contains("$patch") {
+            assert_ne!(
+                smp(&once, patch),
+                once,
+                "Talos's merge appends again: {patch}"
+            );
+        }
+    }
+}
+
+/// Reapplied, a patch that deletes a list item one of its own documents
+/// appended and appends it again keeps the items, but may move the
+/// re-appended one to the end once: the second reapply changes nothing
+/// more (ADR 0009, "Talos lines").
+/// Covers: R9.1a
+#[test]
+fn reapply_settles_when_a_patch_deletes_its_own_item() {
+    let cfg = v12_cp();
+    let head = "apiVersion: v1alpha1\nkind: LinkConfig\nname: eth7\n";
+    let patch = format!(
+        "{head}addresses:\n  - address: 10.0.7.1/24\n---\n{head}addresses:\n  - address: 10.0.7.1/24\n    $patch: delete\n---\n{head}addresses:\n  - address: 10.0.7.1/24\n  - address: 10.0.8.1/24\n"
+    );
+    let once = smp(&cfg, &patch);
+    assert_eq!(reapplied(&cfg, &patch), once);
+    let again = reapplied(&once, &patch);
+    assert_eq!(reapplied(&again, &patch), again, "settled");
+    let addresses = |c: &MachineConfig| {
+        let mut a: Vec<String> = doc_of(c, "LinkConfig", Some("eth7")).unwrap()["addresses"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|i| i["address"].as_str().unwrap().to_string())
+            .collect();
+        a.sort();
+        a
+    };
+    assert_eq!(addresses(&again), addresses(&once));
+}
+
+/// A keyed list the config's section does not have yet: Talos merges the
+/// patch's items into it one by one, so two items for one interface fold
+/// into one; a section the config lacks is taken whole, as Talos takes it
+/// (a differential-test finding).
+/// Covers: R9.1
+#[test]
+fn a_new_keyed_list_folds_its_items_in_a_section_the_config_has() {
+    let patch = "machine:\n  network:\n    interfaces:\n      - interface: eth1\n        mtu: 1400\n      - interface: eth1\n        dhcp: true\n";
+    let with_section = MachineConfig::parse(
+        "version: v1alpha1\nmachine:\n  type: worker\n  network:\n    hostname: a\n",
+    )
+    .unwrap();
+    assert_eq!(
+        mappings(&smp(&with_section, patch))[0]["machine"]["network"]["interfaces"],
+        yaml("- interface: eth1\n  mtu: 1400\n  dhcp: true\n")
+    );
+    let without = MachineConfig::parse("version: v1alpha1\nmachine:\n  type: worker\n").unwrap();
+    assert_eq!(
+        mappings(&smp(&without, patch))[0]["machine"]["network"]["interfaces"]
+            .as_sequence()
+            .unwrap()
+            .len(),
+        2
+    );
+}
