@@ -37,7 +37,7 @@ cargo-test:
 # case is shrunk and printed; it becomes a named regression test.
 FUZZ_CASES ?= 20000
 # package/test binary/name filter: each crate's fuzz module in its test binary.
-FUZZ_TARGETS = ichor-talos/fuzz_parsers/ ichor-helm/it/fuzz_record:: ichor-controller/fuzz_webhook/
+FUZZ_TARGETS = ichor-talos/it/fuzz_parsers:: ichor-helm/it/fuzz_record:: ichor-controller/it/fuzz_webhook::
 # Optimised: a long run does far more cases per minute (FUZZ_PROFILE= for a debug build).
 FUZZ_PROFILE ?= --release
 fuzz:
@@ -129,12 +129,12 @@ release:
 ## fuzz-patch: the patch differential test against the real talosctl, 5000 cases (set ICHOR_DIFF_CASES, ICHOR_DIFF_SEED to change)
 fuzz-patch: testbin
 	ICHOR_DIFF_CASES=$${ICHOR_DIFF_CASES:-5000} ICHOR_DIFF_SEED=$${ICHOR_DIFF_SEED:-17} \
-	  $(CARGO) test --locked -p ichor-talos --test talosctl_patch_diff -- --test-threads=2 --nocapture generated_patches_agree_with_
+	  $(CARGO) test --locked -p ichor-talos --test it -- --test-threads=2 --nocapture talosctl_patch_diff::generated_patches_agree_with_
 
 .PHONY: check-machinery
 
 ## check-machinery: the checks against Talos's own v1.14 config machinery (every v1.14 render validated, patches compared; ICHOR_DIFF_MACHINERY_CASES, default 300). Not in `make test`: the module proxy does not serve that machinery, so the peer is built only where ICHOR_TALOS_MACHINERY_SRC names its source (tools/testbin.sh)
 check-machinery: testbin
-	$(CARGO) test --locked --features machinery-peer -p ichor-talos --test talosctl_patch_diff machinery_peer -- --test-threads=2 --nocapture
+	$(CARGO) test --locked --features machinery-peer -p ichor-talos --test it talosctl_patch_diff::machinery_peer -- --test-threads=2 --nocapture
 	$(CARGO) test --locked --features machinery-peer -p ichor-render --test it machinery_peer -- --test-threads=2 --nocapture
 	$(CARGO) test --locked --features machinery-peer -p ichor-adopt --test init_talos_validate -- --test-threads=2 --nocapture

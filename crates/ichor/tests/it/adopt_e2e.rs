@@ -17,7 +17,6 @@ use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::Api;
 use kube::api::{DynamicObject, ListParams};
 
-
 use crate::common::{LabHarness, NS, run, text};
 
 /// The shared harness, and what only these cases need.

@@ -13,7 +13,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::Api;
 use kube::api::ListParams;
 
-
 use crate::common::{LabHarness, NS, text};
 
 /// A lab of two nodes whose Cilium chart must be the real one: what these

@@ -7,7 +7,6 @@ use ichor_testenv::Tool;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 
-
 use crate::common::{LabHarness, text};
 
 async fn lab(kube_proxy: bool) -> LabHarness {

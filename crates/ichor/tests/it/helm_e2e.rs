@@ -23,7 +23,6 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 /// The preflight's text, word for word as R4.4a has it.
 const PREFLIGHT: &str = "this cluster has no pod network, so Ichor's pods cannot start. Run ichor cni bootstrap first (it installs Ichor's Cilium), then helm install again.";
 
-
 use crate::common::{LabHarness, NS, run, text};
 
 /// The shared harness, and what only the Helm cases need.

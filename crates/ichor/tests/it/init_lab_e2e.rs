@@ -14,7 +14,6 @@
 //!
 //! Covers: R10.2, R10.3, R10.4, R6.1, and the lab's side of `ichor init`
 
-
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};

@@ -9,7 +9,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 
-
 use crate::common::{CONTROLLER_IMAGE, LabHarness, NS};
 
 /// A namespace, a ServiceAccount with no rights, and a Deployment of Ichor's

@@ -38,7 +38,6 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 
-
 use crate::common::{LabHarness, NS, run, text};
 
 const LIVE: &str = "LIVEMARK";

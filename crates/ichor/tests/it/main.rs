@@ -1,10 +1,10 @@
 //! The integration tests of `ichor`, one binary (one link) for them all:
 //! each former test file is a module here; shared helpers are modules too.
 
-mod common;
 mod adopt_e2e;
 mod cilium_on_talos_e2e;
 mod cni_e2e;
+mod common;
 mod helm_e2e;
 mod image;
 mod init_bad_input_e2e;

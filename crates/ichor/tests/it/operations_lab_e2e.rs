@@ -9,7 +9,6 @@
 //! API). What it does not: one kube-apiserver stands in for the three
 //! control planes' (it is never restarted), and no container runs.
 
-
 use std::collections::BTreeMap;
 use std::process::Output;
 use std::sync::{Arc, Mutex};

@@ -20,7 +20,6 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use kube::api::ListParams;
 
-
 use crate::common::{LabHarness, NS, run, text};
 
 /// Every node's active config, to compare before and after.

@@ -12,7 +12,6 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::ListParams;
 
-
 use crate::common::{LabHarness, NS, run, text};
 
 async fn node_infos(h: &LabHarness) -> Vec<(String, String)> {

@@ -20,17 +20,16 @@
 //! nodes (ichor-talemu). The test plays the user: a ServiceAccount token
 //! pasted into the sign-in page of a real headless Chromium.
 
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use ichor_testenv::browser::{WAIT, browser, page_shows, screenshot, sign_in, start_driver};
 use crate::common::{LabHarness, NS, text};
 use fantoccini::Locator;
 use ichor_api::TalosMachine;
 use ichor_api::conditions::types;
 use ichor_lab::LabCni;
 use ichor_lab::pods::{NETWORK_SOCKET, ServiceForward};
+use ichor_testenv::browser::{WAIT, browser, page_shows, screenshot, sign_in, start_driver};
 use ichor_testenv::{TestCa, Tool};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};

@@ -3,7 +3,6 @@
 //! upgrade talos --wait`: the order and the drains as the emulator's write
 //! log and the API server saw them.
 
-
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 

@@ -6,11 +6,9 @@
 //! eviction removes the pod at once, as a kubelet would after its grace).
 //! Order is read from the emulator's write log.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use ichor_api::conditions::{self, reasons, types};
 use ichor_api::operation::{ComponentPhase, MachineStep, OperationPhase, TalosOperation};
 use ichor_api::{TalosCluster, TalosMachine};

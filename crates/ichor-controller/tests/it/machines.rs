@@ -2,9 +2,7 @@
 //! Ichor's CRDs, three `ichor-talemu` nodes (1 control plane + 2 workers)
 //! per config shape, and the controller started in process.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use ichor_api::conditions::{self, reasons, types};
 use ichor_api::{DriftClass, TalosCluster, TalosMachine};
 use ichor_render::RenderInput;

@@ -8,9 +8,7 @@
 //! (go-kubernetes's real prune, `tools/ssa-prune-peer`) leaves Cilium in
 //! place. In both config shapes.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use ichor_api::conditions::{self, types};
 use ichor_api::{TalosCluster, TalosMachine};
 use ichor_lab::bootstrap_manifests;

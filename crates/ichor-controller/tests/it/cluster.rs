@@ -3,9 +3,7 @@
 //! helm v4 for the render) on the test control plane, and the
 //! IchorInstallation singleton.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use ichor_api::conditions::{self, reasons, types};
 use ichor_api::{DetectedCni, INSTALLATION_NAME, IchorInstallation, Manager, TalosCluster};
 use ichor_testenv::TestEnv;

@@ -4,9 +4,7 @@
 //! object created, and the real CRD put back — stored objects are not
 //! validated again, exactly how a real cluster ends up holding one.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use ichor_api::conditions::{self, reasons, types};
 use ichor_api::{TalosCluster, TalosMachine};
 use ichor_testenv::TestEnv;

@@ -4,9 +4,7 @@
 //! runs with a client certificate of its own, so the API server's audit log
 //! tells its requests apart.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use ichor_api::conditions::{self, types};
 use ichor_api::{TalosCluster, TalosMachine};
 use ichor_talemu::NodeSpec;

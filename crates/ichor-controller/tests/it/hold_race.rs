@@ -4,11 +4,9 @@
 //! timing), the test sets `spec.hold: true` while the controller waits on
 //! it, then lets the read through.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 
-use common::*;
+use crate::common::*;
 use futures::StreamExt as _;
 use ichor_api::conditions::{self, reasons, types};
 use ichor_api::{TalosCluster, TalosMachine};

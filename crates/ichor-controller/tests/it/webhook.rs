@@ -3,9 +3,7 @@
 //! ValidatingWebhookConfiguration, where refusals store nothing. Its own
 //! test binary so the webhook configuration touches no other test.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use http_body_util::BodyExt as _;
 use ichor_api::TalosCluster;
 use ichor_controller::webhook::{self, VALIDATE_TALOSCLUSTER_PATH, VALIDATE_TALOSMACHINE_PATH};

@@ -1,0 +1,15 @@
+//! The integration tests of `ichor-controller`, one binary (one link) for them all:
+//! each former test file is a module here; shared helpers are modules too.
+
+mod bad_input;
+mod cluster;
+mod common;
+mod fan_out;
+mod fuzz_webhook;
+mod handover_inventory;
+mod hold_race;
+mod http;
+mod machines;
+mod malformed;
+mod operations;
+mod webhook;
