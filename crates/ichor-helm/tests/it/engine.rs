@@ -1,7 +1,6 @@
 //! The release engine against a real kube-apiserver + etcd, with records
 //! read back by the real helm v3 and v4.
 
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -11,7 +11,6 @@
 //! render and drift run as the controller runs them, and nothing they produce
 //! (entries, summary, the Drifted condition, a patch error) may carry a marker.
 
-
 use crate::common::*;
 use ichor_api::{CniPreset, KubeProxyMode, MachineRole};
 use ichor_render::drift::{Drift, compare_redacted};

@@ -1,6 +1,5 @@
 //! Properties of render and drift over the real fixtures and generated specs.
 
-
 use crate::common::*;
 use ichor_api::{CniPreset, KubeProxyMode};
 use ichor_render::compare;

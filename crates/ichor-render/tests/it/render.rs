@@ -1,6 +1,5 @@
 //! Render and drift on real Talos configs, both shapes.
 
-
 use crate::common::*;
 use ichor_api::{CniPreset, DriftClass, KubeProxyMode, MachineRole};
 use ichor_render::{ConfigPath, INLINE_CNI_NAME, compare};

@@ -23,7 +23,6 @@
 // The test prints how many cases it judged, for the CI log.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-
 use std::path::Path;
 use std::process::Command;
 

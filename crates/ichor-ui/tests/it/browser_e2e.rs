@@ -12,19 +12,18 @@
 //! status and the users' ServiceAccounts. The same browser path against the
 //! UI pod the chart deploys in the lab is `crates/ichor/tests/it/ui_lab_e2e.rs`.
 
-
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ichor_testenv::browser::{
-    WAIT, browser, forged_post, page_shows, post_forms, screenshot, sign_in, start_driver,
-};
 use fantoccini::Locator;
 use ichor_api::conditions::types;
 use ichor_api::{TalosCluster, TalosMachine, TalosOperation};
 use ichor_talemu::{Emulator, EmulatorOptions, NodeSpec, Pki};
 use ichor_testenv::TestEnv;
+use ichor_testenv::browser::{
+    WAIT, browser, forged_post, page_shows, post_forms, screenshot, sign_in, start_driver,
+};
 use ichor_ui::{AppState, Cache, Listeners, Settings};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};

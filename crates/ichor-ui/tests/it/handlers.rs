@@ -3,7 +3,6 @@
 //! the API server's answers, the reflector caches watch it, and the actions'
 //! writes are read back from it (and from its audit log: who made them).
 
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
