@@ -153,16 +153,16 @@ pub struct Applied {
 pub enum Error {
     #[error(transparent)]
     Values(#[from] ValuesError),
-    #[error("Cilium: {0}")]
+    #[error(transparent)]
     Helm(#[from] ichor_helm::Error),
     #[error(
-        "creating namespace {namespace} for Cilium's release record: {source}; create it yourself or grant the right to create namespaces"
+        "creating namespace {namespace} for Cilium's release record failed; create it yourself or grant the right to create namespaces"
     )]
     Namespace {
         namespace: String,
         source: kube::Error,
     },
-    #[error("reading {what}: {source}; check the kubeconfig and that it may read it")]
+    #[error("reading {what} failed; check the kubeconfig and that it may read it")]
     Read { what: String, source: kube::Error },
     #[error(
         "Cilium is not Ready within {timeout:?}; still waiting for: {pending}. Check the Cilium pods in {namespace} and the nodes' Ready condition"

@@ -77,16 +77,16 @@ impl ClusterSettings {
 /// gives them: must be a mapping; an empty file is no values. Owned keys are
 /// refused later, by [`effective_values`], with the settings at hand.
 pub fn user_values_from_yaml(text: &str, file: &str) -> Result<Map<String, Value>, ValuesError> {
-    let v: Value = serde_yaml_ng::from_str(text).map_err(|e| ValuesError::File {
+    let v: Value = serde_yaml_ng::from_str(text).map_err(|source| ValuesError::Yaml {
         file: file.into(),
-        message: e.to_string(),
+        source,
     })?;
     match v {
         Value::Null => Ok(Map::new()),
         Value::Object(m) => Ok(m),
-        other => Err(ValuesError::File {
+        other => Err(ValuesError::FileNotAMap {
             file: file.into(),
-            message: format!("it must be a mapping of chart keys, not {other}"),
+            got: other.to_string(),
         }),
     }
 }
@@ -131,10 +131,17 @@ pub const AGENT_CAPABILITIES: [&str; 11] = [
 pub const CLEAN_STATE_CAPABILITIES: [&str; 3] = ["NET_ADMIN", "SYS_ADMIN", "SYS_RESOURCE"];
 
 /// A user value that Ichor does not accept.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ValuesError {
-    #[error("Cilium values file {file}: {message}; fix the file (a YAML mapping of chart keys)")]
-    File { file: String, message: String },
+    #[error(
+        "Cilium values file {file} is not valid YAML; fix the file (a YAML mapping of chart keys)"
+    )]
+    Yaml {
+        file: String,
+        source: serde_yaml_ng::Error,
+    },
+    #[error("Cilium values file {file} must be a mapping of chart keys, not {got}; fix the file")]
+    FileNotAMap { file: String, got: String },
     #[error(
         "the Cilium user values of TalosCluster {cluster} must be a mapping of chart keys, got {got}; fix spec.cni.cilium.values"
     )]
@@ -368,13 +375,12 @@ mod tests {
             let s = ClusterSettings::new(Tunnel::Vxlan, KubeProxyMode::Enabled, nodes)
                 .with_user_values(obj(user.clone()));
             let e = effective_values(&s).unwrap_err();
-            assert_eq!(
-                e,
-                ValuesError::OwnedKey {
-                    key: key.into(),
-                    user_path: path.into()
-                },
-                "{user}"
+            assert!(
+                matches!(
+                    &e,
+                    ValuesError::OwnedKey { key: k, user_path: p } if k == key && p == path
+                ),
+                "{user}: {e:?}"
             );
             assert!(e.to_string().contains(key), "{e}");
         }

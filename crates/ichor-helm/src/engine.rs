@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use ichor_api::error_text::chain;
 use kube::api::{Api, DeleteParams, DynamicObject, PropagationPolicy};
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Scope};
@@ -109,12 +110,12 @@ impl std::fmt::Debug for ApplyOptions {
 pub enum Error {
     #[error(transparent)]
     Storage(#[from] StorageError),
-    #[error("Helm release {release}: {source}")]
+    #[error("Helm release {release}: rendering the chart failed")]
     Render {
         release: String,
         source: RenderError,
     },
-    #[error("Helm release {release}: the rendered manifest is unusable: {source}; fix the chart")]
+    #[error("Helm release {release}: the rendered manifest is unusable; fix the chart")]
     Manifest {
         release: String,
         source: ManifestError,
@@ -168,7 +169,7 @@ pub enum Error {
     )]
     HooksUnsupported { release: String, hooks: String },
     #[error(
-        "Helm release {release}: the API server does not serve {api_version} {kind} ({object}): {source}; install the CRD or API that provides it first"
+        "Helm release {release}: the API server does not serve {api_version} {kind} ({object}); install the CRD or API that provides it first"
     )]
     UnknownKind {
         release: String,
@@ -185,14 +186,14 @@ pub enum Error {
         object: String,
         detail: String,
     },
-    #[error("Helm release {release}: reading {object}: {source}; check that the caller may get it")]
+    #[error("Helm release {release}: reading {object} failed; check that the caller may get it")]
     Read {
         release: String,
         object: String,
         source: kube::Error,
     },
     #[error(
-        "Helm release {release}: server-side apply of {object} failed: {source}; the revision is marked failed, fix the cause and rerun"
+        "Helm release {release}: server-side apply of {object} failed; the revision is marked failed, fix the cause and rerun"
     )]
     Apply {
         release: String,
@@ -200,7 +201,7 @@ pub enum Error {
         source: kube::Error,
     },
     #[error(
-        "Helm release {release}: deleting {object}, which left the chart, failed: {source}; delete it by hand or rerun"
+        "Helm release {release}: deleting {object}, which left the chart, failed; delete it by hand or rerun"
     )]
     Prune {
         release: String,
@@ -242,7 +243,9 @@ impl Operation {
         }
     }
 
+    /// The failed revision's description: the error and its causes.
     fn failed(self, release: &str, err: &Error) -> String {
+        let err = chain(err);
         match self {
             Operation::Install => format!("Release {release:?} failed: {err}"),
             Operation::Upgrade => format!("Upgrade {release:?} failed: {err}"),
@@ -560,7 +563,7 @@ impl Engine {
             Err(err) => {
                 rel.set_status(Status::Failed, op.failed(&name, &err));
                 if let Err(e) = self.storage.update(Some(&stored), &rel).await {
-                    tracing::error!(release = %name, revision = rel.version, "could not mark the revision failed: {e}");
+                    tracing::error!(release = %name, revision = rel.version, error = %chain(&e), "could not mark the revision failed");
                 }
                 let _ = self.trim_history(&name).await;
                 Err(err)

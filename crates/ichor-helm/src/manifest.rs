@@ -89,8 +89,11 @@ impl fmt::Display for ObjectKey {
 /// Why a manifest cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("manifest document {index} is not valid YAML: {message}")]
-    Yaml { index: usize, message: String },
+    #[error("manifest document {index} is not valid YAML")]
+    Yaml {
+        index: usize,
+        source: serde_yaml_ng::Error,
+    },
     #[error(
         "manifest document {index} ({source_file}) lacks {field}; every object needs apiVersion, kind and metadata.name"
     )]
@@ -107,10 +110,8 @@ pub fn parse_manifest(manifest: &str) -> Result<Vec<ManifestObject>, ManifestErr
     let mut out = Vec::new();
     let manifest = &yaml11_octals(manifest);
     for (index, doc) in serde_yaml_ng::Deserializer::from_str(manifest).enumerate() {
-        let value = Value::deserialize(doc).map_err(|e| ManifestError::Yaml {
-            index,
-            message: e.to_string(),
-        })?;
+        let value =
+            Value::deserialize(doc).map_err(|source| ManifestError::Yaml { index, source })?;
         let source_file = source_of(manifest, index);
         match value {
             Value::Null => {}

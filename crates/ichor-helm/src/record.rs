@@ -309,13 +309,13 @@ pub enum CodecError {
         bytes: usize,
         limit: usize,
     },
-    #[error("encoding Helm release {release} revision {revision} as JSON: {source}")]
+    #[error("encoding Helm release {release} revision {revision} as JSON")]
     EncodeJson {
         release: String,
         revision: u32,
         source: serde_json::Error,
     },
-    #[error("compressing Helm release {release} revision {revision}: {source}")]
+    #[error("compressing Helm release {release} revision {revision}")]
     Compress {
         release: String,
         revision: u32,
@@ -326,14 +326,14 @@ pub enum CodecError {
     )]
     MissingData { secret: String },
     #[error(
-        "record {secret}: data.release is not valid base64 ({source}); the record is corrupt, delete it or restore it"
+        "record {secret}: data.release is not valid base64; the record is corrupt, delete it or restore it"
     )]
     Base64 {
         secret: String,
         source: base64::DecodeError,
     },
     #[error(
-        "record {secret}: data.release is not valid gzip ({source}); the record is corrupt, delete it or restore it"
+        "record {secret}: data.release is not valid gzip; the record is corrupt, delete it or restore it"
     )]
     Gunzip {
         secret: String,
@@ -344,7 +344,7 @@ pub enum CodecError {
     )]
     TooLargeDecompressed { secret: String, limit: u64 },
     #[error(
-        "record {secret}: the release JSON does not parse ({source}); the record is corrupt, delete it or restore it"
+        "record {secret}: the release JSON does not parse; the record is corrupt, delete it or restore it"
     )]
     DecodeJson {
         secret: String,

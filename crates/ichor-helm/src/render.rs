@@ -196,9 +196,9 @@ impl Renderer {
             args.extend(["--kubeconfig".into(), k.display().to_string()]);
         }
         let (shown, out) = self.exec(args).await?;
-        parse_rendered(&out.stdout).map_err(|e| RenderError::Output {
+        parse_rendered(&out.stdout).map_err(|source| RenderError::Output {
             command: shown,
-            message: e,
+            source,
         })
     }
 }
@@ -227,40 +227,48 @@ fn write_values(values: &Value) -> Result<(tempfile::TempDir, std::path::PathBuf
 
 /// Parses helm's `--output json`: the release object (some helm versions
 /// print warnings before it, so parsing starts at the first `{`).
-pub fn parse_rendered(stdout: &[u8]) -> Result<Release, String> {
+pub fn parse_rendered(stdout: &[u8]) -> Result<Release, OutputError> {
     let start = stdout
         .iter()
         .position(|b| *b == b'{')
-        .ok_or("no JSON object in helm's output")?;
-    serde_json::from_slice(&stdout[start..])
-        .map_err(|e| format!("helm's JSON does not parse as a release: {e}"))
+        .ok_or(OutputError::NoJson)?;
+    serde_json::from_slice(&stdout[start..]).map_err(OutputError::Release)
+}
+
+/// Why helm's `--output json` cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error("no JSON object in helm's output")]
+    NoJson,
+    #[error("helm's JSON does not parse as a release")]
+    Release(#[source] serde_json::Error),
 }
 
 /// Why rendering failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
-    #[error(
-        "cannot run helm at {helm}: {source}; install helm (v3.17+ or v4) or point Ichor at it"
-    )]
+    /// The CLI's help line says what can help (`--helm`, `ICHOR_HELM`).
+    #[error("cannot run helm at {helm}")]
     Spawn {
         helm: PathBuf,
         source: std::io::Error,
     },
     #[error(
-        "rendering the chart: `{command}` exited with {status}: {stderr}; fix what helm names (the chart, its values, or access to the chart source)"
+        "`{command}` exited with {status}: {stderr}; fix what helm names (the chart, its values, or access to the chart source)"
     )]
     Failed {
         command: String,
         status: String,
         stderr: String,
     },
-    #[error(
-        "rendering the chart: `{command}` did not finish within {timeout:?}; check access to the chart source"
-    )]
+    #[error("`{command}` did not finish within {timeout:?}; check access to the chart source")]
     Timeout { command: String, timeout: Duration },
-    #[error("rendering the chart: `{command}` printed something Ichor cannot read: {message}")]
-    Output { command: String, message: String },
-    #[error("rendering the chart: {what}: {source}")]
+    #[error("`{command}` printed something Ichor cannot read")]
+    Output {
+        command: String,
+        source: OutputError,
+    },
+    #[error("{what}")]
     Io {
         what: String,
         source: std::io::Error,

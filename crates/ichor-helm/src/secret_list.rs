@@ -71,7 +71,7 @@ impl From<Secret> for ListedSecret {
 pub enum DecodeError {
     #[error("the body does not start with the protobuf prefix k8s\\0")]
     NoMagic,
-    #[error("the body is not the protobuf of a list of Secrets: {0}")]
+    #[error("the body is not the protobuf of a list of Secrets")]
     Protobuf(#[from] prost::DecodeError),
     #[error("the list's envelope says kind {kind:?}, not SecretList")]
     NotASecretList { kind: String },
@@ -206,7 +206,8 @@ pub async fn list(
                     });
                 }
                 Err(e) => tracing::warn!(
-                    "the API server's protobuf list of Secrets could not be read ({e}); listing them again as JSON"
+                    error = %ichor_api::error_text::chain(&e),
+                    "the API server's protobuf list of Secrets could not be read; listing them again as JSON"
                 ),
             }
         } else if let Ok(list) = serde_json::from_slice::<ObjectList<Secret>>(&body) {

@@ -90,7 +90,7 @@ pub enum StorageError {
     )]
     Conflict { namespace: String, secret: String },
     #[error(
-        "{action} record(s) of Helm release {release} in namespace {namespace}: {source}; check that the namespace exists and the caller may {verb} Secrets there"
+        "{action} record(s) of Helm release {release} in namespace {namespace} failed; check that the namespace exists and the caller may {verb} Secrets there"
     )]
     Api {
         action: &'static str,

@@ -34,21 +34,15 @@ pub fn data(text: &str) {
     println!("{text}");
 }
 
-/// An error and its causes, one per line: each cause once (a cause whose
-/// words a line above already says is not repeated), then what can help.
+/// An error and its causes, one per line (each once:
+/// [`ichor_api::error_text::causes`]), then what can help.
 pub fn error(e: &anyhow::Error) {
     eprint_lines(&error_lines(e));
 }
 
 /// The lines [`error`] prints.
 pub fn error_lines(e: &anyhow::Error) -> Vec<String> {
-    let mut said: Vec<String> = vec![e.to_string()];
-    for cause in e.chain().skip(1) {
-        let text = cause.to_string();
-        if !said.iter().any(|line| line.contains(&text)) {
-            said.push(text);
-        }
-    }
+    let said = ichor_api::error_text::causes(e.as_ref());
     let mut lines: Vec<String> = said
         .iter()
         .enumerate()
@@ -164,8 +158,8 @@ impl Bars {
 mod tests {
     use super::*;
 
-    /// The chain a missing helm gives `ichor cni bootstrap`: four errors
-    /// that each repeat the one below.
+    /// The chain a missing helm gives `ichor cni bootstrap`: the context,
+    /// the release, the spawn and the OS's reason.
     fn missing_helm() -> anyhow::Error {
         let spawn = ichor_helm::render::RenderError::Spawn {
             helm: "/nowhere/helm".into(),
@@ -182,23 +176,25 @@ mod tests {
     #[test]
     fn each_cause_is_said_once_then_what_can_help() {
         let lines = error_lines(&missing_helm());
-        assert_eq!(lines.len(), 3, "{lines:#?}");
-        assert_eq!(lines[0], "error: ichor cni bootstrap could not run helm");
-        assert!(
-            lines[1].starts_with(
-                "  caused by: Cilium: Helm release cilium: cannot run helm at /nowhere/helm"
-            ),
-            "{}",
-            lines[1]
+        assert_eq!(lines.len(), 5, "{lines:#?}");
+        assert_eq!(
+            lines[..4],
+            [
+                "error: ichor cni bootstrap could not run helm",
+                "  caused by: Helm release cilium: rendering the chart failed",
+                "  caused by: cannot run helm at /nowhere/helm",
+                "  caused by: No such file or directory",
+            ]
         );
         assert!(
-            lines[2].starts_with("help: ") && lines[2].contains("ICHOR_HELM"),
+            lines[4].starts_with("help: ") && lines[4].contains("ICHOR_HELM"),
             "{}",
-            lines[2]
+            lines[4]
         );
-        assert!(lines[2].contains("(now /nowhere/helm)"), "{}", lines[2]);
+        assert!(lines[4].contains("(now /nowhere/helm)"), "{}", lines[4]);
         let joined = lines.join("\n");
         assert_eq!(joined.matches("cannot run helm").count(), 1, "{joined}");
+        assert_eq!(joined.matches("install helm").count(), 1, "{joined}");
     }
 
     #[test]

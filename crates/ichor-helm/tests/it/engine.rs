@@ -580,10 +580,10 @@ async fn render_failures_and_hooks_write_nothing() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Render { .. }), "{err}");
+    let said = ichor_api::error_text::chain(&err);
     assert!(
-        err.to_string()
-            .contains("demo refuses to render: no greeting"),
-        "{err}"
+        said.contains("demo refuses to render: no greeting"),
+        "{said}"
     );
 
     let err = engine
