@@ -7,19 +7,23 @@ use std::time::Duration;
 pub enum TlsError {
     #[error("no certificate found in the {what} PEM")]
     NoCertificate { what: &'static str },
-    #[error("cannot parse the {what} PEM: {reason}")]
-    Pem { what: &'static str, reason: String },
-    #[error("cannot decode the base64 of the {what}: {source}")]
+    #[error("cannot parse the {what} PEM")]
+    Pem {
+        what: &'static str,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("cannot decode the base64 of the {what}")]
     Base64 {
         what: &'static str,
         #[source]
         source: base64::DecodeError,
     },
-    #[error("CA certificate rejected: {0}")]
+    #[error("CA certificate rejected")]
     Ca(#[source] rustls::Error),
-    #[error("client certificate or key rejected: {0}")]
+    #[error("client certificate or key rejected")]
     ClientAuth(#[source] rustls::Error),
-    #[error("TLS configuration: {0}")]
+    #[error("cannot build the TLS configuration")]
     Config(#[source] rustls::Error),
     #[error(
         "{text:?} is not a certificate fingerprint: give the 44 characters of base64 the node's console shows"

@@ -81,10 +81,7 @@ pub fn parse_certificates(
 ) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::Pem {
-            what,
-            reason: e.to_string(),
-        })?;
+        .map_err(|source| TlsError::Pem { what, source })?;
     if certs.is_empty() {
         return Err(TlsError::NoCertificate { what });
     }
@@ -96,9 +93,9 @@ pub fn parse_certificates(
 pub fn parse_private_key(pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
     let text = String::from_utf8_lossy(pem);
     let relabelled = text.replace(TALOS_ED25519_KEY_LABEL, "PRIVATE KEY");
-    PrivateKeyDer::from_pem_slice(relabelled.as_bytes()).map_err(|e| TlsError::Pem {
+    PrivateKeyDer::from_pem_slice(relabelled.as_bytes()).map_err(|source| TlsError::Pem {
         what: "private key",
-        reason: e.to_string(),
+        source,
     })
 }
 
