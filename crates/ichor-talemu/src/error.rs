@@ -3,13 +3,15 @@
 /// An emulator error (setup, certificates, listening).
 #[derive(Debug, thiserror::Error)]
 pub enum EmuError {
-    #[error("certificate: {0}")]
+    #[error("cannot make a certificate or key")]
     Cert(#[from] rcgen::Error),
-    #[error("TLS configuration: {0}")]
+    #[error("cannot build the TLS configuration")]
     Tls(#[from] rustls::Error),
-    #[error("TLS material: {0}")]
+    #[error("cannot build the client certificate verifier")]
+    Verifier(#[from] rustls::server::VerifierBuilderError),
+    #[error(transparent)]
     TlsMaterial(#[from] ichor_talos_client::TlsError),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Listen {
         addr: std::net::SocketAddr,
         #[source]
@@ -17,12 +19,18 @@ pub enum EmuError {
     },
     #[error("invalid machine config for node {node}: {reason}")]
     Config { node: String, reason: String },
+    #[error("cannot make a Talos API client for node {node}")]
+    Client {
+        node: String,
+        #[source]
+        source: ichor_talos_client::Error,
+    },
     #[error("invalid Talos version {version:?}: expected vMAJOR.MINOR.PATCH")]
     Version { version: String },
-    #[error("private key: {0}")]
-    Key(String),
-    #[error("{0}")]
+    #[error("cannot decode the base64 of a SEC1 private key")]
+    Key(#[source] base64::DecodeError),
+    #[error(transparent)]
     Io(#[from] std::io::Error),
-    #[error("YAML: {0}")]
+    #[error("cannot write YAML")]
     Yaml(#[from] serde_yaml_ng::Error),
 }

@@ -242,9 +242,9 @@ impl Emulator {
         let identity = self.client_identity(spec)?;
         TalosClient::new(&self.endpoint(i), &identity, options).map_err(|e| match e {
             ichor_talos_client::Error::Tls(t) => EmuError::TlsMaterial(t),
-            other => EmuError::Config {
+            other => EmuError::Client {
                 node: self.handles[i].hostname.clone(),
-                reason: other.to_string(),
+                source: other,
             },
         })
     }

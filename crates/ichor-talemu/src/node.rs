@@ -702,7 +702,12 @@ impl Node {
             .unwrap_or_default();
         let kubeconfig =
             crate::pki::admin_kubeconfig(&facts.cluster_name, &endpoint, &ca.cert_pem, &ca.key_pem)
-                .map_err(|e| Status::internal(format!("generating the kubeconfig: {e}")))?;
+                .map_err(|e| {
+                    Status::internal(format!(
+                        "generating the kubeconfig: {}",
+                        ichor_api::error_text::chain(&e)
+                    ))
+                })?;
         kubeconfig_tar_gz(kubeconfig.as_bytes())
             .map_err(|e| Status::internal(format!("packing the kubeconfig: {e}")))
     }

@@ -250,7 +250,7 @@ fn key_pair_from_any_pem(pem: &str) -> Result<KeyPair, EmuError> {
             .concat();
         let sec1 = base64::engine::general_purpose::STANDARD
             .decode(body.trim())
-            .map_err(|e| EmuError::Key(e.to_string()))?;
+            .map_err(EmuError::Key)?;
         let pkcs8 = p256_sec1_to_pkcs8(&sec1);
         let key = rustls::pki_types::PrivatePkcs8KeyDer::from(pkcs8);
         return KeyPair::try_from(&key).map_err(EmuError::from);

@@ -109,9 +109,8 @@ pub(crate) fn mtls_config(ca_pem: &str, server: &CertifiedKey) -> Result<ServerC
     for cert in ctls::parse_certificates(ca_pem.as_bytes(), "CA")? {
         roots.add(cert)?;
     }
-    let inner = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .build()
-        .map_err(|e| rustls::Error::General(e.to_string()))?;
+    let inner =
+        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build()?;
     let verifier = Arc::new(ApidClientVerifier { inner });
     let certs = ctls::parse_certificates(server.cert_pem.as_bytes(), "server certificate")?;
     let key = ctls::parse_private_key(server.key_pem.as_bytes())?;
@@ -186,7 +185,7 @@ pub(crate) async fn serve(
                         let _ = tx.send(Ok(tls)).await;
                     }
                     Err((e, mut tcp)) => {
-                        tracing::debug!("TLS handshake refused: {e}");
+                        tracing::debug!(error = %ichor_api::error_text::chain(&e), "TLS handshake refused");
                         // Read what the client already sent before closing, so the
                         // close is a FIN, not a RST that would swallow the alert.
                         use tokio::io::AsyncReadExt as _;
@@ -213,7 +212,7 @@ pub(crate) async fn serve(
         })
         .await;
     if let Err(e) = result {
-        tracing::warn!("emulated node server stopped: {e}");
+        tracing::warn!(error = %ichor_api::error_text::chain(&e), "emulated node server stopped");
     }
     acceptor_task.abort();
 }

@@ -47,6 +47,38 @@ pub fn quoted_values(message: &str) -> String {
     out
 }
 
+/// A parser's error as a cause fit for an error chain: its text with the
+/// values it quotes replaced ([`quoted_values`]), and no causes of its own
+/// (they could quote the same values). Neither its `Display` nor its `Debug`
+/// holds the original text.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Redacted {
+    text: String,
+}
+
+impl Redacted {
+    /// `error`'s text, its quoted values replaced.
+    pub fn of(error: &dyn std::fmt::Display) -> Self {
+        Self {
+            text: quoted_values(&error.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for Redacted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Redacted").field(&self.text).finish()
+    }
+}
+
+impl std::error::Error for Redacted {}
+
 /// The byte index of the `close` that ends a quoted stretch: for a double
 /// quote, one not escaped by a backslash.
 fn closing(text: &str, close: char) -> Option<usize> {
@@ -102,5 +134,32 @@ mod tests {
             quoted_values("unknown variant `x`, expected one of `a`"),
             "unknown variant `(redacted)`, expected one of `a`"
         );
+    }
+
+    /// Every text of a parse error's chain, its `Debug` included.
+    fn texts(e: &(dyn std::error::Error + 'static)) -> String {
+        let mut all = format!("{e:?}");
+        let mut next = Some(e);
+        while let Some(cause) = next {
+            all.push_str(&cause.to_string());
+            next = cause.source();
+        }
+        all
+    }
+
+    #[test]
+    fn parse_errors_carry_no_value_down_their_chain() {
+        let talosconfig = crate::talosconfig::Talosconfig::parse(
+            "context: a\ncontexts: \"s3cr3t\"\n",
+            "talosconfig",
+        )
+        .unwrap_err();
+        let bundle =
+            crate::secrets::SecretsBundle::parse("cluster: \"s3cr3t\"\n", "bundle").unwrap_err();
+        for e in [&talosconfig as &(dyn std::error::Error + 'static), &bundle] {
+            let all = texts(e);
+            assert!(all.contains(REDACTED), "{all}");
+            assert!(!all.contains("s3cr3t"), "{all}");
+        }
     }
 }

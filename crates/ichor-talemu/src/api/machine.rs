@@ -320,7 +320,8 @@ impl NodeApi {
             Ok(tls) => node.lock().mtls = Some(Arc::new(tls)),
             Err(e) => tracing::warn!(
                 node = %node.spec.hostname,
-                "the applied config's Talos API CA is unusable, keeping the emulator's: {e}"
+                error = %ichor_api::error_text::chain(&e),
+                "the applied config's Talos API CA is unusable, keeping the emulator's"
             ),
         }
     }

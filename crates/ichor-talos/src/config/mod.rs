@@ -41,7 +41,7 @@ pub type Extra = indexmap::IndexMap<String, Value>;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read machine config file {path}: {source}; check the path and its permissions")]
+    #[error("cannot read machine config file {path}; check the path and its permissions")]
     Read {
         /// The file.
         path: String,
@@ -49,9 +49,7 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// A document is not valid YAML.
-    #[error(
-        "{origin}: document #{index} is not valid YAML: {source}; fix the YAML syntax of that document"
-    )]
+    #[error("{origin}: document #{index} is not valid YAML; fix the YAML syntax of that document")]
     Yaml {
         /// Where the text came from (a file path, or a description).
         origin: String,
@@ -99,7 +97,7 @@ pub enum ConfigError {
     },
     /// Serialising a document failed (a bug: typed documents always serialise).
     #[error(
-        "cannot serialise document #{index} (kind {kind}) to YAML: {source}; this is a bug in ichor-talos, please report it"
+        "cannot serialise document #{index} (kind {kind}) to YAML; this is a bug in ichor-talos, please report it"
     )]
     Serialise {
         /// 1-based position of the document.

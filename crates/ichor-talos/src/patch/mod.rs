@@ -53,7 +53,7 @@ const DELETE: &str = "delete";
 #[derive(Debug, thiserror::Error)]
 pub enum PatchError {
     /// The patch text is not valid YAML or not a list of patch documents.
-    #[error("patch {origin}: {source}")]
+    #[error("cannot read patch {origin}")]
     Parse {
         /// Where the patch came from.
         origin: String,
@@ -89,9 +89,7 @@ pub enum PatchError {
         documents: usize,
     },
     /// A JSON 6902 operation failed (missing path, failed test, ...).
-    #[error(
-        "JSON 6902 patch {origin} failed: {source}; check the operation's path against the config"
-    )]
+    #[error("JSON 6902 patch {origin} failed; check the operation's path against the config")]
     Json6902Apply {
         /// Where the patch came from.
         origin: String,
@@ -125,7 +123,7 @@ pub enum PatchError {
         reason: String,
     },
     /// The patched config is no longer a valid config (a typed field got the wrong type).
-    #[error("patch {origin} produced an invalid config: {source}; fix the patch")]
+    #[error("patch {origin} produced an invalid config; fix the patch")]
     Result {
         /// Where the patch came from.
         origin: String,

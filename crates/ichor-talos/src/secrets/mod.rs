@@ -24,7 +24,7 @@ use crate::pem::b64;
 pub enum SecretsError {
     /// The bundle file could not be read.
     #[error(
-        "cannot read secrets bundle {path}: {source}; check the path (the file `talosctl gen secrets` wrote)"
+        "cannot read secrets bundle {path}; check the path (the file `talosctl gen secrets` wrote)"
     )]
     Read {
         /// The file.
@@ -33,9 +33,7 @@ pub enum SecretsError {
         source: std::io::Error,
     },
     /// The bundle file could not be written.
-    #[error(
-        "cannot write secrets bundle {path}: {source}; check that the directory exists and is writable"
-    )]
+    #[error("cannot write secrets bundle {path}; check that the directory exists and is writable")]
     Write {
         /// The file.
         path: String,
@@ -44,14 +42,13 @@ pub enum SecretsError {
     },
     /// The bundle is not valid YAML or misses a section.
     #[error(
-        "{origin} is not a Talos secrets bundle: {}; expected the YAML `talosctl gen secrets` writes (cluster, secrets, trustdinfo, certs)",
-        crate::redact::quoted_values(&source.to_string())
+        "{origin} is not a Talos secrets bundle; expected the YAML `talosctl gen secrets` writes (cluster, secrets, trustdinfo, certs)"
     )]
     Parse {
         /// Where the text came from.
         origin: String,
-        /// The YAML error.
-        source: serde_yaml_ng::Error,
+        /// The YAML error, the values it quotes redacted.
+        source: crate::redact::Redacted,
     },
     /// The bundle is YAML of the right shape, but Talos would refuse it.
     #[error(
@@ -70,10 +67,8 @@ pub enum SecretsError {
     )]
     Generate(String),
     /// Serialising failed (a bug).
-    #[error(
-        "cannot serialise the secrets bundle: {0}; this is a bug in ichor-talos, please report it"
-    )]
-    Serialise(serde_yaml_ng::Error),
+    #[error("cannot serialise the secrets bundle; this is a bug in ichor-talos, please report it")]
+    Serialise(#[source] serde_yaml_ng::Error),
     /// The machine config could not be read.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -344,9 +339,9 @@ impl SecretsBundle {
                 worker_note,
             });
         }
-        let bundle: Self = serde_yaml_ng::from_str(text).map_err(|source| SecretsError::Parse {
+        let bundle: Self = serde_yaml_ng::from_str(text).map_err(|e| SecretsError::Parse {
             origin: origin.to_string(),
-            source,
+            source: crate::redact::Redacted::of(&e),
         })?;
         bundle.validate(origin)?;
         Ok(bundle)

@@ -34,9 +34,7 @@ pub enum TalosconfigError {
     )]
     NoPath,
     /// The file could not be read.
-    #[error(
-        "cannot read talosconfig {path}: {source}; pass --talosconfig FILE or set ${TALOSCONFIG_ENV}"
-    )]
+    #[error("cannot read talosconfig {path}; pass --talosconfig FILE or set ${TALOSCONFIG_ENV}")]
     Read {
         /// The file.
         path: String,
@@ -44,9 +42,7 @@ pub enum TalosconfigError {
         source: std::io::Error,
     },
     /// The file could not be written.
-    #[error(
-        "cannot write talosconfig {path}: {source}; check that the directory exists and is writable"
-    )]
+    #[error("cannot write talosconfig {path}; check that the directory exists and is writable")]
     Write {
         /// The file.
         path: String,
@@ -55,20 +51,17 @@ pub enum TalosconfigError {
     },
     /// Not a talosconfig.
     #[error(
-        "{origin} is not a valid talosconfig: {}; expected `context:` and `contexts:` as talosctl writes them",
-        crate::redact::quoted_values(&source.to_string())
+        "{origin} is not a valid talosconfig; expected `context:` and `contexts:` as talosctl writes them"
     )]
     Parse {
         /// Where the text came from.
         origin: String,
-        /// The YAML error.
-        source: serde_yaml_ng::Error,
+        /// The YAML error, the values it quotes redacted.
+        source: crate::redact::Redacted,
     },
     /// Serialising failed (a bug).
-    #[error(
-        "cannot serialise the talosconfig: {0}; this is a bug in ichor-talos, please report it"
-    )]
-    Serialise(serde_yaml_ng::Error),
+    #[error("cannot serialise the talosconfig; this is a bug in ichor-talos, please report it")]
+    Serialise(#[source] serde_yaml_ng::Error),
     /// No current context.
     #[error(
         "{origin} has no current context (`context:` is empty); set one with `talosctl config context NAME`"
@@ -119,9 +112,9 @@ pub enum TalosconfigError {
     },
     /// Creating the certificate failed.
     #[error(
-        "cannot create the Talos client certificate: {0}; this is a bug in ichor-talos, please report it"
+        "cannot create the Talos client certificate; this is a bug in ichor-talos, please report it"
     )]
-    Certificate(rcgen::Error),
+    Certificate(#[source] rcgen::Error),
 }
 
 /// A Talos API role, carried in the client certificate's Organization.
@@ -251,11 +244,10 @@ pub fn resolve_path(flag: Option<&Path>) -> Result<PathBuf, TalosconfigError> {
 impl Talosconfig {
     /// Parses talosconfig YAML. A deprecated `target:` is moved into `endpoints`, as talosctl does.
     pub fn parse(text: &str, origin: &str) -> Result<Self, TalosconfigError> {
-        let mut cfg: Self =
-            serde_yaml_ng::from_str(text).map_err(|source| TalosconfigError::Parse {
-                origin: origin.to_string(),
-                source,
-            })?;
+        let mut cfg: Self = serde_yaml_ng::from_str(text).map_err(|e| TalosconfigError::Parse {
+            origin: origin.to_string(),
+            source: crate::redact::Redacted::of(&e),
+        })?;
         for ctx in cfg.contexts.values_mut() {
             if let Some(target) = ctx.extra.shift_remove("target")
                 && let Some(t) = target.as_str().filter(|t| !t.is_empty())

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use ichor_api::error_text::chain;
+
 use ichor_talos::secrets::{SecretsBundle, SecretsError};
 use ichor_talos::talosconfig::{Role, Talosconfig, TalosconfigError};
 
@@ -92,7 +94,7 @@ fn a_truncated_talosconfig_is_one_error_naming_the_file_and_field() {
                     continue;
                 }
             };
-            let said = e.to_string();
+            let said = chain(&e);
             assert!(said.contains(origin), "{said}");
             assert!(
                 matches!(e, TalosconfigError::BadBase64 { .. }),
@@ -117,7 +119,7 @@ fn a_truncated_talosconfig_is_one_error_naming_the_file_and_field() {
 fn a_talosconfig_with_a_wrong_type_is_refused_without_quoting_the_value() {
     let text = "context: lab\ncontexts:\n  lab:\n    endpoints: c2VjcmV0LXRva2VuLXRoYXQtbXVzdC1ub3Qtc2hvdw==\n";
     let e = Talosconfig::parse(text, "tc.yaml").unwrap_err();
-    let said = e.to_string();
+    let said = chain(&e);
     assert!(
         said.contains("tc.yaml is not a valid talosconfig"),
         "{said}"
@@ -142,7 +144,7 @@ fn a_secrets_bundle_that_is_a_worker_config_is_one_error() {
             matches!(e, SecretsError::MachineConfigNotBundle { .. }),
             "{fixture}: {e}"
         );
-        let said = e.to_string();
+        let said = chain(&e);
         assert!(
             said.starts_with(
                 "secrets.yaml is a Talos machine config (worker), not a secrets bundle"
@@ -155,9 +157,7 @@ fn a_secrets_bundle_that_is_a_worker_config_is_one_error() {
     }
     // A control-plane config is not a bundle either; it points at recovery.
     let text = read("stability-v1.14/base-controlplane.yaml");
-    let said = SecretsBundle::parse(&text, "secrets.yaml")
-        .unwrap_err()
-        .to_string();
+    let said = chain(&SecretsBundle::parse(&text, "secrets.yaml").unwrap_err());
     assert!(
         said.contains("(controlplane), not a secrets bundle")
             && said.contains("--from-controlplane-config"),
@@ -178,7 +178,7 @@ fn a_truncated_secrets_bundle_is_an_error_quoting_no_value() {
         let Err(e) = SecretsBundle::parse(&whole[..end], "secrets.yaml") else {
             panic!("a bundle cut at byte {end} was accepted");
         };
-        let said = e.to_string();
+        let said = chain(&e);
         assert!(said.contains("secrets.yaml"), "{said}");
         assert_quotes_no_value(&said, &whole);
     }

@@ -60,7 +60,7 @@ fn ichor_fields(bundle: &str) -> Result<Vec<String>, String> {
         Err(SecretsError::Invalid { problems, .. }) => {
             Ok(problems.into_iter().map(|p| p.field).collect())
         }
-        Err(other) => Err(other.to_string()),
+        Err(other) => Err(ichor_api::error_text::chain(&other)),
     }
 }
 

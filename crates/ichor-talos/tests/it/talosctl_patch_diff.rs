@@ -548,7 +548,8 @@ fn as_talos_reads(text: &str) -> Result<(Vec<Value>, MachineConfig), String> {
         .iter()
         .map(|t| t.as_mapping().cloned().unwrap_or_default())
         .collect();
-    let typed = MachineConfig::from_mappings(mappings, "output").map_err(|e| e.to_string())?;
+    let typed = MachineConfig::from_mappings(mappings, "output")
+        .map_err(|e| ichor_api::error_text::chain(&e))?;
     Ok((trees, typed))
 }
 
@@ -643,13 +644,14 @@ fn ichor_patch(base: &str, patch: &str) -> Result<String, String> {
 }
 
 fn ichor_patches(base: &str, patches: &[String]) -> Result<String, String> {
-    let mut cfg = MachineConfig::parse(base).map_err(|e| e.to_string())?;
+    let said = |e: &(dyn std::error::Error + 'static)| ichor_api::error_text::chain(e);
+    let mut cfg = MachineConfig::parse(base).map_err(|e| said(&e))?;
     for (i, patch) in patches.iter().enumerate() {
         let origin = format!("patch-{i}.yaml");
-        let p = ConfigPatch::parse(patch, &origin).map_err(|e| e.to_string())?;
-        cfg = p.apply(&cfg, &origin).map_err(|e| e.to_string())?;
+        let p = ConfigPatch::parse(patch, &origin).map_err(|e| said(&e))?;
+        cfg = p.apply(&cfg, &origin).map_err(|e| said(&e))?;
     }
-    cfg.to_yaml().map_err(|e| e.to_string())
+    cfg.to_yaml().map_err(|e| said(&e))
 }
 
 fn compare(dir: &Path, case: &Case) -> Outcome {
