@@ -47,7 +47,7 @@ use serde_json::Value;
 /// Why the bootstrap manifests could not be played.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("reading the machine config: {0}")]
+    #[error("reading the machine config")]
     Config(#[from] ConfigError),
     #[error("inline manifest {manifest:?} document {index} is not a Kubernetes object: {why}")]
     BadObject {
@@ -67,7 +67,7 @@ pub enum Error {
         kind: String,
         manifest: String,
     },
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Kube {
         what: String,
         #[source]

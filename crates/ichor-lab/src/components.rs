@@ -48,7 +48,7 @@ pub fn spawn(client: kube::Client, kubelets: Vec<LabKubelet>) -> tokio::task::Jo
             for k in &kubelets {
                 // A node that does not answer (rebooting) keeps what it showed.
                 if let Err(e) = sync(&client, k).await {
-                    tracing::debug!(node = %k.node, error = %e, "lab kubelet: components");
+                    tracing::debug!(node = %k.node, error = %ichor_api::error_text::chain(e.as_ref()), "lab kubelet: components");
                 }
             }
             tokio::time::sleep(PERIOD).await;

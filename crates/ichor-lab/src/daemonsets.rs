@@ -413,7 +413,7 @@ async fn create_daemon_pod(pods: &Api<Pod>, ds: &DaemonSet, template: &PodSpec, 
     if let Ok(pod) = pod
         && let Err(e) = pods.create(&PostParams::default(), &pod).await
     {
-        tracing::debug!("node simulator: creating pod {ns}/{pname}: {e}");
+        tracing::debug!(error = %ichor_api::error_text::chain(&e), "node simulator: creating pod {ns}/{pname}");
     }
 }
 

@@ -31,9 +31,12 @@ pub type BootstrapManifests = Arc<
     dyn Fn(
             kube::Client,
             Vec<u8>,
-        )
-            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>
-        + Send
+        ) -> std::pin::Pin<
+            Box<
+                dyn std::future::Future<Output = Result<(), crate::bootstrap_manifests::Error>>
+                    + Send,
+            >,
+        > + Send
         + Sync,
 >;
 
@@ -44,11 +47,8 @@ pub type BootstrapManifests = Arc<
 pub fn talos_bootstrap_manifests() -> BootstrapManifests {
     Arc::new(|client, config| {
         Box::pin(async move {
-            let config = MachineConfig::parse(&String::from_utf8_lossy(&config))
-                .map_err(|e| e.to_string())?;
-            let played = crate::bootstrap_manifests::apply(&client, &config)
-                .await
-                .map_err(|e| e.to_string())?;
+            let config = MachineConfig::parse(&String::from_utf8_lossy(&config))?;
+            let played = crate::bootstrap_manifests::apply(&client, &config).await?;
             tracing::info!(
                 "lab: Talos's bootstrap-manifest apply created {} objects, found {}",
                 played.created.len(),
@@ -250,8 +250,9 @@ async fn start_kubernetes_at_bootstrap(
     match start_kubernetes(&emulator, node, &options, &hostnames, &addresses, port).await {
         Ok(k) => *kubernetes.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(k)),
         Err(e) => {
-            tracing::error!("lab: the cluster's control plane did not start: {e}");
-            *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+            let said = ichor_api::error_text::chain(&e);
+            tracing::error!(error = %said, "lab: the cluster's control plane did not start");
+            *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(said);
         }
     }
 }
@@ -262,10 +263,8 @@ pub fn cluster_identity(config: &[u8], port: u16) -> Result<ClusterIdentity, Lab
     let cfg = MachineConfig::parse_live(
         &String::from_utf8_lossy(config),
         "the control plane's config",
-    )
-    .map_err(|e| LabError::Config(e.to_string()))?;
-    let bundle = SecretsBundle::from_machine_config(&cfg, "the control plane's config")
-        .map_err(|e| LabError::Config(e.to_string()))?;
+    )?;
+    let bundle = SecretsBundle::from_machine_config(&cfg, "the control plane's config")?;
     let unb64 = |v: &Option<String>, what: &str| {
         v.as_deref()
             .and_then(ichor_talos::pem::unb64)
@@ -300,8 +299,7 @@ async fn start_kubernetes(
     let facts = MachineConfig::parse_live(
         &String::from_utf8_lossy(&config),
         "the control plane's config",
-    )
-    .map_err(|e| LabError::Config(e.to_string()))?
+    )?
     .facts();
     let socket = options.state_dir.join("pod-network.sock");
     let network = pods::PodNetwork::bind(&socket).map_err(|source| LabError::Write {
@@ -312,7 +310,7 @@ async fn start_kubernetes(
     let env =
         tokio::task::spawn_blocking(move || TestEnv::start_for_cluster(identity, Some(&proxy)))
             .await
-            .map_err(|e| LabError::Config(format!("starting the control plane: {e}")))??;
+            .map_err(LabError::ControlPlaneTask)??;
     let client = env.client().await;
     let mut lab_options = LabOptions::new(&options.state_dir);
     lab_options.nodes = addresses.len();
@@ -336,9 +334,7 @@ async fn start_kubernetes(
     });
     let simulator = Some(simulator::spawn(client.clone(), runner));
     if let Some(apply) = &options.bootstrap_manifests {
-        apply(client.clone(), config)
-            .await
-            .map_err(|e| LabError::Config(format!("the bootstrap manifests: {e}")))?;
+        apply(client.clone(), config).await?;
     }
     Ok(Bootstrapped {
         env,

@@ -222,18 +222,37 @@ impl LabOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
-    #[error("the lab's control plane: {0}")]
+    #[error("the lab's control plane")]
     ControlPlane(#[from] ichor_testenv::Error),
-    #[error("the lab's Talos nodes: {0}")]
+    #[error("the task starting the lab's control plane failed")]
+    ControlPlaneTask(#[source] tokio::task::JoinError),
+    #[error("the lab's Talos nodes")]
     Emulator(#[from] ichor_talemu::EmuError),
     #[error("the lab's machine configs: {0}")]
     Config(String),
-    #[error("writing {path}: {source}")]
-    Write {
+    #[error("the lab's machine configs")]
+    MachineConfig(#[from] ichor_talos::config::ConfigError),
+    #[error("the lab's machine config patch")]
+    Patch(#[from] ichor_talos::patch::PatchError),
+    #[error("the lab's secrets bundle")]
+    Secrets(#[from] ichor_talos::secrets::SecretsError),
+    #[error("the lab's talosconfig")]
+    Talosconfig(#[from] ichor_talos::talosconfig::TalosconfigError),
+    #[error("Talos's bootstrap manifests, as the lab plays them")]
+    BootstrapManifests(#[from] crate::bootstrap_manifests::Error),
+    #[error("cannot read {path}")]
+    Read {
         path: PathBuf,
+        #[source]
         source: std::io::Error,
     },
-    #[error("registering the lab's nodes in Kubernetes: {0}")]
+    #[error("cannot write {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("registering the lab's nodes in Kubernetes")]
     Kube(#[from] kube::Error),
 }
 
@@ -294,10 +313,9 @@ fn node_names(nodes: usize, control_planes: usize) -> (Vec<IpAddr>, Vec<String>)
 /// emulator's PKI from its OS CA (so the nodes trust the cluster's own CA).
 fn cluster_pki(control_plane_config: &str) -> Result<(SecretsBundle, Pki), LabError> {
     let bundle = SecretsBundle::from_machine_config(
-        &MachineConfig::parse(control_plane_config).map_err(|e| LabError::Config(e.to_string()))?,
+        &MachineConfig::parse(control_plane_config)?,
         "the lab's control-plane config",
-    )
-    .map_err(|e| LabError::Config(e.to_string()))?;
+    )?;
     let (ca, key) = bundle
         .os_ca_pem()
         .ok_or_else(|| LabError::Config("the fixture's bundle has no OS CA".into()))?;
@@ -338,15 +356,11 @@ fn write_operator_files(
         &nodes,
         Role::Admin,
         std::time::Duration::from_secs(86400),
-    )
-    .map_err(|e| LabError::Config(e.to_string()))?;
+    )?;
     let talosconfig = state_dir.join("talosconfig");
-    tc.write_file(&talosconfig)
-        .map_err(|e| LabError::Config(e.to_string()))?;
+    tc.write_file(&talosconfig)?;
     let bundle_path = state_dir.join("secrets.yaml");
-    bundle
-        .write_file(&bundle_path)
-        .map_err(|e| LabError::Config(e.to_string()))?;
+    bundle.write_file(&bundle_path)?;
     Ok((kubeconfig, talosconfig, bundle_path))
 }
 
@@ -532,14 +546,11 @@ fn multidoc_patch(options: &LabOptions, addresses: &[IpAddr], control_plane: boo
 pub fn node_configs(options: &LabOptions, addresses: &[IpAddr]) -> Result<Vec<String>, LabError> {
     let read = |name: &str| {
         let path = fixture(options.shape, name);
-        std::fs::read_to_string(&path)
-            .map_err(|e| LabError::Config(format!("{}: {e}", path.display())))
+        std::fs::read_to_string(&path).map_err(|source| LabError::Read { path, source })
     };
     let cp = read("base-controlplane.yaml")?;
     let worker = read("base-worker.yaml")?;
-    let parse = |text: String| {
-        ConfigPatch::parse(&text, "the lab's patch").map_err(|e| LabError::Config(e.to_string()))
-    };
+    let parse = |text: String| ConfigPatch::parse(&text, "the lab's patch").map_err(LabError::from);
     let (cp_patch, worker_patch) = match options.shape {
         LabShape::V1alpha1 => {
             let p = parse(legacy_patch(options, addresses))?;
@@ -557,13 +568,9 @@ pub fn node_configs(options: &LabOptions, addresses: &[IpAddr]) -> Result<Vec<St
             } else {
                 (&worker, &worker_patch)
             };
-            let config = MachineConfig::parse(base).map_err(|e| LabError::Config(e.to_string()))?;
-            let patched = patch
-                .apply(&config, "the lab's patch")
-                .map_err(|e| LabError::Config(e.to_string()))?;
-            patched
-                .to_yaml()
-                .map_err(|e| LabError::Config(e.to_string()))
+            let config = MachineConfig::parse(base)?;
+            let patched = patch.apply(&config, "the lab's patch")?;
+            Ok(patched.to_yaml()?)
         })
         .collect()
 }

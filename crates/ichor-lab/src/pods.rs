@@ -136,7 +136,7 @@ impl PodNetwork {
                 let routes = routes.clone();
                 tokio::spawn(async move {
                     if let Err(e) = tunnel(conn, routes).await {
-                        tracing::debug!("lab pod network: {e}");
+                        tracing::debug!(error = %ichor_api::error_text::chain(&e), "lab pod network");
                     }
                 });
             }
@@ -247,7 +247,10 @@ pub async fn token_kubeconfig(
         .create_token_request(service_account, &PostParams::default(), &request)
         .await
         .map_err(|e| {
-            format!("requesting a token of ServiceAccount {namespace}/{service_account}: {e}")
+            format!(
+                "requesting a token of ServiceAccount {namespace}/{service_account}: {}",
+                ichor_api::error_text::chain(&e)
+            )
         })?
         .status
         .map(|s| s.token)
@@ -423,9 +426,20 @@ async fn project_volume(client: &kube::Client, ns: &str, m: &Mount) -> Result<()
             let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
                 .get_opt(name)
                 .await
-                .map_err(|e| format!("MountVolume.SetUp failed for volume \"{}\": reading secret \"{name}\": {e}", m.volume))?
+                .map_err(|e| {
+                    format!(
+                        "MountVolume.SetUp failed for volume \"{}\": reading secret \"{name}\": {}",
+                        m.volume,
+                        ichor_api::error_text::chain(&e)
+                    )
+                })?
                 .or_else(|| m.optional.then(Default::default))
-                .ok_or_else(|| format!("MountVolume.SetUp failed for volume \"{}\": secret \"{name}\" not found", m.volume))?;
+                .ok_or_else(|| {
+                    format!(
+                        "MountVolume.SetUp failed for volume \"{}\": secret \"{name}\" not found",
+                        m.volume
+                    )
+                })?;
             let data = secret
                 .data
                 .unwrap_or_default()
@@ -438,7 +452,7 @@ async fn project_volume(client: &kube::Client, ns: &str, m: &Mount) -> Result<()
             let cm = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
                 .get_opt(name)
                 .await
-                .map_err(|e| format!("MountVolume.SetUp failed for volume \"{}\": reading configmap \"{name}\": {e}", m.volume))?
+                .map_err(|e| format!("MountVolume.SetUp failed for volume \"{}\": reading configmap \"{name}\": {}", m.volume, ichor_api::error_text::chain(&e)))?
                 .or_else(|| m.optional.then(Default::default))
                 .ok_or_else(|| format!("MountVolume.SetUp failed for volume \"{}\": configmap \"{name}\" not found", m.volume))?;
             let mut data: BTreeMap<String, Vec<u8>> = cm
@@ -1027,7 +1041,7 @@ async fn apply_endpoints(client: &kube::Client, ns: &str, svc_name: &str, slice:
         )
         .await
     {
-        tracing::warn!("lab kubelet: Endpoints of Service {ns}/{svc_name}: {e}");
+        tracing::warn!(error = %ichor_api::error_text::chain(&e), "lab kubelet: Endpoints of Service {ns}/{svc_name}");
     }
     let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
     match api
@@ -1040,7 +1054,7 @@ async fn apply_endpoints(client: &kube::Client, ns: &str, svc_name: &str, slice:
     {
         Ok(_) => true,
         Err(e) => {
-            tracing::warn!("lab kubelet: EndpointSlice of Service {ns}/{svc_name}: {e}");
+            tracing::warn!(error = %ichor_api::error_text::chain(&e), "lab kubelet: EndpointSlice of Service {ns}/{svc_name}");
             false
         }
     }
@@ -1141,7 +1155,9 @@ async fn write_pod_status(
             .await
         {
             Ok(_) => p.last_status = status,
-            Err(e) => tracing::debug!("lab kubelet: pod {ns}/{} status: {e}", p.name),
+            Err(e) => {
+                tracing::debug!(error = %ichor_api::error_text::chain(&e), "lab kubelet: pod {ns}/{} status", p.name)
+            }
         }
     }
 }

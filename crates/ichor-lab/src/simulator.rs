@@ -59,17 +59,17 @@ pub fn spawn(client: kube::Client, runner: Option<JobRunner>) -> tokio::task::Jo
         let mut ichor_pods = runner.clone().map(crate::pods::IchorPods::new);
         loop {
             if let Err(e) = tick(&client, ichor_pods.is_some()).await {
-                tracing::debug!("node simulator: {e}");
+                tracing::debug!(error = %ichor_api::error_text::chain(&e), "node simulator");
             }
             if let Some(pods) = ichor_pods.as_mut()
                 && let Err(e) = pods.sync(&client).await
             {
-                tracing::debug!("node simulator, Ichor's pods: {e}");
+                tracing::debug!(error = %ichor_api::error_text::chain(&e), "node simulator, Ichor's pods");
             }
             if let Some(r) = &runner
                 && let Err(e) = run_jobs(&client, r, &mut started).await
             {
-                tracing::debug!("node simulator, jobs: {e}");
+                tracing::debug!(error = %ichor_api::error_text::chain(&e), "node simulator, jobs");
             }
             tokio::time::sleep(TICK).await;
         }
@@ -123,7 +123,7 @@ async fn run_jobs(
                 .patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
                 .await
             {
-                tracing::warn!("node simulator: recording the outcome of Job {ns}/{name}: {e}");
+                tracing::warn!(error = %ichor_api::error_text::chain(&e), "node simulator: recording the outcome of Job {ns}/{name}");
             }
         });
     }
