@@ -437,18 +437,11 @@ enum Who {
 }
 
 /// An error and each of its causes, for a page.
-fn explain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+fn explain(e: &(dyn std::error::Error + 'static)) -> String {
+    ichor_api::error_text::chain(e)
 }
 
-fn api_failure(e: &dyn std::error::Error) -> Response {
+fn api_failure(e: &(dyn std::error::Error + 'static)) -> Response {
     page(StatusCode::BAD_GATEWAY, "Kubernetes API error", &explain(e))
 }
 
@@ -983,7 +976,11 @@ fn api_error(what: &str, e: kube::Error) -> Response {
         kube::Error::Api(s) if s.code == 409 || s.code == 422 => StatusCode::CONFLICT,
         _ => StatusCode::BAD_GATEWAY,
     };
-    page(status, "The change was not made", &format!("{what}: {e}"))
+    page(
+        status,
+        "The change was not made",
+        &format!("{what}: {}", explain(&e)),
+    )
 }
 
 async fn set_hold(

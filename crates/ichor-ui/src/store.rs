@@ -45,7 +45,7 @@ where
             // pages show what the store has meanwhile (R4.3f: an absent
             // IchorInstallation is an empty store, not an error).
             if let Err(e) = event {
-                tracing::warn!(kind = %K::kind(&()), "watch failed, retrying: {e}");
+                tracing::warn!(kind = %K::kind(&()), error = %ichor_api::error_text::chain(&e), "watch failed, retrying");
             }
         }
     });

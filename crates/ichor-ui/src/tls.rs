@@ -27,16 +27,16 @@ pub struct TlsFiles {
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error(
-        "cannot read the UI's TLS certificate {cert} and key {key}: {source}; mount the Secret (tls.crt and tls.key) there, or leave --tls-cert unset for a self-signed certificate"
+        "cannot read the UI's TLS certificate {cert} and key {key}; mount the Secret (tls.crt and tls.key) there, or leave --tls-cert unset for a self-signed certificate"
     )]
     Certificate {
         cert: PathBuf,
         key: PathBuf,
         source: std::io::Error,
     },
-    #[error("cannot make a self-signed certificate for the UI: {0}")]
+    #[error("cannot make a self-signed certificate for the UI")]
     SelfSigned(#[from] rcgen::Error),
-    #[error("the UI cannot listen on {addr}: {source}; choose another port with --listen")]
+    #[error("the UI cannot listen on {addr}; choose another port with --listen")]
     Listen {
         addr: SocketAddr,
         source: std::io::Error,
@@ -127,7 +127,7 @@ pub async fn rustls_config(tls: Option<&TlsFiles>) -> Result<RustlsConfig, Serve
                 }
                 // Half-written files during a Secret update: try again next round.
                 Err(e) => {
-                    tracing::warn!(cert = %files.cert.display(), "the new TLS certificate cannot be used yet: {e}")
+                    tracing::warn!(cert = %files.cert.display(), error = %ichor_api::error_text::chain(&e), "the new TLS certificate cannot be used yet")
                 }
             }
         }
