@@ -14,15 +14,26 @@ pub enum AdoptError {
     Inspect(#[from] Box<InspectError>),
     #[error("the secrets bundle: {0}")]
     Secrets(String),
-    #[error(
-        "installing Cilium: {0}. Run ichor adopt again to continue: it picks up the release where it stopped"
-    )]
+    /// The CLI says whether running the command again helps.
+    #[error("installing Cilium failed")]
     Cilium(#[from] Box<ichor_cilium::Error>),
-    #[error("writing {what}: {source}. Run ichor adopt again to continue")]
+    /// The CLI says whether running the command again helps.
+    #[error("writing {what} failed")]
     Write {
         what: String,
         #[source]
         source: kube::Error,
+    },
+    /// Rendering Ichor's pinned Cilium chart for init's inline manifest.
+    #[error("rendering Ichor's Cilium chart failed")]
+    Render(#[source] ichor_helm::render::RenderError),
+    /// A call to a node's Talos API (or making its client).
+    #[error("{what} failed")]
+    Talos {
+        /// What was being done, naming the node.
+        what: String,
+        #[source]
+        source: Box<ichor_talos_client::Error>,
     },
     #[error("{0}")]
     Wait(String),
@@ -55,6 +66,17 @@ pub(crate) fn wait_ended(
         Err(ichor_helm::wait::WaitError::TimedOut { pending }) => {
             Err(AdoptError::Wait(timed_out(&pending)))
         }
+    }
+}
+
+/// Maps a failed Talos API call (`what`, naming the node) to [`AdoptError::Talos`].
+pub(crate) fn talos(
+    what: impl Into<String>,
+) -> impl FnOnce(ichor_talos_client::Error) -> AdoptError {
+    let what = what.into();
+    move |source| AdoptError::Talos {
+        what,
+        source: Box::new(source),
     }
 }
 

@@ -196,7 +196,7 @@ async fn ask_the_webhooks(kube: &kube::Client, probe: &TalosCluster) -> Result<(
             Ok(())
         }
         Err(kube::Error::Api(e)) => Err(e.message),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(ichor_api::error_text::chain(&e)),
         Ok(_) => Err(format!(
             "the API server admitted a TalosCluster that Ichor's webhooks refuse: the ValidatingWebhookConfiguration {} does not call them",
             install::WEBHOOK_CONFIGURATION

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use ichor_adopt::Refusal;
 use ichor_adopt::init::{self, InitPlan, InitRequest, InitWrites, NodeAnswer, NodeProbe};
 use ichor_adopt::{install, waits};
+use ichor_api::error_text::chain;
 use ichor_api::{TalosCluster, TalosMachine};
 use ichor_cilium::{ClusterSettings, effective_values};
 use ichor_helm::render::{ChartRef, Renderer};
@@ -27,7 +28,7 @@ use ichor_talos_client::{
 };
 use kube::api::Api;
 
-use crate::error::{AdoptError, wait_ended};
+use crate::error::{AdoptError, talos, wait_ended};
 use crate::ichor::{self, create_or_keep_as};
 use crate::phases::{Operator, Outcome, write_bundle};
 
@@ -106,7 +107,7 @@ fn bundle(opts: &InitOptions) -> Result<(SecretsBundle, String), AdoptError> {
         return Ok((b.clone(), opts.request.secrets_source.clone()));
     }
     let Some(bytes) = there else {
-        let b = SecretsBundle::generate().map_err(|e| AdoptError::Secrets(e.to_string()))?;
+        let b = SecretsBundle::generate().map_err(|e| AdoptError::Secrets(chain(&e)))?;
         return Ok((b, "generated".to_string()));
     };
     let ours = read_state(&opts.output_dir).is_some_and(|s| {
@@ -124,7 +125,7 @@ fn bundle(opts: &InitOptions) -> Result<(SecretsBundle, String), AdoptError> {
     let text = String::from_utf8(bytes)
         .map_err(|_| AdoptError::Secrets(format!("{} is not text", path.display())))?;
     let b = SecretsBundle::parse(&text, &path.display().to_string())
-        .map_err(|e| AdoptError::Secrets(e.to_string()))?;
+        .map_err(|e| AdoptError::Secrets(chain(&e)))?;
     Ok((b, format!("{} (from an earlier run)", path.display())))
 }
 
@@ -143,10 +144,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 /// A file problem as one refusal line: what failed and why.
 fn file_problem(e: &PrivateFileError) -> String {
-    match std::error::Error::source(e) {
-        Some(why) => format!("{e}: {why}"),
-        None => e.to_string(),
-    }
+    chain(e)
 }
 
 /// The output directory's problems, read only: one others may write to (so
@@ -207,7 +205,10 @@ fn pins(opts: &InitOptions, refused: &mut Vec<Refusal>) -> BTreeMap<String, Vec<
         }
         match CertFingerprint::parse(text) {
             Ok(fp) => pins.entry(address.to_string()).or_default().push(fp),
-            Err(e) => refused.push(Refusal::new(format!("--cert-fingerprint {address}: {e}"))),
+            Err(e) => refused.push(Refusal::new(format!(
+                "--cert-fingerprint {address}: {}",
+                chain(&e)
+            ))),
         }
     }
     pins
@@ -236,7 +237,7 @@ fn talosconfig(opts: &InitOptions, bundle: &SecretsBundle) -> Result<Talosconfig
         Role::Admin,
         Duration::from_secs(365 * 24 * 3600),
     )
-    .map_err(|e| AdoptError::Secrets(e.to_string()))
+    .map_err(|e| AdoptError::Secrets(chain(&e)))
 }
 
 /// An `os:admin` client of one node, with the cluster's own credentials.
@@ -250,14 +251,14 @@ fn admin_client(
         Role::Admin,
         Duration::from_secs(3600),
     )
-    .map_err(|e| AdoptError::Secrets(e.to_string()))?;
+    .map_err(|e| AdoptError::Secrets(chain(&e)))?;
     let (ca, _) = bundle
         .os_ca_pem()
         .ok_or_else(|| AdoptError::Secrets("the bundle has no OS CA".into()))?;
     let key = ichor_talos::pem::relabel(&cert.key_pem, "PRIVATE KEY").unwrap_or(cert.key_pem);
     let identity = ClientIdentity::from_pem(ca, cert.crt_pem, key);
     TalosClient::new(&opts.endpoint(address), &identity, client_options())
-        .map_err(|e| AdoptError::Wait(format!("node {address}: {e}")))
+        .map_err(talos(format!("making an admin client of node {address}")))
 }
 
 /// Reads one node, read-only: over the insecure API when it is in
@@ -297,19 +298,15 @@ async fn maintenance_answer(
         // Nothing to pin: the calls below then say what is wrong, as before.
         Err(_) => TalosClient::maintenance(&endpoint, client_options()),
     }
-    .map_err(|e| NodeAnswer::Unreachable {
-        error: e.to_string(),
-    })?;
+    .map_err(|e| NodeAnswer::Unreachable { error: chain(&e) })?;
     let version = match c.version("").await {
         Ok(v) => v,
         Err(e) if looks_unreachable(&e) => {
-            return Err(NodeAnswer::Unreachable {
-                error: e.to_string(),
-            });
+            return Err(NodeAnswer::Unreachable { error: chain(&e) });
         }
         Err(e) => {
             return Err(NodeAnswer::Configured {
-                detail: format!("its insecure API refuses: {e}"),
+                detail: format!("its insecure API refuses: {}", chain(&e)),
             });
         }
     };
@@ -318,21 +315,26 @@ async fn maintenance_answer(
             .await
             .map(|s| s.stage)
             .map_err(|e| NodeAnswer::Configured {
-                detail: format!("its machine status cannot be read: {e}"),
+                detail: format!("its machine status cannot be read: {}", chain(&e)),
             })?;
     if stage != 3 {
         return Err(NodeAnswer::Configured {
             detail: format!("its machine stage is {stage}, not maintenance"),
         });
     }
-    let hostname = c.hostname("").await.map_err(|e| NodeAnswer::Unreachable {
-        error: e.to_string(),
-    })?;
-    let disks = c.disks("").await.map_err(|e| NodeAnswer::Unreachable {
-        error: e.to_string(),
-    })?;
+    let hostname = c
+        .hostname("")
+        .await
+        .map_err(|e| NodeAnswer::Unreachable { error: chain(&e) })?;
+    let disks = c
+        .disks("")
+        .await
+        .map_err(|e| NodeAnswer::Unreachable { error: chain(&e) })?;
     let fingerprint = seen.map_err(|e| NodeAnswer::Unreachable {
-        error: format!("the certificate of its maintenance API cannot be read: {e}"),
+        error: format!(
+            "the certificate of its maintenance API cannot be read: {}",
+            chain(&e)
+        ),
     })?;
     let answer = NodeAnswer::Maintenance {
         hostname,
@@ -347,7 +349,7 @@ fn looks_unreachable(e: &ichor_talos_client::Error) -> bool {
     if matches!(e, ichor_talos_client::Error::Timeout { .. }) {
         return true;
     }
-    let text = e.to_string().to_lowercase();
+    let text = chain(e).to_lowercase();
     [
         "connection refused",
         "tcp connect",
@@ -418,7 +420,7 @@ pub async fn plan(opts: &InitOptions) -> Result<(InitPlan, InitWrites, SecretsBu
         Err(AdoptError::Refused(r)) => {
             refused.extend(r);
             // A stand-in, so that the nodes are judged too, all at once.
-            let b = SecretsBundle::generate().map_err(|e| AdoptError::Secrets(e.to_string()))?;
+            let b = SecretsBundle::generate().map_err(|e| AdoptError::Secrets(chain(&e)))?;
             (b, String::new())
         }
         Err(e) => return Err(e),
@@ -476,9 +478,9 @@ async fn cilium_manifest(opts: &InitOptions, request: &InitRequest) -> Result<St
     let cluster = init::talos_cluster(request, "v0.0.0", "v0.0.0");
     let nodes = u32::try_from(request.control_planes.len() + request.workers.len()).unwrap_or(1);
     let settings = ClusterSettings::from_cluster(&cluster, nodes)
-        .map_err(|e| AdoptError::Refused(vec![Refusal::new(e.to_string())]))?;
+        .map_err(|e| AdoptError::Refused(vec![Refusal::new(chain(&e))]))?;
     let values = effective_values(&settings)
-        .map_err(|e| AdoptError::Refused(vec![Refusal::new(e.to_string())]))?;
+        .map_err(|e| AdoptError::Refused(vec![Refusal::new(chain(&e))]))?;
     // No cluster exists yet: rendered offline, as `helm template` does.
     opts.helm
         .template(
@@ -488,7 +490,7 @@ async fn cilium_manifest(opts: &InitOptions, request: &InitRequest) -> Result<St
             &serde_json::Value::Object(values),
         )
         .await
-        .map_err(|e| AdoptError::Wait(format!("rendering Ichor's Cilium chart: {e}")))
+        .map_err(AdoptError::Render)
 }
 
 struct Run<'a> {
@@ -532,7 +534,7 @@ pub async fn run(
     for n in &plan.nodes {
         if let Some(text) = &n.cert_fingerprint {
             let fp = CertFingerprint::parse(text)
-                .map_err(|e| AdoptError::Wait(format!("node {}: {e}", n.address)))?;
+                .map_err(|e| AdoptError::Wait(format!("node {}: {}", n.address, chain(&e))))?;
             fingerprints.insert(n.address.clone(), fp);
         }
     }
@@ -595,7 +597,7 @@ fn files(r: &Run<'_>) -> Result<(), AdoptError> {
         None => r
             .bundle
             .to_yaml()
-            .map_err(|e| AdoptError::Secrets(e.to_string()))?
+            .map_err(|e| AdoptError::Secrets(chain(&e)))?
             .into_bytes(),
     };
     // The state first: a rerun then knows the bundle as this init's own.
@@ -603,7 +605,7 @@ fn files(r: &Run<'_>) -> Result<(), AdoptError> {
     private_file::write_once(&secrets, &bytes)?;
     let tc = talosconfig(r.opts, &r.bundle)?
         .to_yaml()
-        .map_err(|e| AdoptError::Secrets(e.to_string()))?;
+        .map_err(|e| AdoptError::Secrets(chain(&e)))?;
     write_private(&dir.join(TALOSCONFIG_FILE), tc.as_bytes())?;
     r.say(&format!(
         "wrote {}, {} (0600) to {}",
@@ -636,7 +638,9 @@ async fn apply(r: &Run<'_>) -> Result<(), AdoptError> {
             &[*fingerprint],
             client_options(),
         )
-        .map_err(|e| AdoptError::Wait(format!("node {address}: {e}")))?;
+        .map_err(talos(format!(
+            "making a maintenance client of node {address}"
+        )))?;
 
         let in_maintenance = matches!(
             c.machine_status("").await,
@@ -654,11 +658,7 @@ async fn apply(r: &Run<'_>) -> Result<(), AdoptError> {
             &ApplyRequest::new(config.as_bytes().to_vec(), ApplyMode::Auto),
         )
         .await
-        .map_err(|e| {
-            AdoptError::Wait(format!(
-                "applying the config of {address}: {e}. Run ichor init again to continue"
-            ))
-        })?;
+        .map_err(talos(format!("applying the config of {address}")))?;
         r.say(&format!("applied the config of {address}"));
     }
     Ok(())
@@ -685,7 +685,7 @@ async fn bootstrap(r: &Run<'_>) -> Result<(), AdoptError> {
                 *outcome.lock().unwrap_or_else(|e| e.into_inner()) = Some(first);
                 Ok(Vec::new())
             }
-            Err(e) => Ok(vec![format!("{address}: {e}")]),
+            Err(e) => Ok(vec![format!("{address}: {}", chain(&e))]),
         }
     };
     wait_ended(wait_until(&wait, not_yet).await, |pending| {
@@ -710,7 +710,7 @@ async fn kubeconfig(r: &Run<'_>) -> Result<PathBuf, AdoptError> {
     let bytes = c
         .kubeconfig("")
         .await
-        .map_err(|e| AdoptError::Wait(format!("fetching the kubeconfig from {address}: {e}")))?;
+        .map_err(talos(format!("fetching the kubeconfig from {address}")))?;
     let path = r.opts.output_dir.join(KUBECONFIG_FILE);
     write_private(&path, &bytes)?;
     r.say(&format!("wrote {} (0600)", path.display()));
@@ -720,15 +720,16 @@ async fn kubeconfig(r: &Run<'_>) -> Result<PathBuf, AdoptError> {
 /// Phase `kubernetes-api`: the bounded wait until the API server answers,
 /// saying what it last answered.
 async fn kube_api(r: &Run<'_>, kubeconfig: &Path) -> Result<kube::Client, AdoptError> {
-    let text = std::fs::read_to_string(kubeconfig)
-        .map_err(|e| AdoptError::Secrets(format!("reading {}: {e}", kubeconfig.display())))?;
+    let text = std::fs::read_to_string(kubeconfig).map_err(|e| {
+        AdoptError::Secrets(format!("reading {}: {}", kubeconfig.display(), chain(&e)))
+    })?;
     let kc = kube::config::Kubeconfig::from_yaml(&text)
-        .map_err(|e| AdoptError::Secrets(format!("{}: {e}", kubeconfig.display())))?;
+        .map_err(|e| AdoptError::Secrets(format!("{}: {}", kubeconfig.display(), chain(&e))))?;
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
-        .map_err(|e| AdoptError::Secrets(format!("{}: {e}", kubeconfig.display())))?;
+        .map_err(|e| AdoptError::Secrets(format!("{}: {}", kubeconfig.display(), chain(&e))))?;
     let client = kube::Client::try_from(config)
-        .map_err(|e| AdoptError::Secrets(format!("{}: {e}", kubeconfig.display())))?;
+        .map_err(|e| AdoptError::Secrets(format!("{}: {}", kubeconfig.display(), chain(&e))))?;
     let report = |left: &[String]| {
         r.say(&format!(
             "waiting for the Kubernetes API: {}",
@@ -745,7 +746,11 @@ async fn kube_api(r: &Run<'_>, kubeconfig: &Path) -> Result<kube::Client, AdoptE
     let not_yet = || async {
         Ok(match client.apiserver_version().await {
             Ok(_) => Vec::new(),
-            Err(e) => vec![format!("{} does not answer yet: {e}", r.plan.endpoint)],
+            Err(e) => vec![format!(
+                "{} does not answer yet: {}",
+                r.plan.endpoint,
+                chain(&e)
+            )],
         })
     };
     wait_ended(wait_until(&wait, not_yet).await, |pending| {

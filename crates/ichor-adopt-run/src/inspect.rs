@@ -20,21 +20,21 @@ pub const KUBE_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
-    #[error("reading {what} from node {node} failed: {source}")]
+    #[error("reading {what} from node {node} failed")]
     Talos {
         node: String,
         what: &'static str,
         #[source]
         source: ichor_talos_client::Error,
     },
-    #[error("node {node}'s machine config cannot be read: {source}")]
+    #[error("node {node}'s machine config cannot be read")]
     Config {
         node: String,
         #[source]
         source: ichor_talos::config::ConfigError,
     },
     #[error(
-        "reading {what} from Kubernetes failed: {source}. Check the kubeconfig and that its user may read {what}"
+        "reading {what} from Kubernetes failed; check the kubeconfig and that its user may read {what}"
     )]
     Kube {
         what: &'static str,

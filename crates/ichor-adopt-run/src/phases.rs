@@ -13,6 +13,7 @@ use ichor_adopt::install;
 use ichor_adopt::plan::{IchorPresence, Plan, Request, held_machine};
 use ichor_adopt::waits;
 use ichor_adopt::{AdoptMode, Inspection, Refusal, include_cilium_policies};
+use ichor_api::error_text::chain;
 use ichor_api::{DetectedCni, SecretsRef, TalosCluster, TalosMachine};
 use ichor_cilium::{CiliumOptions, ClusterSettings, WaitOptions};
 use ichor_helm::wait::{Wait, wait_until};
@@ -22,7 +23,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::error::{AdoptError, wait_ended, writing};
+use crate::error::{self, AdoptError, wait_ended, writing};
 use crate::ichor::{self, create_or_keep_as};
 use crate::inspect;
 
@@ -271,7 +272,7 @@ async fn cilium(a: &Adoption<'_>) -> Result<(), AdoptError> {
     ));
     let node_count = ichor_cilium::node_count_rule(a.inspection.kube.nodes.len(), 0);
     let settings = ClusterSettings::from_cluster(&a.cluster, node_count)
-        .map_err(|e| AdoptError::Refused(vec![Refusal::new(e.to_string())]))?;
+        .map_err(|e| AdoptError::Refused(vec![Refusal::new(chain(&e))]))?;
     let mut options: CiliumOptions = a.opts.cilium.clone();
     // Adopt holds the CNI lock: no TalosMachine exists yet and the
     // controller cannot start a Job, so a pending record is a dead one (R5.6).
@@ -484,14 +485,18 @@ async fn load_bundle(
             let bytes = talos
                 .machine_config(from)
                 .await
-                .map_err(|e| AdoptError::Secrets(format!("reading the machine config of {from}: {e}")))?;
+                .map_err(error::talos(format!("reading the machine config of {from}")))?;
             let cfg = ichor_talos::config::MachineConfig::parse_with_origin(
                 &String::from_utf8_lossy(&bytes),
                 &format!("node {from}"),
             )
-            .map_err(|e| AdoptError::Secrets(e.to_string()))?;
-            SecretsBundle::from_machine_config(&cfg, &format!("node {from}"))
-                .map_err(|e| AdoptError::Secrets(format!("{e} (--recover-from must name a control-plane node)")))
+            .map_err(|e| AdoptError::Secrets(chain(&e)))?;
+            SecretsBundle::from_machine_config(&cfg, &format!("node {from}")).map_err(|e| {
+                AdoptError::Secrets(format!(
+                    "{} (--recover-from must name a control-plane node)",
+                    chain(&e)
+                ))
+            })
         }
         None => Err(AdoptError::Secrets(
             "adopt needs the cluster's secrets bundle: pass --secrets-bundle FILE, or --recover-secrets --recover-from ADDR to read it from a control-plane node".into(),
@@ -506,7 +511,7 @@ pub(crate) async fn write_bundle(
 ) -> Result<(), AdoptError> {
     let yaml = bundle
         .to_yaml()
-        .map_err(|e| AdoptError::Secrets(e.to_string()))?;
+        .map_err(|e| AdoptError::Secrets(chain(&e)))?;
     let mut secret = Secret {
         string_data: Some(BTreeMap::from([("secrets.yaml".to_string(), yaml)])),
         ..Default::default()

@@ -19,6 +19,7 @@ use ichor_adopt::reclaim::{
     FoundRecord, IchorChoice, ReclaimInspection, ReclaimPlan, ReclaimRequest,
 };
 use ichor_adopt::{Refusal, waits};
+use ichor_api::error_text::chain;
 use ichor_api::{IchorInstallation, TalosCluster, TalosMachine, TalosOperation};
 use ichor_helm::SecretStorage;
 use ichor_helm::storage::StorageError;
@@ -55,14 +56,33 @@ pub enum ReclaimError {
     Inspect(#[from] Box<InspectError>),
     #[error("{0}")]
     Files(String),
-    #[error("{what}: {source}. Run ichor reclaim again to continue")]
+    #[error("{what} failed. Run ichor reclaim again to continue")]
     Write {
         what: String,
         #[source]
         source: kube::Error,
     },
-    #[error("Cilium's Helm records: {0}. Run ichor reclaim again to continue")]
+    #[error(
+        "handing Cilium's Helm records back to kube-system failed. Run ichor reclaim again to continue"
+    )]
     Records(#[from] Box<StorageError>),
+    /// The deployed revision's manifest, whose objects reclaim hands to helm.
+    #[error("the manifest of Cilium's release revision {revision} does not parse")]
+    Manifest {
+        revision: u32,
+        #[source]
+        source: ichor_helm::manifest::ManifestError,
+    },
+    /// The talosconfig minted from the cluster's bundle.
+    #[error(
+        "making the talosconfig of TalosCluster {namespace}/{cluster} failed; nothing was deleted"
+    )]
+    Talosconfig {
+        namespace: String,
+        cluster: String,
+        #[source]
+        source: ichor_talos::talosconfig::TalosconfigError,
+    },
     #[error("{0}")]
     Wait(String),
 }
@@ -344,7 +364,7 @@ async fn files(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
         .map_err(|e| {
             ReclaimError::Files(format!(
                 "{}; nothing was deleted",
-                ichor_talos::redact::quoted_values(&e.to_string())
+                ichor_talos::redact::quoted_values(&chain(&e))
             ))
         })?;
         let bundle_path = dir.join(reclaim::BUNDLE_FILE);
@@ -455,13 +475,20 @@ fn write_talosconfig(
         Role::Admin,
         DEFAULT_CERT_VALIDITY,
     )
-    .map_err(|e| {
-        ReclaimError::Files(format!("making the talosconfig: {e}; nothing was deleted"))
-    })?;
-    let text = tc.to_yaml().map_err(|e| {
-        ReclaimError::Files(format!("making the talosconfig: {e}; nothing was deleted"))
-    })?;
+    .map_err(talosconfig_failed(c))?;
+    let text = tc.to_yaml().map_err(talosconfig_failed(c))?;
     write_once(path, text.as_bytes(), "the talosconfig")
+}
+
+fn talosconfig_failed(
+    c: &ClusterReclaim,
+) -> impl FnOnce(ichor_talos::talosconfig::TalosconfigError) -> ReclaimError {
+    let (namespace, cluster) = (c.namespace.clone(), c.name.clone());
+    move |source| ReclaimError::Talosconfig {
+        namespace,
+        cluster,
+        source,
+    }
 }
 
 fn refuse_overwrite(path: &Path, what: &str) -> ReclaimError {
@@ -531,12 +558,12 @@ async fn objects_yaml(kube: &kube::Client, c: &ClusterReclaim) -> Result<String,
 
 fn document<K: serde::Serialize>(obj: &K) -> Result<String, ReclaimError> {
     let mut v = serde_json::to_value(obj)
-        .map_err(|e| ReclaimError::Files(format!("serialising an object: {e}")))?;
+        .map_err(|e| ReclaimError::Files(format!("serialising an object: {}", chain(&e))))?;
     if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("managedFields");
     }
     serde_yaml_ng::to_string(&v)
-        .map_err(|e| ReclaimError::Files(format!("serialising an object: {e}")))
+        .map_err(|e| ReclaimError::Files(format!("serialising an object: {}", chain(&e))))
 }
 
 /// Phase `hold`: every machine held, so the controller applies nothing to a
@@ -563,8 +590,9 @@ async fn hold(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
                 // nor write to a node: without it there is nothing to hold off.
                 Err(e) if !controller_running(r.kube).await? => {
                     r.say(&format!(
-                        "Ichor's controller is not running, so nothing can write to a node; not holding the machines (holding TalosMachine {} failed: {e})",
-                        m.name
+                        "Ichor's controller is not running, so nothing can write to a node; not holding the machines (holding TalosMachine {} failed: {})",
+                        m.name,
+                        chain(&e)
                     ));
                     return Ok(());
                 }
@@ -800,11 +828,11 @@ async fn hand_fields_to_helm(
     kube: &kube::Client,
     release: &ichor_helm::Release,
 ) -> Result<(), ReclaimError> {
-    let objects = ichor_helm::manifest::parse_manifest(&release.manifest).map_err(|e| {
-        ReclaimError::Files(format!(
-            "the manifest of Cilium's release revision {} does not parse: {e}",
-            release.version
-        ))
+    let objects = ichor_helm::manifest::parse_manifest(&release.manifest).map_err(|source| {
+        ReclaimError::Manifest {
+            revision: release.version,
+            source,
+        }
     })?;
     for obj in objects {
         let (group, version) = obj.group_version();

@@ -89,8 +89,9 @@ pub async fn run(args: AdoptArgs) -> anyhow::Result<()> {
 }
 
 /// The CLI's words around an adopt error: a refusal says nothing was
-/// written; a Cilium step that could not run helm drops adopt's "run again"
-/// (rerunning cannot help; the printer's help line says what can).
+/// written; a step a rerun finishes (a write, Cilium's release) says to run
+/// it again; a Cilium step that could not run helm does not (rerunning
+/// cannot help; the printer's help line says what can).
 fn adopt_error_for_people(e: AdoptError) -> anyhow::Error {
     match e {
         AdoptError::Refused(_) => {
@@ -102,10 +103,16 @@ fn adopt_error_for_people(e: AdoptError) -> anyhow::Error {
                 inner.context("ichor adopt could not install Cilium")
             } else {
                 match inner.downcast::<ichor_cilium::Error>() {
-                    Ok(cilium) => anyhow::Error::new(AdoptError::Cilium(Box::new(cilium))),
+                    Ok(cilium) => anyhow::Error::new(AdoptError::Cilium(Box::new(cilium)))
+                        .context(
+                            "ichor adopt stopped; run it again to continue: it picks up the release where it stopped",
+                        ),
                     Err(other) => other,
                 }
             }
+        }
+        AdoptError::Write { .. } => {
+            anyhow::Error::new(e).context("ichor adopt stopped; run it again to continue")
         }
         other => anyhow::Error::new(other),
     }

@@ -14,7 +14,7 @@ use ichor_talos::secrets::SecretsBundle;
 
 use crate::args::{InitArgs, PlanFormat};
 use crate::cmd::adopt::cli_version;
-use crate::printer;
+use crate::{hints, printer};
 
 /// `--config-patch @FILE`: the file's name and text.
 fn read_patch(arg: &str) -> anyhow::Result<PatchFile> {
@@ -135,15 +135,24 @@ impl Operator for Steps {
     }
 }
 
-/// A refusal says nothing was written; anything else says how to continue.
+/// A refusal says nothing was written; a helm Ichor cannot run says so
+/// (rerunning cannot help; the printer's help line says what can); anything
+/// else says how to continue.
 fn init_error_for_people(e: AdoptError) -> anyhow::Error {
     match e {
         AdoptError::Refused(_) => {
             anyhow::Error::new(e).context("ichor init refused; nothing was written")
         }
         AdoptError::NotConfirmed => anyhow::anyhow!("init was not confirmed; nothing was written"),
-        other => anyhow::Error::new(other).context(
-            "ichor init stopped; run the same command again (same --output-dir) to continue where it stopped",
-        ),
+        other => {
+            let other = anyhow::Error::new(other);
+            if hints::missing_helm(&other).is_some() {
+                other.context("ichor init could not run helm")
+            } else {
+                other.context(
+                    "ichor init stopped; run the same command again (same --output-dir) to continue where it stopped",
+                )
+            }
+        }
     }
 }
