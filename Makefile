@@ -1,6 +1,11 @@
 # The commands a newcomer types. `make test` is what CI runs (.ci/run).
 SHELL := /bin/bash
 CARGO ?= cargo
+# A CI run builds once from nothing: incremental data would only cost disk
+# (tens of GB over a full test build) and time.
+ifneq ($(CI),)
+export CARGO_INCREMENTAL := 0
+endif
 
 .PHONY: test standalone deny testbin fmt-check clippy cargo-test lab fuzz bench bench-scale
 
