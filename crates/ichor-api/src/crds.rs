@@ -15,9 +15,7 @@ pub const REGENERATE_COMMAND: &str = "cargo run -p ichor-dist --bin distgen";
 /// Failure to render a CRD.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error(
-        "serialising the CRD {name} to YAML failed: {source}; this is a bug in ichor-api's types"
-    )]
+    #[error("serialising the CRD {name} to YAML failed; this is a bug in ichor-api's types")]
     Yaml {
         name: String,
         source: serde_yaml_ng::Error,

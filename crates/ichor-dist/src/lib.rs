@@ -36,9 +36,7 @@ pub fn workspace_version() -> String {
 /// Why a file could not be generated.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error(
-        "serialising {what} to YAML failed: {source}; this is a bug in the Rust source of {what}"
-    )]
+    #[error("serialising {what} to YAML failed; this is a bug in the Rust source of {what}")]
     Yaml {
         what: String,
         #[source]

@@ -15,6 +15,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use ichor_api::error_text::chain;
+
 const USAGE: &str =
     "usage: distgen [--version vX.Y.Z --install-yaml FILE [--install-ui-yaml FILE]]";
 
@@ -63,7 +65,7 @@ fn run() -> Result<(), String> {
     match (version, install_yaml) {
         (None, None) if ui_yaml.is_none() => {
             let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-            let files = ichor_dist::repo_files().map_err(|e| e.to_string())?;
+            let files = ichor_dist::repo_files().map_err(|e| chain(&e))?;
             // Remove CRD templates of CRDs that no longer exist.
             let crd_dir = root.join(ichor_dist::CHART_DIR).join("templates/crd");
             if let Ok(entries) = std::fs::read_dir(&crd_dir) {
@@ -85,10 +87,10 @@ fn run() -> Result<(), String> {
             Ok(())
         }
         (Some(version), Some(path)) => {
-            let text = ichor_dist::install_yaml(&version).map_err(|e| e.to_string())?;
+            let text = ichor_dist::install_yaml(&version).map_err(|e| chain(&e))?;
             write(&path, &text)?;
             if let Some(path) = ui_yaml {
-                let text = ichor_dist::ui_yaml(&version).map_err(|e| e.to_string())?;
+                let text = ichor_dist::ui_yaml(&version).map_err(|e| chain(&e))?;
                 write(&path, &text)?;
             }
             Ok(())
