@@ -28,7 +28,7 @@ pub use render::{
 pub enum Error {
     /// A config could not be turned into YAML (a bug).
     #[error(
-        "the {what} machine config cannot be serialised: {source}; this is a bug in ichor-talos or ichor-render, please report it"
+        "the {what} machine config cannot be serialised; this is a bug in ichor-talos or ichor-render, please report it"
     )]
     Serialise {
         /// `live` or `desired`.
@@ -38,7 +38,7 @@ pub enum Error {
     },
     /// A patch of the machine cannot be read or applied.
     #[error(
-        "TalosMachine {machine}: patch {patch:?} cannot be applied: {source}; fix that entry of spec.patches"
+        "TalosMachine {machine}: patch {patch:?} cannot be applied; fix that entry of spec.patches"
     )]
     Patch {
         /// The TalosMachine.
@@ -50,7 +50,7 @@ pub enum Error {
     },
     /// Ichor's own paths made the config invalid (a bug, or a live config Talos would not accept either).
     #[error(
-        "TalosMachine {machine}: the rendered config is not a valid Talos config: {source}; check the node's live config, and report this if it is valid"
+        "TalosMachine {machine}: the rendered config is not a valid Talos config; check the node's live config, and report this if it is valid"
     )]
     Rendered {
         /// The TalosMachine.

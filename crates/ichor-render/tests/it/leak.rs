@@ -277,7 +277,7 @@ fn a_patch_error_does_not_quote_the_secret_in_it() {
         })
         .err()
         .unwrap_or_else(|| panic!("the patch {bad:?} should be refused"));
-        let text = format!("{err} {err:?}");
+        let text = format!("{} {err:?}", ichor_api::error_text::chain(&err));
         assert!(
             !text.contains(DESIRED),
             "the error quotes the patch: {text}"
