@@ -27,14 +27,20 @@ pub struct Sources {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, Error> {
-    std::fs::read(path).map_err(|e| Error::Io(format!("reading {}", path.display()), e))
+    std::fs::read(path).map_err(|e| Error::Io {
+        what: format!("reading {}", path.display()),
+        source: e,
+    })
 }
 
 fn run(program: &str, args: &[&str]) -> Result<String, Error> {
     let out = Command::new(program)
         .args(args)
         .output()
-        .map_err(|e| Error::Io(format!("running {program}"), e))?;
+        .map_err(|e| Error::Io {
+            what: format!("running {program}"),
+            source: e,
+        })?;
     if !out.status.success() {
         return Err(Error::Command(
             format!("{program} {}", args.join(" ")),
@@ -151,10 +157,15 @@ pub fn chart(path: &Path, mtime: u64) -> Result<Chart, Error> {
 }
 
 fn add_dir(tree: &mut FileTree, dir: &Path, prefix: &str) -> Result<(), Error> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| Error::Io(format!("listing {}", dir.display()), e))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::Io {
+        what: format!("listing {}", dir.display()),
+        source: e,
+    })?;
     for entry in entries {
-        let entry = entry.map_err(|e| Error::Io(format!("listing {}", dir.display()), e))?;
+        let entry = entry.map_err(|e| Error::Io {
+            what: format!("listing {}", dir.display()),
+            source: e,
+        })?;
         let name = format!("{prefix}/{}", entry.file_name().to_string_lossy());
         let path = entry.path();
         if path.is_dir() {
@@ -171,7 +182,10 @@ fn require_static(binary: &Path) -> Result<(), Error> {
     let out = Command::new("ldd")
         .arg(binary)
         .output()
-        .map_err(|e| Error::Io("running ldd".to_string(), e))?;
+        .map_err(|e| Error::Io {
+            what: "running ldd".to_string(),
+            source: e,
+        })?;
     let libraries = parse_ldd(&String::from_utf8_lossy(&out.stdout));
     if out.status.success() && !libraries.is_empty() {
         return Err(Error::Dynamic(

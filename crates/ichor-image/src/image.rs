@@ -99,7 +99,7 @@ pub fn canonical_json(value: &serde_json::Value) -> Vec<u8> {
 }
 
 fn oci(what: &'static str) -> impl FnOnce(oci_spec::OciSpecError) -> Error {
-    move |e| Error::Oci(what, e.to_string())
+    move |source| Error::Oci { what, source }
 }
 
 /// The image's layers, compressed: the blobs, the digests of their
@@ -138,10 +138,7 @@ fn layers(spec: &ImageSpec, created: &str) -> Result<Layers, Error> {
 
 /// The descriptor of a blob, as a manifest names it.
 fn descriptor(b: &Blob) -> Result<Descriptor, Error> {
-    let digest = b
-        .digest
-        .parse()
-        .map_err(|e: oci_spec::OciSpecError| Error::Oci("digest", e.to_string()))?;
+    let digest = b.digest.parse().map_err(oci("digest"))?;
     Ok(Descriptor::new(
         b.media_type.clone(),
         b.bytes.len() as u64,

@@ -101,7 +101,10 @@ impl FileTree {
                     header.set_size(content.len() as u64);
                     builder
                         .append_data(&mut header, &path, content.as_slice())
-                        .map_err(|e| Error::Tar(path.clone(), e))?;
+                        .map_err(|source| Error::Tar {
+                            path: path.clone(),
+                            source,
+                        })?;
                 }
                 Node::Dir { mode, uid } => {
                     header.set_entry_type(tar::EntryType::Directory);
@@ -110,7 +113,10 @@ impl FileTree {
                     header.set_size(0);
                     builder
                         .append_data(&mut header, format!("{path}/"), std::io::empty())
-                        .map_err(|e| Error::Tar(path.clone(), e))?;
+                        .map_err(|source| Error::Tar {
+                            path: path.clone(),
+                            source,
+                        })?;
                 }
                 Node::Symlink { target } => {
                     header.set_entry_type(tar::EntryType::Symlink);
@@ -119,13 +125,17 @@ impl FileTree {
                     header.set_size(0);
                     builder
                         .append_link(&mut header, &path, target)
-                        .map_err(|e| Error::Tar(path.clone(), e))?;
+                        .map_err(|source| Error::Tar {
+                            path: path.clone(),
+                            source,
+                        })?;
                 }
             }
         }
-        builder
-            .into_inner()
-            .map_err(|e| Error::Tar(String::new(), e))
+        builder.into_inner().map_err(|source| Error::Tar {
+            path: "the end of the archive".into(),
+            source,
+        })
     }
 
     pub fn paths(&self) -> impl Iterator<Item = &str> {

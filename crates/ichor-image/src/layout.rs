@@ -43,7 +43,10 @@ pub fn layout_tree(image: &BuiltImage) -> FileTree {
 /// The directory appears complete or not at all: it is written beside and
 /// renamed into place.
 pub fn write_layout(image: &BuiltImage, dir: &Path) -> Result<(), Error> {
-    let io = |what: &str, e: std::io::Error| Error::Io(format!("{what} {}", dir.display()), e);
+    let io = |what: &str, source: std::io::Error| Error::Io {
+        what: format!("{what} {}", dir.display()),
+        source,
+    };
     let parent = dir.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(|e| io("creating the parent of", e))?;
     let staging = tempfile::Builder::new()

@@ -20,14 +20,23 @@ pub use image::{BuiltImage, ImageSpec, build};
 /// What can go wrong while building an image.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("writing {0} into a layer: {1}")]
-    Tar(String, #[source] std::io::Error),
-    #[error("compressing a layer: {0}")]
+    #[error("writing {path} into a layer")]
+    Tar {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("compressing a layer")]
     Gzip(#[source] std::io::Error),
-    #[error("building the image's {0}: {1}")]
-    Oci(&'static str, String),
-    #[error("{0}: {1}")]
-    Io(String, #[source] std::io::Error),
+    #[error("building the image's {what}")]
+    Oci {
+        what: &'static str,
+        source: oci_spec::OciSpecError,
+    },
+    #[error("{what}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
     #[error("`{0}` failed: {1}")]
     Command(String, String),
     #[error(
@@ -42,4 +51,6 @@ pub enum Error {
     Chart(String, String),
     #[error("the software bill of materials: {0}")]
     Sbom(String),
+    #[error("the software bill of materials: cargo metadata's JSON cannot be read")]
+    Metadata(#[source] serde_json::Error),
 }

@@ -248,8 +248,7 @@ pub fn lock_checksums(lock: &str) -> HashMap<(String, String), String> {
 /// proc macros (they run in the compiler, they are not linked) and what only
 /// they reach.
 pub fn rust_crates(metadata: &[u8], lock: &str, package: &str) -> Result<RustCrates, Error> {
-    let metadata: Metadata = serde_json::from_slice(metadata)
-        .map_err(|e| Error::Sbom(format!("reading cargo metadata: {e}")))?;
+    let metadata: Metadata = serde_json::from_slice(metadata).map_err(Error::Metadata)?;
     let checksums = lock_checksums(lock);
     let packages: HashMap<&str, &Package> = metadata
         .packages

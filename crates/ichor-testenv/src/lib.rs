@@ -79,12 +79,12 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot start {what}: {source}")]
+    #[error("cannot start {what}")]
     Spawn {
         what: &'static str,
         source: std::io::Error,
     },
-    #[error("writing the test control plane's files in {dir}: {source}")]
+    #[error("writing the test control plane's files in {dir}")]
     Files {
         dir: PathBuf,
         source: std::io::Error,
@@ -97,8 +97,23 @@ pub enum Error {
         reason: String,
         log_tail: String,
     },
-    #[error("the test kubeconfig is invalid: {0}")]
-    Kubeconfig(String),
+    #[error("the test kubeconfig is invalid")]
+    Kubeconfig(#[source] kube::config::KubeconfigError),
+}
+
+/// An error and its causes on one line (`ichor_api::error_text::chain`,
+/// which this crate cannot use: ichor-api's tests use this crate).
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut said = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !said.ends_with(&text) {
+            said = format!("{said}: {text}");
+        }
+        next = cause.source();
+    }
+    said
 }
 
 /// Who a control plane is: its CA, service-account key and port.
@@ -195,7 +210,7 @@ impl TestEnv {
     pub fn shared() -> &'static TestEnv {
         SHARED.get_or_init(|| match TestEnv::start() {
             Ok(env) => env,
-            Err(e) => panic!("test control plane: {e}"),
+            Err(e) => panic!("test control plane: {}", chain(&e)),
         })
     }
 
@@ -366,11 +381,10 @@ impl TestEnv {
 
     /// The kube client configuration of the admin.
     pub async fn kube_config(&self) -> Result<kube::Config, Error> {
-        let kc = Kubeconfig::read_from(&self.kubeconfig_path)
-            .map_err(|e| Error::Kubeconfig(e.to_string()))?;
+        let kc = Kubeconfig::read_from(&self.kubeconfig_path).map_err(Error::Kubeconfig)?;
         kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
             .await
-            .map_err(|e| Error::Kubeconfig(e.to_string()))
+            .map_err(Error::Kubeconfig)
     }
 
     /// Creates a new namespace named `<prefix>-<random>` and returns its name.
