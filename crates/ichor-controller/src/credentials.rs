@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt as _;
 use kube::api::Api;
 
-use crate::{Error, Result};
+use crate::{BundleError, Error, Result};
 
 /// How long a minted client certificate is valid.
 pub const CERT_VALIDITY: Duration = Duration::from_secs(24 * 3600);
@@ -88,12 +88,12 @@ impl Cache {
         let cluster_name = cluster.name_any();
         let secret_name = cluster.spec.secrets_ref.name.clone();
         let key = cluster.spec.secrets_ref.key_or_default().to_owned();
-        let bundle_error = |reason: String| Error::Bundle {
+        let bundle_error = |source: BundleError| Error::Bundle {
             namespace: namespace.clone(),
             cluster: cluster_name.clone(),
             secret: secret_name.clone(),
             key: key.clone(),
-            reason,
+            source: Box::new(source),
         };
         let cache_key = (namespace.clone(), secret_name.clone());
         let fresh = || {
@@ -118,7 +118,7 @@ impl Cache {
             .map_err(Error::kube(format!(
                 "reading Secret {namespace}/{secret_name}"
             )))?
-            .ok_or_else(|| bundle_error("the Secret does not exist".into()))?;
+            .ok_or_else(|| bundle_error(BundleError::NoSecret))?;
         let rv = secret.resource_version().unwrap_or_default();
         {
             let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
@@ -134,9 +134,9 @@ impl Cache {
             .data
             .as_ref()
             .and_then(|d| d.get(&key))
-            .ok_or_else(|| bundle_error(format!("the Secret has no key {key}")))?;
-        let text = std::str::from_utf8(&data.0)
-            .map_err(|_| bundle_error("the bundle is not UTF-8 text".into()))?;
+            .ok_or_else(|| bundle_error(BundleError::NoKey { key: key.clone() }))?;
+        let text =
+            std::str::from_utf8(&data.0).map_err(|e| bundle_error(BundleError::NotUtf8(e)))?;
         let identity =
             identity_from_bundle_text(text, &format!("Secret {namespace}/{secret_name}"))
                 .map_err(bundle_error)?;
@@ -168,16 +168,14 @@ fn fresh_enough(since_checked: Duration, since_minted: Duration) -> bool {
 }
 
 /// Parses a bundle and mints an `os:admin` client identity from its OS CA.
-/// The error text never contains key material.
-pub fn identity_from_bundle_text(text: &str, origin: &str) -> Result<ClientIdentity, String> {
+/// The error's chain never contains key material.
+pub fn identity_from_bundle_text(text: &str, origin: &str) -> Result<ClientIdentity, BundleError> {
     // A parse error may quote the value it choked on, which in a bundle can be a key.
     let bundle = SecretsBundle::parse(text, origin)
-        .map_err(|e| ichor_talos::redact::quoted_values(&e.to_string()))?;
-    let (ca_pem, _) = bundle
-        .os_ca_pem()
-        .ok_or_else(|| "certs.os.crt or certs.os.key is missing or not base64".to_string())?;
+        .map_err(|e| BundleError::Read(BundleError::redacted(&e)))?;
+    let (ca_pem, _) = bundle.os_ca_pem().ok_or(BundleError::NoOsCa)?;
     let cert = generate_client_certificate(&bundle, Role::Admin, CERT_VALIDITY)
-        .map_err(|e| ichor_talos::redact::quoted_values(&e.to_string()))?;
+        .map_err(|e| BundleError::Certificate(BundleError::redacted(&e)))?;
     Ok(ClientIdentity::from_pem(ca_pem, cert.crt_pem, cert.key_pem))
 }
 
@@ -199,6 +197,8 @@ mod tests {
         let id = identity_from_bundle_text(&text, "fixture").unwrap();
         assert!(format!("{id:?}").contains("<redacted>"));
         let err = identity_from_bundle_text("certs: \"c2VjcmV0\"\n", "bad").unwrap_err();
-        assert!(!err.contains("c2VjcmV0"), "{err}");
+        let said = format!("{} {err:?}", ichor_api::error_text::chain(&err));
+        assert!(said.contains("(redacted)"), "{said}");
+        assert!(!said.contains("c2VjcmV0"), "{said}");
     }
 }

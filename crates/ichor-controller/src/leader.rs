@@ -101,7 +101,9 @@ impl Elector {
                         logged = true;
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "trying for the leader Lease"),
+                Err(e) => {
+                    tracing::warn!(error = %ichor_api::error_text::chain(&e), "trying for the leader Lease")
+                }
             }
             tokio::time::sleep(self.settings.renew_interval).await;
         };
@@ -132,7 +134,7 @@ impl Elector {
                         reason = "another replica holds the Lease".to_string();
                         break;
                     }
-                    Ok(Err(e)) => reason = e.to_string(),
+                    Ok(Err(e)) => reason = ichor_api::error_text::chain(&e),
                     Err(_) => reason = "the renewal did not finish before the deadline".to_string(),
                 }
             }

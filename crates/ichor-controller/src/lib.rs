@@ -62,7 +62,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::events::{Recorder, Reporter};
 
-pub use error::{Error, Result};
+pub use error::{BundleError, Error, LiveConfigError, Result, WebhookCertError};
 pub use metrics::Metrics;
 
 /// The field manager of every write the controller makes.
@@ -299,9 +299,7 @@ impl Context {
 /// Runs the controller with the in-cluster (or `KUBECONFIG`) client until
 /// SIGTERM or Ctrl-C.
 pub async fn run(config: Config) -> Result<()> {
-    let client = kube::Client::try_default()
-        .await
-        .map_err(|e| Error::Client(e.to_string()))?;
+    let client = kube::Client::try_default().await.map_err(Error::Client)?;
     run_with(client, config, shutdown_signal()).await
 }
 
@@ -335,7 +333,7 @@ pub async fn run_with(
     metrics.set_leader(true);
 
     if let Err(e) = installation::ensure(&client, &config).await {
-        tracing::error!(error = %e, "IchorInstallation");
+        tracing::error!(error = %ichor_api::error_text::chain(&e), "IchorInstallation");
     }
 
     // Each controller's watch of the other kind fills a store the other
@@ -394,10 +392,10 @@ async fn start_servers(
     if let Some(addr) = config.http_addr {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .map_err(|e| Error::Serve {
+            .map_err(|source| Error::Serve {
                 what: "health and metrics",
                 addr: addr.to_string(),
-                reason: e.to_string(),
+                source,
             })?;
         let router = http::router(Arc::clone(metrics));
         let stop = shutdown.clone();
@@ -418,7 +416,7 @@ async fn start_servers(
             if let Err(e) =
                 webhook::serve_from_secret(c, ns, wh.cert_secret, listener, wh.reload, stop).await
             {
-                tracing::error!(error = %e, "the webhook server stopped");
+                tracing::error!(error = %ichor_api::error_text::chain(&e), "the webhook server stopped");
             }
         });
     }

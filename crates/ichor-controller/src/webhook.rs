@@ -13,12 +13,13 @@ use std::sync::Arc;
 use axum::Json;
 use axum::Router;
 use axum::routing::post;
+use ichor_api::error_text::chain;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{Error, Result};
+use crate::{Error, Result, WebhookCertError};
 
 /// The path the ValidatingWebhookConfiguration calls for TalosClusters.
 pub const VALIDATE_TALOSCLUSTER_PATH: &str = "/validate-ichor-maesh-dev-v1alpha1-taloscluster";
@@ -94,7 +95,7 @@ pub fn validate_talosmachine(new: &Value) -> Vec<String> {
             let origin = format!("patch {pname:?} of TalosMachine {name}");
             ichor_talos::patch::ConfigPatch::parse(text, &origin)
                 .err()
-                .map(|e| format!("spec.patches[{pname}] is not a Talos config patch: {e}; write a strategic merge patch (YAML documents) or an RFC 6902 list of operations"))
+                .map(|e| format!("spec.patches[{pname}] is not a Talos config patch: {}; write a strategic merge patch (YAML documents) or an RFC 6902 list of operations", chain(&e)))
         }));
     problems
 }
@@ -261,23 +262,23 @@ pub async fn load_tls(
     namespace: &str,
     secret: &str,
 ) -> Result<Arc<rustls::ServerConfig>> {
-    let bad = |reason: String| Error::WebhookCert {
+    let bad = |source: WebhookCertError| Error::WebhookCert {
         namespace: namespace.into(),
         secret: secret.into(),
-        reason,
+        source: Box::new(source),
     };
     let s = Api::<Secret>::namespaced(client.clone(), namespace)
         .get_opt(secret)
         .await
         .map_err(Error::kube(format!("reading Secret {namespace}/{secret}")))?
-        .ok_or_else(|| bad("the Secret does not exist".into()))?;
+        .ok_or_else(|| bad(WebhookCertError::NoSecret))?;
     let data = s.data.unwrap_or_default();
     let crt = data
         .get("tls.crt")
-        .ok_or_else(|| bad("no tls.crt".into()))?;
+        .ok_or_else(|| bad(WebhookCertError::NoKey("tls.crt")))?;
     let key = data
         .get("tls.key")
-        .ok_or_else(|| bad("no tls.key".into()))?;
+        .ok_or_else(|| bad(WebhookCertError::NoKey("tls.key")))?;
     server_config(&crt.0, &key.0).map_err(bad)
 }
 
@@ -285,25 +286,24 @@ pub async fn load_tls(
 pub fn server_config(
     crt_pem: &[u8],
     key_pem: &[u8],
-) -> std::result::Result<Arc<rustls::ServerConfig>, String> {
+) -> std::result::Result<Arc<rustls::ServerConfig>, WebhookCertError> {
     use rustls::pki_types::pem::PemObject as _;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(crt_pem)
         .collect::<std::result::Result<_, _>>()
-        .map_err(|e| format!("tls.crt is not PEM certificates: {e}"))?;
+        .map_err(WebhookCertError::CertificatePem)?;
     if certs.is_empty() {
-        return Err("tls.crt holds no certificate".into());
+        return Err(WebhookCertError::NoCertificate);
     }
-    let key = PrivateKeyDer::from_pem_slice(key_pem)
-        .map_err(|e| format!("tls.key is not a PEM private key: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(WebhookCertError::KeyPem)?;
     let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())?
+    .map_err(WebhookCertError::Versions)?
     .with_no_client_auth()
     .with_single_cert(certs, key)
-    .map_err(|e| format!("the certificate and key do not make a TLS identity: {e}"))?;
+    .map_err(WebhookCertError::Identity)?;
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
 }
@@ -312,10 +312,10 @@ pub fn server_config(
 /// a port already taken stops the controller at once instead of leaving it
 /// running with webhooks nobody answers.
 pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener> {
-    let serve_error = |e: std::io::Error| Error::Serve {
+    let serve_error = |source: std::io::Error| Error::Serve {
         what: "webhook",
         addr: addr.to_string(),
-        reason: e.to_string(),
+        source,
     };
     let listener = std::net::TcpListener::bind(addr).map_err(serve_error)?;
     listener.set_nonblocking(true).map_err(serve_error)?;
@@ -344,10 +344,10 @@ async fn serve_with(
     let addr = listener
         .local_addr()
         .map_or_else(|_| "(unknown)".to_string(), |a| a.to_string());
-    let serve_error = |e: std::io::Error| Error::Serve {
+    let serve_error = |source: std::io::Error| Error::Serve {
         what: "webhook",
         addr: addr.clone(),
-        reason: e.to_string(),
+        source,
     };
     let handle = axum_server::Handle::new();
     let h = handle.clone();
@@ -389,7 +389,7 @@ pub async fn serve_from_secret(
             let rv = match api.get_opt(&secret).await {
                 Ok(s) => s.and_then(|s| s.metadata.resource_version),
                 Err(e) => {
-                    tracing::warn!(error = %e, "reading the webhook certificate Secret {namespace}/{secret}; keeping the current certificate");
+                    tracing::warn!(error = %chain(&e), "reading the webhook certificate Secret {namespace}/{secret}; keeping the current certificate");
                     continue;
                 }
             };
@@ -404,7 +404,9 @@ pub async fn serve_from_secret(
                     );
                     seen = rv;
                 }
-                Err(e) => tracing::warn!(error = %e, "keeping the current webhook certificate"),
+                Err(e) => {
+                    tracing::warn!(error = %chain(&e), "keeping the current webhook certificate")
+                }
             }
         }
     });

@@ -36,7 +36,8 @@ pub fn held_condition(hold: bool, generation: Option<i64>, now: &Time) -> Condit
 }
 
 /// `Ready` after a reconcile: True with what was read, or False with the
-/// error's reason (a constant of `conditions::reasons`) and words.
+/// error's reason (a constant of `conditions::reasons`) and words (the
+/// error with each of its causes, [`ichor_api::error_text::chain`], so the condition says why).
 pub fn ready_condition(
     machine: &TalosMachine,
     status: &TalosMachineStatus,

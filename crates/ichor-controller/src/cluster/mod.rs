@@ -104,7 +104,7 @@ pub(crate) async fn run(
         .run(guarded_reconcile, error_policy, ctx)
         .for_each(|r| async move {
             if let Err(e) = r {
-                tracing::debug!(error = %e, "TalosCluster reconcile");
+                tracing::debug!(error = %ichor_api::error_text::chain(&e), "TalosCluster reconcile");
             }
         });
     crate::drive_until_stopped("TalosCluster", drive, stop).await;

@@ -63,7 +63,7 @@ async fn read_cilium_release(ctx: &Context) -> Option<ichor_api::CiliumReleaseSt
     {
         Ok(history) => cilium_release_status(&history, storage_ns),
         Err(e) => {
-            tracing::debug!("reading Ichor's Cilium release records: {e}");
+            tracing::debug!(error = %ichor_api::error_text::chain(&e), "reading Ichor's Cilium release records");
             None
         }
     }
@@ -154,7 +154,7 @@ async fn read_handover(
     let node_count = node_count(ctx, machines).await?;
     let settings = match ClusterSettings::from_cluster(cluster, node_count) {
         Ok(s) => s,
-        Err(e) => return Ok(Err(e.to_string())),
+        Err(e) => return Ok(Err(ichor_api::error_text::chain(&e))),
     };
     ichor_cilium::check_handover(
         ctx.client.clone(),

@@ -113,7 +113,7 @@ pub(crate) async fn run(
         .run(guarded_reconcile, error_policy, ctx)
         .for_each(|r| async move {
             if let Err(e) = r {
-                tracing::debug!(error = %e, "TalosMachine reconcile");
+                tracing::debug!(error = %ichor_api::error_text::chain(&e), "TalosMachine reconcile");
             }
         });
     crate::drive_until_stopped("TalosMachine", drive, stop).await;
@@ -182,13 +182,17 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
         outcome
             .as_ref()
             .map(|_| ())
-            .map_err(|e| (ready_reason(e), e.to_string())),
+            .map_err(|e| (ready_reason(e), ichor_api::error_text::chain(e))),
         &now,
     );
     let event = match &outcome {
         Ok(Some((reason, note))) => Some((EventType::Normal, *reason, note.clone())),
         Ok(None) => None,
-        Err(e) => Some((EventType::Warning, ready.reason.as_str(), e.to_string())),
+        Err(e) => Some((
+            EventType::Warning,
+            ready.reason.as_str(),
+            ichor_api::error_text::chain(e),
+        )),
     }
     .map(|(t, r, n)| (t, r.to_owned(), n));
     conditions::set(&mut status.conditions, ready);
@@ -299,7 +303,7 @@ mod tests {
         let r = ready_condition(
             &m,
             &TalosMachineStatus::default(),
-            Err((ready_reason(&err), err.to_string())),
+            Err((ready_reason(&err), ichor_api::error_text::chain(&err))),
             &at(5),
         );
         assert_eq!(

@@ -9,7 +9,7 @@ use kube::ResourceExt as _;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::{Context, Error, Result};
+use crate::{Context, Error, LiveConfigError, Result};
 
 /// The machine's TalosCluster: from the store the cluster watch fills, or,
 /// when the store does not have it (yet) or cannot read it, from the API.
@@ -60,10 +60,10 @@ pub(super) async fn read_live(talos: &TalosClient, machine: &TalosMachine) -> Re
         .await
         .map_err(|e| talos_error(machine, e))?;
     let text = String::from_utf8(bytes)
-        .map_err(|_| live_config_error(machine, "the config is not UTF-8".into()))?;
+        .map_err(|e| live_config_error(machine, LiveConfigError::NotUtf8(e)))?;
     let origin = format!("the live config of node {}", machine.spec.address);
     ParsedConfig::parse_with_origin(&text, &origin)
-        .map_err(|e| live_config_error(machine, e.to_string()))
+        .map_err(|e| live_config_error(machine, e.into()))
 }
 
 pub(super) fn talos_error(machine: &TalosMachine, source: ichor_talos_client::Error) -> Error {
@@ -75,11 +75,11 @@ pub(super) fn talos_error(machine: &TalosMachine, source: ichor_talos_client::Er
     }
 }
 
-pub(super) fn live_config_error(machine: &TalosMachine, reason: String) -> Error {
+pub(super) fn live_config_error(machine: &TalosMachine, source: LiveConfigError) -> Error {
     Error::LiveConfig {
         namespace: machine.namespace().unwrap_or_default(),
         machine: machine.name_any(),
         address: machine.spec.address.clone(),
-        reason,
+        source: Box::new(source),
     }
 }

@@ -51,8 +51,9 @@ pub(super) async fn apply_and_read_back(
                 Status::False,
                 reasons::APPLY_FAILED,
                 format!(
-                    "the node refused the no-reboot apply of {}: {e}; Ichor retries; check the node with talosctl",
-                    plan.paths.join(", ")
+                    "the node refused the no-reboot apply of {}: {}; Ichor retries; check the node with talosctl",
+                    plan.paths.join(", "),
+                    ichor_api::error_text::chain(&e)
                 ),
                 generation,
                 now.clone(),
@@ -68,7 +69,7 @@ pub(super) async fn apply_and_read_back(
     conditions::set(&mut status.conditions, drifted(&after, generation, now));
     let read_back_yaml = read_back
         .to_yaml()
-        .map_err(|e| live_config_error(machine, e.to_string()))?;
+        .map_err(|e| live_config_error(machine, e.into()))?;
     let hash = status.config_hash.clone().unwrap_or_default();
     let (applied, note) =
         read_back_condition(plan, &read_back_yaml, &after, &hash, generation, now);

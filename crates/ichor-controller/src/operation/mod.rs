@@ -69,7 +69,7 @@ pub(crate) async fn run(
         .run(guarded_reconcile, error_policy, ctx)
         .for_each(|r| async move {
             if let Err(e) = r {
-                tracing::debug!(error = %e, "TalosOperation reconcile");
+                tracing::debug!(error = %ichor_api::error_text::chain(&e), "TalosOperation reconcile");
             }
         });
     crate::drive_until_stopped("TalosOperation", drive, stop).await;

@@ -90,7 +90,10 @@ impl Run<'_> {
             MachineStep::Rebooting => {
                 let seen = BootView {
                     address: m.spec.address.clone(),
-                    boot_id: talos.boot_id("").await.map_err(|e| e.to_string()),
+                    boot_id: talos
+                        .boot_id("")
+                        .await
+                        .map_err(|e| ichor_api::error_text::chain(&e)),
                 };
                 step::reboot(op.spec.kind, role, p, seen, now, bounds.node_return)
             }
@@ -132,7 +135,7 @@ impl Run<'_> {
             } => reboot(talos, forfeit_leadership, legacy_image).await.err(),
         };
         Ok(match refused {
-            Some(e) => step::refused(talos_error(m, e).to_string()),
+            Some(e) => step::refused(ichor_api::error_text::chain(&talos_error(m, e))),
             None => t.outcome,
         })
     }
@@ -143,7 +146,7 @@ impl Run<'_> {
         if m.spec.hold {
             return StartView::Held;
         }
-        let words = |e| talos_error(m, e).to_string();
+        let words = |e| ichor_api::error_text::chain(&talos_error(m, e));
         let version = match talos.version("").await {
             Ok(v) => v.tag,
             Err(e) => return StartView::Node(Err(words(e))),
@@ -191,7 +194,10 @@ impl Run<'_> {
 
 /// The etcd member list, or why it could not be read.
 async fn observe_etcd(talos: &TalosClient) -> std::result::Result<Vec<EtcdMemberView>, String> {
-    let members = talos.etcd_members("").await.map_err(|e| e.to_string())?;
+    let members = talos
+        .etcd_members("")
+        .await
+        .map_err(|e| ichor_api::error_text::chain(&e))?;
     Ok(members
         .into_iter()
         .map(|m| EtcdMemberView {

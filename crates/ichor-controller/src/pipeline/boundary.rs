@@ -37,7 +37,7 @@ where
                 &invalid.metadata,
                 EventType::Warning,
                 "Malformed",
-                err.to_string(),
+                ichor_api::error_text::chain(&err),
             )
             .await;
             Err(err)
@@ -83,7 +83,7 @@ where
         kube::Resource::meta(obj.as_ref()),
         EventType::Warning,
         "ReconcilePanicked",
-        err.to_string(),
+        ichor_api::error_text::chain(&err),
     )
     .await;
     Err(err)
@@ -140,7 +140,7 @@ where
     );
     tracing::warn!(
         object = %format!("{namespace}/{name}"),
-        error = %error,
+        error = %ichor_api::error_text::chain(error),
         failures,
         retry_in = ?retry,
         "{kind} reconcile failed"
@@ -188,7 +188,11 @@ mod tests {
     #[tokio::test]
     async fn a_failing_object_is_retried_later_each_time_until_it_succeeds() {
         let ctx = offline_context();
-        let err = || Error::Client("the API server went away".into());
+        let err = || Error::ClusterNotFound {
+            namespace: "team-a".into(),
+            machine: "w1".into(),
+            cluster: "gone".into(),
+        };
         let expected = |n: u32| {
             Action::requeue(crate::backoff::wait(
                 n,

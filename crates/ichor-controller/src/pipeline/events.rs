@@ -37,6 +37,6 @@ pub(crate) async fn publish_on(
         secondary: None,
     };
     if let Err(e) = ctx.recorder.publish(&ev, &reference(kind, meta)).await {
-        tracing::debug!(error = %e, "publishing an Event");
+        tracing::debug!(error = %ichor_api::error_text::chain(&e), "publishing an Event");
     }
 }

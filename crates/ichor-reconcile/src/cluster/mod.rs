@@ -85,7 +85,8 @@ pub struct Observed {
     /// The readable TalosMachines whose `spec.clusterRef` names this cluster.
     pub machines: Vec<TalosMachine>,
     /// The hand-over check (preset cilium), or why the effective values
-    /// cannot be derived from `spec.cni.cilium.values`.
+    /// cannot be derived from `spec.cni.cilium.values` (the error with each
+    /// of its causes, [`ichor_api::error_text::chain`]).
     pub handover: Option<std::result::Result<HandoverCheck, String>>,
     /// The ichor-cni Job for the desired values hash, when one exists.
     pub job: Option<JobState>,

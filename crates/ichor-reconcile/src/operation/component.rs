@@ -130,7 +130,7 @@ pub fn apply(
 }
 
 /// Applying, once the node took the config with `image` (or `refused` it:
-/// the error's words): Waiting for `node` to run it.
+/// the error with each of its causes, [`ichor_api::error_text::chain`]): Waiting for `node` to run it.
 pub fn written(
     c: &mut ComponentProgress,
     image: String,

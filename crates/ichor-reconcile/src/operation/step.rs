@@ -110,7 +110,7 @@ impl Transition {
 }
 
 /// The outcome of a step whose Talos effect the node refused (`words`: the
-/// error as the controller says it).
+/// error with each of its causes, [`ichor_api::error_text::chain`], so the node's reason is kept).
 pub fn refused(words: String) -> StepOutcome {
     StepOutcome::Failed(reasons::STEP_FAILED, words)
 }
@@ -131,7 +131,8 @@ pub struct NodeStart {
 pub enum StartView {
     /// `spec.hold` is set (the node is not read).
     Held,
-    /// The node, or the words of the first read that failed.
+    /// The node, or the words of the first read that failed (the error
+    /// with each of its causes, [`ichor_api::error_text::chain`]).
     Node(Result<NodeStart, String>),
 }
 
@@ -173,7 +174,7 @@ pub fn start(
 
 /// CheckingEtcd: the machine's etcd member must be healthy before its
 /// control plane goes down (`members`: the list, or why it could not be
-/// read); waits for it up to `bound`.
+/// read, the error with each of its causes); waits for it up to `bound`.
 pub fn check_etcd(
     p: &MachineProgress,
     members: Result<Vec<EtcdMemberView>, String>,
@@ -267,7 +268,8 @@ pub fn drain(p: &MachineProgress, left: DrainState, now: &Time, bound: Duration)
 pub struct BootView {
     /// The address the node was asked at.
     pub address: String,
-    /// Its boot id, or why it did not answer.
+    /// Its boot id, or why it did not answer (the error with each of its
+    /// causes).
     pub boot_id: Result<String, String>,
 }
 

@@ -20,16 +20,16 @@ use crate::{Error, Result};
 /// The components' extra arguments in a machine's live config.
 fn component_args(m: &TalosMachine, live: &[u8]) -> Result<ComponentArgs> {
     let name = m.metadata.name.clone().unwrap_or_default();
-    let bad = |reason: String| Error::LiveConfig {
+    let bad = |e: ichor_talos::config::ConfigError| Error::LiveConfig {
         namespace: m.metadata.namespace.clone().unwrap_or_default(),
         machine: name.clone(),
         address: m.spec.address.clone(),
-        reason,
+        source: Box::new(e.into()),
     };
     let text = String::from_utf8_lossy(live);
-    let config = MachineConfig::parse_live(&text, &format!("the live config of {name}"))
-        .map_err(|e| bad(e.to_string()))?;
-    let docs = config.to_mappings().map_err(|e| bad(e.to_string()))?;
+    let config =
+        MachineConfig::parse_live(&text, &format!("the live config of {name}")).map_err(bad)?;
+    let docs = config.to_mappings().map_err(bad)?;
     let docs: Vec<serde_json::Value> = docs
         .iter()
         .filter_map(|d| serde_json::to_value(d).ok())
@@ -108,17 +108,17 @@ impl Run<'_> {
     ) -> Result<std::result::Result<(), String>> {
         let talos = match self.client(m, cluster).await {
             Ok(t) => t,
-            Err(err) => return Ok(Err(err.to_string())),
+            Err(err) => return Ok(Err(ichor_api::error_text::chain(&err))),
         };
         match talos.version("").await {
             Ok(v) => facts.talos_versions.push((e.machine.clone(), v.tag)),
-            Err(err) => return Ok(Err(talos_error(m, err).to_string())),
+            Err(err) => return Ok(Err(ichor_api::error_text::chain(&talos_error(m, err)))),
         }
         match talos.machine_config("").await {
             Ok(live) => facts
                 .settings
                 .push((e.machine.clone(), component_args(m, &live)?)),
-            Err(err) => return Ok(Err(talos_error(m, err).to_string())),
+            Err(err) => return Ok(Err(ichor_api::error_text::chain(&talos_error(m, err)))),
         }
         let mut components = vec![KubernetesComponent::Kubelet];
         if e.role == MachineRole::Controlplane {
@@ -127,7 +127,7 @@ impl Run<'_> {
         for c in components {
             match image_on(&talos, c).await {
                 Ok(image) => facts.images.extend(image.filter(|i| !i.is_empty())),
-                Err(err) => return Ok(Err(talos_error(m, err).to_string())),
+                Err(err) => return Ok(Err(ichor_api::error_text::chain(&talos_error(m, err)))),
             }
         }
         Ok(Ok(()))

@@ -221,11 +221,11 @@ impl Run<'_> {
         now: &Time,
     ) -> Result<StepOutcome> {
         let machine = c.machine.clone();
-        let bad = |e: String| Error::LiveConfig {
+        let bad = |e: ichor_talos::config::ConfigError| Error::LiveConfig {
             namespace: self.namespace.clone(),
             machine: machine.clone(),
             address: m.spec.address.clone(),
-            reason: e,
+            source: Box::new(e.into()),
         };
         let live = talos
             .machine_config("")
@@ -233,19 +233,19 @@ impl Run<'_> {
             .map_err(|e| talos_error(m, e))?;
         let text = String::from_utf8_lossy(&live);
         let live = MachineConfig::parse_live(&text, &format!("the live config of {machine}"))
-            .map_err(|e| bad(e.to_string()))?;
+            .map_err(bad)?;
         let (effect, outcome) = component::apply(c, &live, version, node, now)?;
         let ComponentEffect::Apply { config, image } = effect else {
             return Ok(outcome);
         };
-        let yaml = config.to_yaml().map_err(|e| bad(e.to_string()))?;
+        let yaml = config.to_yaml().map_err(bad)?;
         let request = ApplyRequest::new(yaml.into_bytes(), ApplyMode::NoReboot);
         let refused = match talos.apply_configuration("", &request).await {
             Ok(_) => {
                 tracing::info!(machine = %machine, component = c.component.as_str(), %image, "kubernetes-upgrade: applied in no-reboot mode");
                 None
             }
-            Err(e) => Some(talos_error(m, e).to_string()),
+            Err(e) => Some(ichor_api::error_text::chain(&talos_error(m, e))),
         };
         Ok(component::written(c, image, refused, node, now))
     }
