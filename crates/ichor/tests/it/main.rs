@@ -5,6 +5,7 @@ mod adopt_e2e;
 mod cilium_on_talos_e2e;
 mod cni_e2e;
 mod common;
+mod health_e2e;
 mod helm_e2e;
 mod image;
 mod init_bad_input_e2e;
