@@ -274,3 +274,38 @@ fn the_configs_carry_cilium_inline_on_control_planes_only() {
         assert_eq!(w.machines[0].metadata.name.as_deref(), Some("cp-1"));
     }
 }
+
+/// The base config init starts each node's render from, in both shapes and
+/// both roles, byte for byte (the fixture bundle's test secrets only).
+#[test]
+fn the_base_configs_in_both_shapes_and_roles() {
+    let b = bundle();
+    for (shape, talos_version, kubernetes_version) in [
+        (ConfigShape::Legacy, "v1.13.9", "v1.36.0"),
+        (ConfigShape::Multidoc, "v1.14.0", "v1.37.0"),
+    ] {
+        for control_plane in [true, false] {
+            let docs = base_config(
+                &b,
+                &BaseInput {
+                    shape,
+                    control_plane,
+                    cluster_name: "lab",
+                    endpoint: "https://10.5.0.2:6443",
+                    kubernetes_version,
+                    talos_version,
+                    install_disk: "/dev/vda",
+                },
+            );
+            let yaml: Vec<String> = docs
+                .iter()
+                .map(|d| serde_yaml_ng::to_string(d).unwrap())
+                .collect();
+            let role = if control_plane { "controlplane" } else { "worker" };
+            insta::assert_snapshot!(
+                format!("init-base-{}-{role}", shape.as_str()),
+                yaml.join("---\n")
+            );
+        }
+    }
+}
