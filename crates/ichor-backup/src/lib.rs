@@ -1,0 +1,6 @@
+//! Ichor's backups of a cluster: what a backup holds and where it goes.
+//!
+//! The pure parts (the etcd snapshot check, the manifest and object layout,
+//! schedules and retention) take no I/O; encryption and the destinations
+//! stream through bounded buffers, so a snapshot is never held whole in
+//! memory or on disk.
