@@ -38,6 +38,7 @@ pub mod cluster;
 pub mod cni;
 pub mod conditions;
 pub mod crds;
+pub mod endpoint;
 pub mod error_text;
 pub mod installation;
 pub mod machine;
