@@ -17,6 +17,7 @@
 //!   bootstrap-manifests inventory.
 //! - [`cni_job`]: the ichor-cni Job, its name, its state and the wait
 //!   between attempts; [`backoff`]: the one back-off rule.
+//! - [`version`]: versions read through the one parser.
 
 pub mod backoff;
 pub mod cluster;
@@ -24,3 +25,4 @@ pub mod cni_job;
 pub mod inventory;
 pub mod machine;
 pub mod operation;
+pub mod version;
