@@ -4,3 +4,6 @@
 //! schedules and retention) take no I/O; encryption and the destinations
 //! stream through bounded buffers, so a snapshot is never held whole in
 //! memory or on disk.
+
+pub mod crypt;
+pub mod snapshot;
