@@ -24,6 +24,13 @@ pub enum Tool {
     /// `github.com/siderolabs/go-kubernetes` (package `kubernetes/ssa`) behind
     /// the small main in `tools/ssa-prune-peer`.
     SsaPrunePeer,
+    /// The reference age (`filippo.io/age`), for the backup tests.
+    Age,
+    AgeKeygen,
+    /// etcd's offline snapshot tool and its client, at the etcd version:
+    /// real snapshots for the backup tests.
+    Etcdutl,
+    Etcdctl,
 }
 
 impl Tool {
@@ -37,19 +44,24 @@ impl Tool {
             Tool::Crane => "ICHOR_CRANE",
             Tool::MachineryPeer => "ICHOR_MACHINERY_PEER",
             Tool::SsaPrunePeer => "ICHOR_SSA_PRUNE_PEER",
+            Tool::Age => "ICHOR_AGE",
+            Tool::AgeKeygen => "ICHOR_AGE_KEYGEN",
+            Tool::Etcdutl => "ICHOR_ETCDUTL",
+            Tool::Etcdctl => "ICHOR_ETCDCTL",
         }
     }
 
     fn version_key(self) -> &'static str {
         match self {
             Tool::KubeApiserver => "KUBERNETES_VERSION",
-            Tool::Etcd => "ETCD_VERSION",
+            Tool::Etcd | Tool::Etcdutl | Tool::Etcdctl => "ETCD_VERSION",
             Tool::Helm3 => "HELM3_VERSION",
             Tool::Helm4 => "HELM4_VERSION",
             Tool::Talosctl => "TALOS_VERSION",
             Tool::Crane => "CRANE_VERSION",
             Tool::MachineryPeer => "TALOS_MACHINERY_VERSION",
             Tool::SsaPrunePeer => "GO_KUBERNETES_VERSION",
+            Tool::Age | Tool::AgeKeygen => "AGE_VERSION",
         }
     }
 
@@ -62,6 +74,10 @@ impl Tool {
             Tool::Crane => "crane",
             Tool::MachineryPeer => "machinery-peer",
             Tool::SsaPrunePeer => "ssa-prune-peer",
+            Tool::Age => "age",
+            Tool::AgeKeygen => "age-keygen",
+            Tool::Etcdutl => "etcdutl",
+            Tool::Etcdctl => "etcdctl",
         }
     }
 
@@ -228,6 +244,10 @@ mod tests {
             Tool::Talosctl,
             Tool::Crane,
             Tool::MachineryPeer,
+            Tool::Age,
+            Tool::AgeKeygen,
+            Tool::Etcdutl,
+            Tool::Etcdctl,
         ] {
             let v = tool.version();
             assert!(v.starts_with('v'), "{tool:?} version {v} lacks its v");
