@@ -7,6 +7,8 @@
 use k8s_openapi::api::batch::v1::Job;
 use serde_json::json;
 
+use crate::version;
+
 /// The installer Job's ServiceAccount (the install manifest's cluster-admin identity).
 pub const INSTALLER_IDENTITY: &str = "ichor-installer";
 
@@ -69,15 +71,14 @@ pub fn ichor_upgrade_refusal(
             "a TalosOperation of kind ichor upgrades Ichor for the whole cluster, so it is obeyed only in {system_namespace}; this one is in {op_namespace} (nothing was started): create it in {system_namespace}"
         ));
     }
-    let parse = |v: &str| semver::Version::parse(v.trim_start_matches('v')).ok();
-    let Some(to) = parse(target) else {
+    let Some(to) = version::parse(target) else {
         return Some(format!(
             "spec.version {target:?} is not a version like v1.14.0 (nothing was started)"
         ));
     };
-    match parse(running) {
+    match version::parse(running) {
         Some(from) if to < from && !allow_downgrade => Some(format!(
-            "spec.version {target} is older than the running Ichor v{from} (nothing was started): a downgrade needs spec.allowDowngrade: true in a new operation"
+            "spec.version {target} is older than the running Ichor {from} (nothing was started): a downgrade needs spec.allowDowngrade: true in a new operation"
         )),
         _ => None,
     }
@@ -85,10 +86,9 @@ pub fn ichor_upgrade_refusal(
 
 /// The words a plan adds when the operation downgrades Ichor on purpose.
 pub fn downgrade_note(target: &str, running: &str) -> Option<String> {
-    let parse = |v: &str| semver::Version::parse(v.trim_start_matches('v')).ok();
-    match (parse(target), parse(running)) {
+    match (version::parse(target), version::parse(running)) {
         (Some(to), Some(from)) if to < from => Some(format!(
-            " (a downgrade from v{from}, allowed by spec.allowDowngrade)"
+            " (a downgrade from {from}, allowed by spec.allowDowngrade)"
         )),
         _ => None,
     }

@@ -14,6 +14,7 @@ use ichor_api::operation::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{removed, support};
+use crate::version::release;
 
 /// `v1.37.0` for `1.37.0` or `v1.37.0`: the tag of Kubernetes images and
 /// the kubelet's reported version.
@@ -21,7 +22,9 @@ pub fn kubernetes_tag(version: &str) -> String {
     format!("v{}", version.trim().trim_start_matches('v'))
 }
 
-/// (major, minor, patch) of `v1.37.0` / `1.37.0-rc.1` (pre-release ignored).
+/// (major, minor, patch) of `v1.37.0` / `1.37.0-rc.1` (pre-release ignored),
+/// `v1.37` read as `v1.37.0`: the support check's reading (`support`); every
+/// other decision reads versions through [`crate::version`].
 pub fn semver(version: &str) -> Option<(u64, u64, u64)> {
     let v = version.trim().trim_start_matches('v');
     let core = v.split(['-', '+']).next()?;
@@ -45,7 +48,7 @@ pub fn lowest_version<'a>(images: impl IntoIterator<Item = &'a str>) -> Option<S
     images
         .into_iter()
         .filter_map(image_tag)
-        .filter_map(|t| semver(t).map(|v| (v, t)))
+        .filter_map(|t| release(t).map(|v| (v, t)))
         .min_by_key(|(v, _)| *v)
         .map(|(_, t)| kubernetes_tag(t))
 }
@@ -54,7 +57,7 @@ pub fn lowest_version<'a>(images: impl IntoIterator<Item = &'a str>) -> Option<S
 /// one, as `talosctl upgrade-k8s` allows (each minor's removals are checked
 /// on the way; skipping one would skip its checks and break version skew).
 pub fn kubernetes_path(from: &str, to: &str) -> Result<(), String> {
-    let (Some(f), Some(t)) = (semver(from), semver(to)) else {
+    let (Some(f), Some(t)) = (release(from), release(to)) else {
         return Err(format!(
             "cannot read the version path {from} → {to}: versions look like v1.37.0"
         ));
@@ -86,7 +89,7 @@ pub const REMOVED_API_RESOURCES: &[(u64, &str)] = &[
 /// The resources removed on the path `from` → `to` (minors after `from`,
 /// up to `to`), as (plural, version, group).
 pub fn removed_on_path(from: &str, to: &str) -> Vec<(&'static str, &'static str, &'static str)> {
-    let (Some(f), Some(t)) = (semver(from), semver(to)) else {
+    let (Some(f), Some(t)) = (release(from), release(to)) else {
         return Vec::new();
     };
     REMOVED_API_RESOURCES

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::semver;
+use crate::version::release;
 
 /// One minor's removals.
 pub struct Removals {
@@ -331,7 +331,7 @@ pub fn removed_in_use(
     to: &str,
     args: &BTreeMap<Component, BTreeMap<String, String>>,
 ) -> Vec<String> {
-    let (Some(f), Some(t)) = (semver(from), semver(to)) else {
+    let (Some(f), Some(t)) = (release(from), release(to)) else {
         return Vec::new();
     };
     let mut found = Vec::new();

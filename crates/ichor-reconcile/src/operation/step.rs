@@ -205,7 +205,7 @@ pub fn check_etcd(
 pub fn legacy(p: &MachineProgress) -> bool {
     p.version_before
         .as_deref()
-        .and_then(parse_minor)
+        .and_then(crate::version::release_line)
         .is_some_and(|v| v < (1, 13))
 }
 
@@ -450,12 +450,6 @@ pub fn step_name(step: MachineStep) -> &'static str {
         MachineStep::Failed => "Failed",
         MachineStep::Skipped => "Skipped",
     }
-}
-
-fn parse_minor(v: &str) -> Option<(u64, u64)> {
-    let v = v.strip_prefix('v').unwrap_or(v);
-    let mut parts = v.split(['.', '-']);
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
 /// The installer image of a live config: `machine.install.image` (v1alpha1)
