@@ -95,6 +95,15 @@ pub fn check_version(version: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// `version` as images and `appVersion` carry it: a release version (the
+/// one parser's) written with its v and nothing around it.
+fn stampable(version: &str) -> bool {
+    version.starts_with('v')
+        && !version.starts_with("vv")
+        && version.trim() == version
+        && ichor_talos::version::Version::parse(version).is_ok()
+}
+
 /// `dist/install.yaml` for Ichor `version` (with its v), running Ichor's
 /// controller image of that version.
 pub fn install_yaml(version: &str) -> Result<String, Error> {
@@ -361,6 +370,8 @@ pub fn repo_files() -> Result<Vec<GeneratedFile>, Error> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     /// Covers: R18.3 (the UI's ClusterRole in dist/install-ui.yaml and the chart holds no write verb)
@@ -386,6 +397,74 @@ mod tests {
             .unwrap();
         for verb in ["patch", "create", "update", "delete"] {
             assert!(!ui_rules.contains(verb), "{ui_rules}");
+        }
+    }
+
+    /// A version as Ichor is stamped with (`v0.2.0`, a pre-release, a build).
+    fn release() -> impl Strategy<Value = String> {
+        (
+            0u64..20,
+            0u64..40,
+            0u64..20,
+            prop::option::of("(alpha|beta|rc)(\\.[1-9][0-9]{0,2})?|[a-z][a-z0-9-]{0,6}"),
+            prop::option::of("[a-z0-9]{1,6}(\\.[a-z0-9]{1,4})?"),
+        )
+            .prop_map(|(major, minor, patch, pre, build)| {
+                let mut s = format!("v{major}.{minor}.{patch}");
+                if let Some(pre) = pre {
+                    s = format!("{s}-{pre}");
+                }
+                if let Some(build) = build {
+                    s = format!("{s}+{build}");
+                }
+                s
+            })
+    }
+
+    /// What only the old check took: a pre-release or build with an empty
+    /// part, a pre-release number with a leading zero, a second `+` —
+    /// texts semantic versioning refuses.
+    fn no_semver_tail(version: &str) -> bool {
+        let rest = version.strip_prefix('v').unwrap_or(version);
+        let core = rest.split(['-', '+']).next().unwrap_or_default();
+        let tail = &rest[core.len()..];
+        let (pre, build) = match tail.split_once('+') {
+            Some((pre, build)) => (pre, Some(build)),
+            None => (tail, None),
+        };
+        let pre = pre.strip_prefix('-');
+        let bad_pre = pre.is_some_and(|p| {
+            p.split('.').any(|i| {
+                i.is_empty()
+                    || (i.len() > 1 && i.starts_with('0') && i.chars().all(|c| c.is_ascii_digit()))
+            })
+        });
+        let bad_build = build.is_some_and(|b| b.contains('+') || b.split('.').any(str::is_empty));
+        bad_pre || bad_build
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn a_release_version_is_stamped_as_before(v in release()) {
+            prop_assert!(check_version(&v).is_ok(), "{v}");
+            prop_assert!(stampable(&v), "{v}");
+        }
+
+        /// Any text: the one parser takes what the old check took, but
+        /// the texts that are no semantic version.
+        #[test]
+        fn the_one_parser_takes_what_the_old_check_took(v in prop_oneof![
+            release(),
+            "[v ]{0,2}[0-9.]{0,9}(-[0-9a-z.+-]{0,6})?(\\+[0-9a-z.+-]{0,4})?",
+            "v?0?[0-9]{1,2}(\\.0?[0-9]{1,2}){0,3}(-0?[0-9]{1,2})?",
+            any::<String>(),
+        ]) {
+            let old = check_version(&v).is_ok();
+            let new = stampable(&v);
+            prop_assert!(!new || old, "{v:?}");
+            prop_assert!(!old || new || no_semver_tail(&v), "{v:?}");
         }
     }
 
