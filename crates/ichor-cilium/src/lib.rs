@@ -162,7 +162,7 @@ pub enum Error {
         namespace: String,
         source: kube::Error,
     },
-    #[error("reading {what} failed; check the kubeconfig and that it may read it")]
+    #[error("reading {what} failed")]
     Read { what: String, source: kube::Error },
     #[error(
         "Cilium is not Ready within {timeout:?}; still waiting for: {pending}. Check the Cilium pods in {namespace} and the nodes' Ready condition"
@@ -172,6 +172,18 @@ pub enum Error {
         namespace: String,
         pending: String,
     },
+}
+
+impl Error {
+    /// What can help, said apart from the message (docs/STYLE.md).
+    pub fn help(&self) -> Option<String> {
+        match self {
+            // Transparent: the Helm error is not a cause of its own in the chain.
+            Error::Helm(e) => e.help(),
+            Error::Read { .. } => Some("check the kubeconfig and that it may read it".into()),
+            _ => None,
+        }
+    }
 }
 
 /// The values hash of the values a release was deployed with (its `config`).

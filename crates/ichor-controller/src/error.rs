@@ -11,7 +11,7 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A Kubernetes API call failed.
-    #[error("{what}; check the API server and the controller's RBAC")]
+    #[error("{what}")]
     Kube {
         /// What was being done, naming the object.
         what: String,
@@ -153,6 +153,14 @@ impl Error {
     pub(crate) fn kube(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
         let what = what.into();
         move |source| Error::Kube { what, source }
+    }
+
+    /// What can help, said apart from the message (docs/STYLE.md).
+    pub fn help(&self) -> Option<String> {
+        match self {
+            Error::Kube { .. } => Some("check the API server and the controller's RBAC".into()),
+            _ => None,
+        }
     }
 }
 

@@ -186,7 +186,7 @@ pub enum Error {
         object: String,
         detail: String,
     },
-    #[error("Helm release {release}: reading {object} failed; check that the caller may get it")]
+    #[error("Helm release {release}: reading {object} failed")]
     Read {
         release: String,
         object: String,
@@ -216,6 +216,16 @@ pub enum Error {
         timeout: Duration,
         pending: String,
     },
+}
+
+impl Error {
+    /// What can help, said apart from the message (docs/STYLE.md).
+    pub fn help(&self) -> Option<String> {
+        match self {
+            Error::Read { .. } => Some("check that the caller may get it".into()),
+            _ => None,
+        }
+    }
 }
 
 /// What kind of operation writes a revision.

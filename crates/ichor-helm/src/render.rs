@@ -261,7 +261,7 @@ pub enum RenderError {
         status: String,
         stderr: String,
     },
-    #[error("`{command}` did not finish within {timeout:?}; check access to the chart source")]
+    #[error("`{command}` did not finish within {timeout:?}")]
     Timeout { command: String, timeout: Duration },
     #[error("`{command}` printed something Ichor cannot read")]
     Output {
@@ -273,4 +273,14 @@ pub enum RenderError {
         what: String,
         source: std::io::Error,
     },
+}
+
+impl RenderError {
+    /// What can help, said apart from the message (docs/STYLE.md).
+    pub fn help(&self) -> Option<String> {
+        match self {
+            RenderError::Timeout { .. } => Some("check access to the chart source".into()),
+            _ => None,
+        }
+    }
 }

@@ -1,6 +1,11 @@
-//! What can help, for the errors where rerunning the command cannot: the
-//! setting or step the operator must change first. See docs/STYLE.md.
+//! What can help: the setting or step that changes the outcome, said once
+//! after the causes (docs/STYLE.md). An error type that knows one has a
+//! `help()` method; this module knows those types and finds the first help
+//! in an error's chain.
 
+use std::error::Error;
+
+use ichor_api::error_text::first_help;
 use ichor_helm::render::RenderError;
 
 /// The environment variable that points Ichor at the `helm` binary
@@ -18,9 +23,41 @@ pub fn missing_helm(e: &anyhow::Error) -> Option<String> {
 
 /// A line that says what can help with `e`, where Ichor knows one.
 pub fn help_for(e: &anyhow::Error) -> Option<String> {
-    missing_helm(e).map(|helm| {
-        format!(
+    if let Some(helm) = missing_helm(e) {
+        // The CLI's flag and setting, which ichor-helm does not know.
+        return Some(format!(
             "Ichor runs helm from --helm or {HELM_ENV} (now {helm}); install helm v3.17+ or v4, or set {HELM_ENV} to the path of one. Running the command again does not help until then"
-        )
-    })
+        ));
+    }
+    first_help(e.as_ref(), help_of)
+}
+
+/// The help of one cause, if it is of a type that has a `help()`. A new
+/// type with a `help()` is added here.
+fn help_of(cause: &(dyn Error + 'static)) -> Option<String> {
+    use ichor_talos::talosconfig::TalosconfigError;
+    use ichor_talos::{config::ConfigError, patch::PatchError, secrets::SecretsError};
+    let helps: [fn(&(dyn Error + 'static)) -> Option<Option<String>>; 8] = [
+        |c| c.downcast_ref::<RenderError>().map(RenderError::help),
+        |c| {
+            c.downcast_ref::<ichor_helm::Error>()
+                .map(ichor_helm::Error::help)
+        },
+        |c| {
+            c.downcast_ref::<ichor_cilium::Error>()
+                .map(ichor_cilium::Error::help)
+        },
+        |c| {
+            c.downcast_ref::<ichor_controller::Error>()
+                .map(ichor_controller::Error::help)
+        },
+        |c| c.downcast_ref::<ConfigError>().map(ConfigError::help),
+        |c| c.downcast_ref::<PatchError>().map(PatchError::help),
+        |c| c.downcast_ref::<SecretsError>().map(SecretsError::help),
+        |c| {
+            c.downcast_ref::<TalosconfigError>()
+                .map(TalosconfigError::help)
+        },
+    ];
+    helps.iter().find_map(|help| help(cause)).flatten()
 }

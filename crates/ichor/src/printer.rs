@@ -197,6 +197,52 @@ mod tests {
         assert_eq!(joined.matches("install helm").count(), 1, "{joined}");
     }
 
+    /// An error whose advice is its [`ichor_api::error_text::Help`]: the
+    /// help line says it once, and no cause line does.
+    #[test]
+    fn the_advice_of_an_error_is_printed_once_on_the_help_line() {
+        let timeout = ichor_helm::render::RenderError::Timeout {
+            command: "helm template cilium".into(),
+            timeout: std::time::Duration::from_secs(300),
+        };
+        let helm = ichor_helm::Error::Render {
+            release: "cilium".into(),
+            source: timeout,
+        };
+        let e = anyhow::Error::new(ichor_cilium::Error::Helm(helm)).context("ichor cni bootstrap");
+        let lines = error_lines(&e);
+        assert_eq!(
+            lines,
+            [
+                "error: ichor cni bootstrap",
+                "  caused by: Helm release cilium: rendering the chart failed",
+                "  caused by: `helm template cilium` did not finish within 300s",
+                "help: check access to the chart source",
+            ]
+        );
+
+        let read = ichor_talos::config::ConfigError::Read {
+            path: "cp.yaml".into(),
+            source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, "Permission denied"),
+        };
+        let e = anyhow::Error::new(ichor_talos::secrets::SecretsError::Config(read))
+            .context("ichor adopt could not recover the secrets bundle");
+        let lines = error_lines(&e);
+        let joined = lines.join("\n");
+        assert_eq!(joined.matches("check the path").count(), 1, "{joined}");
+        assert_eq!(
+            lines.last().map(String::as_str),
+            Some("help: check the path and its permissions"),
+            "{joined}"
+        );
+        assert!(
+            lines[..lines.len() - 1]
+                .iter()
+                .all(|l| !l.contains("check the path")),
+            "{joined}"
+        );
+    }
+
     #[test]
     fn an_error_without_a_known_remedy_has_no_help_line() {
         let e = anyhow::anyhow!("inner").context("outer");

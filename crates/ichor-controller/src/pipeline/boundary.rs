@@ -9,6 +9,8 @@ use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
+use ichor_api::error_text::{chain, with_help};
+
 use super::publish_on;
 use crate::{Context, Error, Result};
 
@@ -140,7 +142,7 @@ where
     );
     tracing::warn!(
         object = %format!("{namespace}/{name}"),
-        error = %ichor_api::error_text::chain(error),
+        error = %with_help(chain(error), error.help()),
         failures,
         retry_in = ?retry,
         "{kind} reconcile failed"

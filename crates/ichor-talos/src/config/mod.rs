@@ -41,7 +41,7 @@ pub type Extra = indexmap::IndexMap<String, Value>;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read machine config file {path}; check the path and its permissions")]
+    #[error("cannot read machine config file {path}")]
     Read {
         /// The file.
         path: String,
@@ -49,7 +49,7 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// A document is not valid YAML.
-    #[error("{origin}: document #{index} is not valid YAML; fix the YAML syntax of that document")]
+    #[error("{origin}: document #{index} is not valid YAML")]
     Yaml {
         /// Where the text came from (a file path, or a description).
         origin: String,
@@ -96,9 +96,7 @@ pub enum ConfigError {
         count: usize,
     },
     /// Serialising a document failed (a bug: typed documents always serialise).
-    #[error(
-        "cannot serialise document #{index} (kind {kind}) to YAML; this is a bug in ichor-talos, please report it"
-    )]
+    #[error("cannot serialise document #{index} (kind {kind}) to YAML")]
     Serialise {
         /// 1-based position of the document.
         index: usize,
@@ -107,6 +105,18 @@ pub enum ConfigError {
         /// The YAML error.
         source: serde_yaml_ng::Error,
     },
+}
+
+impl ConfigError {
+    /// What can help, said apart from the message (docs/STYLE.md).
+    pub fn help(&self) -> Option<String> {
+        match self {
+            Self::Read { .. } => Some("check the path and its permissions".into()),
+            Self::Yaml { .. } => Some("fix the YAML syntax of that document".into()),
+            Self::Serialise { .. } => Some("this is a bug in ichor-talos; please report it".into()),
+            _ => None,
+        }
+    }
 }
 
 /// A whole Talos machine configuration: an ordered list of documents.

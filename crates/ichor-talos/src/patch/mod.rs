@@ -89,7 +89,7 @@ pub enum PatchError {
         documents: usize,
     },
     /// A JSON 6902 operation failed (missing path, failed test, ...).
-    #[error("JSON 6902 patch {origin} failed; check the operation's path against the config")]
+    #[error("JSON 6902 patch {origin} failed")]
     Json6902Apply {
         /// Where the patch came from.
         origin: String,
@@ -123,13 +123,26 @@ pub enum PatchError {
         reason: String,
     },
     /// The patched config is no longer a valid config (a typed field got the wrong type).
-    #[error("patch {origin} produced an invalid config; fix the patch")]
+    #[error("patch {origin} produced an invalid config")]
     Result {
         /// Where the patch came from.
         origin: String,
         /// The decoding error.
         source: ConfigError,
     },
+}
+
+impl PatchError {
+    /// What can help, said apart from the message (docs/STYLE.md).
+    pub fn help(&self) -> Option<String> {
+        match self {
+            Self::Json6902Apply { .. } => {
+                Some("check the operation's path against the config".into())
+            }
+            Self::Result { .. } => Some("fix the patch".into()),
+            _ => None,
+        }
+    }
 }
 
 /// A parsed config patch.

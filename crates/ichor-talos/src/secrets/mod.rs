@@ -23,9 +23,7 @@ use crate::pem::b64;
 #[derive(Debug, thiserror::Error)]
 pub enum SecretsError {
     /// The bundle file could not be read.
-    #[error(
-        "cannot read secrets bundle {path}; check the path (the file `talosctl gen secrets` wrote)"
-    )]
+    #[error("cannot read secrets bundle {path}")]
     Read {
         /// The file.
         path: String,
@@ -33,7 +31,7 @@ pub enum SecretsError {
         source: std::io::Error,
     },
     /// The bundle file could not be written.
-    #[error("cannot write secrets bundle {path}; check that the directory exists and is writable")]
+    #[error("cannot write secrets bundle {path}")]
     Write {
         /// The file.
         path: String,
@@ -41,9 +39,7 @@ pub enum SecretsError {
         source: std::io::Error,
     },
     /// The bundle is not valid YAML or misses a section.
-    #[error(
-        "{origin} is not a Talos secrets bundle; expected the YAML `talosctl gen secrets` writes (cluster, secrets, trustdinfo, certs)"
-    )]
+    #[error("{origin} is not a Talos secrets bundle")]
     Parse {
         /// Where the text came from.
         origin: String,
@@ -67,7 +63,7 @@ pub enum SecretsError {
     )]
     Generate(String),
     /// Serialising failed (a bug).
-    #[error("cannot serialise the secrets bundle; this is a bug in ichor-talos, please report it")]
+    #[error("cannot serialise the secrets bundle")]
     Serialise(#[source] serde_yaml_ng::Error),
     /// The machine config could not be read.
     #[error(transparent)]
@@ -104,6 +100,24 @@ pub enum SecretsError {
         /// Which fields were read.
         looked_at: &'static str,
     },
+}
+
+impl SecretsError {
+    /// What can help, said apart from the message (docs/STYLE.md).
+    pub fn help(&self) -> Option<String> {
+        match self {
+            Self::Read { .. } => Some("check the path (the file `talosctl gen secrets` wrote)".into()),
+            Self::Write { .. } => Some("check that the directory exists and is writable".into()),
+            Self::Parse { .. } => Some(
+                "expected the YAML `talosctl gen secrets` writes (cluster, secrets, trustdinfo, certs)"
+                    .into(),
+            ),
+            Self::Serialise(_) => Some("this is a bug in ichor-talos; please report it".into()),
+            // Transparent: the config error is not a cause of its own in the chain.
+            Self::Config(e) => e.help(),
+            _ => None,
+        }
+    }
 }
 
 /// `cluster`: discovery identity.

@@ -34,7 +34,7 @@ pub enum TalosconfigError {
     )]
     NoPath,
     /// The file could not be read.
-    #[error("cannot read talosconfig {path}; pass --talosconfig FILE or set ${TALOSCONFIG_ENV}")]
+    #[error("cannot read talosconfig {path}")]
     Read {
         /// The file.
         path: String,
@@ -42,7 +42,7 @@ pub enum TalosconfigError {
         source: std::io::Error,
     },
     /// The file could not be written.
-    #[error("cannot write talosconfig {path}; check that the directory exists and is writable")]
+    #[error("cannot write talosconfig {path}")]
     Write {
         /// The file.
         path: String,
@@ -50,9 +50,7 @@ pub enum TalosconfigError {
         source: std::io::Error,
     },
     /// Not a talosconfig.
-    #[error(
-        "{origin} is not a valid talosconfig; expected `context:` and `contexts:` as talosctl writes them"
-    )]
+    #[error("{origin} is not a valid talosconfig")]
     Parse {
         /// Where the text came from.
         origin: String,
@@ -60,7 +58,7 @@ pub enum TalosconfigError {
         source: crate::redact::Redacted,
     },
     /// Serialising failed (a bug).
-    #[error("cannot serialise the talosconfig; this is a bug in ichor-talos, please report it")]
+    #[error("cannot serialise the talosconfig")]
     Serialise(#[source] serde_yaml_ng::Error),
     /// No current context.
     #[error(
@@ -71,7 +69,7 @@ pub enum TalosconfigError {
         origin: String,
     },
     /// The named context does not exist.
-    #[error("{origin} has no context named {name:?} (it has: {available}); pick one of those")]
+    #[error("{origin} has no context named {name:?} (it has: {available})")]
     UnknownContext {
         /// Where the talosconfig came from.
         origin: String,
@@ -111,10 +109,26 @@ pub enum TalosconfigError {
         reason: String,
     },
     /// Creating the certificate failed.
-    #[error(
-        "cannot create the Talos client certificate; this is a bug in ichor-talos, please report it"
-    )]
+    #[error("cannot create the Talos client certificate")]
     Certificate(#[source] rcgen::Error),
+}
+
+impl TalosconfigError {
+    /// What can help, said apart from the message (docs/STYLE.md).
+    pub fn help(&self) -> Option<String> {
+        match self {
+            Self::Read { .. } => Some(format!("pass --talosconfig FILE or set ${TALOSCONFIG_ENV}")),
+            Self::Write { .. } => Some("check that the directory exists and is writable".into()),
+            Self::Parse { .. } => {
+                Some("expected `context:` and `contexts:` as talosctl writes them".into())
+            }
+            Self::UnknownContext { .. } => Some("pick one of the contexts it has".into()),
+            Self::Serialise(_) | Self::Certificate(_) => {
+                Some("this is a bug in ichor-talos; please report it".into())
+            }
+            _ => None,
+        }
+    }
 }
 
 /// A Talos API role, carried in the client certificate's Organization.

@@ -204,7 +204,9 @@ fn write_then_load_with_flag() {
     assert_eq!(path, p);
     assert_eq!(back, cfg);
     let err = Talosconfig::load(Some(&dir.path().join("missing"))).unwrap_err();
-    assert!(err.to_string().contains("--talosconfig"), "{err}");
+    let help = err.help().unwrap_or_default();
+    assert!(help.contains("--talosconfig"), "{help}");
+    assert!(!err.to_string().contains("--talosconfig"), "{err}");
 }
 
 mod props {
