@@ -425,7 +425,7 @@ mod tests {
         );
         assert_eq!(e.field(), "recipients[2]");
         assert_eq!(
-            Recipients::parse(&[good.clone()]).map(|r| r.len()),
+            Recipients::parse(std::slice::from_ref(&good)).map(|r| r.len()),
             Ok(1),
             "a recipient from age's own generator parses"
         );
@@ -473,7 +473,9 @@ mod tests {
         let r = Recipients::parse(&a.recipients()).unwrap();
         let ct = encrypt(&r, b"etcd").unwrap();
         let other = Identities::generate();
-        let e = decrypt(&other, &ct[..]).err().expect("another identity fails");
+        let e = decrypt(&other, &ct[..])
+            .err()
+            .expect("another identity fails");
         assert!(matches!(
             e,
             CryptError::Open(age::DecryptError::NoMatchingKeys)

@@ -6,4 +6,7 @@
 //! memory or on disk.
 
 pub mod crypt;
+pub mod manifest;
+pub mod retention;
+pub mod schedule;
 pub mod snapshot;

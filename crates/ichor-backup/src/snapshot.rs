@@ -141,7 +141,7 @@ impl SnapshotCheck {
                 if size == 0 {
                     return Err(SnapshotError::Empty);
                 }
-                if size % PAGE_ALIGN != 0 {
+                if !size.is_multiple_of(PAGE_ALIGN) {
                     return Err(SnapshotError::NotWholePages { size });
                 }
                 Ok(CheckedSnapshot {
@@ -278,7 +278,10 @@ mod tests {
     }
 
     fn chunking() -> impl Strategy<Value = Vec<usize>> {
-        prop::collection::vec(prop_oneof![0usize..40, 1usize..1025, 1000usize..5000], 0..40)
+        prop::collection::vec(
+            prop_oneof![0usize..40, 1usize..1025, 1000usize..5000],
+            0..40,
+        )
     }
 
     proptest! {
