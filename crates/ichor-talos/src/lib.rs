@@ -12,6 +12,7 @@ pub mod pem;
 pub mod private_file;
 pub mod redact;
 pub mod secrets;
+pub mod support;
 pub mod talosconfig;
 pub mod version;
 

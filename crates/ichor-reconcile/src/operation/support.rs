@@ -1,23 +1,11 @@
 //! Which Kubernetes versions each Talos minor runs: the check `talosctl
-//! upgrade-k8s` makes on every node before it changes anything (Talos's
-//! published support matrix and its compatibility packages, 1.10 and 1.11
-//! included). Pure: the plan reads each node's Talos version and asks
-//! [`refusal`].
+//! upgrade-k8s` makes on every node before it changes anything, against
+//! the one support table (`ichor_talos::support`). Pure: the plan reads
+//! each node's Talos version and asks [`refusal`].
+
+use ichor_talos::support::{self, Minor, SUPPORT};
 
 use super::semver;
-
-/// A `major.minor` version.
-pub type Minor = (u64, u64);
-
-/// Per Talos minor: the lowest and the highest Kubernetes minor it runs
-/// (the highest meaning any patch of it).
-pub const SUPPORT: &[(Minor, Minor, Minor)] = &[
-    ((1, 10), (1, 28), (1, 33)),
-    ((1, 11), (1, 29), (1, 34)),
-    ((1, 12), (1, 30), (1, 35)),
-    ((1, 13), (1, 31), (1, 36)),
-    ((1, 14), (1, 32), (1, 37)),
-];
 
 /// Why Talos `talos` cannot run Kubernetes `kubernetes`, or `None` when it
 /// can. A Talos minor outside the table is refused too: Ichor cannot tell
@@ -30,19 +18,18 @@ pub fn unsupported(talos: &str, kubernetes: &str) -> Option<String> {
     let Some((kmaj, kmin, _)) = semver(kubernetes) else {
         return Some(format!("the target {kubernetes:?} is not a version"));
     };
-    let Some((_, low, high)) = SUPPORT.iter().find(|(t, _, _)| *t == (tmaj, tmin)) else {
+    let Some(row) = support::of_minor((tmaj, tmin)) else {
         return Some(format!(
             "Ichor does not know which Kubernetes versions Talos {tmaj}.{tmin} runs (it knows Talos {}–{})",
-            minor(SUPPORT[0].0),
-            minor(SUPPORT[SUPPORT.len() - 1].0)
+            minor(SUPPORT[0].talos),
+            minor(SUPPORT[SUPPORT.len() - 1].talos)
         ));
     };
-    let k = (kmaj, kmin);
-    if k < *low || k > *high {
+    if !row.runs((kmaj, kmin)) {
         return Some(format!(
             "Talos {tmaj}.{tmin} runs Kubernetes {} to {}.x, not {kmaj}.{kmin}",
-            minor(*low),
-            minor(*high)
+            minor(row.lowest),
+            minor(row.highest)
         ));
     }
     None
@@ -78,7 +65,8 @@ mod tests {
     /// Covers: kubernetes-upgrade, ADR 0014 (each node's Talos supports the target), the edges of every row
     #[test]
     fn every_row_of_the_matrix_at_its_edges() {
-        for ((tmaj, tmin), (lmaj, lmin), (hmaj, hmin)) in SUPPORT {
+        for row in SUPPORT {
+            let ((tmaj, tmin), (lmaj, lmin), (hmaj, hmin)) = (row.talos, row.lowest, row.highest);
             let talos = format!("v{tmaj}.{tmin}.3");
             assert_eq!(unsupported(&talos, &format!("v{lmaj}.{lmin}.0")), None);
             assert_eq!(unsupported(&talos, &format!("{hmaj}.{hmin}.99")), None);
