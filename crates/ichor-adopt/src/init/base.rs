@@ -140,10 +140,29 @@ fn hostname_doc() -> Value {
 }
 
 fn v1alpha1_shape(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Vec<Value> {
+    let v1 = map([
+        ("version", s("v1alpha1")),
+        ("debug", Value::from(false)),
+        ("persist", Value::from(true)),
+        ("machine", Value::Mapping(legacy_machine(bundle, input))),
+        ("cluster", Value::Mapping(legacy_cluster(bundle, input))),
+    ]);
+    vec![v1, hostname_doc()]
+}
+
+fn machine_type(control_plane: bool) -> Value {
+    s(if control_plane {
+        "controlplane"
+    } else {
+        "worker"
+    })
+}
+
+/// `machine` of the legacy shape: the node's identity, kubelet, install and features.
+fn legacy_machine(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Mapping {
     let cp = input.control_plane;
-    let certs = &bundle.certs;
     let mut machine = Mapping::new();
-    machine.insert(s("type"), s(if cp { "controlplane" } else { "worker" }));
+    machine.insert(s("type"), machine_type(cp));
     machine.insert(s("token"), s(&bundle.trustdinfo.token));
     machine.insert(s("ca"), os_ca(bundle, cp));
     machine.insert(s("certSANs"), Value::Sequence(vec![]));
@@ -174,7 +193,13 @@ fn v1alpha1_shape(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Vec<Value> {
             )]),
         );
     }
+    machine
+}
 
+/// `cluster` of the legacy shape: identity, network and tokens, the
+/// control plane's secrets and components, discovery and etcd's CA.
+fn legacy_cluster(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Mapping {
+    let cp = input.control_plane;
     let mut cluster = Mapping::new();
     cluster.insert(s("id"), s(&bundle.cluster.id));
     cluster.insert(s("secret"), s(&bundle.cluster.secret));
@@ -190,105 +215,97 @@ fn v1alpha1_shape(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Vec<Value> {
     );
     cluster.insert(s("token"), s(&bundle.secrets.bootstraptoken));
     if cp {
-        if let Some(secretbox) = &bundle.secrets.secretboxencryptionsecret {
-            cluster.insert(s("secretboxEncryptionSecret"), s(secretbox));
-        }
-        if let Some(aescbc) = &bundle.secrets.aescbcencryptionsecret {
-            cluster.insert(s("aescbcEncryptionSecret"), s(aescbc));
-        }
-        cluster.insert(
-            s("ca"),
-            map([
-                ("crt", opt(certs.k8s.crt.as_ref())),
-                ("key", opt(certs.k8s.key.as_ref())),
-            ]),
-        );
-        cluster.insert(
-            s("aggregatorCA"),
-            map([
-                ("crt", opt(certs.k8saggregator.crt.as_ref())),
-                ("key", opt(certs.k8saggregator.key.as_ref())),
-            ]),
-        );
-        cluster.insert(
-            s("serviceAccount"),
-            map([("key", opt(certs.k8sserviceaccount.key.as_ref()))]),
-        );
-        let sans: Vec<&str> = endpoint_host(input.endpoint).into_iter().collect();
-        cluster.insert(
-            s("apiServer"),
-            map([
-                (
-                    "image",
-                    image("registry.k8s.io/kube-apiserver", input.kubernetes_version),
-                ),
-                ("certSANs", list(&sans)),
-            ]),
-        );
-        cluster.insert(
-            s("controllerManager"),
-            map([(
-                "image",
-                image(
-                    "registry.k8s.io/kube-controller-manager",
-                    input.kubernetes_version,
-                ),
-            )]),
-        );
-        cluster.insert(
-            s("proxy"),
-            map([(
-                "image",
-                image("registry.k8s.io/kube-proxy", input.kubernetes_version),
-            )]),
-        );
-        cluster.insert(
-            s("scheduler"),
-            map([(
-                "image",
-                image("registry.k8s.io/kube-scheduler", input.kubernetes_version),
-            )]),
-        );
+        legacy_control_plane_secrets(&mut cluster, bundle);
+        legacy_control_plane_components(&mut cluster, input);
     } else {
         cluster.insert(
             s("ca"),
-            map([("crt", opt(certs.k8s.crt.as_ref())), ("key", s(""))]),
+            map([("crt", opt(bundle.certs.k8s.crt.as_ref())), ("key", s(""))]),
         );
+    }
+    cluster.insert(s("discovery"), legacy_discovery());
+    if cp {
+        cluster.insert(s("etcd"), map([("ca", etcd_ca(bundle))]));
+    }
+    cluster
+}
+
+/// A control plane's encryption secrets and Kubernetes CAs, in `cluster`.
+fn legacy_control_plane_secrets(cluster: &mut Mapping, bundle: &SecretsBundle) {
+    let certs = &bundle.certs;
+    if let Some(secretbox) = &bundle.secrets.secretboxencryptionsecret {
+        cluster.insert(s("secretboxEncryptionSecret"), s(secretbox));
+    }
+    if let Some(aescbc) = &bundle.secrets.aescbcencryptionsecret {
+        cluster.insert(s("aescbcEncryptionSecret"), s(aescbc));
     }
     cluster.insert(
-        s("discovery"),
+        s("ca"),
         map([
-            ("enabled", Value::from(true)),
-            (
-                "registries",
-                map([
-                    ("kubernetes", map([("disabled", Value::from(true))])),
-                    ("service", Value::Mapping(Mapping::new())),
-                ]),
-            ),
+            ("crt", opt(certs.k8s.crt.as_ref())),
+            ("key", opt(certs.k8s.key.as_ref())),
         ]),
     );
-    if cp {
-        cluster.insert(
-            s("etcd"),
-            map([(
-                "ca",
-                map([
-                    ("crt", opt(certs.etcd.crt.as_ref())),
-                    ("key", opt(certs.etcd.key.as_ref())),
-                ]),
-            )]),
-        );
-    }
+    cluster.insert(
+        s("aggregatorCA"),
+        map([
+            ("crt", opt(certs.k8saggregator.crt.as_ref())),
+            ("key", opt(certs.k8saggregator.key.as_ref())),
+        ]),
+    );
+    cluster.insert(
+        s("serviceAccount"),
+        map([("key", opt(certs.k8sserviceaccount.key.as_ref()))]),
+    );
+}
 
-    let v1 = map([
-        ("version", s("v1alpha1")),
-        ("debug", Value::from(false)),
-        ("persist", Value::from(true)),
-        ("machine", Value::Mapping(machine)),
-        ("cluster", Value::Mapping(cluster)),
-    ]);
-    vec![v1, hostname_doc()]
+/// A control plane's Kubernetes components, in `cluster`.
+fn legacy_control_plane_components(cluster: &mut Mapping, input: &BaseInput<'_>) {
+    let k8s = input.kubernetes_version;
+    let sans: Vec<&str> = endpoint_host(input.endpoint).into_iter().collect();
+    cluster.insert(
+        s("apiServer"),
+        map([
+            ("image", image("registry.k8s.io/kube-apiserver", k8s)),
+            ("certSANs", list(&sans)),
+        ]),
+    );
+    cluster.insert(
+        s("controllerManager"),
+        map([(
+            "image",
+            image("registry.k8s.io/kube-controller-manager", k8s),
+        )]),
+    );
+    cluster.insert(
+        s("proxy"),
+        map([("image", image("registry.k8s.io/kube-proxy", k8s))]),
+    );
+    cluster.insert(
+        s("scheduler"),
+        map([("image", image("registry.k8s.io/kube-scheduler", k8s))]),
+    );
+}
+
+fn legacy_discovery() -> Value {
+    map([
+        ("enabled", Value::from(true)),
+        (
+            "registries",
+            map([
+                ("kubernetes", map([("disabled", Value::from(true))])),
+                ("service", Value::Mapping(Mapping::new())),
+            ]),
+        ),
+    ])
+}
+
+fn etcd_ca(bundle: &SecretsBundle) -> Value {
+    let etcd = &bundle.certs.etcd;
+    map([
+        ("crt", opt(etcd.crt.as_ref())),
+        ("key", opt(etcd.key.as_ref())),
+    ])
 }
 
 fn doc<const N: usize>(kind: &str, entries: [(&str, Value); N]) -> Value {
@@ -347,11 +364,21 @@ fn etcd_encryption(bundle: &SecretsBundle) -> Value {
 }
 
 fn multidoc_shape(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Vec<Value> {
+    let mut docs = vec![multidoc_v1alpha1(bundle, input)];
+    docs.extend(machine_docs(bundle, input));
+    docs.extend(kubernetes_node_docs(bundle, input));
+    if input.control_plane {
+        docs.extend(control_plane_docs(bundle, input));
+    }
+    docs
+}
+
+/// The `v1alpha1` document of the multi-document shape: the machine's
+/// identity, and etcd's CA on a control plane.
+fn multidoc_v1alpha1(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Value {
     let cp = input.control_plane;
-    let certs = &bundle.certs;
-    let k8s = input.kubernetes_version;
     let mut machine = Mapping::new();
-    machine.insert(s("type"), s(if cp { "controlplane" } else { "worker" }));
+    machine.insert(s("type"), machine_type(cp));
     machine.insert(s("token"), s(&bundle.trustdinfo.token));
     machine.insert(s("ca"), os_ca(bundle, cp));
     machine.insert(s("certSANs"), Value::Sequence(vec![]));
@@ -362,25 +389,20 @@ fn multidoc_shape(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Vec<Value> {
     let mut cluster = Mapping::new();
     cluster.insert(s("token"), s(&bundle.secrets.bootstraptoken));
     if cp {
-        cluster.insert(
-            s("etcd"),
-            map([(
-                "ca",
-                map([
-                    ("crt", opt(certs.etcd.crt.as_ref())),
-                    ("key", opt(certs.etcd.key.as_ref())),
-                ]),
-            )]),
-        );
+        cluster.insert(s("etcd"), map([("ca", etcd_ca(bundle))]));
     }
-    let mut docs = vec![
-        map([
-            ("version", s("v1alpha1")),
-            ("debug", Value::from(false)),
-            ("persist", Value::from(true)),
-            ("machine", Value::Mapping(machine)),
-            ("cluster", Value::Mapping(cluster)),
-        ]),
+    map([
+        ("version", s("v1alpha1")),
+        ("debug", Value::from(false)),
+        ("persist", Value::from(true)),
+        ("machine", Value::Mapping(machine)),
+        ("cluster", Value::Mapping(cluster)),
+    ])
+}
+
+/// Discovery, DNS, hostname, install and the cluster's name and endpoint.
+fn machine_docs(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Vec<Value> {
+    vec![
         doc(
             "DiscoveryServiceConfig",
             [
@@ -435,9 +457,16 @@ fn multidoc_shape(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Vec<Value> {
                 ("endpoint", s(input.endpoint)),
             ],
         ),
-    ];
-    let mut labels = Mapping::new();
-    if cp {
+    ]
+}
+
+/// What every node runs Kubernetes with: its labels and taints (a control
+/// plane's), the kubelet, the network, the API server's CA, KubePrism.
+fn kubernetes_node_docs(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Vec<Value> {
+    let certs = &bundle.certs;
+    let mut docs = Vec::new();
+    if input.control_plane {
+        let mut labels = Mapping::new();
         labels.insert(s("node-role.kubernetes.io/control-plane"), s(""));
         labels.insert(
             s("node.kubernetes.io/exclude-from-external-load-balancers"),
@@ -469,30 +498,33 @@ fn multidoc_shape(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Vec<Value> {
             ("serviceSubnets", list(&[DEFAULT_SERVICE_SUBNET])),
         ],
     ));
-    if cp {
-        docs.push(doc(
-            "KubeAPIServerCAConfig",
-            [(
-                "issuingCA",
-                map([
-                    ("cert", pem(certs.k8s.crt.as_ref())),
-                    ("key", pem(certs.k8s.key.as_ref())),
-                ]),
-            )],
-        ));
+    let api_server_ca = if input.control_plane {
+        (
+            "issuingCA",
+            map([
+                ("cert", pem(certs.k8s.crt.as_ref())),
+                ("key", pem(certs.k8s.key.as_ref())),
+            ]),
+        )
     } else {
-        docs.push(doc(
-            "KubeAPIServerCAConfig",
-            [(
-                "acceptedCAs",
-                Value::Sequence(vec![pem(certs.k8s.crt.as_ref())]),
-            )],
-        ));
-    }
+        (
+            "acceptedCAs",
+            Value::Sequence(vec![pem(certs.k8s.crt.as_ref())]),
+        )
+    };
+    docs.push(doc("KubeAPIServerCAConfig", [api_server_ca]));
     docs.push(doc("KubePrismConfig", [("port", Value::from(7445))]));
-    if cp {
-        let sans: Vec<&str> = endpoint_host(input.endpoint).into_iter().collect();
-        docs.push(doc(
+    docs
+}
+
+/// A control plane's own documents: the aggregator's CA, the authorizers,
+/// etcd's encryption, the service account, the components, CoreDNS.
+fn control_plane_docs(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Vec<Value> {
+    let certs = &bundle.certs;
+    let k8s = input.kubernetes_version;
+    let sans: Vec<&str> = endpoint_host(input.endpoint).into_iter().collect();
+    vec![
+        doc(
             "KubeAggregatorCAConfig",
             [(
                 "issuingCA",
@@ -501,17 +533,17 @@ fn multidoc_shape(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Vec<Value> {
                     ("key", pem(certs.k8saggregator.key.as_ref())),
                 ]),
             )],
-        ));
-        docs.push(doc(
+        ),
+        doc(
             "KubeAuthorizerConfig",
             [("name", s("node")), ("type", s("Node"))],
-        ));
-        docs.push(doc(
+        ),
+        doc(
             "KubeAuthorizerConfig",
             [("name", s("rbac")), ("type", s("RBAC"))],
-        ));
-        docs.push(etcd_encryption(bundle));
-        docs.push(doc(
+        ),
+        etcd_encryption(bundle),
+        doc(
             "KubeServiceAccountConfig",
             [(
                 "issuer",
@@ -520,30 +552,29 @@ fn multidoc_shape(bundle: &SecretsBundle, input: &BaseInput<'_>) -> Vec<Value> {
                     ("issuerURL", s(input.endpoint)),
                 ]),
             )],
-        ));
-        docs.push(doc(
+        ),
+        doc(
             "KubeAPIServerConfig",
             [
                 ("image", image("registry.k8s.io/kube-apiserver", k8s)),
                 ("certExtraSANs", list(&sans)),
             ],
-        ));
-        docs.push(doc(
+        ),
+        doc(
             "KubeControllerManagerConfig",
             [(
                 "image",
                 image("registry.k8s.io/kube-controller-manager", k8s),
             )],
-        ));
-        docs.push(doc(
+        ),
+        doc(
             "KubeSchedulerConfig",
             [("image", image("registry.k8s.io/kube-scheduler", k8s))],
-        ));
-        docs.push(doc(
+        ),
+        doc(
             "KubeProxyConfig",
             [("image", image("registry.k8s.io/kube-proxy", k8s))],
-        ));
-        docs.push(doc("KubeCoreDNSConfig", [("enabled", Value::from(true))]));
-    }
-    docs
+        ),
+        doc("KubeCoreDNSConfig", [("enabled", Value::from(true))]),
+    ]
 }

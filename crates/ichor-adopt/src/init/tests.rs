@@ -301,7 +301,11 @@ fn the_base_configs_in_both_shapes_and_roles() {
                 .iter()
                 .map(|d| serde_yaml_ng::to_string(d).unwrap())
                 .collect();
-            let role = if control_plane { "controlplane" } else { "worker" };
+            let role = if control_plane {
+                "controlplane"
+            } else {
+                "worker"
+            };
             insta::assert_snapshot!(
                 format!("init-base-{}-{role}", shape.as_str()),
                 yaml.join("---\n")
