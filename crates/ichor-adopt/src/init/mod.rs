@@ -25,6 +25,7 @@ use crate::classify::Refusal;
 use crate::plan::CLUSTER_LABEL;
 use crate::preconditions::MIN_TALOS;
 pub use base::{BaseInput, ConfigShape, base_config, endpoint_host};
+use ichor_talos::support;
 use ichor_talos::version::Version;
 
 pub use ichor_api::INITIALIZED_ANNOTATION;
@@ -85,19 +86,6 @@ pub struct InitRequest {
     pub patches: Vec<PatchFile>,
     /// Where the bundle comes from, for the plan's text (`generated`, or the file).
     pub secrets_source: String,
-}
-
-/// The Kubernetes versions a Talos minor supports (`pkg/machinery/compatibility`)
-/// and the one init picks when none is given.
-type MinorVersion = (u64, u64);
-
-fn kubernetes_range(talos: MinorVersion) -> Option<(MinorVersion, MinorVersion, &'static str)> {
-    match talos {
-        (1, 12) => Some(((1, 30), (1, 35), "v1.35.0")),
-        (1, 13) => Some(((1, 31), (1, 36), "v1.36.0")),
-        (1, 14) => Some(((1, 32), (1, 37), "v1.37.0")),
-        _ => None,
-    }
 }
 
 /// One machine init will create (not held: init writes what it describes).
@@ -253,31 +241,63 @@ fn valid_cluster_name(name: &str) -> bool {
         && !name.ends_with('-')
 }
 
+/// Why an `--endpoint` is not a URL of the Kubernetes API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointFault {
+    NotHttps,
+    NotOnlyHostAndPort,
+    NoHost,
+    NoPort,
+    SpacesInHost,
+}
+
+impl EndpointFault {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndpointFault::NotHttps => "it must start with https://",
+            EndpointFault::NotOnlyHostAndPort => "it must be only a scheme, host and port",
+            EndpointFault::NoHost => "it has no host",
+            EndpointFault::NoPort => "it has no port",
+            EndpointFault::SpacesInHost => "its host has spaces",
+        }
+    }
+}
+
+/// An `--endpoint` init cannot write into the configs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "--endpoint {endpoint:?} is not a URL of the Kubernetes API: {}; give it as https://HOST:6443",
+    fault.as_str()
+)]
+pub struct EndpointError {
+    pub endpoint: String,
+    pub fault: EndpointFault,
+}
+
 /// `https://HOST:PORT` with a port, or why not.
-pub fn check_endpoint(endpoint: &str) -> Result<(), String> {
-    let why = |reason: &str| {
-        format!(
-            "--endpoint {endpoint:?} is not a URL of the Kubernetes API: {reason}; give it as https://HOST:6443"
-        )
+pub fn check_endpoint(endpoint: &str) -> Result<(), EndpointError> {
+    let why = |fault| EndpointError {
+        endpoint: endpoint.to_string(),
+        fault,
     };
     let Some(rest) = endpoint.strip_prefix("https://") else {
-        return Err(why("it must start with https://"));
+        return Err(why(EndpointFault::NotHttps));
     };
     let authority = rest.trim_end_matches('/');
     if authority.contains('/') || authority.contains('?') || authority.contains('@') {
-        return Err(why("it must be only a scheme, host and port"));
+        return Err(why(EndpointFault::NotOnlyHostAndPort));
     }
-    let host = endpoint_host(endpoint).ok_or_else(|| why("it has no host"))?;
+    let host = endpoint_host(endpoint).ok_or_else(|| why(EndpointFault::NoHost))?;
     let port = authority
         .rsplit_once(':')
         .map(|(_, p)| p)
         .filter(|_| !authority.ends_with(']'));
     match port.map(str::parse::<u16>) {
         Some(Ok(p)) if p > 0 => {}
-        _ => return Err(why("it has no port")),
+        _ => return Err(why(EndpointFault::NoPort)),
     }
     if host.chars().any(char::is_whitespace) {
-        return Err(why("its host has spaces"));
+        return Err(why(EndpointFault::SpacesInHost));
     }
     Ok(())
 }
@@ -299,6 +319,16 @@ fn release_line(v: &str) -> Option<(u64, u64)> {
     Version::parse(v).ok().map(|v| v.major_minor())
 }
 
+/// A node init configures, as its answer and the request name it.
+#[derive(Debug, Clone)]
+struct InitNode {
+    address: String,
+    role: MachineRole,
+    hostname: String,
+    talos_version: String,
+    install_disk: String,
+}
+
 /// The nodes' answers and the request → the plan and what init writes, or
 /// every reason to refuse, with nothing written. `bundle` is the cluster's
 /// secrets (generated or `--with-secrets`); `cilium_manifest` is Ichor's
@@ -309,134 +339,11 @@ pub fn plan(
     bundle: &SecretsBundle,
     cilium_manifest: &str,
 ) -> Result<(InitPlan, InitWrites), Vec<Refusal>> {
-    let mut refusals = Vec::new();
-    if !valid_cluster_name(&request.cluster) {
-        refusals.push(Refusal::new(format!(
-            "cluster name {:?} is not a valid name: use lower-case letters, digits and '-', at most 63 characters",
-            request.cluster
-        )));
-    }
-    if let Err(e) = check_endpoint(&request.endpoint) {
-        refusals.push(Refusal::new(e));
-    }
-    if request.control_planes.is_empty() {
-        refusals.push(Refusal::new(
-            "no control plane given: name at least one with --control-plane IP",
-        ));
-    }
-    let mut seen = BTreeSet::new();
-    for address in request.control_planes.iter().chain(&request.workers) {
-        if !seen.insert(address.as_str()) {
-            refusals.push(Refusal::new(format!(
-                "node {address} is given twice: each address may appear once, under --control-plane or --worker"
-            )));
-        }
-    }
-
-    let answers: BTreeMap<&str, &NodeAnswer> = probes
-        .iter()
-        .map(|p| (p.address.as_str(), &p.answer))
-        .collect();
-    let mut nodes = Vec::new();
-    let mut checked = BTreeSet::new();
-    let roles = request
-        .control_planes
-        .iter()
-        .map(|a| (a, MachineRole::Controlplane))
-        .chain(request.workers.iter().map(|a| (a, MachineRole::Worker)));
-    for (address, role) in roles {
-        if !checked.insert(address.as_str()) {
-            continue;
-        }
-        match answers.get(address.as_str()) {
-            None => refusals.push(Refusal::new(format!(
-                "node {address} was not inspected (a bug in ichor, please report it)"
-            ))),
-            Some(NodeAnswer::Unreachable { error }) => refusals.push(Refusal::new(format!(
-                "node {address} is unreachable: {error}; check the address, and that the node booted Talos and listens on port 50000"
-            ))),
-            Some(NodeAnswer::Configured { detail }) => refusals.push(Refusal::new(format!(
-                "node {address} is not in maintenance mode ({detail}): ichor init only configures fresh nodes; adopt a running cluster with ichor adopt, or reset the node first (talosctl reset)"
-            ))),
-            Some(
-                NodeAnswer::Maintenance {
-                    hostname,
-                    talos_version,
-                    disks,
-                }
-                | NodeAnswer::Initialized {
-                    hostname,
-                    talos_version,
-                    disks,
-                },
-            ) => {
-                match release_line(talos_version) {
-                    Some(v) if v >= MIN_TALOS => {}
-                    _ => refusals.push(Refusal::new(format!(
-                        "node {address} runs Talos {talos_version}; ichor init needs Talos v{}.{} or later: boot it from a newer Talos image",
-                        MIN_TALOS.0, MIN_TALOS.1
-                    ))),
-                }
-                let Some(disk) = install_disk(disks) else {
-                    refusals.push(Refusal::new(format!(
-                        "node {address} lists no disk to install Talos to"
-                    )));
-                    continue;
-                };
-                nodes.push((address.clone(), role, hostname.clone(), talos_version.clone(), disk));
-            }
-        }
-    }
-    let mut names = BTreeSet::new();
-    for (address, _, hostname, _, _) in &nodes {
-        if !names.insert(hostname.as_str()) {
-            refusals.push(Refusal::new(format!(
-                "node {address} reports hostname {hostname}, as another node does: TalosMachine names must differ; give the nodes distinct hostnames"
-            )));
-        }
-    }
-
-    let mut patches = Vec::new();
-    for p in &request.patches {
-        match ConfigPatch::parse(&p.text, &p.name) {
-            Ok(_) => patches.push(MachinePatch {
-                name: p.name.clone(),
-                inline: p.text.clone(),
-            }),
-            Err(e) => refusals.push(Refusal::new(format!("--config-patch {}: {e}", p.name))),
-        }
-    }
-
-    let talos_version = match &request.talos_version {
-        Some(v) => v.clone(),
-        None => nodes
-            .iter()
-            .map(|n| n.3.clone())
-            .min_by(|a, b| version_key(a).cmp(&version_key(b)))
-            .unwrap_or_default(),
-    };
-    let talos_minor = release_line(&talos_version);
-    let range = talos_minor.and_then(kubernetes_range);
-    if request.talos_version.is_some() && range.is_none() {
-        refusals.push(Refusal::new(format!(
-            "--talos-version {talos_version} is not one ichor init writes configs for: use v1.12, v1.13 or v1.14"
-        )));
-    }
-    let kubernetes_version = match (&request.kubernetes_version, range) {
-        (Some(k), Some((low, high, _))) => {
-            match release_line(k) {
-                Some(v) if v >= low && v <= high => {}
-                _ => refusals.push(Refusal::new(format!(
-                    "--kubernetes-version {k} is not supported by Talos {talos_version} (it runs Kubernetes v{}.{} to v{}.{})",
-                    low.0, low.1, high.0, high.1
-                ))),
-            }
-            k.clone()
-        }
-        (Some(k), None) => k.clone(),
-        (None, Some((_, _, default))) => default.to_string(),
-        (None, None) => String::new(),
-    };
+    let mut refusals = request_refusals(request);
+    let nodes = inspected_nodes(request, probes, &mut refusals);
+    refusals.extend(duplicate_hostnames(&nodes));
+    let patches = checked_patches(&request.patches, &mut refusals);
+    let (talos_version, kubernetes_version) = versions(request, &nodes, &mut refusals);
     if !refusals.is_empty() {
         return Err(refusals);
     }
@@ -448,51 +355,26 @@ pub fn plan(
     let mut machines = Vec::new();
     let mut configs = Vec::new();
     let mut planned = Vec::new();
-    for (address, role, hostname, node_version, disk) in &nodes {
+    for node in &nodes {
         // The TalosMachine carries the `--config-patch` files, so they stay
         // the machine's own after init: the controller reapplies them over
         // the live config, which already holds their effect, and finds no
         // drift (ADR 0016: an appended item is not appended again).
-        let mut machine = init_machine(&request.cluster, hostname, address, *role);
+        let mut machine = init_machine(&request.cluster, &node.hostname, &node.address, node.role);
         machine.spec.patches = patches.clone();
-        let base = base_config(
-            bundle,
-            &BaseInput {
-                shape,
-                control_plane: *role == MachineRole::Controlplane,
-                cluster_name: &request.cluster,
-                endpoint: &request.endpoint,
-                kubernetes_version: &kubernetes_version,
-                talos_version: &talos_version,
-                install_disk: disk,
-            },
-        );
-        let origin = format!("the base config of {address}");
-        let live = MachineConfig::from_mappings(base, &origin).map_err(|e| {
-            vec![Refusal::new(format!(
-                "{origin}: {e} (a bug in ichor, please report it)"
-            ))]
-        })?;
-        let mut input = RenderInput::from_objects(&cluster, &machine, &live);
-        if *role == MachineRole::Controlplane {
-            input.inline_cni = Some(cilium_manifest);
-        }
-        let rendered = render(&input)
-            .and_then(|r| r.yaml())
-            .map_err(|e| vec![Refusal::new(format!("node {address}: {e}"))])?;
-        configs.push((address.clone(), rendered));
-        planned.push(PlannedNode {
-            name: hostname.clone(),
-            address: address.clone(),
-            role: match role {
-                MachineRole::Controlplane => "controlplane",
-                MachineRole::Worker => "worker",
-            }
-            .to_string(),
-            talos_version: node_version.clone(),
-            install_disk: disk.clone(),
-            cert_fingerprint: None,
-        });
+        let base = BaseInput {
+            shape,
+            control_plane: node.role == MachineRole::Controlplane,
+            cluster_name: &request.cluster,
+            endpoint: &request.endpoint,
+            kubernetes_version: &kubernetes_version,
+            talos_version: &talos_version,
+            install_disk: &node.install_disk,
+        };
+        let rendered = node_config(bundle, &base, &cluster, &machine, node, cilium_manifest)
+            .map_err(|r| vec![r])?;
+        configs.push((node.address.clone(), rendered));
+        planned.push(planned_node(node));
         machines.push(machine);
     }
     let plan = InitPlan {
@@ -511,14 +393,254 @@ pub fn plan(
         bootstrap_node: request.control_planes.first().cloned().unwrap_or_default(),
         nodes: planned,
     };
-    Ok((
-        plan,
-        InitWrites {
-            cluster,
-            machines,
-            configs,
-        },
-    ))
+    let writes = InitWrites {
+        cluster,
+        machines,
+        configs,
+    };
+    Ok((plan, writes))
+}
+
+/// What is wrong with the request itself: the cluster name, the endpoint,
+/// the control planes, an address given twice.
+fn request_refusals(request: &InitRequest) -> Vec<Refusal> {
+    let mut refusals = Vec::new();
+    if !valid_cluster_name(&request.cluster) {
+        refusals.push(Refusal::new(format!(
+            "cluster name {:?} is not a valid name: use lower-case letters, digits and '-', at most 63 characters",
+            request.cluster
+        )));
+    }
+    if let Err(e) = check_endpoint(&request.endpoint) {
+        refusals.push(Refusal::new(e.to_string()));
+    }
+    if request.control_planes.is_empty() {
+        refusals.push(Refusal::new(
+            "no control plane given: name at least one with --control-plane IP",
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for address in request.control_planes.iter().chain(&request.workers) {
+        if !seen.insert(address.as_str()) {
+            refusals.push(Refusal::new(format!(
+                "node {address} is given twice: each address may appear once, under --control-plane or --worker"
+            )));
+        }
+    }
+    refusals
+}
+
+/// Each address once, control planes first, with what it answered: the
+/// nodes init can configure, and a refusal for each it cannot.
+fn inspected_nodes(
+    request: &InitRequest,
+    probes: &[NodeProbe],
+    refusals: &mut Vec<Refusal>,
+) -> Vec<InitNode> {
+    let answers: BTreeMap<&str, &NodeAnswer> = probes
+        .iter()
+        .map(|p| (p.address.as_str(), &p.answer))
+        .collect();
+    let mut nodes = Vec::new();
+    let mut checked = BTreeSet::new();
+    let roles = request
+        .control_planes
+        .iter()
+        .map(|a| (a, MachineRole::Controlplane))
+        .chain(request.workers.iter().map(|a| (a, MachineRole::Worker)));
+    for (address, role) in roles {
+        if !checked.insert(address.as_str()) {
+            continue;
+        }
+        let (node, refused) = judge_answer(address, role, answers.get(address.as_str()).copied());
+        refusals.extend(refused);
+        nodes.extend(node);
+    }
+    nodes
+}
+
+/// One node's answer → the node, if init can configure it, and the
+/// refusals it raises (a node on an old Talos is both: it is still named
+/// in the hostname check).
+fn judge_answer(
+    address: &str,
+    role: MachineRole,
+    answer: Option<&NodeAnswer>,
+) -> (Option<InitNode>, Vec<Refusal>) {
+    let (hostname, talos_version, disks) = match answer {
+        None => {
+            return (
+                None,
+                vec![Refusal::new(format!(
+                    "node {address} was not inspected (a bug in ichor, please report it)"
+                ))],
+            );
+        }
+        Some(NodeAnswer::Unreachable { error }) => {
+            return (
+                None,
+                vec![Refusal::new(format!(
+                    "node {address} is unreachable: {error}; check the address, and that the node booted Talos and listens on port 50000"
+                ))],
+            );
+        }
+        Some(NodeAnswer::Configured { detail }) => {
+            return (
+                None,
+                vec![Refusal::new(format!(
+                    "node {address} is not in maintenance mode ({detail}): ichor init only configures fresh nodes; adopt a running cluster with ichor adopt, or reset the node first (talosctl reset)"
+                ))],
+            );
+        }
+        Some(
+            NodeAnswer::Maintenance {
+                hostname,
+                talos_version,
+                disks,
+            }
+            | NodeAnswer::Initialized {
+                hostname,
+                talos_version,
+                disks,
+            },
+        ) => (hostname, talos_version, disks),
+    };
+    let mut refusals = Vec::new();
+    match release_line(talos_version) {
+        Some(v) if v >= MIN_TALOS => {}
+        _ => refusals.push(Refusal::new(format!(
+            "node {address} runs Talos {talos_version}; ichor init needs Talos v{}.{} or later: boot it from a newer Talos image",
+            MIN_TALOS.0, MIN_TALOS.1
+        ))),
+    }
+    let Some(install_disk) = install_disk(disks) else {
+        refusals.push(Refusal::new(format!(
+            "node {address} lists no disk to install Talos to"
+        )));
+        return (None, refusals);
+    };
+    let node = InitNode {
+        address: address.to_string(),
+        role,
+        hostname: hostname.clone(),
+        talos_version: talos_version.clone(),
+        install_disk,
+    };
+    (Some(node), refusals)
+}
+
+/// A refusal for each node whose hostname another node reports too.
+fn duplicate_hostnames(nodes: &[InitNode]) -> Vec<Refusal> {
+    let mut names = BTreeSet::new();
+    nodes
+        .iter()
+        .filter(|n| !names.insert(n.hostname.as_str()))
+        .map(|n| {
+            Refusal::new(format!(
+                "node {} reports hostname {}, as another node does: TalosMachine names must differ; give the nodes distinct hostnames",
+                n.address, n.hostname
+            ))
+        })
+        .collect()
+}
+
+/// The `--config-patch` files that parse, as the machines' patches; a
+/// refusal for each that does not.
+fn checked_patches(files: &[PatchFile], refusals: &mut Vec<Refusal>) -> Vec<MachinePatch> {
+    let mut patches = Vec::new();
+    for p in files {
+        match ConfigPatch::parse(&p.text, &p.name) {
+            Ok(_) => patches.push(MachinePatch {
+                name: p.name.clone(),
+                inline: p.text.clone(),
+            }),
+            Err(e) => refusals.push(Refusal::new(format!("--config-patch {}: {e}", p.name))),
+        }
+    }
+    patches
+}
+
+/// The Talos version the configs are written for (asked, or the lowest the
+/// nodes run) and the Kubernetes version (asked, or the Talos minor's
+/// default in the support table); a refusal where either is not one init
+/// writes configs for.
+fn versions(
+    request: &InitRequest,
+    nodes: &[InitNode],
+    refusals: &mut Vec<Refusal>,
+) -> (String, String) {
+    let talos_version = match &request.talos_version {
+        Some(v) => v.clone(),
+        None => nodes
+            .iter()
+            .map(|n| n.talos_version.clone())
+            .min_by(|a, b| version_key(a).cmp(&version_key(b)))
+            .unwrap_or_default(),
+    };
+    // init writes configs only for the minors the table gives a default for.
+    let row = release_line(&talos_version)
+        .and_then(support::of_minor)
+        .filter(|row| row.init_default.is_some());
+    if request.talos_version.is_some() && row.is_none() {
+        refusals.push(Refusal::new(format!(
+            "--talos-version {talos_version} is not one ichor init writes configs for: use v1.12, v1.13 or v1.14"
+        )));
+    }
+    let kubernetes_version = match (&request.kubernetes_version, row) {
+        (Some(k), Some(row)) => {
+            if !release_line(k).is_some_and(|v| row.runs(v)) {
+                let (low, high) = (row.lowest, row.highest);
+                refusals.push(Refusal::new(format!(
+                    "--kubernetes-version {k} is not supported by Talos {talos_version} (it runs Kubernetes v{}.{} to v{}.{})",
+                    low.0, low.1, high.0, high.1
+                )));
+            }
+            k.clone()
+        }
+        (Some(k), None) => k.clone(),
+        (None, Some(row)) => row.init_default.unwrap_or_default().to_string(),
+        (None, None) => String::new(),
+    };
+    (talos_version, kubernetes_version)
+}
+
+/// One node's config: the render of its TalosMachine over its base config,
+/// with Ichor's Cilium inline on a control plane.
+fn node_config(
+    bundle: &SecretsBundle,
+    base: &BaseInput<'_>,
+    cluster: &TalosCluster,
+    machine: &TalosMachine,
+    node: &InitNode,
+    cilium_manifest: &str,
+) -> Result<String, Refusal> {
+    let address = &node.address;
+    let origin = format!("the base config of {address}");
+    let live = MachineConfig::from_mappings(base_config(bundle, base), &origin)
+        .map_err(|e| Refusal::new(format!("{origin}: {e} (a bug in ichor, please report it)")))?;
+    let mut input = RenderInput::from_objects(cluster, machine, &live);
+    if node.role == MachineRole::Controlplane {
+        input.inline_cni = Some(cilium_manifest);
+    }
+    render(&input)
+        .and_then(|r| r.yaml())
+        .map_err(|e| Refusal::new(format!("node {address}: {e}")))
+}
+
+/// A node as the plan shows it.
+fn planned_node(node: &InitNode) -> PlannedNode {
+    PlannedNode {
+        name: node.hostname.clone(),
+        address: node.address.clone(),
+        role: match node.role {
+            MachineRole::Controlplane => "controlplane",
+            MachineRole::Worker => "worker",
+        }
+        .to_string(),
+        talos_version: node.talos_version.clone(),
+        install_disk: node.install_disk.clone(),
+        cert_fingerprint: None,
+    }
 }
 
 /// The TalosCluster init writes: preset cilium, the tunnel and kube-proxy
