@@ -189,6 +189,45 @@ pub fn plan(
     found: &ReclaimInspection,
     request: &ReclaimRequest,
 ) -> Result<ReclaimPlan, Vec<Refusal>> {
+    let refusals = refusals(found, request);
+    if !refusals.is_empty() {
+        return Err(refusals);
+    }
+    let cilium = cilium_choice(found, request);
+    let ichor = ichor_choice(&found.ichor, &cilium);
+    let crds = crd_choice(&found.crds, &ichor, request.delete_crds);
+    Ok(ReclaimPlan {
+        output_dir: request.output_dir.clone(),
+        clusters: found
+            .clusters
+            .iter()
+            .map(|c| ClusterReclaim {
+                namespace: c.namespace.clone(),
+                name: c.name.clone(),
+                dir: cluster_dir(&request.output_dir, &c.name),
+                secret: c.secret.clone(),
+                machines: c.machines.clone(),
+            })
+            .collect(),
+        operations: found
+            .operations
+            .iter()
+            .map(|o| format!("{}/{}", o.namespace, o.name))
+            .collect(),
+        cilium,
+        handed_back: found
+            .handed_back_records
+            .iter()
+            .map(|r| r.revision)
+            .collect(),
+        ichor,
+        crds,
+    })
+}
+
+/// Every reason to refuse: an unfinished TalosOperation, a Cilium release
+/// in the middle of an operation, two TalosClusters that would share a folder.
+fn refusals(found: &ReclaimInspection, request: &ReclaimRequest) -> Vec<Refusal> {
     let mut refusals: Vec<Refusal> = found
         .operations
         .iter()
@@ -223,17 +262,22 @@ pub fn plan(
             )));
         }
     }
-    if !refusals.is_empty() {
-        return Err(refusals);
-    }
+    refusals
+}
+
+fn cilium_choice(found: &ReclaimInspection, request: &ReclaimRequest) -> CiliumChoice {
     let revisions: Vec<u32> = found.cilium_records.iter().map(|r| r.revision).collect();
-    let cilium = match (revisions.is_empty(), request.keep_cilium_record) {
+    match (revisions.is_empty(), request.keep_cilium_record) {
         (true, _) => CiliumChoice::NoRecord,
         (false, true) => CiliumChoice::Keep { revisions },
         (false, false) => CiliumChoice::HandBack { revisions },
-    };
+    }
+}
+
+/// The namespace goes with Ichor unless it keeps Cilium's records.
+fn ichor_choice(ichor: &IchorPresence, cilium: &CiliumChoice) -> IchorChoice {
     let keeps_records_in_ichor_namespace = matches!(cilium, CiliumChoice::Keep { .. });
-    let ichor = match &found.ichor {
+    match ichor {
         IchorPresence::Absent => IchorChoice::Absent,
         IchorPresence::Installer { version } => IchorChoice::Uninstall {
             version: version.clone(),
@@ -246,46 +290,22 @@ pub fn plan(
             namespace: namespace.clone(),
             command: helm_uninstall_command(release, namespace),
         },
-    };
-    let crds = match (&ichor, request.delete_crds) {
+    }
+}
+
+fn crd_choice(crds: &[String], ichor: &IchorChoice, delete_crds: bool) -> CrdChoice {
+    match (ichor, delete_crds) {
         (_, false) => CrdChoice::Keep {
-            crds: found.crds.clone(),
+            crds: crds.to_vec(),
         },
         (IchorChoice::Helm { .. }, true) => CrdChoice::DeleteAfterHelm {
-            crds: found.crds.clone(),
-            command: format!("kubectl delete crd {}", found.crds.join(" ")),
+            crds: crds.to_vec(),
+            command: format!("kubectl delete crd {}", crds.join(" ")),
         },
         (_, true) => CrdChoice::Delete {
-            crds: found.crds.clone(),
+            crds: crds.to_vec(),
         },
-    };
-    Ok(ReclaimPlan {
-        output_dir: request.output_dir.clone(),
-        clusters: found
-            .clusters
-            .iter()
-            .map(|c| ClusterReclaim {
-                namespace: c.namespace.clone(),
-                name: c.name.clone(),
-                dir: cluster_dir(&request.output_dir, &c.name),
-                secret: c.secret.clone(),
-                machines: c.machines.clone(),
-            })
-            .collect(),
-        operations: found
-            .operations
-            .iter()
-            .map(|o| format!("{}/{}", o.namespace, o.name))
-            .collect(),
-        cilium,
-        handed_back: found
-            .handed_back_records
-            .iter()
-            .map(|r| r.revision)
-            .collect(),
-        ichor,
-        crds,
-    })
+    }
 }
 
 /// The folder of `cluster`'s files under `output_dir`.
