@@ -551,3 +551,73 @@ mod tests {
         assert_eq!(response.status(), axum::http::StatusCode::OK);
     }
 }
+
+/// The one endpoint parser (`ichor_api::endpoint`) against the two it
+/// replaces: the webhook's check of `spec.address` and the controller's
+/// dial address.
+#[cfg(test)]
+mod endpoint_parity {
+    use ichor_api::endpoint::{Endpoint, TALOS_API_PORT};
+    use proptest::prelude::*;
+
+    use super::address_problem;
+    use crate::machine::endpoint;
+
+    /// Addresses near every rule: hosts, IPv4 and IPv6 (bare, bracketed,
+    /// with a port), ports with zeros, out of range, words.
+    fn address() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "[a-zA-Z0-9.:\\[\\]/@ _-]{0,24}",
+            "[a-z0-9-]{1,8}(\\.[a-z0-9-]{1,8}){0,3}(:[0-9+]{0,6})?",
+            any::<std::net::Ipv6Addr>().prop_map(|ip| ip.to_string()),
+            any::<std::net::Ipv6Addr>().prop_map(|ip| format!("[{ip}]")),
+            (any::<std::net::Ipv6Addr>(), "[0-9]{0,6}").prop_map(|(ip, p)| format!("[{ip}]:{p}")),
+            (any::<std::net::Ipv4Addr>(), prop::option::of("[0-9]{0,6}"))
+                .prop_map(|(ip, p)| p.map_or(ip.to_string(), |p| format!("{ip}:{p}"))),
+            "[0-9]{1,3}(\\.[0-9]{1,3}){0,4}(:[0-9]{1,5})?",
+        ]
+    }
+
+    /// Written with a port of its own, as written (`:0080`, `:+80`).
+    fn port_as_written(address: &str) -> Option<&str> {
+        let after = match address.strip_prefix('[') {
+            Some(rest) => rest.split_once(']')?.1,
+            None if address.parse::<std::net::Ipv6Addr>().is_ok() => return None,
+            None => address,
+        };
+        after.split_once(':').map(|(_, p)| p)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        /// The webhook refuses what the parser refuses, with the same
+        /// words; the controller dials what it accepts as the parser shows
+        /// it (a port written `0080` or `+80` dialled as 80, as the Talos
+        /// client read it before).
+        #[test]
+        fn the_one_parser_reads_an_address_as_the_webhook_and_the_dial_did(
+            address in address(),
+            port in prop_oneof![Just(TALOS_API_PORT), 1u16..],
+        ) {
+            let parsed = Endpoint::parse(&address, port);
+            prop_assert_eq!(
+                parsed.as_ref().err().map(|e| e.problem.to_string()),
+                address_problem(&address),
+                "{:?}", address
+            );
+            if let Ok(e) = parsed {
+                let dialled = endpoint(&address, port);
+                let canonical = port_as_written(&address)
+                    .is_none_or(|p| p.parse::<u16>().is_ok_and(|n| n.to_string() == p));
+                if canonical {
+                    prop_assert_eq!(e.to_string(), dialled, "{:?}", address);
+                } else {
+                    let dial = Endpoint::parse(&dialled, port).expect("the dial address reads");
+                    prop_assert_eq!(e, dial, "{:?}", address);
+                }
+            }
+        }
+    }
+}
