@@ -22,22 +22,23 @@ pub mod components;
 pub mod daemonsets;
 pub mod disruption;
 pub mod init;
+mod nodes;
 pub mod pods;
+mod seed;
 pub mod simulator;
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use ichor_helm::objects::create_or_keep;
 use ichor_talemu::{Emulator, EmulatorOptions, NodeSpec, Pki};
 use ichor_talos::config::MachineConfig;
-use ichor_talos::patch::ConfigPatch;
 use ichor_talos::secrets::SecretsBundle;
 use ichor_talos::talosconfig::{Role, Talosconfig};
 use ichor_testenv::TestEnv;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use serde_json::json;
+
+pub use nodes::node_configs;
+pub(crate) use nodes::{node_names, register_nodes, wait_nodes_ready};
+pub(crate) use seed::seed_cni;
 
 /// The CNI the lab's cluster starts with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,13 +86,18 @@ impl LabShape {
     }
 }
 
+/// A shape the lab does not know (`--shape`).
+#[derive(Debug, thiserror::Error)]
+#[error("unknown shape {0:?}: use v1alpha1 or multidoc")]
+pub struct UnknownShape(pub String);
+
 impl std::str::FromStr for LabShape {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownShape;
+    fn from_str(s: &str) -> Result<Self, UnknownShape> {
         match s {
             "v1alpha1" => Ok(LabShape::V1alpha1),
             "multidoc" => Ok(LabShape::Multidoc),
-            o => Err(format!("unknown shape {o:?}: use v1alpha1 or multidoc")),
+            o => Err(UnknownShape(o.into())),
         }
     }
 }
@@ -281,34 +287,6 @@ impl Drop for Lab {
     }
 }
 
-/// The fixtures the nodes' configs are made from (real Talos files).
-fn fixture(shape: LabShape, name: &str) -> PathBuf {
-    ichor_testenv::fixtures::talos_dir()
-        .join(shape.fixtures())
-        .join(name)
-}
-
-/// The nodes' loopback addresses (a /24 of the lab's own, so labs and
-/// tests can run side by side) and hostnames: `lab-cp-1`… for the first
-/// `control_planes`, then `lab-worker-1`….
-fn node_names(nodes: usize, control_planes: usize) -> (Vec<IpAddr>, Vec<String>) {
-    let net: u8 = rand::random_range(16..=250);
-    let sub: u8 = rand::random_range(1..=250);
-    let addresses: Vec<IpAddr> = (0..nodes)
-        .map(|i| IpAddr::V4(Ipv4Addr::new(127, net, sub, 10 + i as u8)))
-        .collect();
-    let hostnames: Vec<String> = (0..nodes)
-        .map(|i| {
-            if i < control_planes {
-                format!("lab-cp-{}", i + 1)
-            } else {
-                format!("lab-worker-{}", i + 1 - control_planes)
-            }
-        })
-        .collect();
-    (addresses, hostnames)
-}
-
 /// The cluster's bundle, recovered from the control plane's config, and the
 /// emulator's PKI from its OS CA (so the nodes trust the cluster's own CA).
 fn cluster_pki(control_plane_config: &str) -> Result<(SecretsBundle, Pki), LabError> {
@@ -364,57 +342,131 @@ fn write_operator_files(
     Ok((kubeconfig, talosconfig, bundle_path))
 }
 
+/// The state folder exists and the control planes are at least one and
+/// no more than the nodes.
+fn check_options(options: &LabOptions) -> Result<(), LabError> {
+    std::fs::create_dir_all(&options.state_dir).map_err(|source| LabError::Write {
+        path: options.state_dir.clone(),
+        source,
+    })?;
+    if options.control_planes == 0 || options.control_planes > options.nodes {
+        return Err(LabError::Config(format!(
+            "{} control planes among {} nodes: give at least one control plane and no more than the nodes",
+            options.control_planes, options.nodes
+        )));
+    }
+    Ok(())
+}
+
+/// The emulated Talos nodes, one a loopback address on port 50000, each
+/// with its config and trusting the cluster's OS CA (`pki`).
+async fn start_nodes(
+    options: &LabOptions,
+    hostnames: &[String],
+    addresses: &[IpAddr],
+    configs: &[String],
+    pki: Pki,
+) -> Result<Emulator, LabError> {
+    let specs = hostnames
+        .iter()
+        .zip(addresses)
+        .zip(configs)
+        .map(|((h, a), c)| {
+            NodeSpec::new(h.clone(), c.clone().into_bytes())
+                .with_address(*a)
+                .with_port(50000)
+                .with_version(options.talos_version.clone())
+        })
+        .collect();
+    let emulator = Emulator::start_with(
+        specs,
+        EmulatorOptions {
+            pki: Some(pki),
+            ..Default::default()
+        },
+    )
+    .await?;
+    Ok(emulator)
+}
+
+/// The API server, with the cluster's identity from the first control
+/// plane's config, reaching Ichor's pods through the lab's pod network
+/// (bound first: the API server's egress configuration names its socket);
+/// the nodes name it as where the cluster's API answers.
+fn start_control_plane(
+    options: &LabOptions,
+    control_plane_config: &str,
+    emulator: &Emulator,
+) -> Result<(TestEnv, pods::PodNetwork), LabError> {
+    let socket = options.state_dir.join("pod-network.sock");
+    let network = pods::PodNetwork::bind(&socket).map_err(|source| LabError::Write {
+        path: socket.clone(),
+        source,
+    })?;
+    // The cluster's own Kubernetes CA and service-account key, as on a
+    // real cluster: the kubeconfig a control plane hands out through
+    // the Talos API (`talosctl kubeconfig`, `talosctl health`) works
+    // against the lab's API server, which the nodes name as where the
+    // cluster's API answers (it stands in for the endpoint's).
+    let identity =
+        init::cluster_identity(control_plane_config.as_bytes(), ichor_testenv::free_port())?;
+    let env = TestEnv::start_for_cluster(identity, Some(network.socket()))?;
+    emulator.serve_kubernetes_at(env.server_url());
+    Ok((env, network))
+}
+
+/// What the simulator runs Ichor's pods and Jobs with: the local `ichor`
+/// binary, the helm and Cilium chart its image carries, the API server.
+fn process_runner(
+    options: &LabOptions,
+    env: &TestEnv,
+    ichor: PathBuf,
+    network: pods::PodNetwork,
+) -> pods::ProcessRunner {
+    pods::ProcessRunner {
+        ichor,
+        helm: ichor_testenv::Tool::Helm4.path(),
+        cilium_chart: options.cilium_chart.path().to_path_buf(),
+        server: env.server_url().to_string(),
+        ca_pem: env.ca().cert_pem(),
+        state_dir: options.state_dir.clone(),
+        network,
+        ichor_log: options.ichor_log.clone(),
+    }
+}
+
+/// Every node's kubelet side of the Kubernetes components
+/// ([`components`]), when [`LabOptions::components`] asks for it.
+fn spawn_components(
+    client: &kube::Client,
+    options: &LabOptions,
+    hostnames: &[String],
+    emulator: &Emulator,
+) -> Result<Option<tokio::task::JoinHandle<()>>, LabError> {
+    if !options.components {
+        return Ok(None);
+    }
+    let nodes = (0..options.nodes)
+        .map(|i| {
+            Ok(components::LabKubelet {
+                node: hostnames[i].clone(),
+                control_plane: i < options.control_planes,
+                talos: emulator.admin_client(i)?,
+            })
+        })
+        .collect::<Result<Vec<_>, LabError>>()?;
+    Ok(Some(components::spawn(client.clone(), nodes)))
+}
+
 impl Lab {
     /// Starts the control plane, the nodes and the simulator.
     pub async fn up(options: LabOptions) -> Result<Lab, LabError> {
-        std::fs::create_dir_all(&options.state_dir).map_err(|source| LabError::Write {
-            path: options.state_dir.clone(),
-            source,
-        })?;
-        if options.control_planes == 0 || options.control_planes > options.nodes {
-            return Err(LabError::Config(format!(
-                "{} control planes among {} nodes: give at least one control plane and no more than the nodes",
-                options.control_planes, options.nodes
-            )));
-        }
+        check_options(&options)?;
         let (addresses, hostnames) = node_names(options.nodes, options.control_planes);
         let configs = node_configs(&options, &addresses)?;
         let (bundle, pki) = cluster_pki(&configs[0])?;
-
-        let specs = hostnames
-            .iter()
-            .zip(&addresses)
-            .zip(&configs)
-            .map(|((h, a), c)| {
-                NodeSpec::new(h.clone(), c.clone().into_bytes())
-                    .with_address(*a)
-                    .with_port(50000)
-                    .with_version(options.talos_version.clone())
-            })
-            .collect();
-        let emulator = Emulator::start_with(
-            specs,
-            EmulatorOptions {
-                pki: Some(pki),
-                ..Default::default()
-            },
-        )
-        .await?;
-        // The API server reaches Ichor's pods through the lab's pod network.
-        let socket = options.state_dir.join("pod-network.sock");
-        let network = pods::PodNetwork::bind(&socket).map_err(|source| LabError::Write {
-            path: socket.clone(),
-            source,
-        })?;
-        // The cluster's own Kubernetes CA and service-account key, as on a
-        // real cluster: the kubeconfig a control plane hands out through
-        // the Talos API (`talosctl kubeconfig`, `talosctl health`) works
-        // against the lab's API server, which the nodes name as where the
-        // cluster's API answers (it stands in for the endpoint's).
-        let identity = init::cluster_identity(configs[0].as_bytes(), ichor_testenv::free_port())?;
-        let env = TestEnv::start_for_cluster(identity, Some(network.socket()))?;
-        emulator.serve_kubernetes_at(env.server_url());
-
+        let emulator = start_nodes(&options, &hostnames, &addresses, &configs, pki).await?;
+        let (env, network) = start_control_plane(&options, &configs[0], &emulator)?;
         let (kubeconfig, talosconfig, bundle_path) = write_operator_files(
             &options.state_dir,
             &env,
@@ -426,34 +478,15 @@ impl Lab {
         let client = env.client().await;
         register_nodes(&client, &hostnames, &addresses, &options).await?;
         seed_cni(&client, &options).await?;
-        let runner = options.ichor_bin.clone().map(|ichor| pods::ProcessRunner {
-            ichor,
-            helm: ichor_testenv::Tool::Helm4.path(),
-            cilium_chart: options.cilium_chart.path().to_path_buf(),
-            server: env.server_url().to_string(),
-            ca_pem: env.ca().cert_pem(),
-            state_dir: options.state_dir.clone(),
-            network,
-            ichor_log: options.ichor_log.clone(),
-        });
+        let runner = options
+            .ichor_bin
+            .clone()
+            .map(|ichor| process_runner(&options, &env, ichor, network));
         if !options.cilium_chart.is_real() {
             tracing::warn!("lab: Ichor installs {}", options.cilium_chart.describe());
         }
         let simulator = Some(simulator::spawn(client.clone(), runner));
-        let components = if options.components {
-            let nodes = (0..options.nodes)
-                .map(|i| {
-                    Ok(components::LabKubelet {
-                        node: hostnames[i].clone(),
-                        control_plane: i < options.control_planes,
-                        talos: emulator.admin_client(i)?,
-                    })
-                })
-                .collect::<Result<Vec<_>, LabError>>()?;
-            Some(components::spawn(client.clone(), nodes))
-        } else {
-            None
-        };
+        let components = spawn_components(&client, &options, &hostnames, &emulator)?;
         if options.cni != LabCni::None {
             // A cluster that already runs a CNI starts with Ready nodes.
             wait_nodes_ready(&client, std::time::Duration::from_secs(60)).await?;
@@ -497,286 +530,6 @@ impl Lab {
     pub fn state_dir(&self) -> &Path {
         &self.options.state_dir
     }
-}
-
-/// The lab's settings as a patch of a v1.12/v1.13-shaped config.
-fn legacy_patch(options: &LabOptions, addresses: &[IpAddr]) -> String {
-    let cni = match options.cni {
-        LabCni::Flannel => "flannel",
-        _ => "none",
-    };
-    let k = &options.kubernetes_version;
-    format!(
-        "machine:\n  kubelet:\n    image: ghcr.io/siderolabs/kubelet:{k}\n  features:\n    kubePrism:\n      enabled: {}\n      port: 7445\ncluster:\n  controlPlane:\n    endpoint: https://{}:6443\n  clusterName: lab\n  network:\n    cni:\n      name: {cni}\n  apiServer:\n    image: registry.k8s.io/kube-apiserver:{k}\n  controllerManager:\n    image: registry.k8s.io/kube-controller-manager:{k}\n  scheduler:\n    image: registry.k8s.io/kube-scheduler:{k}\n  proxy:\n    disabled: {}\n    image: registry.k8s.io/kube-proxy:{k}\n",
-        options.kube_prism, addresses[0], !options.kube_proxy
-    )
-}
-
-/// The lab's settings as a patch of Talos v1.14's documents. A worker's
-/// v1.14 config carries no cluster-wide documents (CNI, kube-proxy).
-fn multidoc_patch(options: &LabOptions, addresses: &[IpAddr], control_plane: bool) -> String {
-    let k = &options.kubernetes_version;
-    let prism_port = if options.kube_prism { 7445 } else { 0 };
-    let mut docs = vec![
-        format!(
-            "apiVersion: v1alpha1\nkind: KubeClusterConfig\nclusterName: lab\nendpoint: https://{}:6443\n",
-            addresses[0]
-        ),
-        format!("apiVersion: v1alpha1\nkind: KubePrismConfig\nport: {prism_port}\n"),
-        format!(
-            "apiVersion: v1alpha1\nkind: KubeletConfig\nimage: ghcr.io/siderolabs/kubelet:{k}\n"
-        ),
-    ];
-    if control_plane {
-        docs.push(format!(
-            "apiVersion: v1alpha1\nkind: KubeProxyConfig\nenabled: {}\nimage: registry.k8s.io/kube-proxy:{k}\n",
-            options.kube_proxy
-        ));
-        docs.push(format!("apiVersion: v1alpha1\nkind: KubeAPIServerConfig\nimage: registry.k8s.io/kube-apiserver:{k}\n"));
-        docs.push(format!("apiVersion: v1alpha1\nkind: KubeControllerManagerConfig\nimage: registry.k8s.io/kube-controller-manager:{k}\n"));
-        docs.push(format!("apiVersion: v1alpha1\nkind: KubeSchedulerConfig\nimage: registry.k8s.io/kube-scheduler:{k}\n"));
-        if options.cni != LabCni::Flannel {
-            docs.push("apiVersion: v1alpha1\nkind: KubeFlannelCNIConfig\n$patch: delete\n".into());
-        }
-    }
-    docs.join("---\n")
-}
-
-/// Each node's machine config: the real fixture, patched to the lab's shape.
-pub fn node_configs(options: &LabOptions, addresses: &[IpAddr]) -> Result<Vec<String>, LabError> {
-    let read = |name: &str| {
-        let path = fixture(options.shape, name);
-        std::fs::read_to_string(&path).map_err(|source| LabError::Read { path, source })
-    };
-    let cp = read("base-controlplane.yaml")?;
-    let worker = read("base-worker.yaml")?;
-    let parse = |text: String| ConfigPatch::parse(&text, "the lab's patch").map_err(LabError::from);
-    let (cp_patch, worker_patch) = match options.shape {
-        LabShape::V1alpha1 => {
-            let p = parse(legacy_patch(options, addresses))?;
-            (p.clone(), p)
-        }
-        LabShape::Multidoc => (
-            parse(multidoc_patch(options, addresses, true))?,
-            parse(multidoc_patch(options, addresses, false))?,
-        ),
-    };
-    (0..options.nodes)
-        .map(|i| {
-            let (base, patch) = if i < options.control_planes {
-                (&cp, &cp_patch)
-            } else {
-                (&worker, &worker_patch)
-            };
-            let config = MachineConfig::parse(base)?;
-            let patched = patch.apply(&config, "the lab's patch")?;
-            Ok(patched.to_yaml()?)
-        })
-        .collect()
-}
-
-async fn register_nodes(
-    client: &kube::Client,
-    hostnames: &[String],
-    addresses: &[IpAddr],
-    options: &LabOptions,
-) -> Result<(), kube::Error> {
-    let api: Api<Node> = Api::all(client.clone());
-    for (i, (name, address)) in hostnames.iter().zip(addresses).enumerate() {
-        let role_label = if i < options.control_planes {
-            "node-role.kubernetes.io/control-plane"
-        } else {
-            "node-role.kubernetes.io/worker"
-        };
-        let mut spec =
-            json!({"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]});
-        if options.pod_cidrs {
-            spec["podCIDR"] = json!(format!("10.244.{i}.0/24"));
-            spec["podCIDRs"] = json!([format!("10.244.{i}.0/24")]);
-        }
-        let mut annotations = json!({"ichor.maesh.dev/simulated": "a lab node: its kubelet is the lab's node simulator"});
-        if options.kube_prism {
-            annotations[daemonsets::KUBE_PRISM_ANNOTATION] = json!("7445");
-        }
-        let node: Node = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Node",
-            // The labels a kubelet sets on its Node (charts select on them).
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, role_label: "",
-                    "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                    "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"},
-                "annotations": annotations},
-            "spec": spec,
-        }))
-        .expect("node");
-        create_or_keep(&api, &PostParams::default(), &node).await?;
-        let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
-        api.patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {
-                "addresses": [{"type": "InternalIP", "address": address.to_string()}, {"type": "Hostname", "address": name}],
-                // What a Talos kubelet reports: the node's Talos version and the
-                // Kubernetes version of the cluster (the real API server's).
-                "nodeInfo": {"kubeletVersion": options.kubernetes_version, "kubeProxyVersion": "",
-                    "osImage": format!("Talos ({})", options.talos_version), "operatingSystem": "linux",
-                    "architecture": "amd64", "kernelVersion": "", "containerRuntimeVersion": "containerd://2.1.5",
-                    "machineID": "", "systemUUID": "", "bootID": ""},
-                "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
-                    "message": simulator::NO_CNI_MESSAGE, "lastHeartbeatTime": now, "lastTransitionTime": now}]}})),
-        )
-        .await?;
-    }
-    Ok(())
-}
-
-/// A Cilium applied by hand: its operator, which registers Cilium's CRDs
-/// (the simulator plays that part), and its config the way the Talos guide
-/// says, so that its agents run (cilium_on_talos).
-async fn seed_hand_applied_cilium(
-    client: &kube::Client,
-    options: &LabOptions,
-) -> Result<(), kube::Error> {
-    let operator: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "cilium-operator", "namespace": "kube-system"},
-        // The labels Cilium's chart gives it (a takeover keeps the selector).
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"io.cilium/app": "operator", "name": "cilium-operator"}},
-            "template": {"metadata": {"labels": {"io.cilium/app": "operator", "name": "cilium-operator"}},
-                "spec": {"hostNetwork": true, "containers": [{"name": "operator", "image": "quay.io/cilium/operator-generic:v1.18.5"}]}}}
-    }))
-    .expect("deployment");
-    let api: Api<k8s_openapi::api::apps::v1::Deployment> =
-        Api::namespaced(client.clone(), "kube-system");
-    create_or_keep(&api, &PostParams::default(), &operator).await?;
-    // A Cilium applied by hand the way the Talos guide says, so that its
-    // agents run (cilium_on_talos).
-    let config: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "cilium-config", "namespace": "kube-system"},
-        "data": {"ipam": "kubernetes", "cgroup-root": cilium_on_talos::TALOS_CGROUP_ROOT,
-            "tunnel-protocol": "vxlan",
-            "kube-proxy-replacement": if options.kube_proxy { "false" } else { "true" }},
-    }))
-    .expect("configmap");
-    create_or_keep(
-        &Api::namespaced(client.clone(), "kube-system"),
-        &PostParams::default(),
-        &config,
-    )
-    .await?;
-    Ok(())
-}
-
-/// The workloads a cluster with a CNI already runs (and kube-proxy, when on).
-pub(crate) async fn seed_cni(
-    client: &kube::Client,
-    options: &LabOptions,
-) -> Result<(), kube::Error> {
-    let mut daemonsets = Vec::new();
-    if options.kube_proxy {
-        daemonsets.push((
-            "kube-system",
-            "kube-proxy",
-            format!("registry.k8s.io/kube-proxy:{}", options.kubernetes_version),
-        ));
-    }
-    match options.cni {
-        LabCni::None => {}
-        LabCni::Flannel => daemonsets.push((
-            "kube-system",
-            "kube-flannel",
-            "ghcr.io/siderolabs/flannel:v0.26.7".to_string(),
-        )),
-        LabCni::Calico => daemonsets.push((
-            "calico-system",
-            "calico-node",
-            "docker.io/calico/node:v3.29.1".to_string(),
-        )),
-        LabCni::Cilium => daemonsets.push((
-            "kube-system",
-            "cilium",
-            "quay.io/cilium/cilium:v1.18.5".to_string(),
-        )),
-    }
-    if options.cni == LabCni::Cilium {
-        seed_hand_applied_cilium(client, options).await?;
-    }
-    for (ns, name, image) in daemonsets {
-        ensure_namespace(client, ns).await?;
-        let mut container = json!({"name": name, "image": image});
-        if name == "cilium" {
-            container = json!({"name": cilium_on_talos::AGENT_CONTAINER, "image": image,
-                "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "localhost"},
-                        {"name": "KUBERNETES_SERVICE_PORT", "value": "7445"}],
-                "securityContext": {"capabilities": {"add": ["CHOWN", "KILL", "NET_ADMIN", "NET_RAW",
-                    "IPC_LOCK", "SYS_ADMIN", "SYS_RESOURCE", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"],
-                    "drop": ["ALL"]}}});
-        }
-        // kube-proxy's labels and selector as Talos's bootstrap manifest
-        // makes them (Talos created it; a kubernetes-upgrade's sync applies
-        // that manifest over it, and a selector is immutable).
-        let labels = if name == "kube-proxy" {
-            json!({"k8s-app": name, "tier": "node"})
-        } else {
-            json!({"k8s-app": name})
-        };
-        let ds: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(json!({
-            "apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": name, "namespace": ns, "labels": labels},
-            "spec": {"selector": {"matchLabels": labels},
-                "template": {"metadata": {"labels": labels},
-                    "spec": {"hostNetwork": true, "tolerations": [{"operator": "Exists"}],
-                        "containers": [container]}}}
-        }))
-        .expect("daemonset");
-        let api: Api<k8s_openapi::api::apps::v1::DaemonSet> = Api::namespaced(client.clone(), ns);
-        create_or_keep(&api, &PostParams::default(), &ds).await?;
-    }
-    Ok(())
-}
-
-/// Waits (bounded) until every Node is Ready; says which are not.
-async fn wait_nodes_ready(
-    client: &kube::Client,
-    timeout: std::time::Duration,
-) -> Result<(), LabError> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let nodes = Api::<Node>::all(client.clone())
-            .list(&Default::default())
-            .await?;
-        let not_ready: Vec<String> = nodes
-            .items
-            .iter()
-            .filter(|n| {
-                !n.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
-            .filter_map(|n| n.metadata.name.clone())
-            .collect();
-        if not_ready.is_empty() {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(LabError::Config(format!(
-                "the lab's CNI did not make nodes {} Ready within {timeout:?}",
-                not_ready.join(", ")
-            )));
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-}
-
-async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), kube::Error> {
-    let ns: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
-    )
-    .expect("ns");
-    create_or_keep(&Api::all(client.clone()), &PostParams::default(), &ns)
-        .await
-        .map(drop)
 }
 
 #[cfg(test)]

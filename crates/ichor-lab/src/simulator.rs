@@ -163,7 +163,7 @@ async fn run_job_process(
     let token =
         crate::pods::token_kubeconfig(client, runner, ns, service_account, &kubeconfig).await;
     let output = match token {
-        Err(e) => Err(std::io::Error::other(e)),
+        Err(e) => Err(std::io::Error::other(ichor_api::error_text::chain(&e))),
         Ok(()) => {
             tokio::process::Command::new(&runner.ichor)
                 .args(container.args.unwrap_or_default())
