@@ -1197,6 +1197,82 @@ mod tests {
         assert_eq!(parse_version("latest"), None);
     }
 
+    /// The one version parser, `ichor_talos::version::Version`, read as the
+    /// node's (major, minor).
+    fn one_parser(v: &str) -> Option<(u64, u64)> {
+        ichor_talos::version::Version::parse(v)
+            .ok()
+            .map(|v| v.major_minor())
+    }
+
+    /// A version as Talos writes its tags: with or without `v`, a major and
+    /// minor up to 20 digits (past u64: both parsers refuse it), a patch
+    /// that fits u64 (the emulator's parser never read it), a pre-release
+    /// and build metadata.
+    fn version_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let number = |digits: &str| {
+            prop_oneof![
+                Just("0".to_string()),
+                proptest::string::string_regex(&format!("[1-9][0-9]{{0,{digits}}}"))
+                    .expect("a regex"),
+            ]
+        };
+        (
+            prop_oneof![Just(""), Just("v")],
+            number("19"),
+            number("19"),
+            number("18"),
+            prop::option::of(prop_oneof![
+                "(alpha|beta|rc)\\.(0|[1-9][0-9]{0,2})",
+                "[a-z][a-z0-9-]{0,6}",
+            ]),
+            prop::option::of("[a-z0-9]{1,6}"),
+        )
+            .prop_map(|(v, major, minor, patch, pre, build)| {
+                let mut s = format!("{v}{major}.{minor}.{patch}");
+                if let Some(pre) = pre {
+                    s = format!("{s}-{pre}");
+                }
+                if let Some(build) = build {
+                    s = format!("{s}+{build}");
+                }
+                s
+            })
+    }
+
+    /// Anything near a version: short or long cores, leading zeros, signs,
+    /// surrounding spaces, words.
+    fn near_version() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            version_text(),
+            "[v +]{0,2}[0-9.+]{0,9}(-[0-9a-z.]{0,6})?(\\+[0-9a-z.]{0,4})?",
+            "v?[0-9]{1,3}(\\.[0-9]{1,3}){0,4}",
+            any::<String>(),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// A Talos version tag reads the same with both parsers.
+        #[test]
+        fn a_version_tag_reads_the_same_with_the_one_parser(v in version_text()) {
+            proptest::prop_assert_eq!(one_parser(&v), parse_version(&v), "{:?}", v);
+        }
+
+        /// Any text the one parser reads, the emulator's read the same; the
+        /// texts only the emulator's took are no version tag (`v1.14`,
+        /// `v01.2.3`, `1.2.3.4`, `+1.2.3`, `v1.2.x`).
+        #[test]
+        fn the_one_parser_reads_nothing_otherwise(v in near_version()) {
+            if let Some(line) = one_parser(&v) && v.trim() == v {
+                proptest::prop_assert_eq!(Some(line), parse_version(&v), "{:?}", v);
+            }
+        }
+    }
+
     #[test]
     fn installer_versions_come_from_the_tag() {
         assert_eq!(
