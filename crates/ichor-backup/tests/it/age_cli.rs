@@ -195,12 +195,15 @@ fn the_age_cli_refuses_a_cut_ciphertext() {
     let header = ct.len() - payload;
     for cut in [
         ct.len() - 1,
-        ct.len() - 116,       // the last, partial chunk gone: ends on a full chunk
-        header + 65536 + 16,  // after the first chunk
-        header + 16 + 100,    // mid-chunk
-        header,               // the header alone
+        ct.len() - 116,      // the last, partial chunk gone: ends on a full chunk
+        header + 65536 + 16, // after the first chunk
+        header + 16 + 100,   // mid-chunk
+        header,              // the header alone
     ] {
-        let got = run_age(&["-d".as_ref(), "-i".as_ref(), file.as_os_str()], &ct[..cut]);
+        let got = run_age(
+            &["-d".as_ref(), "-i".as_ref(), file.as_os_str()],
+            &ct[..cut],
+        );
         assert!(
             got.is_err(),
             "age -d accepted a ciphertext cut to {cut} of {} bytes",

@@ -2,3 +2,4 @@
 //! the real S3-compatible server that `tools/testbin.sh` builds.
 
 mod age_cli;
+mod etcd_snapshot;
