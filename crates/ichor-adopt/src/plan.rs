@@ -216,6 +216,7 @@ impl Plan {
                         .map(|talos_cni| UnmanagedCni { talos_cni }),
                 },
                 secrets_ref: secrets,
+                backup: None,
             },
         );
         cluster.metadata.namespace = Some(self.namespace.clone());

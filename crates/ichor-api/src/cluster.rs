@@ -68,6 +68,10 @@ pub struct TalosClusterSpec {
     pub cni: CniSpec,
     /// The Secret (in the TalosCluster's namespace) holding the Talos secrets bundle.
     pub secrets_ref: SecretsRef,
+    /// Encrypted backups off the cluster: where, to whom, when, how long.
+    /// Without it, Ichor takes no backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<crate::backup::BackupSpec>,
 }
 
 /// Pod and service networks of the cluster (CIDRs).

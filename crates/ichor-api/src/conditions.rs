@@ -23,6 +23,9 @@ pub mod types {
     pub const SKIPPED: &str = "Skipped";
     /// TalosOperation: the operation is waiting (etcd, a drain, a node's return).
     pub const WAITING: &str = "Waiting";
+    /// TalosCluster: the newest scheduled backup succeeded and is not older
+    /// than two schedule periods (absent without `spec.backup`).
+    pub const BACKUP_HEALTHY: &str = "BackupHealthy";
 }
 
 /// Condition reasons (CamelCase, as Kubernetes requires).

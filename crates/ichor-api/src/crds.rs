@@ -4,7 +4,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{IchorInstallation, TalosCluster, TalosMachine, TalosOperation};
+use crate::{IchorInstallation, TalosBackup, TalosCluster, TalosMachine, TalosOperation};
 
 /// The folder, relative to the workspace root, that holds the generated CRDs.
 pub const DIST_DIR: &str = "dist/crds";
@@ -29,6 +29,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         TalosMachine::crd(),
         IchorInstallation::crd(),
         TalosOperation::crd(),
+        TalosBackup::crd(),
     ]
 }
 

@@ -5,6 +5,8 @@
 //!   its status carries the drift per path with its class.
 //! - [`IchorInstallation`] — the singleton that says how Ichor itself is installed.
 //! - [`TalosOperation`] — a one-shot operation (upgrade, reboot) on a cluster.
+//! - [`TalosBackup`] — one encrypted backup of a cluster, off the cluster
+//!   ([`backup`] also holds the TalosCluster's `spec.backup`).
 //!
 //! Condition types and reasons are constants in [`conditions`], and conditions
 //! are built and merged there only. [`crds`] lists every CRD and renders the
@@ -33,6 +35,7 @@
 // repeated `type_ = "string"` inside them as duplicated attributes.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod backup;
 pub mod cilium;
 pub mod cluster;
 pub mod cni;
@@ -47,6 +50,11 @@ mod schema;
 pub mod selector;
 pub mod validation;
 
+pub use backup::{
+    BackupDestination, BackupPartStatus, BackupPhase, BackupReason, BackupRetention,
+    BackupSchedule, BackupSpec, EtcdSnapshotStatus, S3Destination, SecretKeyRef, SkipBackup,
+    TalosBackup, TalosBackupSpec, TalosBackupStatus, VolumeDestination,
+};
 pub use cluster::{
     CiliumReleaseStatus, CiliumSpec, ClusterNetwork, CniJobFailures, CniPreset, CniSpec, CniStatus,
     DetectedCni, KubeProxyMode, SecretsRef, TalosCNI, TalosCluster, TalosClusterSpec,

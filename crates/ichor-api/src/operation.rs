@@ -68,6 +68,11 @@ pub struct TalosOperationSpec {
     /// ends Succeeded with the reason DryRun.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+    /// talos-upgrade and kubernetes-upgrade: run without the backup taken
+    /// before the first control plane when the cluster has a backup
+    /// destination. The reason is recorded in status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_backup: Option<crate::backup::SkipBackup>,
 }
 
 impl OperationKind {
@@ -179,6 +184,10 @@ pub struct TalosOperationStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 5000))]
     pub components: Vec<ComponentProgress>,
+    /// The TalosBackup taken before the first control plane, or why none was
+    /// (`skipped: <reason>`, `no backup destination`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<String>,
 }
 
 /// A Kubernetes component that Talos runs from the machine config.

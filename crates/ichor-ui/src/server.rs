@@ -1127,6 +1127,7 @@ async fn start_operation(
             concurrency: None,
             installer_image: None,
             dry_run: false,
+            skip_backup: None,
             allow_downgrade: false,
         },
         status: None,

@@ -671,6 +671,7 @@ pub fn talos_cluster(
                 name: secrets_name(&request.cluster),
                 key: None,
             },
+            backup: None,
         },
     );
     cluster.metadata.namespace = Some(ichor_api::SYSTEM_NAMESPACE.to_string());

@@ -31,6 +31,7 @@ fn names_and_short_names() {
             want("talosmachines.ichor.maesh.dev", "tm"),
             want("ichorinstallations.ichor.maesh.dev", "ichorinst"),
             want("talosoperations.ichor.maesh.dev", "talosop"),
+            want("talosbackups.ichor.maesh.dev", "tb"),
         ]
     );
 }

@@ -114,6 +114,7 @@ fn helm_template_renders_ichor_and_nothing_else() {
             "CustomResourceDefinition/talosmachines.ichor.maesh.dev",
             "CustomResourceDefinition/ichorinstallations.ichor.maesh.dev",
             "CustomResourceDefinition/talosoperations.ichor.maesh.dev",
+            "CustomResourceDefinition/talosbackups.ichor.maesh.dev",
             "Deployment/ichor-controller",
             "ServiceAccount/ichor-controller",
             "ClusterRole/ichor-controller",

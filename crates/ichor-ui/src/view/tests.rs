@@ -127,6 +127,7 @@ fn operation(name: &str, cluster: &str, phase: Option<OperationPhase>) -> Arc<Ta
             concurrency: None,
             installer_image: None,
             dry_run: false,
+            skip_backup: None,
             allow_downgrade: false,
         },
     );

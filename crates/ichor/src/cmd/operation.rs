@@ -29,6 +29,7 @@ pub async fn upgrade_talos(args: UpgradeTalosArgs) -> anyhow::Result<()> {
         concurrency: args.common.concurrency,
         installer_image: args.installer_image,
         dry_run: args.common.dry_run,
+        skip_backup: None,
         allow_downgrade: false,
     };
     create(&args.common, spec).await
@@ -43,6 +44,7 @@ pub async fn upgrade_version(args: UpgradeVersionArgs, kind: OperationKind) -> a
         concurrency: args.common.concurrency,
         installer_image: None,
         dry_run: args.common.dry_run,
+        skip_backup: None,
         allow_downgrade: false,
     };
     create(&args.common, spec).await
@@ -56,6 +58,7 @@ pub async fn reboot(args: RebootArgs) -> anyhow::Result<()> {
         concurrency: args.common.concurrency,
         installer_image: None,
         dry_run: args.common.dry_run,
+        skip_backup: None,
         allow_downgrade: false,
     };
     create(&args.common, spec).await
