@@ -13,6 +13,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::Router;
 use axum::routing::post;
+use ichor_api::endpoint::{Endpoint, TALOS_API_PORT};
 use ichor_api::error_text::chain;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -102,72 +103,14 @@ pub fn validate_talosmachine(new: &Value) -> Vec<String> {
 
 /// Why `address` is not something Ichor can dial a Talos API on (an IP
 /// address or a DNS host name, optionally `:port`; an IPv6 address with a
-/// port in brackets), or `None` when it is. The controller turns it into
-/// `host:port` and dials it: anything else (a scheme, a path, user info,
-/// spaces, control characters) would be a different request than the
-/// operator meant.
+/// port in brackets), or `None` when it is: what [`Endpoint::parse`] says
+/// is wrong with it. The controller turns it into `host:port` and dials it:
+/// anything else (a scheme, a path, user info, spaces, control characters)
+/// would be a different request than the operator meant.
 pub fn address_problem(address: &str) -> Option<String> {
-    const MAX: usize = 253 + 8;
-    if address.is_empty() {
-        return Some("is empty".into());
-    }
-    if address.len() > MAX {
-        return Some(format!("is {} bytes long, over {MAX}", address.len()));
-    }
-    if let Some(c) = address
-        .chars()
-        .find(|c| c.is_whitespace() || c.is_control() || !c.is_ascii())
-    {
-        return Some(format!("holds the character {c:?}"));
-    }
-    if address.contains("://") || address.contains(['/', '@', '?', '#', '%', '\\']) {
-        return Some("is a URL, a path or holds user info, not a host".into());
-    }
-    let (host, port) = if let Some(rest) = address.strip_prefix('[') {
-        let Some((ip, after)) = rest.split_once(']') else {
-            return Some("opens a [ without closing it".into());
-        };
-        if ip.parse::<std::net::Ipv6Addr>().is_err() {
-            return Some("has no IPv6 address between [ and ]".into());
-        }
-        match after.strip_prefix(':') {
-            Some(p) => (None, Some(p)),
-            None if after.is_empty() => (None, None),
-            None => return Some("has text after ]".into()),
-        }
-    } else if address.parse::<std::net::Ipv6Addr>().is_ok() {
-        (None, None)
-    } else {
-        match address.split_once(':') {
-            Some((h, p)) => (Some(h), Some(p)),
-            None => (Some(address), None),
-        }
-    };
-    if let Some(p) = port
-        && !p.parse::<u16>().is_ok_and(|p| p > 0)
-    {
-        return Some(format!("has port {p:?}, not a number from 1 to 65535"));
-    }
-    let host = host?;
-    if host.parse::<std::net::Ipv4Addr>().is_ok() {
-        return None;
-    }
-    let labels_ok = host.split('.').all(|l| {
-        !l.is_empty()
-            && l.len() <= 63
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-    });
-    // An all-digit last label is a mistyped IPv4 address (10.0.0.300), not a name.
-    let numeric_tail = host
-        .rsplit('.')
-        .next()
-        .is_some_and(|l| l.chars().all(|c| c.is_ascii_digit()));
-    if !labels_ok || numeric_tail || host.len() > 253 {
-        return Some("is neither an IP address nor a DNS host name".into());
-    }
-    None
+    Endpoint::parse(address, TALOS_API_PORT)
+        .err()
+        .map(|e| e.problem.to_string())
 }
 
 /// Answers one AdmissionReview for a TalosCluster.
@@ -563,6 +506,91 @@ mod endpoint_parity {
     use super::address_problem;
     use crate::machine::endpoint;
 
+    /// The dial address before the one parser.
+    fn old_endpoint(address: &str, port: u16) -> String {
+        let a = address.trim();
+        let has_port = if let Some(rest) = a.strip_prefix('[') {
+            rest.contains("]:")
+        } else {
+            a.matches(':').count() == 1
+        };
+        if has_port {
+            a.to_owned()
+        } else if a.starts_with('[') && a.ends_with(']') {
+            // An IPv6 address in brackets without a port: brackets once.
+            format!("{a}:{port}")
+        } else if a.contains(':') {
+            format!("[{a}]:{port}")
+        } else {
+            format!("{a}:{port}")
+        }
+    }
+
+    /// The webhook's check before the one parser.
+    fn old_address_problem(address: &str) -> Option<String> {
+        const MAX: usize = 253 + 8;
+        if address.is_empty() {
+            return Some("is empty".into());
+        }
+        if address.len() > MAX {
+            return Some(format!("is {} bytes long, over {MAX}", address.len()));
+        }
+        if let Some(c) = address
+            .chars()
+            .find(|c| c.is_whitespace() || c.is_control() || !c.is_ascii())
+        {
+            return Some(format!("holds the character {c:?}"));
+        }
+        if address.contains("://") || address.contains(['/', '@', '?', '#', '%', '\\']) {
+            return Some("is a URL, a path or holds user info, not a host".into());
+        }
+        let (host, port) = if let Some(rest) = address.strip_prefix('[') {
+            let Some((ip, after)) = rest.split_once(']') else {
+                return Some("opens a [ without closing it".into());
+            };
+            if ip.parse::<std::net::Ipv6Addr>().is_err() {
+                return Some("has no IPv6 address between [ and ]".into());
+            }
+            match after.strip_prefix(':') {
+                Some(p) => (None, Some(p)),
+                None if after.is_empty() => (None, None),
+                None => return Some("has text after ]".into()),
+            }
+        } else if address.parse::<std::net::Ipv6Addr>().is_ok() {
+            (None, None)
+        } else {
+            match address.split_once(':') {
+                Some((h, p)) => (Some(h), Some(p)),
+                None => (Some(address), None),
+            }
+        };
+        if let Some(p) = port
+            && !p.parse::<u16>().is_ok_and(|p| p > 0)
+        {
+            return Some(format!("has port {p:?}, not a number from 1 to 65535"));
+        }
+        let host = host?;
+        if host.parse::<std::net::Ipv4Addr>().is_ok() {
+            return None;
+        }
+        let labels_ok = host.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        });
+        // An all-digit last label is a mistyped IPv4 address (10.0.0.300), not a name.
+        let numeric_tail = host
+            .rsplit('.')
+            .next()
+            .is_some_and(|l| l.chars().all(|c| c.is_ascii_digit()));
+        if !labels_ok || numeric_tail || host.len() > 253 {
+            return Some("is neither an IP address nor a DNS host name".into());
+        }
+        None
+    }
+
     /// Addresses near every rule: hosts, IPv4 and IPv6 (bare, bracketed,
     /// with a port), ports with zeros, out of range, words.
     fn address() -> impl Strategy<Value = String> {
@@ -604,11 +632,13 @@ mod endpoint_parity {
             let parsed = Endpoint::parse(&address, port);
             prop_assert_eq!(
                 parsed.as_ref().err().map(|e| e.problem.to_string()),
-                address_problem(&address),
+                old_address_problem(&address),
                 "{:?}", address
             );
+            prop_assert_eq!(address_problem(&address), old_address_problem(&address));
             if let Ok(e) = parsed {
-                let dialled = endpoint(&address, port);
+                let dialled = old_endpoint(&address, port);
+                prop_assert_eq!(endpoint(&address, port), e.to_string());
                 let canonical = port_as_written(&address)
                     .is_none_or(|p| p.parse::<u16>().is_ok_and(|n| n.to_string() == p));
                 if canonical {

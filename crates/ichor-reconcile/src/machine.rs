@@ -6,6 +6,7 @@
 //! applied, in no-reboot mode, by the controller.
 
 use ichor_api::conditions::{self, Status, reasons, types};
+use ichor_api::endpoint::Endpoint;
 use ichor_api::{DriftClass, TalosCluster, TalosMachine, TalosMachineStatus};
 use ichor_render::{Drift, RenderInput};
 use ichor_talos::config::{MachineConfig, ParsedConfig};
@@ -71,24 +72,12 @@ pub fn ready_condition(
     }
 }
 
-/// `host:port` to dial for `address` (the Talos port added when absent).
+/// `host:port` to dial for `address` (the Talos port added when absent),
+/// as [`Endpoint`] reads it. An address the webhook refuses is dialled as
+/// written: the dial fails and names it.
 pub fn endpoint(address: &str, port: u16) -> String {
     let a = address.trim();
-    let has_port = if let Some(rest) = a.strip_prefix('[') {
-        rest.contains("]:")
-    } else {
-        a.matches(':').count() == 1
-    };
-    if has_port {
-        a.to_owned()
-    } else if a.starts_with('[') && a.ends_with(']') {
-        // An IPv6 address in brackets without a port: brackets once.
-        format!("{a}:{port}")
-    } else if a.contains(':') {
-        format!("[{a}]:{port}")
-    } else {
-        format!("{a}:{port}")
-    }
+    Endpoint::parse(a, port).map_or_else(|_| a.to_owned(), |e| e.to_string())
 }
 
 /// The names of the inline manifests of a config (what the TalosCluster's
