@@ -292,8 +292,9 @@ fn deletes_talos_refuses_are_refused_naming_the_path() {
             .apply(&v12_cp(), "p.yaml")
             .unwrap_err();
         assert!(matches!(err, PatchError::Delete { .. }), "{patch}: {err}");
-        let msg = err.to_string();
+        let msg = ichor_api::error_text::chain(&err);
         assert!(msg.contains(says) && msg.contains("p.yaml"), "{msg}");
+        assert!(err.help().is_some(), "{msg}");
     }
 }
 
@@ -556,7 +557,8 @@ fn v1alpha1_deletes_apply_before_any_v1alpha1_document_merges() {
     .apply(&base, "p.yaml")
     .unwrap_err();
     assert!(matches!(err, PatchError::Delete { .. }), "{err}");
-    assert!(err.to_string().contains("machine.network"), "{err}");
+    let said = ichor_api::error_text::chain(&err);
+    assert!(said.contains("machine.network"), "{said}");
 }
 
 /// A patch on a config holding no document appends its documents (a later

@@ -22,10 +22,34 @@ impl std::fmt::Display for BundleProblem {
     }
 }
 
-fn problem(out: &mut Vec<BundleProblem>, field: &str, what: impl Into<String>) {
+/// What is wrong with a certificate or key of a bundle: a
+/// [`BundleProblem`]'s words after its field (no value is quoted).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum PemProblem {
+    #[error("is not base64 of PEM text")]
+    NotBase64,
+    #[error("holds no PEM block that parses")]
+    NoPemBlock,
+    #[error("is not an X.509 certificate that parses")]
+    NotCertificate,
+    #[error("is labelled {label} but is not {what}")]
+    NotAsLabelled { label: String, what: &'static str },
+    #[error(
+        "is labelled {label} but holds a key of another type; Talos expects an Ed25519 key here"
+    )]
+    NotEd25519 { label: String },
+    #[error("holds a PKCS#8 key of a type Talos does not read")]
+    Pkcs8KeyType,
+    #[error(
+        "has the PEM label {label}, which is no private key type Talos reads (EC, ED25519, RSA or PKCS#8 PRIVATE KEY)"
+    )]
+    UnknownLabel { label: String },
+}
+
+fn problem(out: &mut Vec<BundleProblem>, field: &str, what: impl ToString) {
     out.push(BundleProblem {
         field: field.to_string(),
-        problem: what.into(),
+        problem: what.to_string(),
     });
 }
 
@@ -107,16 +131,16 @@ fn check_cert_and_key(out: &mut Vec<BundleProblem>, field: &str, ck: &Base64Cert
 }
 
 /// The PEM block inside a base64 bundle value: (label, DER).
-fn pem_block(b64: &str) -> Result<(String, Vec<u8>), String> {
-    let text = crate::pem::unb64(b64).ok_or("is not base64 of PEM text")?;
-    crate::pem::decode(&text).ok_or_else(|| "holds no PEM block that parses".to_string())
+fn pem_block(b64: &str) -> Result<(String, Vec<u8>), PemProblem> {
+    let text = crate::pem::unb64(b64).ok_or(PemProblem::NotBase64)?;
+    crate::pem::decode(&text).ok_or(PemProblem::NoPemBlock)
 }
 
-fn check_cert(b64: &str) -> Result<(), String> {
+fn check_cert(b64: &str) -> Result<(), PemProblem> {
     let (_, der) = pem_block(b64)?;
     x509_parser::parse_x509_certificate(&der)
         .map(|_| ())
-        .map_err(|_| "is not an X.509 certificate that parses".to_string())
+        .map_err(|_| PemProblem::NotCertificate)
 }
 
 const OID_ED25519: &str = "1.3.101.112";
@@ -134,9 +158,12 @@ const EC_CURVES: [&str; 4] = [
 /// A private key parses as its PEM label says, for the labels Talos reads:
 /// `EC PRIVATE KEY` (SEC1), `ED25519 PRIVATE KEY` (PKCS#8 holding an Ed25519
 /// key), `RSA PRIVATE KEY` (PKCS#1) and `PRIVATE KEY` (PKCS#8 of any of them).
-fn check_key(b64: &str) -> Result<(), String> {
+fn check_key(b64: &str) -> Result<(), PemProblem> {
     let (label, der) = pem_block(b64)?;
-    let bad = |what: &str| format!("is labelled {label} but is not {what}");
+    let bad = |what: &'static str| PemProblem::NotAsLabelled {
+        label: label.clone(),
+        what,
+    };
     match label.as_str() {
         "EC PRIVATE KEY" => sec1_ok(&der)
             .then_some(())
@@ -146,9 +173,7 @@ fn check_key(b64: &str) -> Result<(), String> {
             .ok_or_else(|| bad("a PKCS#1 RSA private key")),
         "ED25519 PRIVATE KEY" => match pkcs8_algorithm(&der) {
             Some(alg) if alg == OID_ED25519 => Ok(()),
-            Some(_) => Err(format!(
-                "is labelled {label} but holds a key of another type; Talos expects an Ed25519 key here"
-            )),
+            Some(_) => Err(PemProblem::NotEd25519 { label }),
             None => Err(bad("a PKCS#8 private key")),
         },
         "PRIVATE KEY" => match pkcs8_algorithm(&der) {
@@ -158,12 +183,10 @@ fn check_key(b64: &str) -> Result<(), String> {
             {
                 Ok(())
             }
-            Some(_) => Err("holds a PKCS#8 key of a type Talos does not read".to_string()),
+            Some(_) => Err(PemProblem::Pkcs8KeyType),
             None => Err(bad("a PKCS#8 private key")),
         },
-        _ => Err(format!(
-            "has the PEM label {label}, which is no private key type Talos reads (EC, ED25519, RSA or PKCS#8 PRIVATE KEY)"
-        )),
+        _ => Err(PemProblem::UnknownLabel { label }),
     }
 }
 
