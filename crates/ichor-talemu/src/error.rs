@@ -25,8 +25,12 @@ pub enum EmuError {
         #[source]
         source: ichor_talos_client::Error,
     },
-    #[error("invalid Talos version {version:?}: expected vMAJOR.MINOR.PATCH")]
-    Version { version: String },
+    #[error("invalid Talos version for node {node}")]
+    Version {
+        node: String,
+        #[source]
+        source: ichor_talos::version::VersionError,
+    },
     #[error("cannot decode the base64 of a SEC1 private key")]
     Key(#[source] base64::DecodeError),
     #[error(transparent)]

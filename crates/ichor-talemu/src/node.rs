@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
+use ichor_talos::version::Version;
 use tokio::sync::broadcast;
 use tonic::Status;
 
@@ -285,9 +286,9 @@ impl ReadGate {
 /// An emulated node.
 pub(crate) struct Node {
     pub spec: NodeSpec,
-    /// The Talos version it runs (changes when it boots an upgraded slot) and
-    /// its (major, minor). Its own lock, so rules can read it under the state's.
-    running: Mutex<(String, (u64, u64))>,
+    /// The Talos version it runs (changes when it boots an upgraded slot).
+    /// Its own lock, so rules can read it under the state's.
+    running: Mutex<Running>,
     pub state: Mutex<NodeState>,
     pub events: broadcast::Sender<cosi::Event>,
     pub writes: Arc<Mutex<Vec<WriteRecord>>>,
@@ -298,12 +299,11 @@ pub(crate) struct Node {
     pub index: usize,
 }
 
-pub(crate) fn parse_version(v: &str) -> Option<(u64, u64)> {
-    let v = v.strip_prefix('v').unwrap_or(v);
-    let mut parts = v.split(['.', '-']);
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    Some((major, minor))
+/// The Talos a node runs: its tag as given (`v1.13.9`, reported as is) and
+/// that tag read.
+struct Running {
+    tag: String,
+    version: Version,
 }
 
 /// Where Linux keeps the boot id.
@@ -317,7 +317,7 @@ pub(crate) fn installer_version(image: &str) -> Result<String, Status> {
     let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
     let tag = last.rsplit_once(':').map(|(_, t)| t);
     match tag {
-        Some(t) if parse_version(t).is_some() => Ok(t.to_string()),
+        Some(t) if Version::parse(t).is_ok() => Ok(t.to_string()),
         _ => Err(Status::invalid_argument(format!(
             "installer image {image:?} has no version tag (vMAJOR.MINOR.PATCH) the emulator can install"
         ))),
@@ -373,18 +373,23 @@ impl Node {
         index: usize,
     ) -> Result<Arc<Self>, crate::EmuError> {
         let version =
-            parse_version(&spec.talos_version).ok_or_else(|| crate::EmuError::Version {
-                version: spec.talos_version.clone(),
+            Version::parse(&spec.talos_version).map_err(|source| crate::EmuError::Version {
+                node: spec.hostname.clone(),
+                source,
             })?;
+        let multidoc_kubernetes = version.major_minor() >= (1, 14);
         if let Some(cfg) = &spec.config {
-            derive::facts(cfg, version >= (1, 14)).map_err(|reason| crate::EmuError::Config {
+            derive::facts(cfg, multidoc_kubernetes).map_err(|reason| crate::EmuError::Config {
                 node: spec.hostname.clone(),
                 reason,
             })?;
         }
         let (events, _) = broadcast::channel(1024);
         let node = Arc::new(Self {
-            running: Mutex::new((spec.talos_version.clone(), version)),
+            running: Mutex::new(Running {
+                tag: spec.talos_version.clone(),
+                version,
+            }),
             state: Mutex::new(NodeState {
                 active: spec.config.clone(),
                 persistent: spec.config.clone(),
@@ -418,7 +423,7 @@ impl Node {
             st.etcd_data = st
                 .active
                 .as_deref()
-                .and_then(|c| derive::facts(c, version >= (1, 14)).ok())
+                .and_then(|c| derive::facts(c, multidoc_kubernetes).ok())
                 .is_some_and(|f| f.machine_type.is_control_plane());
             if st.etcd_data {
                 node.discovery.mark_bootstrapped();
@@ -510,7 +515,11 @@ impl Node {
 
     /// (major, minor) of the Talos version the node runs now.
     pub fn version(&self) -> (u64, u64) {
-        self.running.lock().unwrap_or_else(|e| e.into_inner()).1
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .version
+            .major_minor()
     }
 
     /// The Talos version tag the node runs now, e.g. `v1.13.9`.
@@ -518,7 +527,7 @@ impl Node {
         self.running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .0
+            .tag
             .clone()
     }
 
@@ -1028,9 +1037,12 @@ impl Node {
             // that boot fails and Talos falls back to the old one.
             if let Some(installed) = st.installed.take()
                 && !st.upgrade_fallback
-                && let Some(parsed) = parse_version(&installed)
+                && let Ok(version) = Version::parse(&installed)
             {
-                *node.running.lock().unwrap_or_else(|e| e.into_inner()) = (installed, parsed);
+                *node.running.lock().unwrap_or_else(|e| e.into_inner()) = Running {
+                    tag: installed,
+                    version,
+                };
             }
             if st.persistent.is_some() {
                 st.active = st.persistent.clone();
@@ -1192,9 +1204,19 @@ mod tests {
 
     #[test]
     fn versions_parse() {
-        assert_eq!(parse_version("v1.13.9"), Some((1, 13)));
-        assert_eq!(parse_version("v1.14.0-rc.1"), Some((1, 14)));
-        assert_eq!(parse_version("latest"), None);
+        assert_eq!(one_parser("v1.13.9"), Some((1, 13)));
+        assert_eq!(one_parser("v1.14.0-rc.1"), Some((1, 14)));
+        assert_eq!(one_parser("latest"), None);
+    }
+
+    /// The version parser the emulator had before it read versions with
+    /// the one parser: kept as the oracle of the property tests below.
+    fn emulator_parse_version(v: &str) -> Option<(u64, u64)> {
+        let v = v.strip_prefix('v').unwrap_or(v);
+        let mut parts = v.split(['.', '-']);
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next()?.parse().ok()?;
+        Some((major, minor))
     }
 
     /// The one version parser, `ichor_talos::version::Version`, read as the
@@ -1259,16 +1281,17 @@ mod tests {
         /// A Talos version tag reads the same with both parsers.
         #[test]
         fn a_version_tag_reads_the_same_with_the_one_parser(v in version_text()) {
-            proptest::prop_assert_eq!(one_parser(&v), parse_version(&v), "{:?}", v);
+            proptest::prop_assert_eq!(one_parser(&v), emulator_parse_version(&v), "{:?}", v);
         }
 
         /// Any text the one parser reads, the emulator's read the same; the
-        /// texts only the emulator's took are no version tag (`v1.14`,
+        /// texts only the emulator's took are no version tag and are now
+        /// refused (`v1.14`,
         /// `v01.2.3`, `1.2.3.4`, `+1.2.3`, `v1.2.x`).
         #[test]
         fn the_one_parser_reads_nothing_otherwise(v in near_version()) {
             if let Some(line) = one_parser(&v) && v.trim() == v {
-                proptest::prop_assert_eq!(Some(line), parse_version(&v), "{:?}", v);
+                proptest::prop_assert_eq!(Some(line), emulator_parse_version(&v), "{:?}", v);
             }
         }
     }
