@@ -335,7 +335,8 @@ pub async fn check_handover(
         Some(d) => ichor_helm::manifest::rollout_status(
             "DaemonSet",
             &serde_json::to_value(&d).unwrap_or_default(),
-        ),
+        )
+        .map_err(|pending| pending.to_string()),
     };
     Ok(HandoverCheck {
         desired_hash,
@@ -536,7 +537,8 @@ pub async fn not_ready(client: &kube::Client, namespace: &str) -> Result<Vec<Str
             "DaemonSet",
             &serde_json::to_value(&d).unwrap_or_default(),
         )
-        .err(),
+        .err()
+        .map(|pending| pending.to_string()),
     };
     if let Some(why) = ds_line {
         pending.push(format!("DaemonSet {namespace}/{AGENT_DAEMONSET}: {why}"));
@@ -557,7 +559,8 @@ pub async fn not_ready(client: &kube::Client, namespace: &str) -> Result<Vec<Str
             "Deployment",
             &serde_json::to_value(&d).unwrap_or_default(),
         )
-        .err(),
+        .err()
+        .map(|pending| pending.to_string()),
     };
     if let Some(why) = dep_line {
         pending.push(format!(

@@ -655,7 +655,7 @@ impl Engine {
                 manifest::check_ownership(&live, name, ns).map_err(|detail| Error::Ownership {
                     release: name.into(),
                     object: obj.key().to_string(),
-                    detail,
+                    detail: detail.to_string(),
                 })?;
             }
         }
@@ -773,7 +773,9 @@ impl Engine {
             let line = match api.get_opt(&obj.name).await {
                 Ok(Some(live)) => {
                     let live = serde_json::to_value(&live).unwrap_or_default();
-                    manifest::rollout_status(&obj.kind, &live).err()
+                    manifest::rollout_status(&obj.kind, &live)
+                        .err()
+                        .map(|pending| pending.to_string())
                 }
                 Ok(None) => Some("not found".to_string()),
                 Err(e) => Some(format!("cannot read it: {e}")),

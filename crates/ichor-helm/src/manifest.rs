@@ -179,6 +179,10 @@ pub fn yaml11_octals(manifest: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// A key holding one of these is quoted or inside a flow collection: the
+/// `: ` after it does not end a plain key.
+const NOT_PLAIN_KEY: [char; 4] = ['"', '\'', '{', '['];
+
 /// Where the value of a block-style line starts (after `key: ` or `- `), and
 /// the rest of the line from there.
 fn plain_value(line: &str) -> (usize, &str) {
@@ -193,7 +197,7 @@ fn plain_value(line: &str) -> (usize, &str) {
     }
     let rest = &line[at..];
     if let Some(colon) = rest.find(": ")
-        && !rest[..colon].contains(['"', '\'', '{', '['])
+        && !rest[..colon].contains(NOT_PLAIN_KEY)
     {
         let after = &rest[colon + 2..];
         at += colon + 2 + (after.len() - after.trim_start().len());
@@ -278,9 +282,60 @@ pub fn stamp_ownership(body: &mut Value, release: &str, release_namespace: &str)
     );
 }
 
+/// One piece of Helm's ownership metadata that is not this release's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnershipDifference {
+    /// The `app.kubernetes.io/managed-by` label is not `Helm`.
+    ManagedBy { found: Option<String> },
+    /// The `meta.helm.sh/release-name` annotation names another release.
+    ReleaseName {
+        found: Option<String>,
+        release: String,
+    },
+    /// The `meta.helm.sh/release-namespace` annotation names another namespace.
+    ReleaseNamespace {
+        found: Option<String>,
+        namespace: String,
+    },
+}
+
+impl fmt::Display for OwnershipDifference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OwnershipDifference::ManagedBy { found } => write!(
+                f,
+                "label {MANAGED_BY_LABEL} is {}, not Helm",
+                shown(found.as_deref())
+            ),
+            OwnershipDifference::ReleaseName { found, release } => write!(
+                f,
+                "annotation {RELEASE_NAME_ANNOTATION} is {}, not {release}",
+                shown(found.as_deref())
+            ),
+            OwnershipDifference::ReleaseNamespace { found, namespace } => write!(
+                f,
+                "annotation {RELEASE_NAMESPACE_ANNOTATION} is {}, not {namespace}",
+                shown(found.as_deref())
+            ),
+        }
+    }
+}
+
+/// A live object that does not carry this release's ownership metadata:
+/// what differs, each piece once.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", differences.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct OwnershipMismatch {
+    pub differences: Vec<OwnershipDifference>,
+}
+
 /// Whether a live object carries the ownership metadata of this release.
 /// `Err` lists what differs, for the error message.
-pub fn check_ownership(live: &Value, release: &str, release_namespace: &str) -> Result<(), String> {
+pub fn check_ownership(
+    live: &Value,
+    release: &str,
+    release_namespace: &str,
+) -> Result<(), OwnershipMismatch> {
     let label = live
         .pointer("/metadata/labels")
         .and_then(|l| l.get(MANAGED_BY_LABEL))
@@ -290,31 +345,31 @@ pub fn check_ownership(live: &Value, release: &str, release_namespace: &str) -> 
             .and_then(|a| a.get(k))
             .and_then(Value::as_str)
     };
-    let mut wrong = Vec::new();
+    let owned = |v: Option<&str>| v.map(str::to_string);
+    let mut differences = Vec::new();
     if label != Some("Helm") {
-        wrong.push(format!(
-            "label {MANAGED_BY_LABEL} is {}, not Helm",
-            shown(label)
-        ));
+        differences.push(OwnershipDifference::ManagedBy {
+            found: owned(label),
+        });
     }
     let name = ann(RELEASE_NAME_ANNOTATION);
     if name != Some(release) {
-        wrong.push(format!(
-            "annotation {RELEASE_NAME_ANNOTATION} is {}, not {release}",
-            shown(name)
-        ));
+        differences.push(OwnershipDifference::ReleaseName {
+            found: owned(name),
+            release: release.to_string(),
+        });
     }
     let ns = ann(RELEASE_NAMESPACE_ANNOTATION);
     if ns != Some(release_namespace) {
-        wrong.push(format!(
-            "annotation {RELEASE_NAMESPACE_ANNOTATION} is {}, not {release_namespace}",
-            shown(ns)
-        ));
+        differences.push(OwnershipDifference::ReleaseNamespace {
+            found: owned(ns),
+            namespace: release_namespace.to_string(),
+        });
     }
-    if wrong.is_empty() {
+    if differences.is_empty() {
         Ok(())
     } else {
-        Err(wrong.join("; "))
+        Err(OwnershipMismatch { differences })
     }
 }
 
@@ -332,56 +387,113 @@ pub fn removed<'a>(old: &'a [ManifestObject], new: &[ManifestObject]) -> Vec<&'a
         .collect()
 }
 
+/// What a workload's rollout still waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RolloutPending {
+    #[error("observed generation {observed} < {generation}")]
+    Generation { observed: i64, generation: i64 },
+    #[error("no status reported yet")]
+    NoStatus,
+    #[error("{have}/{want} {counted}")]
+    Short {
+        have: i64,
+        want: i64,
+        counted: Counted,
+    },
+}
+
+/// What a rollout counts against the wanted number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted {
+    ReplicasUpdated,
+    ReplicasAvailable,
+    ReplicasReady,
+    PodsUpdated,
+    PodsReady,
+}
+
+impl fmt::Display for Counted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Counted::ReplicasUpdated => "replicas updated",
+            Counted::ReplicasAvailable => "replicas available",
+            Counted::ReplicasReady => "replicas ready",
+            Counted::PodsUpdated => "pods updated",
+            Counted::PodsReady => "pods ready",
+        })
+    }
+}
+
+/// Each count in order, the first short of `want` is what the rollout waits for.
+fn counts_reach(want: i64, counts: &[(i64, Counted)]) -> Result<(), RolloutPending> {
+    match counts.iter().find(|(have, _)| *have < want) {
+        Some(&(have, counted)) => Err(RolloutPending::Short {
+            have,
+            want,
+            counted,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Whether a workload has rolled out, from its live JSON; `Err` says what
 /// it still waits for. Kinds without a rollout are ready at once.
-pub fn rollout_status(kind: &str, live: &Value) -> Result<(), String> {
+pub fn rollout_status(kind: &str, live: &Value) -> Result<(), RolloutPending> {
     let int = |p: &str| live.pointer(p).and_then(Value::as_i64);
     let generation = int("/metadata/generation").unwrap_or(0);
-    let observed = int("/status/observedGeneration");
-    let observed_ok = || match observed {
+    let observed_ok = || match int("/status/observedGeneration") {
         Some(o) if o >= generation => Ok(()),
-        Some(o) => Err(format!("observed generation {o} < {generation}")),
-        None => Err("no status reported yet".to_string()),
+        Some(observed) => Err(RolloutPending::Generation {
+            observed,
+            generation,
+        }),
+        None => Err(RolloutPending::NoStatus),
     };
     match kind {
         "Deployment" => {
             observed_ok()?;
-            let want = int("/spec/replicas").unwrap_or(1);
-            let updated = int("/status/updatedReplicas").unwrap_or(0);
-            let available = int("/status/availableReplicas").unwrap_or(0);
-            if updated < want {
-                return Err(format!("{updated}/{want} replicas updated"));
-            }
-            if available < want {
-                return Err(format!("{available}/{want} replicas available"));
-            }
-            Ok(())
+            counts_reach(
+                int("/spec/replicas").unwrap_or(1),
+                &[
+                    (
+                        int("/status/updatedReplicas").unwrap_or(0),
+                        Counted::ReplicasUpdated,
+                    ),
+                    (
+                        int("/status/availableReplicas").unwrap_or(0),
+                        Counted::ReplicasAvailable,
+                    ),
+                ],
+            )
         }
         "DaemonSet" => {
             observed_ok()?;
-            let want = int("/status/desiredNumberScheduled").unwrap_or(0);
-            let updated = int("/status/updatedNumberScheduled").unwrap_or(0);
-            let ready = int("/status/numberReady").unwrap_or(0);
-            if updated < want {
-                return Err(format!("{updated}/{want} pods updated"));
-            }
-            if ready < want {
-                return Err(format!("{ready}/{want} pods ready"));
-            }
-            Ok(())
+            counts_reach(
+                int("/status/desiredNumberScheduled").unwrap_or(0),
+                &[
+                    (
+                        int("/status/updatedNumberScheduled").unwrap_or(0),
+                        Counted::PodsUpdated,
+                    ),
+                    (int("/status/numberReady").unwrap_or(0), Counted::PodsReady),
+                ],
+            )
         }
         "StatefulSet" => {
             observed_ok()?;
-            let want = int("/spec/replicas").unwrap_or(1);
-            let ready = int("/status/readyReplicas").unwrap_or(0);
-            let updated = int("/status/updatedReplicas").unwrap_or(0);
-            if ready < want {
-                return Err(format!("{ready}/{want} replicas ready"));
-            }
-            if updated < want {
-                return Err(format!("{updated}/{want} replicas updated"));
-            }
-            Ok(())
+            counts_reach(
+                int("/spec/replicas").unwrap_or(1),
+                &[
+                    (
+                        int("/status/readyReplicas").unwrap_or(0),
+                        Counted::ReplicasReady,
+                    ),
+                    (
+                        int("/status/updatedReplicas").unwrap_or(0),
+                        Counted::ReplicasUpdated,
+                    ),
+                ],
+            )
         }
         _ => Ok(()),
     }
@@ -519,7 +631,9 @@ mod tests {
         stamp_ownership(&mut body, "cilium", "kube-system");
         assert_eq!(body["metadata"]["labels"]["a"], "b");
         check_ownership(&body, "cilium", "kube-system").unwrap();
-        let e = check_ownership(&body, "cilium", "other").unwrap_err();
+        let e = check_ownership(&body, "cilium", "other")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("meta.helm.sh/release-namespace"), "{e}");
     }
 
@@ -528,11 +642,13 @@ mod tests {
         let ds = json!({"metadata": {"generation": 2}, "status": {"observedGeneration": 2,
             "desiredNumberScheduled": 3, "updatedNumberScheduled": 3, "numberReady": 2}});
         assert_eq!(
-            rollout_status("DaemonSet", &ds).unwrap_err(),
+            rollout_status("DaemonSet", &ds).unwrap_err().to_string(),
             "2/3 pods ready"
         );
         assert_eq!(
-            rollout_status("DaemonSet", &json!({"metadata": {"generation": 1}})).unwrap_err(),
+            rollout_status("DaemonSet", &json!({"metadata": {"generation": 1}}))
+                .unwrap_err()
+                .to_string(),
             "no status reported yet"
         );
         let dep = json!({"metadata": {"generation": 1}, "spec": {"replicas": 1},
