@@ -576,7 +576,7 @@ impl TalosClient {
     }
 
     /// Runs one call under the timeout and maps its status to an [`Error`] naming node and call.
-    async fn call<T, F>(&self, node: &str, call: &str, fut: F) -> Result<T, Error>
+    pub(crate) async fn call<T, F>(&self, node: &str, call: &str, fut: F) -> Result<T, Error>
     where
         F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
@@ -636,7 +636,7 @@ impl TalosClient {
         }
     }
 
-    fn machine(&self) -> MachineServiceClient<Channel> {
+    pub(crate) fn machine(&self) -> MachineServiceClient<Channel> {
         MachineServiceClient::new(self.channel.clone()).max_decoding_message_size(MAX_MESSAGE_SIZE)
     }
 
