@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the upstream tools that Ichor's tests talk to (kube-apiserver, etcd,
-# etcdutl, etcdctl, helm v3 and v4, talosctl, crane, age, age-keygen, Talos's config machinery and go-kubernetes's SSA prune behind small mains) from their published Go modules, and copies the
+# etcdutl, etcdctl, helm v3 and v4, talosctl, crane, age, age-keygen, versitygw, Talos's config machinery and go-kubernetes's SSA prune behind small mains) from their published Go modules, and copies the
 # real Cilium chart out of Cilium's published Go module, into a cache outside
 # the clone keyed by tool and version, so every clone on a machine reuses them. Prints the directory of each tool on the last lines as
 # ICHOR_<TOOL>=path. Warm runs finish in well under a second.
@@ -184,6 +184,13 @@ if need_build etcdctl "$ETCD_VERSION"; then
     "$(upstream_replaces go.etcd.io/etcd/etcdctl/v3 "$ETCD_VERSION" "'$ETCD_VERSION'")" ""
 else build etcdctl "$ETCD_VERSION" - - - -; fi
 
+# versitygw: a real S3-compatible server (Versity's S3 gateway, Apache-2.0)
+# over a plain folder (its posix backend), which the backup tests upload to:
+# multipart uploads, ListMultipartUploads and AbortMultipartUpload included.
+# Chosen over SeaweedFS for its build time (VERSITYGW_VERSION in versions.env).
+build versitygw "$VERSITYGW_VERSION" github.com/versity/versitygw/cmd/versitygw github.com/versity/versitygw "" \
+  "-X main.Version=$VERSITYGW_VERSION"
+
 # machinery-peer: Talos's own config machinery (the Go module
 # github.com/siderolabs/talos/pkg/machinery) behind our small main
 # (tools/machinery-peer/main.go): validate, patch and codec-bench with the
@@ -320,6 +327,7 @@ emit ICHOR_AGE "$cache/age-$AGE_VERSION/age"
 emit ICHOR_AGE_KEYGEN "$cache/age-keygen-$AGE_VERSION/age-keygen"
 emit ICHOR_ETCDUTL "$cache/etcdutl-$ETCD_VERSION/etcdutl"
 emit ICHOR_ETCDCTL "$cache/etcdctl-$ETCD_VERSION/etcdctl"
+emit ICHOR_VERSITYGW "$cache/versitygw-$VERSITYGW_VERSION/versitygw"
 emit ICHOR_MACHINERY_PEER "$peer_dir/machinery-peer"
 emit ICHOR_SSA_PRUNE_PEER "$ssa_dir/ssa-prune-peer"
 emit ICHOR_CILIUM_CHART "$chart_dir"

@@ -10,3 +10,4 @@ pub mod manifest;
 pub mod retention;
 pub mod schedule;
 pub mod snapshot;
+pub mod store;

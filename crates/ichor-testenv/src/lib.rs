@@ -28,6 +28,7 @@ mod certs;
 pub mod fixtures;
 pub mod leak;
 pub mod rbac;
+pub mod s3;
 pub mod tools;
 
 use std::io::Write as _;
@@ -135,6 +136,7 @@ pub struct TestEnv {
     dir: PathBuf,
     kubeconfig_path: PathBuf,
     server_url: String,
+    etcd_url: String,
     ca: TestCa,
     // Dropping these closes the watchdogs' pipes, which stops the servers.
     watchdogs: Mutex<Vec<Watchdog>>,
@@ -344,6 +346,7 @@ impl TestEnv {
             dir,
             kubeconfig_path,
             server_url,
+            etcd_url,
             ca,
             // Stopped in reverse: the apiserver first, then etcd.
             watchdogs: Mutex::new(vec![etcd, apiserver]),
@@ -360,6 +363,11 @@ impl TestEnv {
     /// `https://127.0.0.1:PORT`.
     pub fn server_url(&self) -> &str {
         &self.server_url
+    }
+
+    /// etcd's client URL, `http://127.0.0.1:PORT` (no TLS).
+    pub fn etcd_url(&self) -> &str {
+        &self.etcd_url
     }
 
     /// The folder holding the certificates, the kubeconfig and the servers' logs.

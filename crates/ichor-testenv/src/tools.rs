@@ -31,6 +31,9 @@ pub enum Tool {
     /// real snapshots for the backup tests.
     Etcdutl,
     Etcdctl,
+    /// Versity's S3 gateway over a folder: the S3-compatible server of the
+    /// backup tests.
+    Versitygw,
 }
 
 impl Tool {
@@ -48,6 +51,7 @@ impl Tool {
             Tool::AgeKeygen => "ICHOR_AGE_KEYGEN",
             Tool::Etcdutl => "ICHOR_ETCDUTL",
             Tool::Etcdctl => "ICHOR_ETCDCTL",
+            Tool::Versitygw => "ICHOR_VERSITYGW",
         }
     }
 
@@ -62,6 +66,7 @@ impl Tool {
             Tool::MachineryPeer => "TALOS_MACHINERY_VERSION",
             Tool::SsaPrunePeer => "GO_KUBERNETES_VERSION",
             Tool::Age | Tool::AgeKeygen => "AGE_VERSION",
+            Tool::Versitygw => "VERSITYGW_VERSION",
         }
     }
 
@@ -78,6 +83,7 @@ impl Tool {
             Tool::AgeKeygen => "age-keygen",
             Tool::Etcdutl => "etcdutl",
             Tool::Etcdctl => "etcdctl",
+            Tool::Versitygw => "versitygw",
         }
     }
 
@@ -248,6 +254,7 @@ mod tests {
             Tool::AgeKeygen,
             Tool::Etcdutl,
             Tool::Etcdctl,
+            Tool::Versitygw,
         ] {
             let v = tool.version();
             assert!(v.starts_with('v'), "{tool:?} version {v} lacks its v");

@@ -3,3 +3,4 @@
 
 mod age_cli;
 mod etcd_snapshot;
+mod store;
