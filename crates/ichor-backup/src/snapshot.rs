@@ -8,6 +8,12 @@
 //! only the last 32 bytes seen (the trailer, once the stream ends) and hashes
 //! the rest as it goes, so a snapshot of any size takes constant memory.
 
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures::Stream;
 use sha2::{Digest, Sha256};
 
 /// The sha256 trailer etcd appends to the database.
@@ -181,6 +187,93 @@ pub fn check(mode: Mode, stream: &[u8]) -> Result<CheckedSnapshot, SnapshotError
     c.finish()
 }
 
+/// Why a [`CheckedStream`] stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckedStreamError<E: std::error::Error + 'static> {
+    #[error("reading the etcd snapshot stream failed")]
+    Input(#[source] E),
+    #[error(transparent)]
+    Check(#[from] SnapshotError),
+}
+
+/// Where a [`CheckedStream`] leaves the snapshot's facts once it ended whole.
+#[derive(Debug, Clone, Default)]
+pub struct CheckSlot(Arc<OnceLock<CheckedSnapshot>>);
+
+impl CheckSlot {
+    /// The checked snapshot, once the stream has ended whole.
+    pub fn get(&self) -> Option<CheckedSnapshot> {
+        self.0.get().copied()
+    }
+}
+
+/// The snapshot stream passed through unchanged, checked on the way: when
+/// the input ends, a stream that fails the check ends with that error
+/// instead, so an upload fed from it aborts and no object is left that
+/// looks whole. Put it before the encryption:
+/// `encrypt_stream(recipients, checked_stream(Mode::WithTrailer, talos))`.
+pub struct CheckedStream<S> {
+    input: S,
+    check: Option<SnapshotCheck>,
+    slot: CheckSlot,
+}
+
+impl<S> std::fmt::Debug for CheckedStream<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckedStream")
+            .field("check", &self.check)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Wraps `input` in a [`CheckedStream`]; the [`CheckSlot`] gets the
+/// database's size and sha256 when the stream ends whole.
+pub fn checked_stream<S>(mode: Mode, input: S) -> (CheckedStream<S>, CheckSlot) {
+    let slot = CheckSlot::default();
+    let s = CheckedStream {
+        input,
+        check: Some(SnapshotCheck::new(mode)),
+        slot: slot.clone(),
+    };
+    (s, slot)
+}
+
+impl<S, E> Stream for CheckedStream<S>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::error::Error + 'static,
+{
+    type Item = Result<Bytes, CheckedStreamError<E>>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let Some(check) = this.check.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(&mut this.input).poll_next(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(chunk))) => {
+                check.update(&chunk);
+                Poll::Ready(Some(Ok(chunk)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.check = None;
+                Poll::Ready(Some(Err(CheckedStreamError::Input(e))))
+            }
+            Poll::Ready(None) => {
+                let check = this.check.take().expect("checked above");
+                match check.finish() {
+                    Ok(done) => {
+                        let _ = this.slot.0.set(done);
+                        Poll::Ready(None)
+                    }
+                    Err(e) => Poll::Ready(Some(Err(e.into()))),
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,6 +368,49 @@ mod tests {
         s[0] ^= 1;
         let e = check(Mode::WithTrailer, &s).unwrap_err().to_string();
         assert!(e.contains("512 bytes") && e.contains("corrupt"), "{e}");
+    }
+
+    fn run_checked(
+        data: &[u8],
+        cuts: &[usize],
+    ) -> (
+        Vec<Result<Bytes, CheckedStreamError<std::io::Error>>>,
+        CheckSlot,
+    ) {
+        use futures::StreamExt;
+        let mut chunks = Vec::new();
+        let mut at = 0;
+        for &n in cuts.iter().chain(std::iter::once(&usize::MAX)) {
+            let end = usize::saturating_add(at, n).min(data.len());
+            chunks.push(Ok::<_, std::io::Error>(Bytes::copy_from_slice(
+                &data[at..end],
+            )));
+            at = end;
+        }
+        let (s, slot) = checked_stream(Mode::WithTrailer, futures::stream::iter(chunks));
+        (futures::executor::block_on(s.collect()), slot)
+    }
+
+    /// Covers: R20.1, R20.2
+    #[test]
+    fn the_checked_stream_passes_the_bytes_and_ends_a_bad_one_with_its_error() {
+        let s = stream(&db(5, 9));
+        let (items, slot) = run_checked(&s, &[1024, 1024, 7]);
+        let out: Vec<u8> = items
+            .into_iter()
+            .flat_map(|i| i.unwrap().to_vec())
+            .collect();
+        assert_eq!(out, s);
+        assert_eq!(slot.get().map(|c| c.db_size), Some(5 * 512));
+
+        let (items, slot) = run_checked(&s[..s.len() - 1], &[1024]);
+        assert!(matches!(
+            items.last(),
+            Some(Err(CheckedStreamError::Check(
+                SnapshotError::MissingTrailer { .. }
+            )))
+        ));
+        assert_eq!(slot.get(), None);
     }
 
     fn chunking() -> impl Strategy<Value = Vec<usize>> {

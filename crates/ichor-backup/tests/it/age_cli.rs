@@ -24,7 +24,7 @@ fn age_keygen() -> PathBuf {
 
 /// An identity file written by `age-keygen -o`, and its recipient as
 /// `age-keygen -y` prints it.
-fn keygen(dir: &Path, i: usize) -> (PathBuf, String) {
+pub(crate) fn keygen(dir: &Path, i: usize) -> (PathBuf, String) {
     let file = dir.join(format!("identity-{i}.txt"));
     let out = Command::new(age_keygen())
         .arg("-o")
@@ -49,7 +49,7 @@ fn keygen(dir: &Path, i: usize) -> (PathBuf, String) {
 
 /// Runs `age` with `args`, `input` on its stdin; its stdout, or its stderr
 /// as the error.
-fn run_age(args: &[&std::ffi::OsStr], input: &[u8]) -> Result<Vec<u8>, String> {
+pub(crate) fn run_age(args: &[&std::ffi::OsStr], input: &[u8]) -> Result<Vec<u8>, String> {
     let mut child = Command::new(age())
         .args(args)
         .stdin(Stdio::piped())
