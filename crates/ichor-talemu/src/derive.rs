@@ -71,12 +71,30 @@ pub struct ConfigFacts {
     pub has_kubernetes_network: bool,
 }
 
+/// Why a config change cannot be applied without a reboot by Talos
+/// v1.12/v1.13's rule, as Talos words it (the node answers with it).
+#[derive(Debug, thiserror::Error)]
+pub enum ImmediateError {
+    /// A config is not YAML: the parser's words.
+    #[error(transparent)]
+    Yaml(#[from] serde_yaml_ng::Error),
+    #[error("current config is not v1alpha1")]
+    CurrentNotV1alpha1,
+    #[error("new config is not v1alpha1")]
+    NewNotV1alpha1,
+    #[error("this config change can't be applied in immediate mode\ndiff:\n{diff}")]
+    NeedsReboot {
+        /// The unified diff of the v1alpha1 documents past what applies live.
+        diff: String,
+    },
+}
+
 /// Splits a multi-document YAML into its documents (empty documents dropped).
-pub fn documents(bytes: &[u8]) -> Result<Vec<Value>, String> {
+pub fn documents(bytes: &[u8]) -> Result<Vec<Value>, serde_yaml_ng::Error> {
     use serde::Deserialize as _;
     let mut docs = Vec::new();
     for doc in serde_yaml_ng::Deserializer::from_slice(bytes) {
-        let value = Value::deserialize(doc).map_err(|e| e.to_string())?;
+        let value = Value::deserialize(doc)?;
         if !value.is_null() {
             docs.push(value);
         }
@@ -119,100 +137,155 @@ fn strings_at(v: &Value, keys: &[&str]) -> Option<Vec<String>> {
 
 /// Derives the facts of a config. `multidoc_kubernetes` selects the v1.14
 /// reading of a v1alpha1 document without `cluster.network` (no flannel).
-pub fn facts(bytes: &[u8], multidoc_kubernetes: bool) -> Result<ConfigFacts, String> {
+pub fn facts(bytes: &[u8], multidoc_kubernetes: bool) -> Result<ConfigFacts, serde_yaml_ng::Error> {
     let docs = documents(bytes)?;
-    let null = Value::Null;
-    let v1 = docs.iter().find(|d| is_v1alpha1(d)).unwrap_or(&null);
-    let by_kind = |kind: &str| docs.iter().find(|d| kind_of(d) == Some(kind));
-
-    let machine_type = machine_type_of(v1);
-    let hostname = by_kind("HostnameConfig")
-        .and_then(|d| str_at(d, &["hostname"]))
-        .or_else(|| str_at(v1, &["machine", "network", "hostname"]));
-
-    let kubeprism_port = kubeprism_port_of(v1, by_kind("KubePrismConfig"));
-
+    let config = Config::of(&docs);
+    let v1 = config.v1;
     let network = path(v1, &["cluster", "network"]);
-    let kube_network = by_kind("KubeNetworkConfig");
-    let cni_name = cni_name_of(
-        v1,
-        by_kind("KubeFlannelCNIConfig").is_some(),
-        network.is_some(),
-        multidoc_kubernetes,
-    );
-    let proxy_enabled = match by_kind("KubeProxyConfig") {
-        Some(d) => bool_at(d, &["enabled"]).unwrap_or(true),
-        None => bool_at(v1, &["cluster", "proxy", "disabled"]) != Some(true),
-    };
-    let proxy_image = by_kind("KubeProxyConfig")
-        .and_then(|d| str_at(d, &["image"]))
-        .or_else(|| str_at(v1, &["cluster", "proxy", "image"]))
-        .unwrap_or_default();
-    let image_of = |kind: &str, v1_keys: &[&str]| {
-        by_kind(kind)
-            .and_then(|d| str_at(d, &["image"]))
-            .or_else(|| str_at(v1, v1_keys))
-            .unwrap_or_default()
-    };
-    let apiserver_image = image_of("KubeAPIServerConfig", &["cluster", "apiServer", "image"]);
-    let controller_manager_image = image_of(
-        "KubeControllerManagerConfig",
-        &["cluster", "controllerManager", "image"],
-    );
-    let scheduler_image = image_of("KubeSchedulerConfig", &["cluster", "scheduler", "image"]);
-    let kubelet_image = image_of("KubeletConfig", &["machine", "kubelet", "image"]);
-    let coredns_enabled = match by_kind("KubeCoreDNSConfig") {
-        Some(d) => bool_at(d, &["enabled"]).unwrap_or(true),
-        None => bool_at(v1, &["cluster", "coreDNS", "disabled"]) != Some(true),
-    };
-    let from_net = |key: &str, default: &str| {
-        kube_network
-            .and_then(|d| strings_at(d, &[key]))
-            .or_else(|| strings_at(v1, &["cluster", "network", key]))
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| vec![default.to_string()])
-    };
-    let pod_subnets = from_net("podSubnets", "10.244.0.0/16");
-    let service_subnets = from_net("serviceSubnets", "10.96.0.0/12");
-    let dns_domain = kube_network
-        .and_then(|d| str_at(d, &["dnsDomain"]))
-        .or_else(|| str_at(v1, &["cluster", "network", "dnsDomain"]))
-        .unwrap_or_else(|| "cluster.local".to_string());
-    let control_plane_endpoint = by_kind("KubeClusterConfig")
-        .and_then(|d| str_at(d, &["endpoint"]))
-        .or_else(|| str_at(v1, &["cluster", "controlPlane", "endpoint"]));
-    let cluster_id = by_kind("DiscoveryIdentityConfig")
-        .and_then(|d| str_at(d, &["clusterID"]))
-        .or_else(|| str_at(v1, &["cluster", "id"]))
-        .unwrap_or_default();
-    let cluster_name = by_kind("KubeClusterConfig")
-        .and_then(|d| str_at(d, &["clusterName"]))
-        .or_else(|| str_at(v1, &["cluster", "clusterName"]))
-        .unwrap_or_default();
-    let has_kubernetes_network = kube_network.is_some()
-        || network.is_some()
-        || (!multidoc_kubernetes && v1.get("cluster").is_some());
-
+    let kube_network = config.by_kind("KubeNetworkConfig");
+    let images = images_of(&config);
+    let (proxy_enabled, proxy_image) = proxy_of(&config);
+    let (pod_subnets, service_subnets, dns_domain) = network_of(&config);
     Ok(ConfigFacts {
-        machine_type,
-        hostname,
-        kubeprism_port,
-        cni_name,
+        machine_type: machine_type_of(v1),
+        hostname: config.str_of(
+            "HostnameConfig",
+            &["hostname"],
+            &["machine", "network", "hostname"],
+        ),
+        kubeprism_port: kubeprism_port_of(v1, config.by_kind("KubePrismConfig")),
+        cni_name: cni_name_of(
+            v1,
+            config.by_kind("KubeFlannelCNIConfig").is_some(),
+            network.is_some(),
+            multidoc_kubernetes,
+        ),
         proxy_enabled,
         proxy_image,
-        apiserver_image,
-        controller_manager_image,
-        scheduler_image,
-        kubelet_image,
-        coredns_enabled,
+        apiserver_image: images.apiserver,
+        controller_manager_image: images.controller_manager,
+        scheduler_image: images.scheduler,
+        kubelet_image: images.kubelet,
+        coredns_enabled: match config.by_kind("KubeCoreDNSConfig") {
+            Some(d) => bool_at(d, &["enabled"]).unwrap_or(true),
+            None => bool_at(v1, &["cluster", "coreDNS", "disabled"]) != Some(true),
+        },
         pod_subnets,
         service_subnets,
         dns_domain,
-        control_plane_endpoint,
-        cluster_id,
-        cluster_name,
-        has_kubernetes_network,
+        control_plane_endpoint: config.str_of(
+            "KubeClusterConfig",
+            &["endpoint"],
+            &["cluster", "controlPlane", "endpoint"],
+        ),
+        cluster_id: config
+            .str_of(
+                "DiscoveryIdentityConfig",
+                &["clusterID"],
+                &["cluster", "id"],
+            )
+            .unwrap_or_default(),
+        cluster_name: config
+            .str_of(
+                "KubeClusterConfig",
+                &["clusterName"],
+                &["cluster", "clusterName"],
+            )
+            .unwrap_or_default(),
+        has_kubernetes_network: kube_network.is_some()
+            || network.is_some()
+            || (!multidoc_kubernetes && v1.get("cluster").is_some()),
     })
+}
+
+/// The documents of a config: its v1alpha1 document (null when it has
+/// none) and the others by kind.
+struct Config<'a> {
+    docs: &'a [Value],
+    v1: &'a Value,
+}
+
+impl<'a> Config<'a> {
+    fn of(docs: &'a [Value]) -> Self {
+        static NULL: Value = Value::Null;
+        let v1 = docs.iter().find(|d| is_v1alpha1(d)).unwrap_or(&NULL);
+        Config { docs, v1 }
+    }
+
+    fn by_kind(&self, kind: &str) -> Option<&'a Value> {
+        self.docs.iter().find(|d| kind_of(d) == Some(kind))
+    }
+
+    /// A setting of a document of `kind` when the config has one, else the
+    /// v1alpha1 document's.
+    fn str_of(&self, kind: &str, keys: &[&str], v1_keys: &[&str]) -> Option<String> {
+        self.by_kind(kind)
+            .and_then(|d| str_at(d, keys))
+            .or_else(|| str_at(self.v1, v1_keys))
+    }
+}
+
+/// The images of the Kubernetes components a config names (empty when it
+/// leaves one out).
+struct Images {
+    apiserver: String,
+    controller_manager: String,
+    scheduler: String,
+    kubelet: String,
+}
+
+fn images_of(config: &Config<'_>) -> Images {
+    let image_of =
+        |kind: &str, v1_keys: &[&str]| config.str_of(kind, &["image"], v1_keys).unwrap_or_default();
+    Images {
+        apiserver: image_of("KubeAPIServerConfig", &["cluster", "apiServer", "image"]),
+        controller_manager: image_of(
+            "KubeControllerManagerConfig",
+            &["cluster", "controllerManager", "image"],
+        ),
+        scheduler: image_of("KubeSchedulerConfig", &["cluster", "scheduler", "image"]),
+        kubelet: image_of("KubeletConfig", &["machine", "kubelet", "image"]),
+    }
+}
+
+/// Whether kube-proxy runs, and its image.
+fn proxy_of(config: &Config<'_>) -> (bool, String) {
+    let enabled = match config.by_kind("KubeProxyConfig") {
+        Some(d) => bool_at(d, &["enabled"]).unwrap_or(true),
+        None => bool_at(config.v1, &["cluster", "proxy", "disabled"]) != Some(true),
+    };
+    let image = config
+        .str_of(
+            "KubeProxyConfig",
+            &["image"],
+            &["cluster", "proxy", "image"],
+        )
+        .unwrap_or_default();
+    (enabled, image)
+}
+
+/// The pod subnets, service subnets and DNS domain, with Talos's defaults.
+fn network_of(config: &Config<'_>) -> (Vec<String>, Vec<String>, String) {
+    let kube_network = config.by_kind("KubeNetworkConfig");
+    let from_net = |key: &str, default: &str| {
+        kube_network
+            .and_then(|d| strings_at(d, &[key]))
+            .or_else(|| strings_at(config.v1, &["cluster", "network", key]))
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| vec![default.to_string()])
+    };
+    let dns_domain = config
+        .str_of(
+            "KubeNetworkConfig",
+            &["dnsDomain"],
+            &["cluster", "network", "dnsDomain"],
+        )
+        .unwrap_or_else(|| "cluster.local".to_string());
+    (
+        from_net("podSubnets", "10.244.0.0/16"),
+        from_net("serviceSubnets", "10.96.0.0/12"),
+        dns_domain,
+    )
 }
 
 fn machine_type_of(v1: &Value) -> MachineType {
@@ -300,17 +373,17 @@ const IMMEDIATE_FEATURE_KEYS: &[&str] = &[
 
 /// Whether `new` can replace `current` without a reboot, by Talos v1.13's
 /// rule. `Err` carries the reason, as Talos words it.
-pub fn can_apply_immediate(current: &[u8], new: &[u8]) -> Result<(), String> {
+pub fn can_apply_immediate(current: &[u8], new: &[u8]) -> Result<(), ImmediateError> {
     let cur_docs = documents(current)?;
     let new_docs = documents(new)?;
     let cur = cur_docs
         .into_iter()
         .find(is_v1alpha1)
-        .ok_or("current config is not v1alpha1")?;
+        .ok_or(ImmediateError::CurrentNotV1alpha1)?;
     let mut new = new_docs
         .into_iter()
         .find(is_v1alpha1)
-        .ok_or("new config is not v1alpha1")?;
+        .ok_or(ImmediateError::NewNotV1alpha1)?;
     let copy = |new: &mut Value, cur: &Value, keys: &[&str]| {
         let cur_v = path(cur, keys).cloned();
         let Some((last, parents)) = keys.split_last() else {
@@ -351,10 +424,9 @@ pub fn can_apply_immediate(current: &[u8], new: &[u8]) -> Result<(), String> {
     }
     let a = serde_yaml_ng::to_string(&cur).unwrap_or_default();
     let b = serde_yaml_ng::to_string(&new).unwrap_or_default();
-    Err(format!(
-        "this config change can't be applied in immediate mode\ndiff:\n{}",
-        crate::diff::unified(&a, &b)
-    ))
+    Err(ImmediateError::NeedsReboot {
+        diff: crate::diff::unified(&a, &b),
+    })
 }
 
 /// A certificate authority a config carries: certificate and key, PEM.
@@ -372,14 +444,7 @@ impl std::fmt::Debug for CaPair {
 }
 
 fn base64_pem_at(v: &Value, keys: &[&str]) -> Option<String> {
-    use base64::Engine as _;
-    let text = str_at(v, keys)?;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(text.trim())
-        .ok()?;
-    String::from_utf8(bytes)
-        .ok()
-        .filter(|s| !s.trim().is_empty())
+    ichor_talos::pem::unb64(&str_at(v, keys)?).filter(|s| !s.trim().is_empty())
 }
 
 /// The etcd image a control-plane config names (`cluster.etcd.image`), if any.

@@ -17,8 +17,12 @@ pub enum EmuError {
         #[source]
         source: std::io::Error,
     },
-    #[error("invalid machine config for node {node}: {reason}")]
-    Config { node: String, reason: String },
+    #[error("invalid machine config for node {node}")]
+    Config {
+        node: String,
+        #[source]
+        source: serde_yaml_ng::Error,
+    },
     #[error("cannot make a Talos API client for node {node}")]
     Client {
         node: String,

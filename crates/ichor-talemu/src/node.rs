@@ -379,9 +379,9 @@ impl Node {
             })?;
         let multidoc_kubernetes = version.major_minor() >= (1, 14);
         if let Some(cfg) = &spec.config {
-            derive::facts(cfg, multidoc_kubernetes).map_err(|reason| crate::EmuError::Config {
+            derive::facts(cfg, multidoc_kubernetes).map_err(|source| crate::EmuError::Config {
                 node: spec.hostname.clone(),
-                reason,
+                source,
             })?;
         }
         let (events, _) = broadcast::channel(1024);
@@ -698,7 +698,8 @@ impl Node {
             self.lock().active.clone().ok_or_else(|| {
                 Status::failed_precondition("the machine config is not loaded yet")
             })?;
-        let facts = derive::facts(&active, self.multidoc_kubernetes()).map_err(Status::internal)?;
+        let facts = derive::facts(&active, self.multidoc_kubernetes())
+            .map_err(|e| Status::internal(e.to_string()))?;
         let ca = derive::kubernetes_ca(&active)
             .filter(|_| facts.machine_type.is_control_plane())
             .ok_or_else(|| {
@@ -1078,7 +1079,7 @@ fn kubeconfig_tar_gz(kubeconfig: &[u8]) -> std::io::Result<Vec<u8>> {
 /// empty, a v1alpha1 document outside maintenance mode, and every other
 /// document with its kind and apiVersion.
 fn validate_applied_documents(data: &[u8], in_maintenance: bool) -> Result<(), Status> {
-    let docs = derive::documents(data).map_err(Status::invalid_argument)?;
+    let docs = derive::documents(data).map_err(|e| Status::invalid_argument(e.to_string()))?;
     if docs.is_empty() {
         return Err(Status::invalid_argument("the configuration is empty"));
     }
@@ -1127,14 +1128,14 @@ fn requested_apply_mode(
 /// chose one.
 fn settle_apply_mode(
     requested: machine::apply_configuration_request::Mode,
-    immediate: impl Fn() -> Result<(), String>,
+    immediate: impl Fn() -> Result<(), derive::ImmediateError>,
 ) -> Result<(machine::apply_configuration_request::Mode, String, String), Status> {
     use machine::apply_configuration_request::Mode;
     let mut mode = requested;
     let mut mode_err = String::new();
     let details = match mode {
         Mode::Try | Mode::NoReboot => {
-            immediate().map_err(Status::invalid_argument)?;
+            immediate().map_err(|e| Status::invalid_argument(e.to_string()))?;
             "Applied configuration without a reboot"
         }
         Mode::Staged => "Staged configuration to be applied after the next reboot",

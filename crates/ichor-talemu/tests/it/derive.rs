@@ -67,7 +67,9 @@ fn immediate_apply_rule() {
     let cluster = crate::common::edit(&cp, "dnsDomain: cluster.local", "dnsDomain: other.local");
     assert!(can_apply_immediate(&cp, &cluster).is_ok());
     let machine_type = crate::common::edit(&cp, "type: controlplane", "type: worker");
-    let err = can_apply_immediate(&cp, &machine_type).unwrap_err();
+    let err = can_apply_immediate(&cp, &machine_type)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.starts_with("this config change can't be applied in immediate mode\ndiff:\n"),
         "{err}"
