@@ -35,8 +35,6 @@ pub enum EmuError {
         #[source]
         source: ichor_talos::version::VersionError,
     },
-    #[error("cannot decode the base64 of a SEC1 private key")]
-    Key(#[source] base64::DecodeError),
     #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error("cannot write YAML")]

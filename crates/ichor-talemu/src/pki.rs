@@ -1,6 +1,9 @@
 //! The emulator's certificates: an Ed25519 OS CA (`O=talos`, like Talos's),
 //! server certificates for emulated nodes, and client certificates for tests
 //! (Ed25519, `O=<roles>`, EKU ClientAuth only, as `talosctl gen config` makes).
+//!
+//! PEM goes through `ichor_talos::pem`, Ichor's one PEM place (the `pem`
+//! crate's framing, Talos's labels and key forms).
 
 use std::net::IpAddr;
 
@@ -12,7 +15,7 @@ use rcgen::{
 use crate::error::EmuError;
 
 /// Talos's PEM label for Ed25519 PKCS#8 keys.
-pub const ED25519_KEY_LABEL: &str = "ED25519 PRIVATE KEY";
+pub const ED25519_KEY_LABEL: &str = ichor_talos::pem::ED25519_PEM_LABEL;
 
 /// A certificate and its key, both PEM (the key under Talos's Ed25519 label).
 #[derive(Clone)]
@@ -74,12 +77,18 @@ impl std::fmt::Debug for Pki {
     }
 }
 
-fn relabel_to_pkcs8(pem: &str) -> String {
-    pem.replace(ED25519_KEY_LABEL, "PRIVATE KEY")
+/// A key's PEM as Talos writes it: PKCS#8 under Talos's Ed25519 label.
+fn talos_key_pem(key: &KeyPair) -> String {
+    ichor_talos::pem::encode(ED25519_KEY_LABEL, &key.serialize_der())
 }
 
-fn relabel_to_talos(pem: &str) -> String {
-    pem.replace("PRIVATE KEY", ED25519_KEY_LABEL)
+/// A key from PEM as Talos writes them: PKCS#8 under any label (rcgen
+/// reads the body, not the label), or a P-256 SEC1 `EC PRIVATE KEY` (its
+/// Kubernetes CA keys), wrapped as PKCS#8 first. Text that is no PEM block
+/// goes to rcgen as it is, which says why it cannot read it.
+fn key_pair_from_pem(pem: &str) -> Result<KeyPair, EmuError> {
+    let pkcs8 = ichor_talos::pem::p256_sec1_to_pkcs8(pem);
+    Ok(KeyPair::from_pem(pkcs8.as_deref().unwrap_or(pem))?)
 }
 
 impl Pki {
@@ -103,7 +112,7 @@ impl Pki {
         let cert = params.self_signed(&ca_key)?;
         Ok(Self {
             ca_cert_pem: cert.pem(),
-            ca_key_pem: relabel_to_talos(&ca_key.serialize_pem()),
+            ca_key_pem: talos_key_pem(&ca_key),
             issuer: Issuer::new(params, ca_key),
         })
     }
@@ -111,8 +120,8 @@ impl Pki {
     /// A CA given as PEM (for example `certs.os` of a secrets bundle); the key
     /// may use Talos's `ED25519 PRIVATE KEY` label.
     pub fn from_pem(ca_cert_pem: &str, ca_key_pem: &str) -> Result<Self, EmuError> {
-        let ca_key = KeyPair::from_pem(&relabel_to_pkcs8(ca_key_pem))?;
-        let ca_key_pem = relabel_to_talos(&ca_key.serialize_pem());
+        let ca_key = key_pair_from_pem(ca_key_pem)?;
+        let ca_key_pem = talos_key_pem(&ca_key);
         let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key)?;
         Ok(Self {
             ca_cert_pem: ca_cert_pem.to_string(),
@@ -154,7 +163,7 @@ impl Pki {
         let cert = params.signed_by(&key, self.issuer())?;
         Ok(CertifiedKey {
             cert_pem: cert.pem(),
-            key_pem: relabel_to_talos(&key.serialize_pem()),
+            key_pem: talos_key_pem(&key),
         })
     }
 
@@ -178,7 +187,7 @@ impl Pki {
         let cert = params.signed_by(&key, self.issuer())?;
         Ok(CertifiedKey {
             cert_pem: cert.pem(),
-            key_pem: relabel_to_talos(&key.serialize_pem()),
+            key_pem: talos_key_pem(&key),
         })
     }
 
@@ -197,65 +206,9 @@ impl Pki {
         let cert = params.self_signed(&key)?;
         Ok(CertifiedKey {
             cert_pem: cert.pem(),
-            key_pem: relabel_to_talos(&key.serialize_pem()),
+            key_pem: talos_key_pem(&key),
         })
     }
-}
-
-/// DER length octets.
-fn der_len(len: usize) -> Vec<u8> {
-    if len < 0x80 {
-        vec![u8::try_from(len).unwrap_or(0)]
-    } else {
-        let bytes: Vec<u8> = len
-            .to_be_bytes()
-            .into_iter()
-            .skip_while(|b| *b == 0)
-            .collect();
-        let mut out = vec![0x80 | u8::try_from(bytes.len()).unwrap_or(0)];
-        out.extend(bytes);
-        out
-    }
-}
-
-fn der(tag: u8, body: &[u8]) -> Vec<u8> {
-    let mut out = vec![tag];
-    out.extend(der_len(body.len()));
-    out.extend_from_slice(body);
-    out
-}
-
-/// A P-256 SEC1 key (`EC PRIVATE KEY`, as Talos writes its Kubernetes CA
-/// key) wrapped as PKCS#8, which rcgen reads.
-fn p256_sec1_to_pkcs8(sec1: &[u8]) -> Vec<u8> {
-    // id-ecPublicKey, prime256v1
-    const ALGORITHM: &[u8] = &[
-        0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86,
-        0x48, 0xce, 0x3d, 0x03, 0x01, 0x07,
-    ];
-    let mut body = vec![0x02, 0x01, 0x00];
-    body.extend_from_slice(ALGORITHM);
-    body.extend(der(0x04, sec1));
-    der(0x30, &body)
-}
-
-/// A key PEM rcgen can read: PKCS#8 as is, Talos's labels relabelled, SEC1 wrapped.
-fn key_pair_from_any_pem(pem: &str) -> Result<KeyPair, EmuError> {
-    use base64::Engine as _;
-    if pem.contains("BEGIN EC PRIVATE KEY") {
-        let body: String = pem
-            .lines()
-            .filter(|l| !l.starts_with("-----"))
-            .collect::<Vec<_>>()
-            .concat();
-        let sec1 = base64::engine::general_purpose::STANDARD
-            .decode(body.trim())
-            .map_err(EmuError::Key)?;
-        let pkcs8 = p256_sec1_to_pkcs8(&sec1);
-        let key = rustls::pki_types::PrivatePkcs8KeyDer::from(pkcs8);
-        return KeyPair::try_from(&key).map_err(EmuError::from);
-    }
-    Ok(KeyPair::from_pem(&relabel_to_pkcs8(pem))?)
 }
 
 /// The admin kubeconfig a control plane hands out (`MachineService/Kubeconfig`),
@@ -268,8 +221,8 @@ pub fn admin_kubeconfig(
     ca_cert_pem: &str,
     ca_key_pem: &str,
 ) -> Result<String, EmuError> {
-    use base64::Engine as _;
-    let ca_key = key_pair_from_any_pem(ca_key_pem)?;
+    use ichor_talos::pem::b64;
+    let ca_key = key_pair_from_pem(ca_key_pem)?;
     let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key)?;
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
     let mut params = CertificateParams::new(Vec::<String>::new())?;
@@ -280,7 +233,6 @@ pub fn admin_kubeconfig(
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     let cert = params.signed_by(&key, &issuer)?;
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
     let user = format!("admin@{cluster_name}");
     Ok(format!(
         "apiVersion: v1\nkind: Config\nclusters:\n    - name: {cluster_name}\n      cluster:\n        server: {endpoint}\n        certificate-authority-data: {ca}\nusers:\n    - name: {user}\n      user:\n        client-certificate-data: {crt}\n        client-key-data: {key}\ncontexts:\n    - context:\n        cluster: {cluster_name}\n        namespace: default\n        user: {user}\n      name: {user}\ncurrent-context: {user}\n",
@@ -288,4 +240,29 @@ pub fn admin_kubeconfig(
         crt = b64(&cert.pem()),
         key = b64(&key.serialize_pem()),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_written_under_talos_label_and_read_back() {
+        let pki = Pki::generate().unwrap();
+        let key = pki.ca_key_pem();
+        assert!(
+            key.starts_with("-----BEGIN ED25519 PRIVATE KEY-----\n"),
+            "{key}"
+        );
+        assert!(
+            key.ends_with("-----END ED25519 PRIVATE KEY-----\n"),
+            "{key}"
+        );
+        // The same key as rcgen writes it, but for the label.
+        let rcgen_pem = KeyPair::from_pem(key).unwrap().serialize_pem();
+        assert_eq!(rcgen_pem.replace("PRIVATE KEY", ED25519_KEY_LABEL), key);
+        let again = Pki::from_pem(pki.ca_pem(), key).unwrap();
+        assert_eq!(again.ca_key_pem(), key);
+        assert!(Pki::from_pem(pki.ca_pem(), "not a key").is_err());
+    }
 }
