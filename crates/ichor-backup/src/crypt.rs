@@ -537,6 +537,22 @@ mod tests {
         assert!(read_all(&a, &ct).is_err(), "a cut part must not decrypt");
     }
 
+    /// An uploader moves the stream into a task and boxes its errors.
+    ///
+    /// Covers: R20.3
+    #[test]
+    fn the_stream_and_its_errors_can_cross_tasks() {
+        fn send<T: Send>(_: &T) {}
+        fn send_sync_error<T: std::error::Error + Send + Sync + 'static>() {}
+        let r = Recipients::parse(&Identities::generate().recipients()).unwrap();
+        let input = futures::stream::iter(Vec::<Result<Bytes, io::Error>>::new());
+        let (s, slot) = encrypt_stream(&r, input).unwrap();
+        send(&s);
+        send(&slot);
+        send_sync_error::<EncryptStreamError<io::Error>>();
+        send_sync_error::<CryptError>();
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
 
