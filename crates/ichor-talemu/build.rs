@@ -1,7 +1,8 @@
 //! Compiles the emulator's own `.proto` files (the Talos APIs only a node
 //! answers, written from Talos's published API field numbers) with a
-//! vendored `protoc`. Messages shared with Ichor's client (`common`) are
-//! ichor-talos-client's types.
+//! vendored `protoc`, and the one etcd call the emulator makes itself (a
+//! client of the lab's etcd). Messages shared with Ichor's client
+//! (`common`) are ichor-talos-client's types.
 
 // Cargo reads a build script's instructions from its stdout.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -13,7 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.protoc_executable(protoc);
     tonic_prost_build::configure()
         .build_server(true)
-        .build_client(false)
+        .build_client(true)
         .extern_path(".common", "::ichor_talos_client::proto::common")
         .extern_path(".google.rpc", "::ichor_talos_client::proto::google::rpc")
         .compile_with_config(
@@ -22,6 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "proto/machine/emulated.proto".into(),
                 "proto/time/time.proto".into(),
                 "proto/specs/emulated.proto".into(),
+                "proto/etcd/rpc.proto".into(),
             ],
             &[
                 std::path::PathBuf::from("proto"),

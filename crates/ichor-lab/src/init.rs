@@ -311,6 +311,7 @@ async fn start_kubernetes(
         tokio::task::spawn_blocking(move || TestEnv::start_for_cluster(identity, Some(&proxy)))
             .await
             .map_err(LabError::ControlPlaneTask)??;
+    emulator.serve_etcd_at(env.etcd_url());
     let client = env.client().await;
     let mut lab_options = LabOptions::new(&options.state_dir);
     lab_options.nodes = addresses.len();

@@ -412,6 +412,7 @@ fn start_control_plane(
         init::cluster_identity(control_plane_config.as_bytes(), ichor_testenv::free_port())?;
     let env = TestEnv::start_for_cluster(identity, Some(network.socket()))?;
     emulator.serve_kubernetes_at(env.server_url());
+    emulator.serve_etcd_at(env.etcd_url());
     Ok((env, network))
 }
 

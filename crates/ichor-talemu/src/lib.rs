@@ -1,8 +1,9 @@
 //! `ichor-talemu`: a Talos node emulator for tests and the lab. It speaks the
 //! Talos gRPC API (MachineService Version / Hostname / ApplyConfiguration /
 //! Reboot / Read / Upgrade / EtcdMemberList / EtcdForfeitLeadership /
-//! Bootstrap / Kubeconfig, and what an operator reads with talosctl:
-//! ServiceList, EtcdStatus, EtcdAlarmList / EtcdAlarmDisarm, Dmesg, Logs,
+//! Bootstrap / Kubeconfig / EtcdStatus / EtcdSnapshot (a real snapshot of
+//! the lab's etcd), and what an operator reads with talosctl:
+//! ServiceList, EtcdAlarmList / EtcdAlarmDisarm, Dmesg, Logs,
 //! Memory, Processes, Mounts, Containers, Stats; TimeService; ImageService
 //! Pull, LifecycleService Upgrade and the COSI State service's Get / List /
 //! Watch) over mutual TLS, so that both Ichor's client and the real
@@ -70,6 +71,11 @@ pub struct EmulatorOptions {
     /// CA of the config it was given (`machine.ca`), as a real node does,
     /// instead of the emulator's CA. On for `ichor init` and the lab.
     pub serve_config_ca: bool,
+    /// The client URL (`http://127.0.0.1:PORT`) of the real etcd the
+    /// control planes stand for: EtcdSnapshot streams its snapshot. `None`
+    /// (no etcd): EtcdSnapshot answers Unavailable. The lab, whose etcd
+    /// starts after the nodes, gives it with [`Emulator::serve_etcd_at`].
+    pub etcd_url: Option<String>,
 }
 
 impl Default for EmulatorOptions {
@@ -78,6 +84,7 @@ impl Default for EmulatorOptions {
             pki: None,
             reboot_outage: Duration::from_millis(300),
             serve_config_ca: false,
+            etcd_url: None,
         }
     }
 }
@@ -154,6 +161,7 @@ impl Emulator {
             bootstraps,
             discovery,
             etcd: Mutex::new(Default::default()),
+            lab_etcd: Mutex::new(options.etcd_url),
         });
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
         let mut handles = Vec::new();
@@ -341,6 +349,16 @@ impl Emulator {
     /// checks of `talosctl health`) names `url` instead.
     pub fn serve_kubernetes_at(&self, url: impl Into<String>) {
         self.cluster.discovery.set_kubernetes_api(url.into());
+    }
+
+    /// The client URL of the real etcd the control planes stand for, from
+    /// now on (see [`EmulatorOptions::etcd_url`]).
+    pub fn serve_etcd_at(&self, url: impl Into<String>) {
+        *self
+            .cluster
+            .lab_etcd
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(url.into());
     }
 
     /// Fault: etcd raises `alarm` on node `i`'s member (as etcd does when

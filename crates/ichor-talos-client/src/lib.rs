@@ -15,6 +15,7 @@
 
 pub mod client;
 pub mod error;
+pub mod etcd;
 pub mod proto;
 pub mod resources;
 pub mod tls;

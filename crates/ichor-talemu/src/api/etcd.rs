@@ -1,18 +1,28 @@
 //! etcd through MachineService: the members (`talosctl etcd members`), a
 //! member's status (`etcd status`), the cluster's alarms (`etcd alarm
-//! list`, `etcd alarm disarm`) and a leader handing its leadership on.
+//! list`, `etcd alarm disarm`), a leader handing its leadership on, and a
+//! snapshot of the database (`etcd snapshot`).
 //!
 //! One member per configured control plane, once etcd was bootstrapped; a
 //! member whose node has the `etcd_unhealthy` fault has not started. The
 //! leader is the first started member until it forfeits its leadership.
+//!
+//! The snapshot is real: every control plane stands for the lab's one etcd
+//! ([`crate::EmulatorOptions::etcd_url`]), whose `Maintenance/Snapshot` it
+//! streams as Talos does — re-chunked into messages of at most 1024 bytes,
+//! the sha256 trailer passed through, and a read error ending the stream
+//! without one (Talos's chunker swallows it).
 
+use futures::StreamExt as _;
 use tonic::{Request, Response, Status};
 
+use ichor_talos_client::proto::common;
 use ichor_talos_client::proto::machine;
 
-use super::{ADMIN, NodeApi, OPERATOR, READER, caller, not_in_maintenance};
+use super::{ADMIN, BoxStream, NodeApi, OPERATOR, READER, caller, not_in_maintenance};
 use crate::discovery::member_id;
 use crate::node::{Node, WriteAction};
+use crate::wire::etcdserverpb;
 use crate::wire::machine as wire;
 
 /// An etcd alarm, as etcd raises them.
@@ -50,6 +60,23 @@ pub(crate) struct EtcdCluster {
     pub term: u64,
     /// Raised alarms: (member id, alarm).
     pub alarms: Vec<(u64, EtcdAlarm)>,
+}
+
+/// Talos's role for backups: EtcdSnapshot only.
+const ETCD_BACKUP: &str = "os:etcd:backup";
+
+/// Talos's chunker reads the snapshot 1024 bytes at a time.
+const SNAPSHOT_CHUNK: usize = 1024;
+
+/// Splits one blob of etcd's stream into Talos's messages (at most
+/// [`SNAPSHOT_CHUNK`] bytes each, none empty).
+fn snapshot_chunks(blob: &[u8]) -> Vec<common::Data> {
+    blob.chunks(SNAPSHOT_CHUNK)
+        .map(|c| common::Data {
+            metadata: None,
+            bytes: c.to_vec(),
+        })
+        .collect()
 }
 
 /// The size of every member's database, and how much of it is in use.
@@ -223,7 +250,7 @@ impl NodeApi {
     pub(super) async fn etcd_status_answer(
         &self,
         request: Request<()>,
-    ) -> Result<Response<wire::EtcdStatusResponse>, Status> {
+    ) -> Result<Response<machine::EtcdStatusResponse>, Status> {
         Self::authorize(&caller(&request), &[ADMIN, OPERATOR, READER])?;
         let messages = self
             .unary(request.metadata(), |node| {
@@ -258,9 +285,9 @@ impl NodeApi {
                     }
                 };
                 let raft_index = 12_345 + 100 * (term + 2);
-                Ok(wire::EtcdStatus {
+                Ok(machine::EtcdStatus {
                     metadata: None,
-                    member_status: Some(wire::EtcdMemberStatus {
+                    member_status: Some(machine::EtcdMemberStatus {
                         protocol_version: version,
                         db_size: DB_SIZE,
                         db_size_in_use: DB_IN_USE,
@@ -276,7 +303,53 @@ impl NodeApi {
                 })
             })
             .await?;
-        Ok(Response::new(wire::EtcdStatusResponse { messages }))
+        Ok(Response::new(machine::EtcdStatusResponse { messages }))
+    }
+
+    /// EtcdSnapshot: the lab's etcd's snapshot, streamed from the node the
+    /// call is routed to (a control plane whose member runs).
+    pub(super) async fn etcd_snapshot_answer(
+        &self,
+        request: Request<machine::EtcdSnapshotRequest>,
+    ) -> Result<Response<BoxStream<common::Data>>, Status> {
+        Self::authorize(&caller(&request), &[ADMIN, OPERATOR, ETCD_BACKUP])?;
+        let i = self.stream_target(request.metadata()).await?;
+        Self::local_etcd(self.node(i), "EtcdSnapshot", "etcd snapshot")?;
+        let url = self
+            .cluster
+            .lab_etcd()
+            .ok_or_else(|| Status::unavailable("etcd is not running"))?;
+        let failed = |what: &str, reason: String| Status::unknown(format!("{what}: {reason}"));
+        let channel = tonic::transport::Endpoint::from_shared(url)
+            .map_err(|e| failed("failed to create etcd client", e.to_string()))?
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .connect()
+            .await
+            .map_err(|e| failed("failed to create etcd client", e.to_string()))?;
+        let mut etcd = etcdserverpb::maintenance_client::MaintenanceClient::new(channel)
+            .max_decoding_message_size(usize::MAX);
+        let snapshot = etcd
+            .snapshot(etcdserverpb::SnapshotRequest {})
+            .await
+            .map_err(|s| failed("failed reading etcd snapshot", s.message().to_string()))?
+            .into_inner();
+        let hostname = self.node(i).spec.hostname.clone();
+        let messages = snapshot
+            .take_while(move |item| {
+                if let Err(status) = item {
+                    tracing::warn!(
+                        node = %hostname,
+                        error = %status.message(),
+                        "the etcd snapshot stream broke; ending it as Talos does, without an error"
+                    );
+                }
+                std::future::ready(item.is_ok())
+            })
+            .flat_map(|item| {
+                let chunks = item.map_or_else(|_| Vec::new(), |m| snapshot_chunks(&m.blob));
+                futures::stream::iter(chunks.into_iter().map(Ok))
+            });
+        Ok(Response::new(Box::pin(messages)))
     }
 
     fn alarms(&self) -> Vec<wire::EtcdMemberAlarm> {
@@ -333,5 +406,23 @@ impl NodeApi {
             })
             .await?;
         Ok(Response::new(wire::EtcdAlarmDisarmResponse { messages }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blob_becomes_messages_of_at_most_1024_bytes_in_order() {
+        let blob: Vec<u8> = (0..2600u32).map(|i| (i % 251) as u8).collect();
+        let chunks = snapshot_chunks(&blob);
+        let sizes: Vec<usize> = chunks.iter().map(|c| c.bytes.len()).collect();
+        assert_eq!(sizes, [1024, 1024, 552]);
+        let joined: Vec<u8> = chunks.into_iter().flat_map(|c| c.bytes).collect();
+        assert_eq!(joined, blob);
+        // The 32-byte trailer comes as a blob of its own and stays one message.
+        assert_eq!(snapshot_chunks(&[7; 32]).len(), 1);
+        assert!(snapshot_chunks(&[]).is_empty());
     }
 }

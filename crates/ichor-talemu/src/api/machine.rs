@@ -163,6 +163,22 @@ impl MachineService for NodeApi {
     ) -> Result<Response<machine::EtcdForfeitLeadershipResponse>, Status> {
         self.etcd_forfeit_leadership_answer(request).await
     }
+
+    async fn etcd_status(
+        &self,
+        request: Request<()>,
+    ) -> Result<Response<machine::EtcdStatusResponse>, Status> {
+        self.etcd_status_answer(request).await
+    }
+
+    type EtcdSnapshotStream = BoxStream<common::Data>;
+
+    async fn etcd_snapshot(
+        &self,
+        request: Request<machine::EtcdSnapshotRequest>,
+    ) -> Result<Response<Self::EtcdSnapshotStream>, Status> {
+        self.etcd_snapshot_answer(request).await
+    }
 }
 
 /// The methods only talosctl calls, each answered by its room.
@@ -173,13 +189,6 @@ impl wire::machine::machine_service_server::MachineService for NodeApi {
         request: Request<()>,
     ) -> Result<Response<wire::machine::ServiceListResponse>, Status> {
         self.service_list_answer(request).await
-    }
-
-    async fn etcd_status(
-        &self,
-        request: Request<()>,
-    ) -> Result<Response<wire::machine::EtcdStatusResponse>, Status> {
-        self.etcd_status_answer(request).await
     }
 
     async fn etcd_alarm_list(

@@ -6,7 +6,7 @@
 //! - [`machine`]: MachineService's index, and the node's configuration,
 //!   version, reboot, upgrade, bootstrap and kubeconfig;
 //! - [`services`]: the services Talos runs (`talosctl services`);
-//! - [`etcd`]: etcd's members, status, alarms and leadership;
+//! - [`etcd`]: etcd's members, status, alarms, leadership and snapshot;
 //! - [`logs`]: the kernel log and the services' logs;
 //! - [`system`]: memory, processes, mounts;
 //! - [`containers`]: containers and their stats;
@@ -61,9 +61,20 @@ pub(crate) struct Cluster {
     pub discovery: Arc<Discovery>,
     /// The etcd cluster's own state: its leader and alarms.
     pub etcd: Mutex<etcd::EtcdCluster>,
+    /// The client URL of the real etcd the control planes stand for (the
+    /// lab's), whose snapshot EtcdSnapshot streams; `None`: no etcd.
+    pub lab_etcd: Mutex<Option<String>>,
 }
 
 impl Cluster {
+    /// The lab's etcd's client URL, if there is one.
+    pub fn lab_etcd(&self) -> Option<String> {
+        self.lab_etcd
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Whether etcd was bootstrapped anywhere (every control plane joins it then).
     pub fn bootstrapped(&self) -> bool {
         self.nodes.iter().any(|n| n.lock().etcd_data)
@@ -400,8 +411,8 @@ has_metadata!(
     ichor_talos_client::proto::machine::EtcdMembers,
     ichor_talos_client::proto::machine::EtcdForfeitLeadership,
     ichor_talos_client::proto::machine::Bootstrap,
+    ichor_talos_client::proto::machine::EtcdStatus,
     wire::machine::ServiceList,
-    wire::machine::EtcdStatus,
     wire::machine::EtcdAlarm,
     wire::machine::EtcdAlarmDisarm,
     wire::machine::LogsContainer,

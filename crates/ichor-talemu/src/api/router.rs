@@ -26,7 +26,6 @@ use crate::wire::machine::machine_service_server::MachineServiceServer as Emulat
 /// The MachineService methods the emulator's own server answers.
 const EMULATED_METHODS: &[&str] = &[
     "ServiceList",
-    "EtcdStatus",
     "EtcdAlarmList",
     "EtcdAlarmDisarm",
     "Dmesg",
