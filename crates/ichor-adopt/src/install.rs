@@ -688,7 +688,7 @@ mod tests {
                 .iter()
                 .filter(|o| o["kind"] == "CustomResourceDefinition")
                 .count(),
-            4
+            5
         );
     }
 
