@@ -122,6 +122,9 @@ fn object(fields: Vec<(&str, prost_types::Value)>) -> prost_types::Value {
     }
 }
 
+/// The conditions of a running static pod, every one true.
+const POD_CONDITIONS: [&str; 4] = ["Initialized", "Ready", "ContainersReady", "PodScheduled"];
+
 /// The status a kubelet reports for a running static pod: Running, every
 /// condition true.
 fn static_pod_status_item(
@@ -131,7 +134,21 @@ fn static_pod_status_item(
     address: &str,
     started: &str,
 ) -> Item {
-    let conditions = ["Initialized", "Ready", "ContainersReady", "PodScheduled"];
+    item(
+        "k8s",
+        STATIC_POD_STATUS_TYPE,
+        &format!("kube-system/{component}-{nodename}"),
+        emulated::StaticPodStatusSpec {
+            pod_status: Some(pod_status(component, image, address, started)),
+        }
+        .encode_to_vec(),
+        pod_status_yaml(address, started),
+    )
+}
+
+/// The pod status on the wire: phase, conditions, addresses, start time and
+/// the one container, running and ready.
+fn pod_status(component: &str, image: &str, address: &str, started: &str) -> prost_types::Struct {
     let condition = |t: &str| {
         object(vec![
             ("type", string(t)),
@@ -156,59 +173,45 @@ fn static_pod_status_item(
             )]),
         ),
     ]);
-    let status = prost_types::Struct {
+    let list = |values: Vec<prost_types::Value>| prost_types::Value {
+        kind: Some(Kind::ListValue(prost_types::ListValue { values })),
+    };
+    prost_types::Struct {
         fields: [
             ("phase".to_string(), string("Running")),
             (
                 "conditions".to_string(),
-                prost_types::Value {
-                    kind: Some(Kind::ListValue(prost_types::ListValue {
-                        values: conditions.iter().map(|c| condition(c)).collect(),
-                    })),
-                },
+                list(POD_CONDITIONS.iter().map(|c| condition(c)).collect()),
             ),
             ("hostIP".to_string(), string(address)),
             ("podIP".to_string(), string(address)),
             ("startTime".to_string(), string(started)),
-            (
-                "containerStatuses".to_string(),
-                prost_types::Value {
-                    kind: Some(Kind::ListValue(prost_types::ListValue {
-                        values: vec![container],
-                    })),
-                },
-            ),
+            ("containerStatuses".to_string(), list(vec![container])),
         ]
         .into_iter()
         .collect(),
-    };
-    let yaml_condition = |t: &str| {
+    }
+}
+
+/// The pod status in the YAML talosctl shows (no container statuses).
+fn pod_status_yaml(address: &str, started: &str) -> Value {
+    let condition = |t: &str| {
         map(vec![
             ("type", Value::from(t)),
             ("status", Value::from("True")),
             ("lastTransitionTime", Value::from(started)),
         ])
     };
-    let yaml = map(vec![
+    map(vec![
         ("phase", Value::from("Running")),
         (
             "conditions",
-            Value::Sequence(conditions.iter().map(|c| yaml_condition(c)).collect()),
+            Value::Sequence(POD_CONDITIONS.iter().map(|c| condition(c)).collect()),
         ),
         ("hostIP", Value::from(address)),
         ("podIP", Value::from(address)),
         ("startTime", Value::from(started)),
-    ]);
-    item(
-        "k8s",
-        STATIC_POD_STATUS_TYPE,
-        &format!("kube-system/{component}-{nodename}"),
-        emulated::StaticPodStatusSpec {
-            pod_status: Some(status),
-        }
-        .encode_to_vec(),
-        yaml,
-    )
+    ])
 }
 
 fn nodename_item(hostname: &str) -> Item {

@@ -145,101 +145,99 @@ fn mac_text(mac: &[u8]) -> String {
         .join(":")
 }
 
+/// A link as `LinkStatus` shows it: the numbers on the wire and, for the
+/// YAML, their names.
+struct Link {
+    name: &'static str,
+    index: u32,
+    /// nethelpers.LinkType: 1 ether, 772 loopback.
+    r#type: i32,
+    flags: u32,
+    hardware_addr: Vec<u8>,
+    broadcast_addr: Vec<u8>,
+    mtu: u32,
+    queue_disc: &'static str,
+    /// nethelpers.OperationalState: 0 unknown, 6 up.
+    operational_state: i32,
+    driver: &'static str,
+    flags_text: &'static str,
+    type_text: &'static str,
+    operational_state_text: &'static str,
+}
+
 fn link_items(address: IpAddr) -> Vec<Item> {
-    let lo_flags = IFF_UP | IFF_LOOPBACK | IFF_RUNNING | IFF_LOWER_UP;
-    let eth_flags = IFF_UP | IFF_BROADCAST | IFF_RUNNING | IFF_MULTICAST | IFF_LOWER_UP;
-    let hw = mac(address);
-    let links = [
-        (
-            "lo",
-            1,
-            772,
-            lo_flags,
-            vec![0u8; 6],
-            vec![0u8; 6],
-            65_536,
-            "noqueue",
-            0,
-            "",
-            "UP,LOOPBACK,RUNNING,LOWER_UP",
-            "loopback",
-            "unknown",
-        ),
-        (
-            LINK,
-            2,
-            1,
-            eth_flags,
-            hw.clone(),
-            vec![0xff; 6],
-            1500,
-            "fq_codel",
-            6,
-            "virtio_net",
-            "UP,BROADCAST,RUNNING,MULTICAST,LOWER_UP",
-            "ether",
-            "up",
-        ),
-    ];
-    links
-        .into_iter()
-        .map(
-            |(
-                name,
-                index,
-                ty,
-                flags,
-                hw,
-                bcast,
-                mtu,
-                qdisc,
-                oper,
-                driver,
-                flags_text,
-                ty_text,
-                oper_text,
-            )| {
-                let spec = emulated::LinkStatusSpec {
-                    index,
-                    r#type: ty,
-                    link_index: 0,
-                    flags,
-                    hardware_addr: hw.clone(),
-                    broadcast_addr: bcast.clone(),
-                    mtu,
-                    queue_disc: qdisc.to_string(),
-                    operational_state: oper,
-                    kind: String::new(),
-                    driver: driver.to_string(),
-                    link_state: true,
-                    permanent_addr: hw.clone(),
-                };
-                let yaml = map(vec![
-                    ("index", Value::from(index)),
-                    ("type", Value::from(ty_text)),
-                    ("linkIndex", Value::from(0)),
-                    ("flags", Value::from(flags_text)),
-                    ("hardwareAddr", Value::from(mac_text(&hw))),
-                    ("permanentAddr", Value::from(mac_text(&hw))),
-                    ("broadcastAddr", Value::from(mac_text(&bcast))),
-                    ("mtu", Value::from(mtu)),
-                    ("queueDisc", Value::from(qdisc)),
-                    ("operationalState", Value::from(oper_text)),
-                    ("kind", Value::from("")),
-                    ("slaveKind", Value::from("")),
-                    ("driver", Value::from(driver)),
-                    ("linkState", Value::from(true)),
-                ]);
-                item(
-                    "network",
-                    LINK_STATUS_TYPE,
-                    name,
-                    spec.encode_to_vec(),
-                    yaml,
-                )
-            },
-        )
-        .collect()
+    let loopback = Link {
+        name: "lo",
+        index: 1,
+        r#type: 772,
+        flags: IFF_UP | IFF_LOOPBACK | IFF_RUNNING | IFF_LOWER_UP,
+        hardware_addr: vec![0u8; 6],
+        broadcast_addr: vec![0u8; 6],
+        mtu: 65_536,
+        queue_disc: "noqueue",
+        operational_state: 0,
+        driver: "",
+        flags_text: "UP,LOOPBACK,RUNNING,LOWER_UP",
+        type_text: "loopback",
+        operational_state_text: "unknown",
+    };
+    let ethernet = Link {
+        name: LINK,
+        index: 2,
+        r#type: 1,
+        flags: IFF_UP | IFF_BROADCAST | IFF_RUNNING | IFF_MULTICAST | IFF_LOWER_UP,
+        hardware_addr: mac(address),
+        broadcast_addr: vec![0xff; 6],
+        mtu: 1500,
+        queue_disc: "fq_codel",
+        operational_state: 6,
+        driver: "virtio_net",
+        flags_text: "UP,BROADCAST,RUNNING,MULTICAST,LOWER_UP",
+        type_text: "ether",
+        operational_state_text: "up",
+    };
+    [loopback, ethernet].iter().map(link_item).collect()
+}
+
+fn link_item(link: &Link) -> Item {
+    let spec = emulated::LinkStatusSpec {
+        index: link.index,
+        r#type: link.r#type,
+        link_index: 0,
+        flags: link.flags,
+        hardware_addr: link.hardware_addr.clone(),
+        broadcast_addr: link.broadcast_addr.clone(),
+        mtu: link.mtu,
+        queue_disc: link.queue_disc.to_string(),
+        operational_state: link.operational_state,
+        kind: String::new(),
+        driver: link.driver.to_string(),
+        link_state: true,
+        permanent_addr: link.hardware_addr.clone(),
+    };
+    let yaml = map(vec![
+        ("index", Value::from(link.index)),
+        ("type", Value::from(link.type_text)),
+        ("linkIndex", Value::from(0)),
+        ("flags", Value::from(link.flags_text)),
+        ("hardwareAddr", Value::from(mac_text(&link.hardware_addr))),
+        ("permanentAddr", Value::from(mac_text(&link.hardware_addr))),
+        ("broadcastAddr", Value::from(mac_text(&link.broadcast_addr))),
+        ("mtu", Value::from(link.mtu)),
+        ("queueDisc", Value::from(link.queue_disc)),
+        ("operationalState", Value::from(link.operational_state_text)),
+        ("kind", Value::from("")),
+        ("slaveKind", Value::from("")),
+        ("driver", Value::from(link.driver)),
+        ("linkState", Value::from(true)),
+    ]);
+    item(
+        "network",
+        LINK_STATUS_TYPE,
+        link.name,
+        spec.encode_to_vec(),
+        yaml,
+    )
 }
 
 fn address_items(address: IpAddr) -> Vec<Item> {
