@@ -20,7 +20,7 @@ standalone:
 deny:
 	@bash tools/deny.sh
 
-## testbin: build kube-apiserver, etcd, etcdutl, etcdctl, helm v3/v4, talosctl, crane, age, age-keygen, the machinery peer and the SSA prune peer, and fetch the real Cilium chart, into the cache (once per machine); install Debian's chromium and chromium-driver for the UI's browser test
+## testbin: build kube-apiserver, etcd, etcdutl, etcdctl, helm v3/v4, talosctl, crane, age, age-keygen, versitygw (an S3 server), the machinery peer and the SSA prune peer, and fetch the real Cilium chart, into the cache (once per machine); install Debian's chromium and chromium-driver for the UI's browser test
 testbin:
 	@bash tools/testbin.sh
 	@bash tools/browser.sh

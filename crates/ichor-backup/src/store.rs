@@ -3,8 +3,9 @@
 //!
 //! Keys are relative to the destination's prefix (`<cluster>/<backup>/<part>`).
 //! An upload streams its chunks into a multipart upload with a fixed part size
-//! and a bounded number of parts in flight, so memory stays near
-//! `(MAX_PARTS_IN_FLIGHT + 2) × PART_SIZE` whatever the object's size. An upload
+//! and a bounded number of parts in flight, so an upload holds at most
+//! `MAX_PARTS_IN_FLIGHT` parts travelling, one filling and the chunk in hand,
+//! whatever the object's size. An upload
 //! that fails — the source stream errs, the store refuses a part, or the
 //! future is dropped — is aborted, so no object and no unfinished multipart
 //! upload stays behind.
