@@ -295,8 +295,7 @@ impl TestEnv {
         std::fs::write(dir.join("sa.key"), &identity.service_account_key_pem).map_err(files)?;
         std::fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY).map_err(files)?;
 
-        let etcd_client = free_port();
-        let etcd_peer = free_port();
+        let (etcd_client, etcd_peer) = (free_port(), free_port());
         let api_port = identity.port;
         let etcd_url = format!("http://127.0.0.1:{etcd_client}");
         let peer_url = format!("http://127.0.0.1:{etcd_peer}");
@@ -457,7 +456,7 @@ impl TestEnv {
             self.stop();
             Error::NotReady {
                 timeout: READY_TIMEOUT,
-                reason,
+                reason: chain(&reason),
                 log_tail,
             }
         })
@@ -470,22 +469,37 @@ impl Drop for TestEnv {
     }
 }
 
-async fn poll_readyz(kubeconfig: &Path) -> Result<(), String> {
-    let kc = Kubeconfig::read_from(kubeconfig).map_err(|e| e.to_string())?;
+/// Why kube-apiserver was not ready: the last look's answer.
+#[derive(Debug, thiserror::Error)]
+enum NotReadyYet {
+    #[error("no answer yet")]
+    NotAsked,
+    #[error("the test kubeconfig cannot be used")]
+    Kubeconfig(#[source] kube::config::KubeconfigError),
+    #[error("no client can be made from the test kubeconfig")]
+    Client(#[source] kube::Error),
+    #[error("/readyz said {0:?}")]
+    Said(String),
+    #[error("/readyz")]
+    Call(#[source] kube::Error),
+}
+
+async fn poll_readyz(kubeconfig: &Path) -> Result<(), NotReadyYet> {
+    let kc = Kubeconfig::read_from(kubeconfig).map_err(NotReadyYet::Kubeconfig)?;
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
-        .map_err(|e| e.to_string())?;
-    let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+        .map_err(NotReadyYet::Kubeconfig)?;
+    let client = kube::Client::try_from(config).map_err(NotReadyYet::Client)?;
     let deadline = Instant::now() + READY_TIMEOUT;
-    let mut last = String::from("no answer yet");
+    let mut last = NotReadyYet::NotAsked;
     while Instant::now() < deadline {
         let req = http::Request::get("/readyz")
             .body(Vec::new())
             .expect("request");
         match client.request_text(req).await {
             Ok(body) if body.trim() == "ok" => return Ok(()),
-            Ok(body) => last = format!("/readyz said {body:?}"),
-            Err(e) => last = format!("/readyz: {e}"),
+            Ok(body) => last = NotReadyYet::Said(body),
+            Err(e) => last = NotReadyYet::Call(e),
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
