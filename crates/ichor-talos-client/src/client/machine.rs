@@ -198,27 +198,73 @@ impl TalosClient {
         let archive = self
             .call(node, call, stream::data_bytes(client.kubeconfig(request)))
             .await?;
-        kubeconfig_from_archive(&archive).map_err(|reason| Error::Decode {
+        kubeconfig_from_archive(&archive).map_err(|e| Error::Decode {
             node: self.node_label(node),
             call: call.to_string(),
             what: "the kubeconfig archive".to_string(),
-            reason,
+            reason: e.to_string(),
         })
     }
 }
 
+/// Why the archive `MachineService/Kubeconfig` streamed gives no kubeconfig.
+#[derive(Debug, thiserror::Error)]
+enum ArchiveError {
+    /// Not a gzip'd tar, or cut short: the reader's words.
+    #[error(transparent)]
+    Read(#[from] std::io::Error),
+    #[error("the archive holds no file named kubeconfig")]
+    NoKubeconfig,
+}
+
 /// The `kubeconfig` file of the archive `MachineService/Kubeconfig` streams.
-fn kubeconfig_from_archive(archive: &[u8]) -> Result<Vec<u8>, String> {
+fn kubeconfig_from_archive(archive: &[u8]) -> Result<Vec<u8>, ArchiveError> {
     use std::io::Read as _;
     let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(archive));
-    for entry in tar.entries().map_err(|e| e.to_string())? {
-        let mut entry = entry.map_err(|e| e.to_string())?;
-        let path = entry.path().map_err(|e| e.to_string())?.into_owned();
+    for entry in tar.entries()? {
+        let mut entry = entry?;
+        let path = entry.path()?.into_owned();
         if path == std::path::Path::new("kubeconfig") {
             let mut bytes = Vec::new();
-            entry.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+            entry.read_to_end(&mut bytes)?;
             return Ok(bytes);
         }
     }
-    Err("the archive holds no file named kubeconfig".to_string())
+    Err(ArchiveError::NoKubeconfig)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tar_gz(files: &[(&str, &[u8])]) -> Vec<u8> {
+        let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        let mut tar = tar::Builder::new(gz);
+        for (name, data) in files {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(data.len() as u64);
+            header.set_mode(0o600);
+            header.set_cksum();
+            tar.append_data(&mut header, name, *data).unwrap();
+        }
+        tar.into_inner().unwrap().finish().unwrap()
+    }
+
+    #[test]
+    fn the_kubeconfig_comes_out_of_its_archive() {
+        let archive = tar_gz(&[("other", b"x"), ("kubeconfig", b"apiVersion: v1\n")]);
+        assert_eq!(
+            kubeconfig_from_archive(&archive).unwrap(),
+            b"apiVersion: v1\n"
+        );
+        let none = kubeconfig_from_archive(&tar_gz(&[("other", b"x")])).unwrap_err();
+        assert_eq!(
+            none.to_string(),
+            "the archive holds no file named kubeconfig"
+        );
+        assert!(matches!(
+            kubeconfig_from_archive(b"not gzip"),
+            Err(ArchiveError::Read(_))
+        ));
+    }
 }
