@@ -113,3 +113,53 @@ fn event(
         bookmark: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(id: &str, yaml: &str) -> Item {
+        Item {
+            namespace: "config".to_string(),
+            r#type: "T".to_string(),
+            id: id.to_string(),
+            proto_spec: Vec::new(),
+            yaml_spec: yaml.to_string(),
+            annotations: Vec::new(),
+        }
+    }
+
+    fn kinds(events: &[cosi::Event]) -> Vec<(i32, String)> {
+        events
+            .iter()
+            .map(|e| {
+                let id = e.resource.as_ref().and_then(|r| r.metadata.as_ref());
+                (e.event_type, id.map(|m| m.id.clone()).unwrap_or_default())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_update_versions_the_changes_and_reports_them_in_order() {
+        use cosi::EventType::{Created, Destroyed, Updated};
+        let mut store = BTreeMap::new();
+        let t0 = SystemTime::UNIX_EPOCH;
+        let t1 = t0 + std::time::Duration::from_secs(1);
+        let events = update(&mut store, vec![item("a", "1"), item("b", "1")], t0);
+        assert_eq!(
+            kinds(&events),
+            [(Created as i32, "a".into()), (Created as i32, "b".into())]
+        );
+        assert!(update(&mut store, vec![item("a", "1"), item("b", "1")], t1).is_empty());
+
+        let events = update(&mut store, vec![item("a", "2")], t1);
+        assert_eq!(
+            kinds(&events),
+            [(Updated as i32, "a".into()), (Destroyed as i32, "b".into())]
+        );
+        assert!(events[0].old.is_some() && events[1].resource.as_ref().unwrap().spec.is_none());
+        let a = &store[&("config".to_string(), "T".to_string(), "a".to_string())];
+        assert_eq!((a.version, a.created, a.updated), (2, t0, t1));
+        assert_eq!(store.len(), 1);
+    }
+}
