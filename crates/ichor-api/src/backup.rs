@@ -271,67 +271,9 @@ pub struct SkipBackup {
     pub reason: String,
 }
 
-/// A retention age that cannot be read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not a duration: write days, hours and minutes, for example 30d, 36h or 1d12h")]
-pub struct BadDuration(pub String);
-
-/// Reads a retention age: one or more `<number><unit>` with units `d`, `h`
-/// and `m`, in that order, each at most once (`30d`, `36h`, `1d12h30m`).
-pub fn parse_max_age(text: &str) -> Result<std::time::Duration, BadDuration> {
-    let bad = || BadDuration(text.to_owned());
-    let mut rest = text;
-    let mut total: u64 = 0;
-    let mut units = ['d', 'h', 'm'].iter().peekable();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 || digits > 6 {
-            return Err(bad());
-        }
-        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        let unit = rest[digits..].chars().next().ok_or_else(bad)?;
-        // Units must come in order, each once.
-        let seconds = loop {
-            match units.next() {
-                Some(&u) if u == unit => {
-                    break match u {
-                        'd' => 86_400,
-                        'h' => 3_600,
-                        _ => 60,
-                    };
-                }
-                Some(_) => continue,
-                None => return Err(bad()),
-            }
-        };
-        total += n * seconds;
-        rest = &rest[digits + 1..];
-    }
-    if total == 0 {
-        return Err(bad());
-    }
-    Ok(std::time::Duration::from_secs(total))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn max_age_reads_days_hours_and_minutes_in_order() {
-        let d = |s| parse_max_age(s).map(|d| d.as_secs());
-        assert_eq!(d("30d"), Ok(30 * 86_400));
-        assert_eq!(d("36h"), Ok(36 * 3_600));
-        assert_eq!(d("1d12h30m"), Ok(86_400 + 12 * 3_600 + 30 * 60));
-        for bad in [
-            "", "0d", "d", "12", "1h1d", "1d1d", "1w", "-1d", "1.5d", "1d ", "9999999d",
-        ] {
-            assert!(parse_max_age(bad).is_err(), "{bad:?} was accepted");
-        }
-    }
 
     #[test]
     fn the_backup_reason_names_are_the_specs() {

@@ -10,4 +10,6 @@ pub mod manifest;
 pub mod retention;
 pub mod schedule;
 pub mod snapshot;
+pub mod spec_check;
 pub mod store;
+pub mod take;
