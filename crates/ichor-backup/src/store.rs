@@ -401,10 +401,12 @@ impl Store {
     pub async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
         let paths = keys
             .iter()
-            .map(|key| Ok((key, self.path(key)?)))
+            .map(|key| Ok((key.clone(), self.path(key)?)))
             .collect::<Result<Vec<_>, StoreError>>()?;
         futures::stream::iter(paths)
-            .map(|(key, path)| async move {
+            // Owned keys: a borrowed one makes this future's type
+            // higher-ranked, and callers inside a controller cannot name it.
+            .map(|(key, path): (String, Path)| async move {
                 match self.inner.delete(&path).await {
                     Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
                     Err(source) => Err(StoreError::Delete {
