@@ -55,10 +55,17 @@ pub struct Inputs {
     pub ichor: Vec<u8>,
     pub helm: Vec<u8>,
     /// The pinned chart, or why it is not inside.
-    pub cilium_chart: Result<Chart, String>,
+    pub cilium_chart: Result<Chart, NoChart>,
     /// The shared libraries and the dynamic linker `ichor` needs.
     pub libraries: Vec<PackagedFile>,
     pub ca_certificates: PackagedFile,
+}
+
+/// Why the image holds no Cilium chart (its label says so).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoChart {
+    #[error("no chart was given to the image build")]
+    NotGiven,
 }
 
 /// The chart's path inside the image.
@@ -217,7 +224,7 @@ pub(crate) mod tests {
     use super::*;
 
     /// Inputs of small stand-in files (the UI image's tests use them too).
-    pub(crate) fn inputs(chart: Result<Chart, String>) -> Inputs {
+    pub(crate) fn inputs(chart: Result<Chart, NoChart>) -> Inputs {
         Inputs {
             version: "v0.1.0".into(),
             revision: "0123abc".into(),
@@ -267,7 +274,7 @@ pub(crate) mod tests {
 
     #[test]
     fn an_image_without_the_chart_says_so() {
-        let spec = image(&inputs(Err("the chart is not in the tools cache".into())));
+        let spec = image(&inputs(Err(NoChart::NotGiven)));
         assert!(spec.labels[CILIUM_CHART_LABEL].starts_with("not included"));
         assert!(
             !spec

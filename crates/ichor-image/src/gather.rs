@@ -201,7 +201,7 @@ pub fn inputs(sources: &Sources) -> Result<Inputs, Error> {
     require_static(&sources.helm)?;
     let cilium_chart = match &sources.cilium_chart {
         Some(path) => Ok(chart(path, sources.created)?),
-        None => Err("no chart was given to the image build".to_string()),
+        None => Err(crate::controller::NoChart::NotGiven),
     };
     Ok(Inputs {
         version: sources.version.clone(),

@@ -20,17 +20,47 @@ use ichor_api::error_text::chain;
 const USAGE: &str =
     "usage: distgen [--version vX.Y.Z --install-yaml FILE [--install-ui-yaml FILE]]";
 
-fn write(path: &Path, text: &str) -> Result<(), String> {
+/// Why distgen stopped.
+#[derive(Debug, thiserror::Error)]
+enum DistgenError {
+    /// The command line is not one distgen reads.
+    #[error("{0}; {USAGE}")]
+    Usage(String),
+    #[error("cannot create {}", .path.display())]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {}", .path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot remove {}", .path.display())]
+    Remove {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Generate(#[from] ichor_dist::Error),
+}
+
+fn write(path: &Path, text: &str) -> Result<(), DistgenError> {
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(|source| DistgenError::CreateDir {
+            path: parent.to_path_buf(),
+            source,
+        })?;
     }
-    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    std::fs::write(path, text).map_err(|source| DistgenError::Write {
+        path: path.to_path_buf(),
+        source,
+    })?;
     eprintln!("wrote {}", path.display());
     Ok(())
 }
 
-fn run() -> Result<(), String> {
+fn run() -> Result<(), DistgenError> {
     let mut version = None;
     let mut install_yaml = None;
     let mut ui_yaml = None;
@@ -40,32 +70,32 @@ fn run() -> Result<(), String> {
             "--version" => {
                 version = Some(
                     args.next()
-                        .ok_or(format!("--version needs a value; {USAGE}"))?,
+                        .ok_or_else(|| usage("--version needs a value"))?,
                 )
             }
             "--install-yaml" => {
                 install_yaml = Some(PathBuf::from(
                     args.next()
-                        .ok_or(format!("--install-yaml needs a value; {USAGE}"))?,
+                        .ok_or_else(|| usage("--install-yaml needs a value"))?,
                 ))
             }
             "--install-ui-yaml" => {
                 ui_yaml = Some(PathBuf::from(
                     args.next()
-                        .ok_or(format!("--install-ui-yaml needs a value; {USAGE}"))?,
+                        .ok_or_else(|| usage("--install-ui-yaml needs a value"))?,
                 ))
             }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(());
             }
-            other => return Err(format!("unknown argument {other:?}; {USAGE}")),
+            other => return Err(usage(&format!("unknown argument {other:?}"))),
         }
     }
     match (version, install_yaml) {
         (None, None) if ui_yaml.is_none() => {
             let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-            let files = ichor_dist::repo_files().map_err(|e| chain(&e))?;
+            let files = ichor_dist::repo_files()?;
             // Remove CRD templates of CRDs that no longer exist.
             let crd_dir = root.join(ichor_dist::CHART_DIR).join("templates/crd");
             if let Ok(entries) = std::fs::read_dir(&crd_dir) {
@@ -74,8 +104,9 @@ fn run() -> Result<(), String> {
                         .join("templates/crd")
                         .join(e.file_name());
                     if !files.iter().any(|f| f.path == rel) {
-                        std::fs::remove_file(e.path()).map_err(|err| {
-                            format!("cannot remove {}: {err}", e.path().display())
+                        std::fs::remove_file(e.path()).map_err(|source| DistgenError::Remove {
+                            path: e.path(),
+                            source,
                         })?;
                         eprintln!("removed {}", e.path().display());
                     }
@@ -87,25 +118,29 @@ fn run() -> Result<(), String> {
             Ok(())
         }
         (Some(version), Some(path)) => {
-            let text = ichor_dist::install_yaml(&version).map_err(|e| chain(&e))?;
+            let text = ichor_dist::install_yaml(&version)?;
             write(&path, &text)?;
             if let Some(path) = ui_yaml {
-                let text = ichor_dist::ui_yaml(&version).map_err(|e| chain(&e))?;
+                let text = ichor_dist::ui_yaml(&version)?;
                 write(&path, &text)?;
             }
             Ok(())
         }
-        _ => Err(format!(
-            "--version and --install-yaml go together (--install-ui-yaml only with them); {USAGE}"
+        _ => Err(usage(
+            "--version and --install-yaml go together (--install-ui-yaml only with them)",
         )),
     }
+}
+
+fn usage(problem: &str) -> DistgenError {
+    DistgenError::Usage(problem.to_string())
 }
 
 fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("distgen: {e}");
+            eprintln!("distgen: {}", chain(&e));
             ExitCode::FAILURE
         }
     }
