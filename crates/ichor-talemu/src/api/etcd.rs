@@ -326,8 +326,7 @@ impl NodeApi {
             .connect()
             .await
             .map_err(|e| failed("failed to create etcd client", e.to_string()))?;
-        let mut etcd = etcdserverpb::maintenance_client::MaintenanceClient::new(channel)
-            .max_decoding_message_size(usize::MAX);
+        let mut etcd = etcdserverpb::maintenance_client::MaintenanceClient::new(channel);
         let snapshot = etcd
             .snapshot(etcdserverpb::SnapshotRequest {})
             .await
@@ -412,6 +411,71 @@ impl NodeApi {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An etcd whose snapshot stream breaks after its first blob.
+    struct CutEtcd;
+
+    #[tonic::async_trait]
+    impl etcdserverpb::maintenance_server::Maintenance for CutEtcd {
+        type SnapshotStream = BoxStream<etcdserverpb::SnapshotResponse>;
+
+        async fn snapshot(
+            &self,
+            _: Request<etcdserverpb::SnapshotRequest>,
+        ) -> Result<Response<Self::SnapshotStream>, Status> {
+            let first = etcdserverpb::SnapshotResponse {
+                header: None,
+                remaining_bytes: 8_500,
+                blob: vec![7; 1500],
+                version: "3.6.0".to_string(),
+            };
+            let broken = Status::unavailable("etcd went away");
+            Ok(Response::new(Box::pin(futures::stream::iter([
+                Ok(first),
+                Err(broken),
+            ]))))
+        }
+    }
+
+    /// Talos's chunker swallows a read error: the stream of a broken
+    /// snapshot ends as a whole one does, with what came before the break
+    /// (the caller's size and trailer checks are what catch it).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_broken_etcd_stream_ends_without_an_error_as_talos_ends_it() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let etcd = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(etcdserverpb::maintenance_server::MaintenanceServer::new(
+                    CutEtcd,
+                ))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let config = std::fs::read(
+            ichor_testenv::fixtures::talos_dir().join("stability-v1.12/base-controlplane.yaml"),
+        )
+        .unwrap();
+        let emu = crate::Emulator::start_with(
+            vec![crate::NodeSpec::new("cp-1", config)],
+            crate::EmulatorOptions {
+                etcd_url: Some(etcd),
+                ..crate::EmulatorOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+        let stream = emu
+            .admin_client(0)
+            .unwrap()
+            .etcd_snapshot("")
+            .await
+            .unwrap();
+        let sizes: Vec<usize> = stream
+            .map(|chunk| chunk.unwrap().len())
+            .collect::<Vec<_>>()
+            .await;
+        assert_eq!(sizes, [1024, 476]);
+    }
 
     #[test]
     fn a_blob_becomes_messages_of_at_most_1024_bytes_in_order() {
