@@ -283,34 +283,12 @@ async fn workloads_exist(client: &kube::Client, ns: &str) -> Result<bool, Error>
     Ok(ds.is_some() && dep.is_some())
 }
 
-/// The hand-over signal (R1.5e): the release
-/// `cilium` is deployed at the effective-values hash and the DaemonSet is
-/// Ready. Read-only; needs no helm binary.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HandoverCheck {
-    /// The hash of the effective values of the settings.
-    pub desired_hash: String,
-    /// The newest deployed revision and the hash of its values, if any.
-    pub deployed: Option<(u32, String)>,
-    /// `Ok` when DaemonSet `cilium` is Ready, else what it waits for.
-    pub daemonset: Result<(), String>,
-}
+/// The hand-over signal (R1.5e): the release `cilium` is deployed at the
+/// effective-values hash and the DaemonSet is Ready. One type with the
+/// decision that reads it (`ichor_reconcile::cluster`).
+pub use ichor_reconcile::cluster::{HandoverCheck, Waiting};
 
-impl HandoverCheck {
-    /// The release is at the desired values.
-    pub fn at_desired_hash(&self) -> bool {
-        self.deployed
-            .as_ref()
-            .is_some_and(|(_, h)| *h == self.desired_hash)
-    }
-
-    /// Hand-over may be declared: desired hash deployed and DaemonSet Ready.
-    pub fn complete(&self) -> bool {
-        self.at_desired_hash() && self.daemonset.is_ok()
-    }
-}
-
-/// Reads what [`HandoverCheck`] needs.
+/// Reads what [`HandoverCheck`] needs. Read-only; needs no helm binary.
 pub async fn check_handover(
     client: kube::Client,
     storage_namespace: &str,
@@ -331,14 +309,16 @@ pub async fn check_handover(
             source,
         })?;
     let daemonset = match ds {
-        None => Err("not found".to_string()),
+        None => Err(Waiting::from("not found")),
         Some(d) => ichor_helm::manifest::rollout_status(
             "DaemonSet",
             &serde_json::to_value(&d).unwrap_or_default(),
         )
-        .map_err(|pending| pending.to_string()),
+        .map_err(|pending| Waiting(pending.to_string())),
     };
     Ok(HandoverCheck {
+        release: RELEASE_NAME.to_string(),
+        agent_daemonset: AGENT_DAEMONSET.to_string(),
         desired_hash,
         deployed,
         daemonset,

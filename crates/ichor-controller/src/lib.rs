@@ -98,15 +98,18 @@ pub enum DeployedBy {
     Helm,
 }
 
+/// A `--deployed-by` that is neither `installer` nor `helm`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown --deployed-by {0:?}: use installer or helm")]
+pub struct UnknownDeployedBy(pub String);
+
 impl std::str::FromStr for DeployedBy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownDeployedBy;
+    fn from_str(s: &str) -> Result<Self, UnknownDeployedBy> {
         match s {
             "installer" => Ok(DeployedBy::Installer),
             "helm" => Ok(DeployedBy::Helm),
-            o => Err(format!(
-                "unknown --deployed-by {o:?}: use installer or helm"
-            )),
+            o => Err(UnknownDeployedBy(o.to_owned())),
         }
     }
 }
@@ -224,7 +227,7 @@ impl Default for Config {
             cilium_storage_namespace: ichor_cilium::STORAGE_NAMESPACE.into(),
             cilium_release_namespace: ichor_cilium::RELEASE_NAMESPACE.into(),
             cni_job_image: None,
-            talos_port: ichor_talos_client::APID_PORT,
+            talos_port: ichor_api::endpoint::TALOS_API_PORT,
             talos_call_timeout: Duration::from_secs(30),
             resync: Duration::from_secs(300),
             error_requeue: Duration::from_secs(15),

@@ -401,7 +401,8 @@ mod tests {
             doc.contains("optionally with :port") && doc.contains("50000"),
             "{doc}"
         );
-        let port = ichor_talos_client::APID_PORT;
+        let port = ichor_api::endpoint::TALOS_API_PORT;
+        assert_eq!(port, ichor_talos_client::APID_PORT);
         assert_eq!(port, 50000);
         for (address, dialled) in [
             ("10.5.0.2", "10.5.0.2:50000"),

@@ -17,7 +17,9 @@
 //!   bootstrap-manifests inventory.
 //! - [`cni_job`]: the ichor-cni Job, its name, its state and the wait
 //!   between attempts; [`backoff`]: the one back-off rule.
-//! - [`version`]: versions read through the one parser.
+//! - [`version`]: versions read through the one parser; [`why`]: the
+//!   reasons a decision carries as words (what it waits for, why a node
+//!   did not answer).
 
 pub mod backoff;
 pub mod cluster;
@@ -26,3 +28,4 @@ pub mod inventory;
 pub mod machine;
 pub mod operation;
 pub mod version;
+pub mod why;

@@ -6,7 +6,9 @@ use ichor_api::cni::CniWorkload;
 use ichor_api::conditions::{self, types};
 use ichor_api::{CniPreset, TalosCluster, TalosMachine};
 use ichor_cilium::ClusterSettings;
-use ichor_reconcile::cluster::{HandoverCheck, InventoryObserved, Observed, inline_pending};
+use ichor_reconcile::cluster::{
+    HandoverCheck, InvalidValues, InventoryObserved, Observed, inline_pending,
+};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt as _;
@@ -150,11 +152,11 @@ async fn read_handover(
     ctx: &Context,
     cluster: &TalosCluster,
     machines: usize,
-) -> Result<std::result::Result<HandoverCheck, String>> {
+) -> Result<std::result::Result<HandoverCheck, InvalidValues>> {
     let node_count = node_count(ctx, machines).await?;
     let settings = match ClusterSettings::from_cluster(cluster, node_count) {
         Ok(s) => s,
-        Err(e) => return Ok(Err(ichor_api::error_text::chain(&e))),
+        Err(e) => return Ok(Err(InvalidValues(ichor_api::error_text::chain(&e)))),
     };
     ichor_cilium::check_handover(
         ctx.client.clone(),
@@ -163,24 +165,12 @@ async fn read_handover(
         &settings,
     )
     .await
-    .map(|check| Ok(handover_check(check)))
+    .map(Ok)
     .map_err(|e| Error::Cilium {
         namespace: cluster.namespace().unwrap_or_default(),
         cluster: cluster.name_any(),
         source: Box::new(e),
     })
-}
-
-/// The check as the decision takes it (the same facts, and which release
-/// and DaemonSet they are of).
-fn handover_check(check: ichor_cilium::HandoverCheck) -> HandoverCheck {
-    HandoverCheck {
-        release: ichor_cilium::RELEASE_NAME.to_string(),
-        agent_daemonset: ichor_cilium::AGENT_DAEMONSET.to_string(),
-        desired_hash: check.desired_hash,
-        deployed: check.deployed,
-        daemonset: check.daemonset,
-    }
 }
 
 /// The node count the effective values depend on ([`ichor_cilium::node_count_rule`]),

@@ -11,6 +11,7 @@ use ichor_reconcile::operation::step::{
     self, BootView, Effect, NodeStart, StartView, StepOutcome, Transition,
 };
 use ichor_reconcile::operation::{EtcdMemberView, ReturnView};
+use ichor_reconcile::why::Unanswered;
 use ichor_talos_client::TalosClient;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -93,7 +94,7 @@ impl Run<'_> {
                     boot_id: talos
                         .boot_id("")
                         .await
-                        .map_err(|e| ichor_api::error_text::chain(&e)),
+                        .map_err(|e| Unanswered(ichor_api::error_text::chain(&e))),
                 };
                 step::reboot(op.spec.kind, role, p, seen, now, bounds.node_return)
             }
@@ -146,7 +147,7 @@ impl Run<'_> {
         if m.spec.hold {
             return StartView::Held;
         }
-        let words = |e| ichor_api::error_text::chain(&talos_error(m, e));
+        let words = |e| Unanswered(ichor_api::error_text::chain(&talos_error(m, e)));
         let version = match talos.version("").await {
             Ok(v) => v.tag,
             Err(e) => return StartView::Node(Err(words(e))),
@@ -193,11 +194,11 @@ impl Run<'_> {
 }
 
 /// The etcd member list, or why it could not be read.
-async fn observe_etcd(talos: &TalosClient) -> std::result::Result<Vec<EtcdMemberView>, String> {
+async fn observe_etcd(talos: &TalosClient) -> std::result::Result<Vec<EtcdMemberView>, Unanswered> {
     let members = talos
         .etcd_members("")
         .await
-        .map_err(|e| ichor_api::error_text::chain(&e))?;
+        .map_err(|e| Unanswered(ichor_api::error_text::chain(&e)))?;
     Ok(members
         .into_iter()
         .map(|m| EtcdMemberView {

@@ -22,7 +22,7 @@ pub(super) fn decide(
     let handed_over = conditions::is_true(&decision.status.conditions, types::CNI_HANDOVER);
     let check = match &observed.handover {
         Some(Ok(check)) => check,
-        Some(Err(why)) => {
+        Some(Err(invalid)) => {
             if !handed_over {
                 conditions::set(
                     &mut decision.status.conditions,
@@ -30,7 +30,7 @@ pub(super) fn decide(
                         types::CNI_HANDOVER,
                         Status::False,
                         reasons::INVALID_VALUES,
-                        why.clone(),
+                        invalid.0.clone(),
                         generation,
                         now.clone(),
                     ),
@@ -427,7 +427,12 @@ pub fn handover_condition(
             now.clone(),
         );
     }
-    let why = check.daemonset.as_ref().err().cloned().unwrap_or_default();
+    let why = check
+        .daemonset
+        .as_ref()
+        .err()
+        .map(ToString::to_string)
+        .unwrap_or_default();
     conditions::new(
         types::CNI_HANDOVER,
         Status::False,

@@ -34,6 +34,7 @@ use kube_core::ResourceExt as _;
 
 use crate::cni_job::JobState;
 use crate::inventory::{InventoryStep, ReleaseObject};
+pub use crate::why::Waiting;
 
 pub mod handover;
 
@@ -49,8 +50,8 @@ const HANDOVER_POLL: std::time::Duration = std::time::Duration::from_secs(10);
 /// What the hand-over check read (preset cilium): the hash of the
 /// cluster's effective values, the newest deployed revision of Ichor's
 /// release and the hash of its values, and the agent DaemonSet's rollout.
-/// `ichor_cilium::check_handover` reads it (with a client, so the
-/// controller copies it here).
+/// `ichor_cilium::check_handover` reads it with a client (`ichor-cilium`
+/// re-exports this type).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandoverCheck {
     /// The Helm release checked (Ichor's Cilium).
@@ -62,7 +63,20 @@ pub struct HandoverCheck {
     /// The newest deployed revision and the hash of its values, if any.
     pub deployed: Option<(u32, String)>,
     /// `Ok` when the agent DaemonSet is Ready, else what it waits for.
-    pub daemonset: Result<(), String>,
+    pub daemonset: Result<(), Waiting>,
+}
+
+/// Why the effective values cannot be derived from
+/// `spec.cni.cilium.values`: the error with each of its causes
+/// ([`ichor_api::error_text::chain`]), as the condition says it. The error
+/// itself is `ichor-cilium`'s, read by the controller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidValues(pub String);
+
+impl From<&str> for InvalidValues {
+    fn from(why: &str) -> InvalidValues {
+        InvalidValues(why.to_owned())
+    }
 }
 
 impl HandoverCheck {
@@ -85,9 +99,8 @@ pub struct Observed {
     /// The readable TalosMachines whose `spec.clusterRef` names this cluster.
     pub machines: Vec<TalosMachine>,
     /// The hand-over check (preset cilium), or why the effective values
-    /// cannot be derived from `spec.cni.cilium.values` (the error with each
-    /// of its causes, [`ichor_api::error_text::chain`]).
-    pub handover: Option<std::result::Result<HandoverCheck, String>>,
+    /// cannot be derived from `spec.cni.cilium.values`.
+    pub handover: Option<std::result::Result<HandoverCheck, InvalidValues>>,
     /// The ichor-cni Job for the desired values hash, when one exists.
     pub job: Option<JobState>,
     /// The DaemonSets recognised as a CNI's, in every namespace.

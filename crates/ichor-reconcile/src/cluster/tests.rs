@@ -29,7 +29,7 @@ mod decide_tests {
         }
     }
 
-    fn check(deployed: Option<(u32, &str)>, daemonset: Result<(), String>) -> HandoverCheck {
+    fn check(deployed: Option<(u32, &str)>, daemonset: Result<(), Waiting>) -> HandoverCheck {
         HandoverCheck {
             release: "cilium".into(),
             agent_daemonset: "cilium".into(),
@@ -43,7 +43,7 @@ mod decide_tests {
         CniWorkload::recognise(namespace, name, &[image.to_string()]).expect("a CNI's DaemonSet")
     }
 
-    fn observed(handover: Option<std::result::Result<HandoverCheck, String>>) -> Observed {
+    fn observed(handover: Option<std::result::Result<HandoverCheck, InvalidValues>>) -> Observed {
         Observed {
             machines: machines(),
             handover,
@@ -96,7 +96,7 @@ mod decide_tests {
             .expect("fixture")
     }
 
-    fn complete() -> Option<std::result::Result<HandoverCheck, String>> {
+    fn complete() -> Option<std::result::Result<HandoverCheck, InvalidValues>> {
         Some(Ok(check(Some((2, "0123456789abcdef")), Ok(()))))
     }
 
@@ -520,7 +520,7 @@ mod condition_tests {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("timestamp"))
     }
 
-    fn check(deployed: Option<(u32, &str)>, ds: Result<(), String>) -> HandoverCheck {
+    fn check(deployed: Option<(u32, &str)>, ds: Result<(), Waiting>) -> HandoverCheck {
         HandoverCheck {
             release: "cilium".into(),
             agent_daemonset: "cilium".into(),

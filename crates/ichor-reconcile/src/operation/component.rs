@@ -22,6 +22,7 @@ use ichor_talos::config::MachineConfig;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{StepOutcome, bound_passed, component_verdict};
+use crate::why::{NotWritten, Waiting};
 
 /// The machine of component step `c` if the step may run on it as it is
 /// now (`machine`: `None` when the TalosMachine is gone from `namespace`),
@@ -154,7 +155,7 @@ pub fn written(
 pub fn wait(
     c: &mut ComponentProgress,
     on_node: Option<&str>,
-    kube: Result<(), String>,
+    kube: Result<(), Waiting>,
     now: &Time,
     bound: Duration,
 ) -> StepOutcome {
@@ -200,7 +201,7 @@ pub fn manifests_start(
 /// sync's summary, or `Err` with why nothing (more) was written.
 pub fn manifests_synced(
     c: &mut ComponentProgress,
-    synced: Result<(Option<String>, String), String>,
+    synced: Result<(Option<String>, String), NotWritten>,
     now: &Time,
 ) -> StepOutcome {
     match synced {
@@ -210,7 +211,7 @@ pub fn manifests_synced(
             c.message = Some(summary);
             StepOutcome::Advanced
         }
-        Err(why) => fail(c, reasons::STEP_FAILED, why, now),
+        Err(why) => fail(c, reasons::STEP_FAILED, why.0, now),
     }
 }
 

@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{removed, support};
 use crate::version::release;
+use crate::why::Waiting;
 
 /// `v1.37.0` for `1.37.0` or `v1.37.0`: the tag of Kubernetes images and
 /// the kubelet's reported version.
@@ -53,25 +54,48 @@ pub fn lowest_version<'a>(images: impl IntoIterator<Item = &'a str>) -> Option<S
         .map(|(_, t)| kubernetes_tag(t))
 }
 
+/// Why a kubernetes-upgrade's version path is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathRefused {
+    #[error("cannot read the version path {from} → {to}: versions look like v1.37.0")]
+    Unreadable { from: String, to: String },
+    #[error("the cluster runs Kubernetes {from}; a downgrade to {to} is not supported")]
+    Downgrade { from: String, to: String },
+    #[error(
+        "the cluster runs Kubernetes {from}; {to} is more than one minor version ahead: upgrade to the newest {next}.x first, then to {to}"
+    )]
+    TooFar {
+        from: String,
+        to: String,
+        /// The minor to upgrade to first (`v1.36`).
+        next: String,
+    },
+}
+
 /// The version path of a kubernetes-upgrade: the same minor or the next
 /// one, as `talosctl upgrade-k8s` allows (each minor's removals are checked
 /// on the way; skipping one would skip its checks and break version skew).
-pub fn kubernetes_path(from: &str, to: &str) -> Result<(), String> {
+pub fn kubernetes_path(from: &str, to: &str) -> Result<(), PathRefused> {
     let (Some(f), Some(t)) = (release(from), release(to)) else {
-        return Err(format!(
-            "cannot read the version path {from} → {to}: versions look like v1.37.0"
-        ));
+        return Err(PathRefused::Unreadable {
+            from: from.to_owned(),
+            to: to.to_owned(),
+        });
     };
     if f.0 == t.0 && (t.1 == f.1 || t.1 == f.1 + 1) {
         return Ok(());
     }
-    let next = format!("v{}.{}", f.0, f.1 + 1);
     Err(if t < f {
-        format!("the cluster runs Kubernetes {from}; a downgrade to {to} is not supported")
+        PathRefused::Downgrade {
+            from: from.to_owned(),
+            to: to.to_owned(),
+        }
     } else {
-        format!(
-            "the cluster runs Kubernetes {from}; {to} is more than one minor version ahead: upgrade to the newest {next}.x first, then to {to}"
-        )
+        PathRefused::TooFar {
+            from: from.to_owned(),
+            to: to.to_owned(),
+            next: format!("v{}.{}", f.0, f.1 + 1),
+        }
     })
 }
 
@@ -222,7 +246,7 @@ pub fn component_verdict(
     machine: &str,
     expected: &str,
     node: Option<&str>,
-    kube: Result<(), String>,
+    kube: Result<(), Waiting>,
 ) -> Option<String> {
     if node != Some(expected) {
         return Some(format!(
@@ -231,7 +255,7 @@ pub fn component_verdict(
             node.unwrap_or("no image")
         ));
     }
-    kube.err()
+    kube.err().map(|w| w.0)
 }
 
 /// Each machine's step as its component steps say: Upgrading once one has
@@ -300,7 +324,8 @@ pub fn version_path_refusal(
             "no node reports a Kubernetes image with a version tag, so the version path cannot be checked".to_string(),
         ));
     };
-    kubernetes_path(&from, to).map_err(|why| (reasons::UNSUPPORTED_VERSION_PATH, why))?;
+    kubernetes_path(&from, to)
+        .map_err(|why| (reasons::UNSUPPORTED_VERSION_PATH, why.to_string()))?;
     // Every machine the new version reaches must run it on its Talos,
     // as talosctl checks each node's Version first.
     if let Some(why) = support::refusal(to, talos_versions) {

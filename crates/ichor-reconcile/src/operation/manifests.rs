@@ -176,12 +176,22 @@ pub fn first_image(body: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
+/// An item of a served manifest that is not a Kubernetes object.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "item {item} of manifest {manifest} is not a Kubernetes object (apiVersion, kind and metadata.name are needed)"
+)]
+pub struct NotAnObject {
+    pub manifest: String,
+    pub item: usize,
+}
+
 /// The objects of the manifests (`(id, objects)` in Talos's order), each
 /// made ready to apply. An item that is not a Kubernetes object (no kind,
 /// no name) is an error naming the manifest.
 pub fn objects(
     manifests: &[(String, Vec<Value>)],
-) -> std::result::Result<Vec<ManifestObject>, String> {
+) -> std::result::Result<Vec<ManifestObject>, NotAnObject> {
     let mut out = Vec::new();
     for (id, items) in manifests {
         for (i, item) in items.iter().enumerate() {
@@ -189,9 +199,10 @@ pub fn objects(
             let (api_version, kind, name) =
                 (text("/apiVersion"), text("/kind"), text("/metadata/name"));
             if api_version.is_empty() || kind.is_empty() || name.is_empty() {
-                return Err(format!(
-                    "item {i} of manifest {id} is not a Kubernetes object (apiVersion, kind and metadata.name are needed)"
-                ));
+                return Err(NotAnObject {
+                    manifest: id.clone(),
+                    item: i,
+                });
             }
             let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
             let mut body = item.clone();
@@ -489,7 +500,7 @@ mod tests {
             "99-x".to_string(),
             vec![json!({"apiVersion": "v1", "metadata": {"name": "a"}})],
         )];
-        let e = objects(&bad).unwrap_err();
+        let e = objects(&bad).unwrap_err().to_string();
         assert!(e.contains("item 0 of manifest 99-x"), "{e}");
     }
 }

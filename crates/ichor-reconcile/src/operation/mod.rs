@@ -23,9 +23,10 @@ pub mod step;
 pub mod support;
 
 pub use kubernetes::{
-    ComponentArgs, NextComponent, REMOVED_API_RESOURCES, component_plan, component_verdict,
-    image_tag, kubernetes_path, kubernetes_tag, lowest_version, machines_from_components,
-    next_component, removed_api_refusal, removed_on_path, semver, version_path_refusal,
+    ComponentArgs, NextComponent, PathRefused, REMOVED_API_RESOURCES, component_plan,
+    component_verdict, image_tag, kubernetes_path, kubernetes_tag, lowest_version,
+    machines_from_components, next_component, removed_api_refusal, removed_on_path, semver,
+    version_path_refusal,
 };
 pub use step::{OperationBounds, StepOutcome};
 
@@ -1015,9 +1016,13 @@ mod tests {
     fn kubernetes_version_paths() {
         assert!(kubernetes_path("v1.36.2", "1.37.0").is_ok());
         assert!(kubernetes_path("v1.36.2", "v1.36.5").is_ok());
-        let skip = kubernetes_path("v1.35.0", "v1.37.0").expect_err("two minors");
+        let skip = kubernetes_path("v1.35.0", "v1.37.0")
+            .expect_err("two minors")
+            .to_string();
         assert!(skip.contains("v1.36.x first"), "{skip}");
-        let down = kubernetes_path("v1.37.0", "v1.36.0").expect_err("downgrade");
+        let down = kubernetes_path("v1.37.0", "v1.36.0")
+            .expect_err("downgrade")
+            .to_string();
         assert!(down.contains("downgrade"), "{down}");
         assert!(kubernetes_path("v1.36.0", "latest").is_err());
         assert_eq!(

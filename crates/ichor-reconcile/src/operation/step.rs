@@ -19,6 +19,7 @@ use super::{
     EtcdMemberView, EtcdVerdict, HELD, ReturnVerdict, ReturnView, bound_passed, etcd_verdict,
     installer_image, return_verdict, skipped_words, step_after,
 };
+use crate::why::Unanswered;
 
 /// The bounds of the waiting steps, and how often a wait looks again.
 #[derive(Debug, Clone)]
@@ -133,7 +134,7 @@ pub enum StartView {
     Held,
     /// The node, or the words of the first read that failed (the error
     /// with each of its causes, [`ichor_api::error_text::chain`]).
-    Node(Result<NodeStart, String>),
+    Node(Result<NodeStart, Unanswered>),
 }
 
 /// Pending: skips a machine held since the plan; otherwise records what it
@@ -152,7 +153,7 @@ pub fn start(
             p.message = Some(skipped_words(Some(HELD)));
             return Transition::just(StepOutcome::Advanced);
         }
-        StartView::Node(Err(words)) => return Transition::just(refused(words)),
+        StartView::Node(Err(words)) => return Transition::just(refused(words.0)),
         StartView::Node(Ok(node)) => node,
     };
     if let Some(name) = node.node_name.filter(|n| !n.is_empty()) {
@@ -177,7 +178,7 @@ pub fn start(
 /// read, the error with each of its causes); waits for it up to `bound`.
 pub fn check_etcd(
     p: &MachineProgress,
-    members: Result<Vec<EtcdMemberView>, String>,
+    members: Result<Vec<EtcdMemberView>, Unanswered>,
     now: &Time,
     bound: Duration,
 ) -> Transition {
@@ -270,7 +271,7 @@ pub struct BootView {
     pub address: String,
     /// Its boot id, or why it did not answer (the error with each of its
     /// causes).
-    pub boot_id: Result<String, String>,
+    pub boot_id: Result<String, Unanswered>,
 }
 
 /// Rebooting, from the node's boot id (or why it does not answer). The step is entered again only when the reboot's result was

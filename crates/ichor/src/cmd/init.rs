@@ -66,7 +66,7 @@ pub async fn run(args: InitArgs) -> anyhow::Result<()> {
         output_dir: args.output_dir.clone(),
         with_secrets,
         cert_fingerprints: args.cert_fingerprints.clone(),
-        talos_port: 50000,
+        talos_port: ichor_api::endpoint::TALOS_API_PORT,
         kube_api_timeout: KUBE_API_WAIT,
         webhook_timeout: args.wait_timeout,
         poll_interval: Duration::from_secs(2),

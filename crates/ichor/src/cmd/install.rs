@@ -11,7 +11,10 @@ use crate::args::InstallArgs;
 use crate::{connect, printer};
 
 pub async fn run(args: InstallArgs) -> anyhow::Result<()> {
-    let version = format!("v{}", args.to.trim_start_matches('v'));
+    // The one version parser: the image tag and the record carry the v.
+    let version = ichor_talos::version::Version::parse(&args.to)
+        .context("cannot read --to")?
+        .to_string();
     let client = connect::kube_client(args.kube.kubeconfig.as_deref()).await?;
     let installations = Api::<IchorInstallation>::namespaced(client.clone(), SYSTEM_NAMESPACE);
     let installation = installations

@@ -8,6 +8,7 @@ use ichor_api::conditions::reasons;
 use ichor_api::operation::{KubernetesComponent, PlanEntry};
 use ichor_api::{MachineRole, TalosCluster, TalosMachine};
 use ichor_reconcile::operation::{self as decide, ComponentArgs, removed};
+use ichor_reconcile::why::Unanswered;
 use ichor_talos::config::MachineConfig;
 use kube::ResourceExt as _;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -105,20 +106,22 @@ impl Run<'_> {
         m: &TalosMachine,
         cluster: &TalosCluster,
         facts: &mut PathFacts,
-    ) -> Result<std::result::Result<(), String>> {
+    ) -> Result<std::result::Result<(), Unanswered>> {
+        let words =
+            |err: &(dyn std::error::Error + 'static)| Unanswered(ichor_api::error_text::chain(err));
         let talos = match self.client(m, cluster).await {
             Ok(t) => t,
-            Err(err) => return Ok(Err(ichor_api::error_text::chain(&err))),
+            Err(err) => return Ok(Err(words(&err))),
         };
         match talos.version("").await {
             Ok(v) => facts.talos_versions.push((e.machine.clone(), v.tag)),
-            Err(err) => return Ok(Err(ichor_api::error_text::chain(&talos_error(m, err)))),
+            Err(err) => return Ok(Err(words(&talos_error(m, err)))),
         }
         match talos.machine_config("").await {
             Ok(live) => facts
                 .settings
                 .push((e.machine.clone(), component_args(m, &live)?)),
-            Err(err) => return Ok(Err(ichor_api::error_text::chain(&talos_error(m, err)))),
+            Err(err) => return Ok(Err(words(&talos_error(m, err)))),
         }
         let mut components = vec![KubernetesComponent::Kubelet];
         if e.role == MachineRole::Controlplane {
@@ -127,7 +130,7 @@ impl Run<'_> {
         for c in components {
             match image_on(&talos, c).await {
                 Ok(image) => facts.images.extend(image.filter(|i| !i.is_empty())),
-                Err(err) => return Ok(Err(ichor_api::error_text::chain(&talos_error(m, err)))),
+                Err(err) => return Ok(Err(words(&talos_error(m, err)))),
             }
         }
         Ok(Ok(()))

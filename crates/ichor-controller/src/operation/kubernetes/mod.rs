@@ -19,6 +19,7 @@ use ichor_api::operation::{
 use ichor_reconcile::operation::component::{self, ComponentEffect};
 use ichor_reconcile::operation::step::took;
 use ichor_reconcile::operation::{self as decide, NextComponent, StepOutcome};
+use ichor_reconcile::why::{NotWritten, Waiting};
 use ichor_talos::config::MachineConfig;
 use ichor_talos_client::resources::KubernetesComponent as WireComponent;
 use ichor_talos_client::{ApplyMode, ApplyRequest, TalosClient};
@@ -289,7 +290,7 @@ impl Run<'_> {
         machine: &str,
         m: &TalosMachine,
         talos: &TalosClient,
-    ) -> Result<std::result::Result<(Option<String>, String), String>> {
+    ) -> Result<std::result::Result<(Option<String>, String), NotWritten>> {
         let rendered = talos.manifests("").await.map_err(|e| talos_error(m, e))?;
         let rendered: Vec<(String, Vec<serde_json::Value>)> = rendered
             .iter()
@@ -305,11 +306,16 @@ impl Run<'_> {
             .collect();
         let objects = match super::manifests::objects(&rendered) {
             Ok(o) => o,
-            Err(why) => return Ok(Err(component::manifests_refusal(machine, &why))),
+            Err(why) => {
+                return Ok(Err(NotWritten(component::manifests_refusal(
+                    machine,
+                    &why.to_string(),
+                ))));
+            }
         };
         let plan = super::manifests::read(&self.ctx.client, objects).await?;
         if let Some(why) = super::manifests::sync(&self.ctx.client, &plan).await? {
-            return Ok(Err(why));
+            return Ok(Err(NotWritten(why)));
         }
         let summary = plan.summary();
         tracing::info!(machine = %machine, summary = %summary, "kubernetes-upgrade: bootstrap manifests synced");
@@ -340,7 +346,7 @@ impl Run<'_> {
         node: &str,
         image: &str,
         version: &str,
-    ) -> Result<std::result::Result<(), String>> {
+    ) -> Result<std::result::Result<(), Waiting>> {
         match component {
             KubernetesComponent::KubeProxy => Ok(Ok(())),
             KubernetesComponent::Kubelet => {
@@ -349,7 +355,7 @@ impl Run<'_> {
                     .await
                     .map_err(Error::kube(format!("reading Node {node}")))?;
                 let Some(n) = n else {
-                    return Ok(Err(format!("Node {node} is not registered")));
+                    return Ok(Err(Waiting(format!("Node {node} is not registered"))));
                 };
                 let status = n.status.unwrap_or_default();
                 let reported = status
@@ -363,13 +369,13 @@ impl Run<'_> {
                     .iter()
                     .any(|c| c.type_ == "Ready" && c.status == "True");
                 Ok(if reported != version {
-                    Err(format!(
+                    Err(Waiting(format!(
                         "Node {node} reports kubelet {reported:?}, not {version}"
-                    ))
+                    )))
                 } else if !ready {
-                    Err(format!(
+                    Err(Waiting(format!(
                         "Node {node} runs kubelet {version} but is not Ready"
-                    ))
+                    )))
                 } else {
                     Ok(())
                 })
@@ -404,10 +410,10 @@ impl Run<'_> {
                 Ok(if runs {
                     Ok(())
                 } else {
-                    Err(format!(
+                    Err(Waiting(format!(
                         "no Ready {} pod on Node {node} runs {image} yet",
                         component.as_str()
-                    ))
+                    )))
                 })
             }
         }
