@@ -181,9 +181,28 @@ pub fn webhook_probe(cluster: &TalosCluster) -> TalosCluster {
     probe
 }
 
+/// Why the API server did not give Ichor's webhooks' refusal of the probe
+/// (yet): what the last look found, reported while the wait goes on.
+#[derive(Debug, thiserror::Error)]
+enum NotAnswered {
+    /// The API server refused the probe for another reason, in its words
+    /// (the webhook is unreachable, its certificate not yet trusted, ...).
+    #[error("{message}")]
+    Refused { message: String },
+    /// The dry run did not get an answer from the API server.
+    #[error(transparent)]
+    Call(kube::Error),
+    /// The API server admitted the probe: nothing called the webhooks.
+    #[error(
+        "the API server admitted a TalosCluster that Ichor's webhooks refuse: the ValidatingWebhookConfiguration {} does not call them",
+        install::WEBHOOK_CONFIGURATION
+    )]
+    Admitted,
+}
+
 /// Asks the API server to create the probe with a dry run: Ok when the API
 /// server called Ichor's webhook and it refused the probe; otherwise why not.
-async fn ask_the_webhooks(kube: &kube::Client, probe: &TalosCluster) -> Result<(), String> {
+async fn ask_the_webhooks(kube: &kube::Client, probe: &TalosCluster) -> Result<(), NotAnswered> {
     let api = Api::<TalosCluster>::namespaced(kube.clone(), ichor_api::SYSTEM_NAMESPACE);
     let pp = PostParams {
         dry_run: true,
@@ -195,12 +214,9 @@ async fn ask_the_webhooks(kube: &kube::Client, probe: &TalosCluster) -> Result<(
         {
             Ok(())
         }
-        Err(kube::Error::Api(e)) => Err(e.message),
-        Err(e) => Err(ichor_api::error_text::chain(&e)),
-        Ok(_) => Err(format!(
-            "the API server admitted a TalosCluster that Ichor's webhooks refuse: the ValidatingWebhookConfiguration {} does not call them",
-            install::WEBHOOK_CONFIGURATION
-        )),
+        Err(kube::Error::Api(e)) => Err(NotAnswered::Refused { message: e.message }),
+        Err(e) => Err(NotAnswered::Call(e)),
+        Ok(_) => Err(NotAnswered::Admitted),
     }
 }
 
@@ -233,7 +249,7 @@ pub(crate) async fn wait_for_webhooks(
     let look = || async {
         let answer = match ask_the_webhooks(kube, &probe).await {
             Ok(()) => return Ok(Vec::new()),
-            Err(why) => why,
+            Err(why) => ichor_api::error_text::chain(&why),
         };
         let pod_views: Vec<PodView> = pods
             .list(&ListParams::default())
