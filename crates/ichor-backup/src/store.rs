@@ -226,6 +226,10 @@ impl Store {
         let name = destination.to_string();
         let (inner, prefix): (Arc<dyn ObjectStore>, &str) = match destination {
             Destination::S3(s3) => {
+                // reqwest takes the process's TLS provider and needs one
+                // installed: ring, the one every other client here uses
+                // (a no-op when one is installed already).
+                let _ = rustls::crypto::ring::default_provider().install_default();
                 let mut builder = AmazonS3Builder::new()
                     .with_bucket_name(&s3.bucket)
                     .with_region(&s3.region)
