@@ -13,7 +13,7 @@ use ichor_adopt::install;
 use ichor_adopt::plan::{IchorPresence, Plan, Request, held_machine};
 use ichor_adopt::waits;
 use ichor_adopt::{AdoptMode, Inspection, Refusal, include_cilium_policies};
-use ichor_api::error_text::chain;
+use ichor_api::error_text::{chain, with_help};
 use ichor_api::{DetectedCni, SecretsRef, TalosCluster, TalosMachine};
 use ichor_cilium::{CiliumOptions, ClusterSettings, WaitOptions};
 use ichor_helm::wait::{Wait, wait_until};
@@ -490,7 +490,7 @@ async fn load_bundle(
                 &String::from_utf8_lossy(&bytes),
                 &format!("node {from}"),
             )
-            .map_err(|e| AdoptError::Secrets(chain(&e)))?;
+            .map_err(|e| AdoptError::Secrets(with_help(chain(&e), e.help())))?;
             SecretsBundle::from_machine_config(&cfg, &format!("node {from}")).map_err(|e| {
                 AdoptError::Secrets(format!(
                     "{} (--recover-from must name a control-plane node)",
@@ -511,7 +511,7 @@ pub(crate) async fn write_bundle(
 ) -> Result<(), AdoptError> {
     let yaml = bundle
         .to_yaml()
-        .map_err(|e| AdoptError::Secrets(chain(&e)))?;
+        .map_err(|e| AdoptError::Secrets(with_help(chain(&e), e.help())))?;
     let mut secret = Secret {
         string_data: Some(BTreeMap::from([("secrets.yaml".to_string(), yaml)])),
         ..Default::default()

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use ichor_adopt::Refusal;
 use ichor_adopt::init::{self, InitPlan, InitRequest, InitWrites};
-use ichor_api::error_text::chain;
+use ichor_api::error_text::{chain, with_help};
 use ichor_cilium::{ClusterSettings, effective_values};
 use ichor_helm::render::{ChartRef, Renderer};
 use ichor_talos::private_file::{self, PrivateFileError};
@@ -100,7 +100,8 @@ fn bundle(opts: &InitOptions) -> Result<(SecretsBundle, String), AdoptError> {
         return Ok((b.clone(), opts.request.secrets_source.clone()));
     }
     let Some(bytes) = there else {
-        let b = SecretsBundle::generate().map_err(|e| AdoptError::Secrets(chain(&e)))?;
+        let b = SecretsBundle::generate()
+            .map_err(|e| AdoptError::Secrets(with_help(chain(&e), e.help())))?;
         return Ok((b, "generated".to_string()));
     };
     let ours = read_state(&opts.output_dir).is_some_and(|s| {
@@ -118,7 +119,7 @@ fn bundle(opts: &InitOptions) -> Result<(SecretsBundle, String), AdoptError> {
     let text = String::from_utf8(bytes)
         .map_err(|_| AdoptError::Secrets(format!("{} is not text", path.display())))?;
     let b = SecretsBundle::parse(&text, &path.display().to_string())
-        .map_err(|e| AdoptError::Secrets(chain(&e)))?;
+        .map_err(|e| AdoptError::Secrets(with_help(chain(&e), e.help())))?;
     Ok((b, format!("{} (from an earlier run)", path.display())))
 }
 
@@ -230,7 +231,7 @@ fn talosconfig(opts: &InitOptions, bundle: &SecretsBundle) -> Result<Talosconfig
         Role::Admin,
         Duration::from_secs(365 * 24 * 3600),
     )
-    .map_err(|e| AdoptError::Secrets(chain(&e)))
+    .map_err(|e| AdoptError::Secrets(with_help(chain(&e), e.help())))
 }
 
 /// What init remembers between runs (no secret): the plan it made, and the
@@ -270,7 +271,8 @@ pub async fn plan(opts: &InitOptions) -> Result<(InitPlan, InitWrites, SecretsBu
         Err(AdoptError::Refused(r)) => {
             refused.extend(r);
             // A stand-in, so that the nodes are judged too, all at once.
-            let b = SecretsBundle::generate().map_err(|e| AdoptError::Secrets(chain(&e)))?;
+            let b = SecretsBundle::generate()
+                .map_err(|e| AdoptError::Secrets(with_help(chain(&e), e.help())))?;
             (b, String::new())
         }
         Err(e) => return Err(e),

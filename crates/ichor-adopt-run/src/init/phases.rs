@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ichor_adopt::Refusal;
 use ichor_adopt::{install, waits};
-use ichor_api::error_text::chain;
+use ichor_api::error_text::{chain, with_help};
 use ichor_api::{TalosCluster, TalosMachine};
 use ichor_helm::wait::{Wait, wait_until};
 use ichor_talos::private_file::{self, DirState};
@@ -54,7 +54,7 @@ pub(super) fn files(r: &Run<'_>) -> Result<(), AdoptError> {
         None => r
             .bundle
             .to_yaml()
-            .map_err(|e| AdoptError::Secrets(chain(&e)))?
+            .map_err(|e| AdoptError::Secrets(with_help(chain(&e), e.help())))?
             .into_bytes(),
     };
     // The state first: a rerun then knows the bundle as this init's own.
@@ -62,7 +62,7 @@ pub(super) fn files(r: &Run<'_>) -> Result<(), AdoptError> {
     private_file::write_once(&secrets, &bytes)?;
     let tc = talosconfig(r.opts, &r.bundle)?
         .to_yaml()
-        .map_err(|e| AdoptError::Secrets(chain(&e)))?;
+        .map_err(|e| AdoptError::Secrets(with_help(chain(&e), e.help())))?;
     write_private(&dir.join(TALOSCONFIG_FILE), tc.as_bytes())?;
     r.say(&format!(
         "wrote {}, {} (0600) to {}",

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use ichor_adopt::init::{NodeAnswer, NodeProbe};
-use ichor_api::error_text::chain;
+use ichor_api::error_text::{chain, with_help};
 use ichor_talos::secrets::SecretsBundle;
 use ichor_talos::talosconfig::Role;
 use ichor_talos_client::{CertFingerprint, ClientIdentity, ClientOptions, TalosClient};
@@ -32,7 +32,7 @@ pub(super) fn admin_client(
         Role::Admin,
         Duration::from_secs(3600),
     )
-    .map_err(|e| AdoptError::Secrets(chain(&e)))?;
+    .map_err(|e| AdoptError::Secrets(with_help(chain(&e), e.help())))?;
     let (ca, _) = bundle
         .os_ca_pem()
         .ok_or_else(|| AdoptError::Secrets("the bundle has no OS CA".into()))?;
