@@ -8,7 +8,7 @@ use maud::{DOCTYPE, Markup, html};
 
 use crate::view::{
     ApplyMode, ClusterPage, ClustersPage, MachinePage, MachinesPage, OperationPage, OperationRow,
-    class_name,
+    ReleasePreview, class_name,
 };
 
 /// The vendored htmx file, served at [`HTMX_PATH`].
@@ -341,6 +341,27 @@ pub fn machine(page: &MachinePage, viewer: &Viewer) -> Markup {
             dt { "Hold" } dd #hold { @if r.held { span.badge.held { "held" } " Ichor writes nothing to this machine." } @else { "released" } }
             dt { "Talos" } dd { (r.talos_version.as_deref().unwrap_or("not reported yet")) }
         }
+        (drift_section(page))
+        @if let Some(p) = &page.release { (release_preview(p)) }
+        section {
+            h2 { "Conditions" }
+            table #conditions {
+                thead { tr { th { "Type" } th { "Status" } th { "Reason" } th { "Message" } } }
+                tbody { @for c in &page.conditions { tr { td { (c.type_) } td { (c.status) } td { (c.reason) } td { (c.message) } } } }
+            }
+        }
+    };
+    let actions = hold_actions(page, &url);
+    layout(
+        &format!("{}/{}", r.namespace, r.name),
+        viewer,
+        html! { (live(&url, html! { (body) (actions) })) },
+    )
+}
+
+/// The machine's drift, one row a path, and what the classes mean.
+fn drift_section(page: &MachinePage) -> Markup {
+    html! {
         section #drift {
             h2 { "Drift" }
             @if page.drift.is_empty() { p #no-drift { "The node runs the desired config." } }
@@ -366,34 +387,36 @@ pub fn machine(page: &MachinePage, viewer: &Viewer) -> Markup {
                 p.small { "Values that may hold a secret are shown as digests (sha256 and length): a change stays visible, the value does not." }
             }
         }
-        @if let Some(p) = &page.release {
-            section #release-preview {
-                h2 { "What releasing the hold would do" }
-                @match p.mode {
-                    ApplyMode::NoReboot => {
-                        p { "Ichor applies the desired config in " strong { "no-reboot" } " mode, writing these paths:" }
-                        ul { @for a in &p.applies { li { code { (a) } } } }
-                    }
-                    ApplyMode::BlockedByClassC => {
-                        p { "Nothing: class C drift blocks the automatic apply of the whole machine. Change the TalosCluster, the TalosMachine or its patches to match the node, or make the change by hand:" }
-                        ul { @for (path, why) in &p.blocked_by { li { code { (path) } " — " (why) } } }
-                    }
-                    ApplyMode::NothingToApply => {
-                        p { "Nothing: no path differs in class B or C." }
-                    }
+    }
+}
+
+/// What releasing the hold would do.
+fn release_preview(p: &ReleasePreview) -> Markup {
+    html! {
+        section #release-preview {
+            h2 { "What releasing the hold would do" }
+            @match p.mode {
+                ApplyMode::NoReboot => {
+                    p { "Ichor applies the desired config in " strong { "no-reboot" } " mode, writing these paths:" }
+                    ul { @for a in &p.applies { li { code { (a) } } } }
                 }
-                p #reboots { "The node reboots: " @if p.reboots { "yes" } @else { "no (a drift apply never reboots; reboots come only from a TalosOperation)" } }
+                ApplyMode::BlockedByClassC => {
+                    p { "Nothing: class C drift blocks the automatic apply of the whole machine. Change the TalosCluster, the TalosMachine or its patches to match the node, or make the change by hand:" }
+                    ul { @for (path, why) in &p.blocked_by { li { code { (path) } " — " (why) } } }
+                }
+                ApplyMode::NothingToApply => {
+                    p { "Nothing: no path differs in class B or C." }
+                }
             }
+            p #reboots { "The node reboots: " @if p.reboots { "yes" } @else { "no (a drift apply never reboots; reboots come only from a TalosOperation)" } }
         }
-        section {
-            h2 { "Conditions" }
-            table #conditions {
-                thead { tr { th { "Type" } th { "Status" } th { "Reason" } th { "Message" } } }
-                tbody { @for c in &page.conditions { tr { td { (c.type_) } td { (c.status) } td { (c.reason) } td { (c.message) } } } }
-            }
-        }
-    };
-    let actions = html! {
+    }
+}
+
+/// The buttons that release or take the machine's hold, those the viewer
+/// may press.
+fn hold_actions(page: &MachinePage, url: &str) -> Markup {
+    html! {
         @if page.can_release || page.can_take_hold {
             section.actions {
                 @if page.can_release {
@@ -408,12 +431,7 @@ pub fn machine(page: &MachinePage, viewer: &Viewer) -> Markup {
                 }
             }
         }
-    };
-    layout(
-        &format!("{}/{}", r.namespace, r.name),
-        viewer,
-        html! { (live(&url, html! { (body) (actions) })) },
-    )
+    }
 }
 
 fn operation_table(rows: &[OperationRow]) -> Markup {

@@ -1,13 +1,16 @@
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use ichor_api::conditions::{self as conds, Status};
+use ichor_api::conditions::{self as conds, Status, reasons};
 use ichor_api::{
-    ClusterRef, DeploymentSpec, IchorInstallation, IchorInstallationSpec, MachineProgress,
-    MachineStep, OperationTarget, PlanEntry, PlannedAction, TalosCluster, TalosClusterSpec,
-    TalosClusterStatus, TalosMachineSpec, TalosMachineStatus, TalosOperationSpec,
-    TalosOperationStatus,
+    ClusterRef, DeploymentSpec, DriftClass, DriftEntry, IchorInstallation, IchorInstallationSpec,
+    MachineProgress, MachineRole, MachineStep, Manager, OperationPhase, OperationTarget, PlanEntry,
+    PlannedAction, TalosCluster, TalosClusterSpec, TalosClusterStatus, TalosMachine,
+    TalosMachineSpec, TalosMachineStatus, TalosOperation, TalosOperationSpec, TalosOperationStatus,
 };
+use ichor_render::redact::digest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt as _;
 
 use super::*;
 
