@@ -37,7 +37,9 @@ pub fn help_for(e: &anyhow::Error) -> Option<String> {
 fn help_of(cause: &(dyn Error + 'static)) -> Option<String> {
     use ichor_talos::talosconfig::TalosconfigError;
     use ichor_talos::{config::ConfigError, patch::PatchError, secrets::SecretsError};
-    let helps: [fn(&(dyn Error + 'static)) -> Option<Option<String>>; 8] = [
+    // Each: `None` when the cause is not of its type, else its help.
+    type HelpOf = fn(&(dyn Error + 'static)) -> Option<Option<String>>;
+    let helps: [HelpOf; 8] = [
         |c| c.downcast_ref::<RenderError>().map(RenderError::help),
         |c| {
             c.downcast_ref::<ichor_helm::Error>()
