@@ -67,6 +67,10 @@ pub fn controller_cluster_rules() -> Value {
         // reboot (cordon, evictions that honour PodDisruptionBudgets).
         {"apiGroups": [ichor_api::GROUP], "resources": ["talosoperations"], "verbs": ["get", "list", "watch", "patch"]},
         {"apiGroups": [ichor_api::GROUP], "resources": ["talosoperations/status"], "verbs": ["patch"]},
+        // Backups: the schedule creates TalosBackups and retention deletes
+        // them; the reconciler records each one's progress in its status.
+        {"apiGroups": [ichor_api::GROUP], "resources": ["talosbackups"], "verbs": ["get", "list", "watch", "create", "delete"]},
+        {"apiGroups": [ichor_api::GROUP], "resources": ["talosbackups/status"], "verbs": ["patch"]},
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},

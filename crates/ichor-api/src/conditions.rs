@@ -106,6 +106,10 @@ pub mod reasons {
     pub const CANCELLED: &str = "Cancelled";
     /// etcd was not healthy enough to take a control plane down within the bound.
     pub const ETCD_UNHEALTHY: &str = "EtcdUnhealthy";
+    /// TalosOperation: the backup taken before the first control plane failed.
+    pub const BACKUP_FAILED: &str = "BackupFailed";
+    /// TalosOperation: waiting for the backup taken before the first control plane.
+    pub const WAITING_FOR_BACKUP: &str = "WaitingForBackup";
     /// A drain did not finish within its bound (a PodDisruptionBudget blocked it).
     pub const DRAIN_TIMEOUT: &str = "DrainTimeout";
     /// A node came back from its upgrade on its old version (the fallback boot slot).

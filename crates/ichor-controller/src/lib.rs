@@ -33,6 +33,7 @@
 //! the shared stores).
 
 pub mod backoff;
+pub mod backup;
 pub mod cluster;
 pub mod credentials;
 mod error;
@@ -360,8 +361,9 @@ pub async fn run_with(
         shutdown.clone(),
     );
     let operations = operation::run(Arc::clone(&ctx), shutdown.clone());
+    let backups = backup::run(Arc::clone(&ctx), shutdown.clone());
     let controllers = async {
-        futures::join!(machines, clusters, operations);
+        futures::join!(machines, clusters, operations, backups);
     };
     let result = match leadership {
         Some(mut held) => {

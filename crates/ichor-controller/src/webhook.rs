@@ -113,9 +113,14 @@ pub fn address_problem(address: &str) -> Option<String> {
         .map(|e| e.problem.to_string())
 }
 
-/// Answers one AdmissionReview for a TalosCluster.
+/// Answers one AdmissionReview for a TalosCluster: the cluster's own rules,
+/// then its `spec.backup` (cron, time zone, age keys, retention age).
 pub fn review(req: AdmissionReview) -> AdmissionReview {
-    review_with(req, ichor_api::validation::talos_cluster)
+    review_with(req, |old, new| {
+        let mut problems = ichor_api::validation::talos_cluster(old, new);
+        problems.extend(ichor_backup::spec_check::problems_in_cluster(new));
+        problems
+    })
 }
 
 /// Answers one AdmissionReview for a TalosMachine.

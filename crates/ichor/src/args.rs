@@ -132,6 +132,11 @@ pub enum Command {
     /// TalosOperations: list them, show one's plan and progress, cancel one.
     #[command(subcommand)]
     Operation(OperationCommand),
+    /// Encrypted backups of a cluster (etcd snapshot, secrets bundle, Ichor's
+    /// objects), taken by the controller into the cluster's spec.backup
+    /// destination: take one now, list them, show one.
+    #[command(subcommand)]
+    Backup(BackupCommand),
     /// Take Ichor out of this cluster, the way out without lock-in: no node
     /// is written to, and talosctl and helm take over.
     ///
@@ -276,6 +281,66 @@ pub enum OperationCommand {
     /// Stop a TalosOperation before its next step (annotation
     /// ichor.maesh.dev/cancel); a machine past its reboot finishes coming back.
     Cancel(OperationNameArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BackupCommand {
+    /// Ask the controller for a backup now (a TalosBackup of reason manual).
+    Now(BackupNowArgs),
+    /// Every TalosBackup with its cluster, reason, phase and size.
+    List(BackupListArgs),
+    /// One TalosBackup: where it went, its etcd snapshot and each part's hash.
+    Show(BackupNameArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BackupNowArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// The namespace of the TalosCluster (and of the TalosBackup).
+    #[arg(long, short = 'n', default_value = "ichor-system")]
+    pub namespace: String,
+    /// The TalosCluster to back up; it needs spec.backup.
+    #[arg(long)]
+    pub cluster: String,
+    /// The TalosBackup's name (default: <cluster>-<UTC time>-manual).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Wait until the backup succeeds or fails, showing its progress.
+    #[arg(long)]
+    pub wait: bool,
+    /// Print the backup as data.
+    #[arg(short, long, value_enum)]
+    pub output: Option<OutputFormat>,
+}
+
+#[derive(Debug, Args)]
+pub struct BackupListArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// Only this namespace (default: every namespace).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Only this TalosCluster's backups.
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// Print the backups as data.
+    #[arg(short, long, value_enum)]
+    pub output: Option<OutputFormat>,
+}
+
+#[derive(Debug, Args)]
+pub struct BackupNameArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// The namespace of the TalosBackup.
+    #[arg(long, short = 'n', default_value = "ichor-system")]
+    pub namespace: String,
+    /// The TalosBackup.
+    pub name: String,
+    /// Print the backup as data.
+    #[arg(short, long, value_enum)]
+    pub output: Option<OutputFormat>,
 }
 
 #[derive(Debug, Args)]

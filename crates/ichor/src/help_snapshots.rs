@@ -32,6 +32,10 @@ const COMMANDS: &[&[&str]] = &[
     &["operation", "list"],
     &["operation", "status"],
     &["operation", "cancel"],
+    &["backup"],
+    &["backup", "now"],
+    &["backup", "list"],
+    &["backup", "show"],
     &["ui"],
 ];
 

@@ -21,8 +21,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::Parser;
 
 use args::{
-    Cli, ClusterCommand, CniCommand, CniHelmCommand, Command, OperationCommand, SecretsCommand,
-    UpgradeCommand,
+    BackupCommand, Cli, ClusterCommand, CniCommand, CniHelmCommand, Command, OperationCommand,
+    SecretsCommand, UpgradeCommand,
 };
 
 fn main() -> ExitCode {
@@ -61,6 +61,9 @@ fn main() -> ExitCode {
             Command::Reboot(a) => cmd::operation::reboot(a).await,
             Command::Install(a) => cmd::install::run(a).await,
             Command::Operation(OperationCommand::List(a)) => cmd::operation::list(a).await,
+            Command::Backup(BackupCommand::Now(a)) => cmd::backup::now(a).await,
+            Command::Backup(BackupCommand::List(a)) => cmd::backup::list(a).await,
+            Command::Backup(BackupCommand::Show(a)) => cmd::backup::show(a).await,
             Command::Operation(OperationCommand::Status(a)) => cmd::operation::status(a).await,
             Command::Operation(OperationCommand::Cancel(a)) => cmd::operation::cancel(a).await,
             Command::Ui(a) => cmd::ui::run(a).await,

@@ -63,6 +63,22 @@
   verbs:
   - patch
 - apiGroups:
+  - ichor.maesh.dev
+  resources:
+  - talosbackups
+  verbs:
+  - get
+  - list
+  - watch
+  - create
+  - delete
+- apiGroups:
+  - ichor.maesh.dev
+  resources:
+  - talosbackups/status
+  verbs:
+  - patch
+- apiGroups:
   - ''
   resources:
   - nodes

@@ -38,6 +38,9 @@ impl Run<'_> {
         if status.plan.is_empty() {
             return self.make_plan(status).await;
         }
+        if let Some(action) = self.backup_first(status).await? {
+            return Ok(action);
+        }
         if self.op.spec.kind == OperationKind::KubernetesUpgrade {
             return self.drive_kubernetes(status).await;
         }

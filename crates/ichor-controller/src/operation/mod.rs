@@ -34,6 +34,7 @@ use kube::runtime::{Controller, watcher};
 
 use crate::{Context, Error, Result, pipeline};
 
+mod backup;
 mod drain;
 mod drive;
 pub mod ichor;

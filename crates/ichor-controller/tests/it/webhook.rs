@@ -80,7 +80,7 @@ async fn admission_review_round_trip_in_process() {
 /// TalosMachine patch that does not parse. Each refusal has a clear message
 /// and nothing is stored. The webhook runs inside the controller
 /// (`Config::webhook`) and keeps answering after its certificate is rotated.
-/// Covers: R1.4a, R1.4c
+/// Covers: R1.4a, R1.4c, R13.6
 #[tokio::test]
 async fn webhook_refuses_through_the_api_server_and_nothing_is_stored() {
     let env = TestEnv::shared();
@@ -191,6 +191,34 @@ async fn webhook_refuses_through_the_api_server_and_nothing_is_stored() {
         .to_string();
     assert!(err.contains("calico") || err.contains("preset"), "{err}");
     assert!(clusters.get_opt("unknown").await.unwrap().is_none());
+
+    // A backup spec the schema accepts but the webhook refuses, naming the
+    // field: a cron with six fields and an age key whose checksum is wrong.
+    let mut bad_backup = serde_json::to_value(&unknown).unwrap();
+    bad_backup["metadata"]["name"] = json!("bad-backup");
+    let recipient = ichor_backup::crypt::Identities::generate().recipients()[0].clone();
+    let mut broken = recipient.clone().into_bytes();
+    let last = broken.len() - 1;
+    broken[last] = if broken[last] == b'q' { b'p' } else { b'q' };
+    bad_backup["spec"]["backup"] = json!({
+        "destination": {"s3": {"endpoint": "https://s3.example", "bucket": "backups",
+            "credentialsSecretRef": {"name": "s3"}}},
+        "recipients": [recipient, String::from_utf8(broken).unwrap()],
+        "schedule": {"cron": "0 30 2 * * *"},
+    });
+    let err = dynamic
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(bad_backup).unwrap(),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("spec.backup.recipients[1]") && err.contains("spec.backup.schedule.cron"),
+        "{err}"
+    );
+    assert!(clusters.get_opt("bad-backup").await.unwrap().is_none());
 
     // A changed tunnel: refused with the reason, the stored object unchanged.
     let good = clusters

@@ -14,6 +14,7 @@ use ichor_api::operation::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+pub mod backup_gate;
 pub mod component;
 pub mod ichor;
 mod kubernetes;

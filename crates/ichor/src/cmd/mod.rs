@@ -1,4 +1,5 @@
 pub mod adopt;
+pub mod backup;
 pub mod cni;
 pub mod controller;
 pub mod init;

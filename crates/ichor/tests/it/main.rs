@@ -2,6 +2,7 @@
 //! each former test file is a module here; shared helpers are modules too.
 
 mod adopt_e2e;
+mod backup_lab_e2e;
 mod cilium_on_talos_e2e;
 mod cni_e2e;
 mod common;
