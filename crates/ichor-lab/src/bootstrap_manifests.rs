@@ -55,6 +55,19 @@ pub enum Error {
         index: usize,
         why: String,
     },
+    #[error("inline manifest {manifest:?} is not YAML")]
+    BadYaml {
+        manifest: String,
+        #[source]
+        source: serde_yaml_ng::Error,
+    },
+    #[error("inline manifest {manifest:?} document {index} is not a Kubernetes object")]
+    NotAnObject {
+        manifest: String,
+        index: usize,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error(transparent)]
     Inventory(#[from] InventoryError),
     #[error(
@@ -112,10 +125,9 @@ pub fn plan(config: &MachineConfig) -> Result<Plan, Error> {
     let mut objects = Vec::new();
     for manifest in config.facts().inline_manifests {
         for (index, doc) in documents(&manifest.contents)
-            .map_err(|why| Error::BadObject {
+            .map_err(|source| Error::BadYaml {
                 manifest: manifest.name.clone(),
-                index: 0,
-                why,
+                source,
             })?
             .into_iter()
             .enumerate()
@@ -208,10 +220,10 @@ pub async fn apply(client: &kube::Client, config: &MachineConfig) -> Result<Play
             continue;
         }
         let body: DynamicObject =
-            serde_json::from_value(o.body.clone()).map_err(|e| Error::BadObject {
+            serde_json::from_value(o.body.clone()).map_err(|source| Error::NotAnObject {
                 manifest: o.manifest.clone(),
                 index: 0,
-                why: e.to_string(),
+                source,
             })?;
         match api.create(&PostParams::default(), &body).await {
             Ok(_) => played.created.push(o.object.clone()),
@@ -275,11 +287,11 @@ fn stage(kind: &str) -> u8 {
 /// The non-empty documents of a multi-document YAML manifest (a `List` is
 /// unfolded into its items), read as YAML 1.1 as Talos reads them
 /// (`defaultMode: 0400` is an octal integer).
-fn documents(text: &str) -> Result<Vec<Value>, String> {
+fn documents(text: &str) -> Result<Vec<Value>, serde_yaml_ng::Error> {
     let text = ichor_helm::manifest::yaml11_octals(text);
     let mut out = Vec::new();
     for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let v = <Value as serde::Deserialize>::deserialize(doc).map_err(|e| e.to_string())?;
+        let v = <Value as serde::Deserialize>::deserialize(doc)?;
         match v {
             Value::Null => {}
             Value::Object(ref m) if m.is_empty() => {}
