@@ -24,7 +24,7 @@ const USAGE: &str =
 #[derive(Debug, thiserror::Error)]
 enum DistgenError {
     /// The command line is not one distgen reads.
-    #[error("{0}; {USAGE}")]
+    #[error("{0}")]
     Usage(String),
     #[error("cannot create {}", .path.display())]
     CreateDir {
@@ -141,6 +141,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("distgen: {}", chain(&e));
+            if matches!(e, DistgenError::Usage(_)) {
+                eprintln!("{USAGE}");
+            }
             ExitCode::FAILURE
         }
     }
