@@ -253,7 +253,8 @@ pub struct EtcdSnapshotStatus {
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupPartStatus {
-    /// `etcd-snapshot`, `bundle`, `objects` or `manifest`.
+    /// `etcd-snapshot`, `bundle` or `objects` (the manifest, written last,
+    /// is beside them).
     pub name: String,
     pub key: String,
     /// Plaintext bytes.

@@ -25,6 +25,12 @@ pub fn problems(spec: &BackupSpec) -> Vec<String> {
     {
         out.push(format!("spec.backup.{}", ichor_api::error_text::chain(&e)));
     }
+    if spec.destination.volume.is_some() {
+        out.push(
+            "spec.backup.destination.volume: this Ichor cannot write backups to a volume yet; use an S3-compatible bucket (spec.backup.destination.s3)"
+                .to_string(),
+        );
+    }
     if let Some(s3) = &spec.destination.s3 {
         let http = s3.endpoint.starts_with("http://");
         if !(http || s3.endpoint.starts_with("https://")) {
@@ -138,6 +144,21 @@ mod tests {
         assert!(
             !got[0].contains(identity),
             "the identity is repeated: {got:?}"
+        );
+    }
+
+    /// A destination Ichor cannot write to yet is refused when written,
+    /// not found out at the first backup.
+    /// Covers: R13.6
+    #[test]
+    fn a_volume_destination_is_refused_until_it_is_built() {
+        let mut cluster = spec(Identities::generate().recipients(), "0 * * * *", None, "1d");
+        cluster["spec"]["backup"]["destination"] =
+            serde_json::json!({"volume": {"claimName": "b"}});
+        let got = problems_in_cluster(&cluster);
+        assert!(
+            got.len() == 1 && got[0].starts_with("spec.backup.destination.volume"),
+            "{got:?}"
         );
     }
 

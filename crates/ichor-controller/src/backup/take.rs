@@ -283,7 +283,13 @@ pub(super) async fn take(ctx: &Context, backup: &TalosBackup) -> Result<Written,
             .parts
             .iter()
             .map(|p| BackupPartStatus {
-                name: format!("{:?}", p.name),
+                name: match p.name {
+                    manifest::Part::EtcdSnapshot => "etcd-snapshot",
+                    manifest::Part::Bundle => "bundle",
+                    manifest::Part::Objects => "objects",
+                    manifest::Part::Manifest => "manifest",
+                }
+                .to_string(),
                 key: p.key.clone(),
                 size: i64::try_from(p.size).unwrap_or(i64::MAX),
                 sha256: p.sha256.clone(),

@@ -16,8 +16,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures::TryStreamExt as _;
-use ichor_api::TalosCluster;
 use ichor_api::backup::{BackupPhase, BackupReason, TalosBackup};
+use ichor_api::operation::{MachineStep, OperationPhase};
+use ichor_api::{TalosCluster, TalosMachine, TalosOperation};
 use ichor_backup::store::{Destination, S3Destination, Store};
 use ichor_testenv::Tool;
 use ichor_testenv::s3::S3Server;
@@ -75,7 +76,7 @@ async fn download(store: &Store, key: &str, to: &Path) {
     std::fs::write(to, bytes.concat()).unwrap();
 }
 
-/// Covers: R13.1, R13.7
+/// Covers: R13.1, R13.3, R13.7
 #[tokio::test(flavor = "multi_thread")]
 async fn scheduled_backups_land_in_s3_readable_only_with_the_identity() {
     let h = LabHarness::up(|o| {
@@ -277,4 +278,164 @@ async fn scheduled_backups_land_in_s3_readable_only_with_the_identity() {
     assert_eq!(manifest["cluster"]["name"], "lab");
     assert_eq!(manifest["reason"], "schedule");
     assert_eq!(manifest["etcd"]["sha256"], etcd.sha256.as_str());
+
+    operations_take_their_backup_first(&h, &client).await;
+}
+
+async fn operation(client: &kube::Client, name: &str) -> TalosOperation {
+    Api::<TalosOperation>::namespaced(client.clone(), NS)
+        .get(name)
+        .await
+        .expect("read the operation")
+}
+
+fn upgrade(name: &str) -> TalosOperation {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosOperation",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"kind": "talos-upgrade", "version": "v1.14.0",
+            "target": {"clusterRef": {"name": "lab"}}}
+    }))
+    .unwrap()
+}
+
+/// A talos-upgrade on a cluster with a backup destination: with the
+/// destination's credentials gone, its backup fails and it stops with no
+/// node touched; with them back, it waits for its backup, then starts the
+/// first control plane only after the backup succeeded.
+/// (Part of the test above: one lab.)
+async fn operations_take_their_backup_first(h: &LabHarness, client: &kube::Client) {
+    let ops = Api::<TalosOperation>::namespaced(client.clone(), NS);
+    let backups = Api::<TalosBackup>::namespaced(client.clone(), NS);
+    let machines = Api::<TalosMachine>::namespaced(client.clone(), NS);
+    let cp = machines
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|m| m.spec.role == ichor_api::MachineRole::Controlplane)
+        .expect("a control plane");
+    let cp_name = cp.metadata.name.clone().unwrap();
+    machines
+        .patch(
+            &cp_name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"hold": false}})),
+        )
+        .await
+        .expect("release one control plane");
+    let clusters = Api::<TalosCluster>::namespaced(client.clone(), NS);
+    let set_credentials = |name: &'static str| {
+        let clusters = clusters.clone();
+        async move {
+            clusters
+                .patch(
+                    "lab",
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        serde_json::json!({"spec": {"backup": {"destination": {"s3": {
+                        "credentialsSecretRef": {"name": name}}}}}}),
+                    ),
+                )
+                .await
+                .expect("patch the destination");
+        }
+    };
+
+    // No credentials: the backup fails, the operation stops before any node.
+    set_credentials("no-such-secret").await;
+    ops.create(&PostParams::default(), &upgrade("up-broken"))
+        .await
+        .expect("create the operation");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let failed = loop {
+        let op = operation(client, "up-broken").await;
+        let st = op.status.clone().unwrap_or_default();
+        if st.phase == Some(OperationPhase::Failed) {
+            break op;
+        }
+        assert!(
+            st.phase != Some(OperationPhase::Succeeded),
+            "the operation went on without its backup: {st:?}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the operation did not stop: {st:?}\n{}",
+            h.logs()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let st = failed.status.unwrap();
+    let complete = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Complete")
+        .expect("Complete condition");
+    assert_eq!(complete.reason, "BackupFailed", "{complete:?}");
+    assert!(
+        st.machines
+            .iter()
+            .all(|m| m.step == MachineStep::Pending || m.step == MachineStep::Skipped),
+        "no node is touched when the backup fails: {:?}",
+        st.machines
+    );
+    let named = st.backup.clone().expect("status.backup names the backup");
+    let b = backups
+        .get(&named)
+        .await
+        .expect("the operation's TalosBackup");
+    assert_eq!(b.spec.reason, BackupReason::Operation);
+    assert_eq!(b.spec.operation.as_deref(), Some("up-broken"));
+    assert_eq!(b.status.unwrap().phase, BackupPhase::Failed);
+
+    // Credentials back: the backup first, then the control plane.
+    set_credentials("backup-s3").await;
+    ops.create(&PostParams::default(), &upgrade("up"))
+        .await
+        .expect("create the operation");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let started = loop {
+        let op = operation(client, "up").await;
+        let st = op.status.clone().unwrap_or_default();
+        if let Some(m) = st
+            .machines
+            .iter()
+            .find(|m| m.machine == cp_name && m.start_time.is_some())
+        {
+            break (st.backup.clone(), m.start_time.clone().unwrap());
+        }
+        assert!(
+            st.phase != Some(OperationPhase::Failed),
+            "the operation failed: {st:?}\n{}",
+            h.logs()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the control plane did not start: {st:?}\n{}",
+            h.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let (named, machine_started) = started;
+    let named = named.expect("status.backup names the backup");
+    let b = backups
+        .get(&named)
+        .await
+        .expect("the operation's TalosBackup");
+    let bs = b.status.expect("its status");
+    assert_eq!(bs.phase, BackupPhase::Succeeded, "{bs:?}");
+    let backed_up = bs.completion_time.expect("finished");
+    assert!(
+        backed_up.0 <= machine_started.0,
+        "the backup ({backed_up:?}) finished before the first control plane started ({machine_started:?})"
+    );
+    // Stop it before its next step; the lab goes with the test.
+    ops.patch(
+        "up",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {ichor_api::CANCEL_ANNOTATION: "true"}}})),
+    )
+    .await
+    .expect("cancel");
 }

@@ -2,9 +2,10 @@
 //! R8.1), on the lab: the installed Ichor (its controller under its
 //! ServiceAccount, its ichor-cni Job under its own) does its real work —
 //! adopt end to end with a Cilium take-over (the Job), the hand-over, the
-//! webhooks, a released machine's apply, a reboot through `ichor reboot`,
-//! an `ichor upgrade ichor` (the installer Job under the ichor-installer
-//! identity) — and then:
+//! webhooks, a released machine's apply, scheduled backups into a real S3
+//! server with retention, a reboot through `ichor reboot`, an `ichor
+//! upgrade ichor` (the installer Job under the ichor-installer identity) —
+//! and then:
 //!
 //! - every request its identities made (the API server's audit log) is set
 //!   grant by grant against the roles of `dist/install.yaml` and of the chart
@@ -504,6 +505,14 @@ async fn the_installed_ichor_uses_every_grant_it_has_and_leaks_no_secret() {
     assert!(status.contains("sha256:"), "drift shows digests: {status}");
     crate::common::assert_the_webhook_refuses_through_its_service(&h).await;
 
+    // Backups: a schedule every minute into a real S3 server, one kept. The
+    // controller creates each TalosBackup, takes it (the bundle Secret, the
+    // credentials Secret, the node's etcd snapshot), records its status and,
+    // from the second on, deletes the older one. They run while the rest of
+    // the day goes on; the end waits for a deletion.
+    let s3 = ichor_testenv::s3::S3Server::start().expect("the S3 server starts");
+    let _backups = start_backups(&h, &client, &s3).await;
+
     // Day 2: `ichor reboot` creates a TalosOperation (the CLI touches no
     // node); the installed controller, as itself, plans it, cordons and
     // drains the Node through the Eviction API, reboots the node through the
@@ -601,6 +610,22 @@ async fn the_installed_ichor_uses_every_grant_it_has_and_leaks_no_secret() {
         !markers_in(&serde_json::to_string(&machine.spec).unwrap(), DESIRED).is_empty(),
         "the DESIRED markers are in the machine's spec"
     );
+
+    wait_for(
+        "a scheduled backup deleted by retention (keepLast 1)",
+        &h,
+        async || {
+            Api::<Event>::namespaced(client.clone(), NS)
+                .list(&ListParams::default())
+                .await
+                .is_ok_and(|l| {
+                    l.items
+                        .iter()
+                        .any(|e| e.reason.as_deref() == Some("BackupDeleted"))
+                })
+        },
+    )
+    .await;
 
     // What Ichor says about it.
     for list in [machines.list(&ListParams::default()).await.unwrap()] {
@@ -761,6 +786,55 @@ async fn the_installed_ichor_uses_every_grant_it_has_and_leaks_no_secret() {
 
 /// A kube client of the lab acting as `user` (the lab's admin impersonates
 /// it; the API server's RBAC and admission see `user`).
+/// Points the lab's TalosCluster at `s3` with a schedule every minute and
+/// one backup kept; returns the identity file's folder (the identity stays
+/// out of the cluster).
+async fn start_backups(
+    h: &LabHarness,
+    client: &kube::Client,
+    s3: &ichor_testenv::s3::S3Server,
+) -> tempfile::TempDir {
+    let keys = tempfile::tempdir().unwrap();
+    let identity = keys.path().join("backup.key");
+    let out = std::process::Command::new(Tool::AgeKeygen.path())
+        .arg("-o")
+        .arg(&identity)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "age-keygen: {}", text(&out));
+    let out = std::process::Command::new(Tool::AgeKeygen.path())
+        .arg("-y")
+        .arg(&identity)
+        .output()
+        .unwrap();
+    let recipient = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "backup-s3", "namespace": NS},
+        "stringData": {"accessKeyId": s3.access_key_id(), "secretAccessKey": s3.secret_access_key()}
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), NS)
+        .create(&kube::api::PostParams::default(), &secret)
+        .await
+        .expect("the credentials Secret");
+    Api::<ichor_api::TalosCluster>::namespaced(client.clone(), NS)
+        .patch(
+            "lab",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"backup": {
+                "destination": {"s3": {"endpoint": s3.endpoint(), "bucket": s3.bucket(),
+                    "region": s3.region(), "allowHttp": true,
+                    "credentialsSecretRef": {"name": "backup-s3"}}},
+                "recipients": [recipient],
+                "schedule": {"cron": "* * * * *"},
+                "retention": {"keepLast": 1}
+            }}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the backup spec: {e}\n{}", h.logs()));
+    keys
+}
+
 async fn lab_client_as(h: &LabHarness, user: &str) -> kube::Client {
     let kc = kube::config::Kubeconfig::read_from(&h.lab.kubeconfig).unwrap();
     let mut config =
