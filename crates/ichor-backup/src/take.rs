@@ -10,7 +10,7 @@ use futures::Stream;
 
 use crate::crypt::{CryptError, Recipients, encrypt, encrypt_stream};
 use crate::manifest::{ClusterRef, EtcdFacts, FORMAT, Layout, Manifest, Part, PartRecord, Reason};
-use crate::snapshot::{Mode, checked_stream};
+use crate::snapshot::{CheckedSnapshot, Mode, checked_stream};
 use crate::store::{Store, StoreError};
 
 /// What a backup is of, besides the snapshot stream.
@@ -140,41 +140,15 @@ where
     let cluster = inputs.cluster.name.as_str();
     let backup = inputs.backup.as_str();
     let key = |part| layout.key(cluster, backup, part);
-    let write_error = |part: &'static str| {
-        move |source| TakeError::Write {
-            backup: backup.to_string(),
-            part,
-            source,
-        }
-    };
-    let encrypt_error = |part: &'static str| {
-        move |source| TakeError::Encrypt {
-            backup: backup.to_string(),
-            part,
-            source,
-        }
-    };
-
-    // The snapshot: checked, then encrypted, as it streams.
-    let (checked, check) = checked_stream(Mode::WithTrailer, snapshot);
-    let (sealed, digest) =
-        encrypt_stream(recipients, checked).map_err(encrypt_error("etcd snapshot"))?;
-    let mut written = store
-        .upload(&key(Part::EtcdSnapshot), sealed)
-        .await
-        .map_err(write_error("etcd snapshot"))?;
-    let (Some(snapshot), Some(snapshot_digest)) = (check.get(), digest.get()) else {
-        return Err(TakeError::Unchecked {
-            backup: backup.to_string(),
-        });
-    };
-    let mut parts = vec![PartRecord {
-        name: Part::EtcdSnapshot,
-        key: key(Part::EtcdSnapshot),
-        size: snapshot_digest.size,
-        sha256: snapshot_digest.sha256_hex(),
-    }];
-
+    let (mut written, snapshot, record) = upload_snapshot(
+        store,
+        &key(Part::EtcdSnapshot),
+        recipients,
+        backup,
+        snapshot,
+    )
+    .await?;
+    let mut parts = vec![record];
     // The bundle and the objects are small: whole, each one upload.
     for (part, label, plaintext) in [
         (Part::Bundle, "secrets bundle", &inputs.bundle),
@@ -182,10 +156,7 @@ where
     ] {
         written += put_whole(store, &key(part), recipients, plaintext)
             .await
-            .map_err(|e| match e {
-                Whole::Encrypt(source) => encrypt_error(label)(source),
-                Whole::Write(source) => write_error(label)(source),
-            })?;
+            .map_err(|e| e.into_take(backup, label))?;
         let d = crate::crypt::PartDigest::of(plaintext);
         parts.push(PartRecord {
             name: part,
@@ -216,16 +187,66 @@ where
     // Last: its presence is what makes the backup complete.
     written += put_whole(store, &key(Part::Manifest), recipients, &manifest.to_json())
         .await
-        .map_err(|e| match e {
-            Whole::Encrypt(source) => encrypt_error("manifest")(source),
-            Whole::Write(source) => write_error("manifest")(source),
-        })?;
+        .map_err(|e| e.into_take(backup, "manifest"))?;
     Ok(Taken { manifest, written })
 }
 
+/// The etcd snapshot, checked then encrypted as it streams into `key`:
+/// the bytes written, the checked snapshot's facts, and its part's record.
+async fn upload_snapshot<S, E>(
+    store: &Store,
+    key: &str,
+    recipients: &Recipients,
+    backup: &str,
+    snapshot: S,
+) -> Result<(u64, CheckedSnapshot, PartRecord), TakeError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + Unpin,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let (checked, check) = checked_stream(Mode::WithTrailer, snapshot);
+    let (sealed, digest) = encrypt_stream(recipients, checked)
+        .map_err(|e| Whole::Encrypt(e).into_take(backup, "etcd snapshot"))?;
+    let written = store
+        .upload(key, sealed)
+        .await
+        .map_err(|e| Whole::Write(e).into_take(backup, "etcd snapshot"))?;
+    let (Some(snapshot), Some(digest)) = (check.get(), digest.get()) else {
+        return Err(TakeError::Unchecked {
+            backup: backup.to_string(),
+        });
+    };
+    let record = PartRecord {
+        name: Part::EtcdSnapshot,
+        key: key.to_string(),
+        size: digest.size,
+        sha256: digest.sha256_hex(),
+    };
+    Ok((written, snapshot, record))
+}
+
+/// Why one part could not be written.
 enum Whole {
     Encrypt(CryptError),
     Write(StoreError),
+}
+
+impl Whole {
+    fn into_take(self, backup: &str, part: &'static str) -> TakeError {
+        let backup = backup.to_string();
+        match self {
+            Whole::Encrypt(source) => TakeError::Encrypt {
+                backup,
+                part,
+                source,
+            },
+            Whole::Write(source) => TakeError::Write {
+                backup,
+                part,
+                source,
+            },
+        }
+    }
 }
 
 async fn put_whole(

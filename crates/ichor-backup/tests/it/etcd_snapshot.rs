@@ -13,7 +13,7 @@ use ichor_testenv::tools::Tool;
 use sha2::{Digest, Sha256};
 
 /// An etcd of its own in a temporary folder, killed when dropped.
-struct Etcd {
+pub(crate) struct Etcd {
     child: Child,
     endpoint: String,
     dir: tempfile::TempDir,
@@ -27,7 +27,7 @@ impl Drop for Etcd {
 }
 
 impl Etcd {
-    fn start() -> Etcd {
+    pub(crate) fn start() -> Etcd {
         let etcd = Tool::Etcd.path();
         let dir = tempfile::tempdir().unwrap();
         let client = format!("http://127.0.0.1:{}", ichor_testenv::free_port());
@@ -72,13 +72,13 @@ impl Etcd {
             .expect("run etcdctl")
     }
 
-    fn put(&self, key: &str, value: &str) {
+    pub(crate) fn put(&self, key: &str, value: &str) {
         let out = self.ctl(&["put", key, value]);
         assert!(out.status.success(), "etcdctl put {key}: {out:?}");
     }
 
     /// `etcdctl snapshot save`: the snapshot stream as etcd sends it.
-    fn snapshot(&self) -> Vec<u8> {
+    pub(crate) fn snapshot(&self) -> Vec<u8> {
         let file = self.dir.path().join("snapshot.db");
         let out = self.ctl(&["snapshot", "save", file.to_str().unwrap()]);
         assert!(out.status.success(), "etcdctl snapshot save: {out:?}");

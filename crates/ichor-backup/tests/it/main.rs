@@ -4,3 +4,4 @@
 mod age_cli;
 mod etcd_snapshot;
 mod store;
+mod take;

@@ -43,7 +43,7 @@ fn s3_destination(prefix: &str) -> Destination {
     })
 }
 
-fn s3_store(prefix: &str) -> Store {
+pub(crate) fn s3_store(prefix: &str) -> Store {
     Store::open(&s3_destination(prefix)).expect("the S3 destination opens")
 }
 
@@ -120,7 +120,7 @@ async fn unfinished_uploads() -> Vec<String> {
         .collect()
 }
 
-async fn unfinished_uploads_under(prefix: &str) -> Vec<String> {
+pub(crate) async fn unfinished_uploads_under(prefix: &str) -> Vec<String> {
     unfinished_uploads()
         .await
         .into_iter()

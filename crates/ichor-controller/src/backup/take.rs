@@ -8,7 +8,7 @@ use ichor_api::{MachineRole, TalosCluster, TalosMachine, TalosOperation};
 use ichor_backup::crypt::{Recipients, RecipientsError};
 use ichor_backup::manifest::{self, Layout};
 use ichor_backup::store::{self, Destination, Store, StoreError};
-use ichor_backup::take::{Inputs, TakeError};
+use ichor_backup::take::{Inputs, TakeError, Taken};
 use ichor_talos_client::ClientOptions;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt as _;
@@ -222,16 +222,7 @@ pub(super) async fn take(ctx: &Context, backup: &TalosBackup) -> Result<Written,
     let bundle = read_bundle(ctx, &cluster).await?;
     let (objects, machines) = read_objects(ctx, &cluster).await?;
     let (member, talos) = healthy_member(ctx, &cluster, &machines).await?;
-    // The API server's list revision is etcd's revision: the snapshot,
-    // read after it, holds at least this one.
-    let revision = Api::<TalosBackup>::namespaced(ctx.client.clone(), &namespace)
-        .list_metadata(&ListParams::default().limit(1))
-        .await
-        .map_err(kube_error("the API server's current revision"))?
-        .metadata
-        .resource_version
-        .and_then(|rv| rv.parse().ok())
-        .unwrap_or(0);
+    let revision = api_revision(ctx, &namespace).await?;
     let stream = talos
         .etcd_snapshot("")
         .await
@@ -259,10 +250,9 @@ pub(super) async fn take(ctx: &Context, backup: &TalosBackup) -> Result<Written,
         bundle,
         objects,
     };
-    let layout = Layout::new("");
     let taken = ichor_backup::take::take(
         &store,
-        &layout,
+        &Layout::new(""),
         &recipients,
         inputs,
         Box::pin(stream),
@@ -270,13 +260,19 @@ pub(super) async fn take(ctx: &Context, backup: &TalosBackup) -> Result<Written,
     )
     .await
     .map_err(|e| Failure::Take(Box::new(e)))?;
+    Ok(written(&taken, &store, &cluster_name, &folder))
+}
+
+/// What the status records of a backup written whole.
+fn written(taken: &Taken, store: &Store, cluster: &str, folder: &str) -> Written {
     let m = &taken.manifest;
-    Ok(Written {
-        size: i64::try_from(taken.written).unwrap_or(i64::MAX),
+    let size = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    Written {
+        size: size(taken.written),
         etcd: EtcdSnapshotStatus {
             revision: i64::try_from(m.etcd.revision).ok(),
             member: m.etcd.member.clone(),
-            db_size: i64::try_from(m.etcd.db_size).unwrap_or(i64::MAX),
+            db_size: size(m.etcd.db_size),
             sha256: m.etcd.sha256.clone(),
         },
         parts: m
@@ -291,16 +287,31 @@ pub(super) async fn take(ctx: &Context, backup: &TalosBackup) -> Result<Written,
                 }
                 .to_string(),
                 key: p.key.clone(),
-                size: i64::try_from(p.size).unwrap_or(i64::MAX),
+                size: size(p.size),
                 sha256: p.sha256.clone(),
             })
             .collect(),
         location: format!(
             "{} {}",
             store.name(),
-            layout.backup_folder(&cluster_name, &folder)
+            Layout::new("").backup_folder(cluster, folder)
         ),
-    })
+    }
+}
+
+/// The API server's list revision, which is etcd's: a snapshot read after
+/// it holds at least this revision.
+async fn api_revision(ctx: &Context, namespace: &str) -> Result<u64, Failure> {
+    Ok(
+        Api::<TalosBackup>::namespaced(ctx.client.clone(), namespace)
+            .list_metadata(&ListParams::default().limit(1))
+            .await
+            .map_err(kube_error("the API server's current revision"))?
+            .metadata
+            .resource_version
+            .and_then(|rv| rv.parse().ok())
+            .unwrap_or(0),
+    )
 }
 
 async fn read_bundle(ctx: &Context, cluster: &TalosCluster) -> Result<Vec<u8>, Failure> {
