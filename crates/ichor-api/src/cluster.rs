@@ -221,30 +221,44 @@ pub fn one_of(names: &[&str]) -> String {
     }
 }
 
-/// The member of `all` whose name is `s`, or a message naming the ones
-/// that exist (`what` says which vocabulary).
+/// A name that is not one of a vocabulary's (a tunnel, a kube-proxy mode).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {given:?}: use {known}")]
+pub struct UnknownName {
+    pub what: &'static str,
+    pub given: String,
+    /// The names that exist, as a sentence (`vxlan, geneve or native`).
+    pub known: String,
+}
+
+/// The member of `all` whose name is `s`, or an error naming the ones that
+/// exist (`what` says which vocabulary).
 fn parse_name<T: Copy>(
     s: &str,
     all: &[T],
     name: fn(T) -> &'static str,
-    what: &str,
-) -> Result<T, String> {
+    what: &'static str,
+) -> Result<T, UnknownName> {
     all.iter().copied().find(|t| name(*t) == s).ok_or_else(|| {
         let names: Vec<&str> = all.iter().map(|t| name(*t)).collect();
-        format!("unknown {what} {s:?}: use {}", one_of(&names))
+        UnknownName {
+            what,
+            given: s.to_string(),
+            known: one_of(&names),
+        }
     })
 }
 
 impl std::str::FromStr for Tunnel {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
         parse_name(s, &Tunnel::ALL, Tunnel::as_str, "tunnel")
     }
 }
 
 impl std::str::FromStr for KubeProxyMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
         parse_name(
             s,
             &KubeProxyMode::ALL,

@@ -274,7 +274,8 @@ pub fn cluster_identity(config: &[u8], port: u16) -> Result<ClusterIdentity, Lab
     let ca_key = unb64(&bundle.certs.k8s.key, "Kubernetes CA key")?;
     let ca_key = ichor_talos::pem::p256_sec1_to_pkcs8(&ca_key)
         .ok_or_else(|| LabError::Config("the Kubernetes CA key is not PEM".into()))?;
-    let ca = TestCa::from_pem(&ca_cert, &ca_key).map_err(LabError::Config)?;
+    let ca = TestCa::from_pem(&ca_cert, &ca_key)
+        .map_err(|e| LabError::Config(ichor_api::error_text::chain(&e)))?;
     let sa_key = unb64(&bundle.certs.k8sserviceaccount.key, "service-account key")?;
     Ok(ClusterIdentity {
         ca,

@@ -124,6 +124,7 @@ fn main() {
             name: "bundle".into(),
             key: None,
         },
+        backup: None,
     };
     for f in files {
         let text = std::fs::read_to_string(&f).expect("read fixture");

@@ -19,6 +19,15 @@ pub struct TestCa {
     cert_pem: String,
 }
 
+/// A CA given as PEM that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    #[error("the CA key is not a PKCS#8 key rcgen can read")]
+    Key(#[source] rcgen::Error),
+    #[error("the CA certificate cannot issue with that key")]
+    Certificate(#[source] rcgen::Error),
+}
+
 impl TestCa {
     pub fn new(common_name: &str) -> TestCa {
         let mut params = CertificateParams::default();
@@ -40,10 +49,9 @@ impl TestCa {
 
     /// A CA given as PEM (a cluster's own Kubernetes CA): its key as PKCS#8
     /// (`PRIVATE KEY`).
-    pub fn from_pem(cert_pem: &str, key_pkcs8_pem: &str) -> Result<TestCa, String> {
-        let key = KeyPair::from_pem(key_pkcs8_pem).map_err(|e| format!("the CA key: {e}"))?;
-        let issuer = Issuer::from_ca_cert_pem(cert_pem, key)
-            .map_err(|e| format!("the CA certificate: {e}"))?;
+    pub fn from_pem(cert_pem: &str, key_pkcs8_pem: &str) -> Result<TestCa, CaError> {
+        let key = KeyPair::from_pem(key_pkcs8_pem).map_err(CaError::Key)?;
+        let issuer = Issuer::from_ca_cert_pem(cert_pem, key).map_err(CaError::Certificate)?;
         Ok(TestCa {
             issuer,
             cert_pem: cert_pem.to_string(),

@@ -107,8 +107,11 @@ cluster:
 /// Ichor does not model shows its header alone (`-10` to `-14`) or that a
 /// modelled kind shows only the fields it names (`-15`, `-16`).
 pub fn multidoc_secrets(mark: &str) -> String {
-    format!(
-        r#"machine:
+    MULTIDOC_SECRETS.replace("{mark}", mark)
+}
+
+/// [`multidoc_secrets`] with `{mark}` where each marker goes.
+const MULTIDOC_SECRETS: &str = r#"machine:
   token: {mark}-1
 cluster:
   token: {mark}-2
@@ -184,9 +187,7 @@ apiVersion: v1alpha1
 kind: KubeExternalManifestConfig
 name: monitoring
 url: https://manifests.example/monitoring.yaml?token={mark}-17
-"#
-    )
-}
+"#;
 
 /// The v1alpha1 secret fields a running node can carry without changing who
 /// it is (its token, CA keys and cluster secrets stay the lab's own, so the

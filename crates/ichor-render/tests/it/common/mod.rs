@@ -46,6 +46,7 @@ pub fn cluster(preset: CniPreset, kube_proxy: KubeProxyMode) -> TalosClusterSpec
             name: "bundle".into(),
             key: None,
         },
+        backup: None,
     }
 }
 
