@@ -504,6 +504,19 @@ async fn admission_policies_bound_the_controllers_jobs_and_the_opt_in() {
         c
     };
     let alice = clusters_of(as_user(env, editor).await, &ns);
+    // Each policy is served a moment after it is created, on its own: wait
+    // for this one too (a dry run writes nothing).
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    wait_for("the opt-in policy to refuse an editor's opt-in", || async {
+        alice
+            .create(&dry, &serde_json::from_value(opted("by-alice")).unwrap())
+            .await
+            .is_err_and(|e| e.to_string().contains("privileged-values"))
+    })
+    .await;
     let err = alice
         .create(
             &PostParams::default(),
