@@ -484,7 +484,11 @@ async fn f1_helm_install_then_adopt_registers_and_uninstall_keeps_the_cluster() 
         .unwrap();
     let out = h.helm(Tool::Helm4, &["uninstall", "ichor", "--namespace", NS]);
     assert!(out.status.success(), "helm uninstall: {}", text(&out));
-    assert_eq!(h.crds_present().await, ichor_api::crds::all().len(), "the CRDs are kept");
+    assert_eq!(
+        h.crds_present().await,
+        ichor_api::crds::all().len(),
+        "the CRDs are kept"
+    );
     assert!(
         Api::<TalosCluster>::namespaced(h.client().await, NS)
             .get_opt("lab")

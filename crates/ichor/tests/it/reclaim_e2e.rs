@@ -327,7 +327,11 @@ async fn reclaim_hands_the_cluster_to_talosctl_and_helm_without_touching_a_node(
     }
     assert_cluster_objects_gone(&h).await;
     assert_ichor_uninstalled(&h).await;
-    assert_eq!(crds(&h).await, ichor_api::crds::all().len(), "the CRDs are kept by default");
+    assert_eq!(
+        crds(&h).await,
+        ichor_api::crds::all().len(),
+        "the CRDs are kept by default"
+    );
     let talosconfig = assert_files(&h, &out_dir);
     assert_talosctl_takes_over(&h, &talosconfig);
 
@@ -557,7 +561,11 @@ async fn on_a_helm_install_reclaim_prints_the_helm_uninstall_command() {
             .is_some(),
         "the chart's controller is the chart's to remove"
     );
-    assert_eq!(crds(&h).await, ichor_api::crds::all().len(), "on Helm the CRDs are the chart's");
+    assert_eq!(
+        crds(&h).await,
+        ichor_api::crds::all().len(),
+        "on Helm the CRDs are the chart's"
+    );
     let words: Vec<&str> = command.split(' ').skip(1).collect();
     let out = h.helm(Tool::Helm4, &words);
     assert!(out.status.success(), "{}", text(&out));
