@@ -29,6 +29,14 @@ use crate::{Context, Error, Result, pipeline};
 pub mod schedule;
 mod take;
 
+/// A Kubernetes time as the backup crate's (`chrono`) time.
+pub(crate) fn to_utc(
+    t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
+        .unwrap_or_default()
+}
+
 /// The controller's name in metrics.
 pub const CONTROLLER: &str = "talosbackup";
 

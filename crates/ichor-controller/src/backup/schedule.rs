@@ -38,9 +38,7 @@ pub(super) async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + 
 }
 
 fn now(ctx: &Context) -> DateTime<Utc> {
-    let t = (ctx.clock)();
-    DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
-        .unwrap_or_default()
+    super::to_utc(&(ctx.clock)())
 }
 
 async fn tick(ctx: &Context) {
@@ -110,7 +108,7 @@ fn last_scheduled(cluster: &TalosCluster, backups: &[TalosBackup]) -> DateTime<U
                 .metadata
                 .creation_timestamp
                 .as_ref()
-                .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
+                .map(super::to_utc)
         })
         .unwrap_or_default()
 }
@@ -191,10 +189,7 @@ async fn apply_retention(
                     BackupPhase::Failed => retention::Phase::Failed,
                     BackupPhase::Pending | BackupPhase::Running => retention::Phase::Running,
                 },
-                finished: status
-                    .completion_time
-                    .as_ref()
-                    .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0)),
+                finished: status.completion_time.as_ref().map(super::to_utc),
             }
         })
         .collect();

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
 
+use super::to_utc;
 use crate::Context;
 
 /// A backup written whole, as its status records it.
@@ -90,11 +91,6 @@ pub(super) enum Failure {
 fn kube_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Failure {
     let what = what.into();
     move |source| Failure::Kube { what, source }
-}
-
-fn to_utc(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> DateTime<Utc> {
-    DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
-        .unwrap_or_default()
 }
 
 /// The folder of `backup` in its destination: its own name when that is a

@@ -22,15 +22,12 @@ impl Run<'_> {
         &mut self,
         status: &mut TalosOperationStatus,
     ) -> Result<Option<Action>> {
-        if self.op.spec.dry_run {
+        if self.op.spec.dry_run || backup_gate::passed(self.op.spec.kind, status) {
             return Ok(None);
         }
         let api = Api::<TalosBackup>::namespaced(self.ctx.client.clone(), &self.namespace);
         let seen = match status.backup.as_deref() {
-            Some(name)
-                if !name.starts_with(backup_gate::SKIPPED_PREFIX)
-                    && name != backup_gate::NO_DESTINATION =>
-            {
+            Some(name) => {
                 let found = api.get_opt(name).await.map_err(Error::kube(format!(
                     "reading TalosBackup {}/{name}",
                     self.namespace
@@ -44,7 +41,7 @@ impl Run<'_> {
                     },
                 })
             }
-            _ => None,
+            None => None,
         };
         let has_destination = match self.cluster().await {
             Ok(c) => c.spec.backup.is_some(),
@@ -60,7 +57,7 @@ impl Run<'_> {
             self.op.spec.skip_backup.as_ref().map(|s| s.reason.as_str()),
             seen,
             || {
-                let t = chrono::DateTime::from_timestamp(now.0.as_second(), 0).unwrap_or_default();
+                let t = crate::backup::to_utc(&now);
                 ichor_backup::manifest::backup_name(&cluster, t, Some(&format!("before-{op_name}")))
             },
         );

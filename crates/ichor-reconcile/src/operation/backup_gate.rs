@@ -52,6 +52,20 @@ fn steps_begun(status: &TalosOperationStatus) -> bool {
             .any(|c| c.phase != ComponentPhase::Pending)
 }
 
+/// Whether the gate is passed whatever the backup's state: the kind takes
+/// none, a step has begun, or `status.backup` records a skip or no
+/// destination. The I/O code reads nothing for the gate then.
+pub fn passed(kind: OperationKind, status: &TalosOperationStatus) -> bool {
+    !matches!(
+        kind,
+        OperationKind::TalosUpgrade | OperationKind::KubernetesUpgrade
+    ) || steps_begun(status)
+        || status
+            .backup
+            .as_deref()
+            .is_some_and(|s| s.starts_with(SKIPPED_PREFIX) || s == NO_DESTINATION)
+}
+
 /// The gate for an operation of `kind` with `status`, on a cluster that
 /// has a backup destination or not, with `skip` (`spec.skipBackup.reason`),
 /// given what is known of the backup it named. `backup_name` is the name a
@@ -64,11 +78,7 @@ pub fn gate(
     seen: Option<BackupSeen>,
     backup_name: impl FnOnce() -> String,
 ) -> Gate {
-    if !matches!(
-        kind,
-        OperationKind::TalosUpgrade | OperationKind::KubernetesUpgrade
-    ) || steps_begun(status)
-    {
+    if passed(kind, status) {
         return Gate::Proceed;
     }
     match status.backup.as_deref() {
@@ -79,7 +89,6 @@ pub fn gate(
                 name: backup_name(),
             },
         },
-        Some(s) if s.starts_with(SKIPPED_PREFIX) || s == NO_DESTINATION => Gate::Proceed,
         Some(name) => match seen {
             Some(BackupSeen::Succeeded) => Gate::Proceed,
             Some(BackupSeen::Failed) => Gate::Fail {
