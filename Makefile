@@ -7,10 +7,19 @@ ifneq ($(CI),)
 export CARGO_INCREMENTAL := 0
 endif
 
-.PHONY: test standalone deny testbin fmt-check clippy cargo-test lab fuzz bench bench-scale
+.PHONY: test checks-and-build standalone deny testbin fmt-check clippy test-build cargo-test lab fuzz bench bench-scale
 
-## test: check that nothing reaches outside the repository and the dependency graph's licences, bans and sources, build the upstream tools if missing, then fmt, clippy and every test
-test: standalone deny testbin fmt-check clippy cargo-test
+## test: check that nothing reaches outside the repository and the dependency graph's licences, bans and sources, fmt, clippy and build every test while the upstream tools build if missing, then run every test
+# Two lanes, then the tests: the tools (Go builds, module and package
+# downloads) beside the Rust lane (checks in order, failing fast, then the
+# test build). On a cold machine their network waits and single-threaded
+# links overlap instead of adding up; warm, testbin takes a second.
+test:
+	@$(MAKE) --no-print-directory -j2 testbin checks-and-build
+	@$(MAKE) --no-print-directory cargo-test
+
+checks-and-build:
+	@for step in standalone deny fmt-check clippy test-build; do $(MAKE) --no-print-directory $$step || exit 1; done
 
 ## standalone: fail when any file reads or cites a path outside the repository, or cites an issue number
 standalone:
@@ -30,6 +39,10 @@ fmt-check:
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+## test-build: build every test binary without running it (what cargo-test then runs)
+test-build:
+	$(CARGO) test --workspace --locked --no-run
 
 # One test thread per binary keeps two cores from being swamped by parallel
 # helm and apiserver work; each test binary starts its own control plane.
