@@ -43,6 +43,8 @@ pub enum EndpointProblem {
     NoIpv6InBrackets,
     TextAfterBracket,
     Port(String),
+    /// No port written where one must be.
+    NoPort,
     /// Neither an IP address nor a DNS host name (`10.0.0.300`, `a..b`).
     NotAHostName,
 }
@@ -60,6 +62,7 @@ impl fmt::Display for EndpointProblem {
             EndpointProblem::NoIpv6InBrackets => f.write_str("has no IPv6 address between [ and ]"),
             EndpointProblem::TextAfterBracket => f.write_str("has text after ]"),
             EndpointProblem::Port(p) => write!(f, "has port {p:?}, not a number from 1 to 65535"),
+            EndpointProblem::NoPort => f.write_str("names no port"),
             EndpointProblem::NotAHostName => {
                 f.write_str("is neither an IP address nor a DNS host name")
             }
@@ -76,6 +79,17 @@ impl Endpoint {
     /// scheme, a path, user info, spaces or control characters would make
     /// a different request than the one meant.
     pub fn parse(text: &str, default_port: u16) -> Result<Endpoint, EndpointError> {
+        Endpoint::read(text, Some(default_port))
+    }
+
+    /// [`Endpoint::parse`] of a text that must write its port (`host:port`,
+    /// `[v6]:port`): where none is written, [`EndpointProblem::NoPort`].
+    pub fn parse_with_port(text: &str) -> Result<Endpoint, EndpointError> {
+        Endpoint::read(text, None)
+    }
+
+    /// The one parser; `default_port` none: the port must be written.
+    fn read(text: &str, default_port: Option<u16>) -> Result<Endpoint, EndpointError> {
         let fail = |problem| EndpointError {
             text: text.to_owned(),
             problem,
@@ -120,7 +134,7 @@ impl Endpoint {
             }
         };
         let port = match port {
-            None => default_port,
+            None => default_port.ok_or_else(|| fail(EndpointProblem::NoPort))?,
             Some(p) => p
                 .parse::<u16>()
                 .ok()
@@ -140,6 +154,16 @@ impl Endpoint {
     /// `cluster.controlPlane.endpoint` holds it): the endpoint between the
     /// scheme and the optional closing `/`.
     pub fn parse_https_url(text: &str, default_port: u16) -> Result<Endpoint, EndpointError> {
+        Endpoint::read_https_url(text, Some(default_port))
+    }
+
+    /// [`Endpoint::parse_https_url`] of a URL that must write its port
+    /// (`https://HOST:PORT[/]`).
+    pub fn parse_https_url_with_port(text: &str) -> Result<Endpoint, EndpointError> {
+        Endpoint::read_https_url(text, None)
+    }
+
+    fn read_https_url(text: &str, default_port: Option<u16>) -> Result<Endpoint, EndpointError> {
         let authority = text
             .strip_prefix("https://")
             .map(|rest| rest.strip_suffix('/').unwrap_or(rest))
@@ -147,7 +171,7 @@ impl Endpoint {
                 text: text.to_owned(),
                 problem: EndpointProblem::NotAHost,
             })?;
-        Endpoint::parse(authority, default_port).map_err(|e| EndpointError {
+        Endpoint::read(authority, default_port).map_err(|e| EndpointError {
             text: text.to_owned(),
             problem: e.problem,
         })
@@ -258,5 +282,32 @@ mod tests {
         ] {
             assert!(url(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_endpoint_that_must_write_its_port_says_when_it_names_none() {
+        for (text, shown) in [
+            ("10.0.0.2:4000", "10.0.0.2:4000"),
+            ("[fd00::2]:4000", "[fd00::2]:4000"),
+            ("node-1.lab:1", "node-1.lab:1"),
+        ] {
+            assert_eq!(Endpoint::parse_with_port(text).unwrap().to_string(), shown);
+        }
+        for text in ["10.0.0.2", "fd00::2", "[fd00::2]", "node-1.lab"] {
+            let e = Endpoint::parse_with_port(text).unwrap_err();
+            assert_eq!(e.problem, EndpointProblem::NoPort, "{text}");
+            assert_eq!(e.to_string(), format!("address {text:?} names no port"));
+        }
+        assert_eq!(
+            Endpoint::parse_https_url_with_port("https://k8s.example.com:443/")
+                .unwrap()
+                .to_string(),
+            "k8s.example.com:443"
+        );
+        let e = Endpoint::parse_https_url_with_port("https://10.5.0.2").unwrap_err();
+        assert_eq!(
+            (e.text.as_str(), e.problem),
+            ("https://10.5.0.2", EndpointProblem::NoPort)
+        );
     }
 }
