@@ -13,6 +13,8 @@
 //! - [`operation`]: a TalosOperation's plan, next step and verdicts; the
 //!   Talos→Kubernetes support table ([`operation::support`]) and the
 //!   settings each Kubernetes minor removes ([`operation::removed`]).
+//! - [`membership`]: machines that come and go — whether a control plane
+//!   may join or leave etcd now, and a removal's steps.
 //! - [`inventory`]: which of the release's objects leave Talos's
 //!   bootstrap-manifests inventory.
 //! - [`cni_job`]: the ichor-cni Job, its name, its state and the wait
@@ -26,6 +28,7 @@ pub mod cluster;
 pub mod cni_job;
 pub mod inventory;
 pub mod machine;
+pub mod membership;
 pub mod operation;
 pub mod version;
 pub mod why;
