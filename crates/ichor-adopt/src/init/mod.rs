@@ -10,7 +10,9 @@
 pub mod base;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 
+use ichor_api::endpoint::{Endpoint, EndpointProblem};
 use ichor_api::{
     ClusterNetwork, ClusterRef, CniPreset, CniSpec, KubeProxyMode, MachinePatch, MachineRole,
     SecretsRef, TalosCluster, TalosClusterSpec, TalosMachine, TalosMachineSpec, Tunnel,
@@ -242,23 +244,24 @@ fn valid_cluster_name(name: &str) -> bool {
 }
 
 /// Why an `--endpoint` is not a URL of the Kubernetes API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EndpointFault {
     NotHttps,
-    NotOnlyHostAndPort,
-    NoHost,
-    NoPort,
-    SpacesInHost,
+    /// What is wrong with the address after `https://` (the one endpoint
+    /// parser's words).
+    Address(EndpointProblem),
 }
 
-impl EndpointFault {
-    pub fn as_str(self) -> &'static str {
+impl fmt::Display for EndpointFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            EndpointFault::NotHttps => "it must start with https://",
-            EndpointFault::NotOnlyHostAndPort => "it must be only a scheme, host and port",
-            EndpointFault::NoHost => "it has no host",
-            EndpointFault::NoPort => "it has no port",
-            EndpointFault::SpacesInHost => "its host has spaces",
+            EndpointFault::NotHttps => f.write_str("it must start with https://"),
+            EndpointFault::Address(EndpointProblem::NotAHost) => {
+                f.write_str("it must be only a scheme, host and port")
+            }
+            EndpointFault::Address(EndpointProblem::Empty) => f.write_str("it has no host"),
+            EndpointFault::Address(EndpointProblem::NoPort) => f.write_str("it has no port"),
+            EndpointFault::Address(problem) => write!(f, "its address {problem}"),
         }
     }
 }
@@ -266,40 +269,25 @@ impl EndpointFault {
 /// An `--endpoint` init cannot write into the configs.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "--endpoint {endpoint:?} is not a URL of the Kubernetes API: {}; give it as https://HOST:6443",
-    fault.as_str()
+    "--endpoint {endpoint:?} is not a URL of the Kubernetes API: {fault}; give it as https://HOST:6443"
 )]
 pub struct EndpointError {
     pub endpoint: String,
     pub fault: EndpointFault,
 }
 
-/// `https://HOST:PORT` with a port, or why not.
+/// `https://HOST:PORT[/]` with a port, or why not.
 pub fn check_endpoint(endpoint: &str) -> Result<(), EndpointError> {
     let why = |fault| EndpointError {
         endpoint: endpoint.to_string(),
         fault,
     };
-    let Some(rest) = endpoint.strip_prefix("https://") else {
+    if !endpoint.starts_with("https://") {
         return Err(why(EndpointFault::NotHttps));
-    };
-    let authority = rest.trim_end_matches('/');
-    if authority.contains('/') || authority.contains('?') || authority.contains('@') {
-        return Err(why(EndpointFault::NotOnlyHostAndPort));
     }
-    let host = endpoint_host(endpoint).ok_or_else(|| why(EndpointFault::NoHost))?;
-    let port = authority
-        .rsplit_once(':')
-        .map(|(_, p)| p)
-        .filter(|_| !authority.ends_with(']'));
-    match port.map(str::parse::<u16>) {
-        Some(Ok(p)) if p > 0 => {}
-        _ => return Err(why(EndpointFault::NoPort)),
-    }
-    if host.chars().any(char::is_whitespace) {
-        return Err(why(EndpointFault::SpacesInHost));
-    }
-    Ok(())
+    Endpoint::parse_https_url_with_port(endpoint)
+        .map(drop)
+        .map_err(|e| why(EndpointFault::Address(e.problem)))
 }
 
 /// The disk Talos installs to: the first disk the node lists.
@@ -704,5 +692,7 @@ pub fn init_machine(cluster: &str, name: &str, address: &str, role: MachineRole)
     m
 }
 
+#[cfg(test)]
+mod endpoint_parity;
 #[cfg(test)]
 mod tests;
