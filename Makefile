@@ -71,7 +71,7 @@ fuzz:
 # cargo command for all: the release build is shared (one feature set).
 # The process start of `ichor --version` is measured by hyperfine (Debian's
 # package) on the release binary (tools/bench-startup.py).
-BENCHES = -p ichor-talos --bench config -p ichor-render --bench render -p ichor-cilium --bench values -p ichor-helm --bench records -p ichor-adopt-run --bench inspection -p ichor-ui --bench machines_page
+BENCHES = -p ichor-talos --bench config -p ichor-render --bench render -p ichor-cilium --bench values -p ichor-helm --bench records -p ichor-adopt-run --bench inspection -p ichor-ui --bench machines_page -p ichor-backup --bench take
 bench: testbin
 	rm -rf target/bench-figures
 	$(CARGO) bench --locked $(BENCHES)
