@@ -1,5 +1,6 @@
-//! The real Talos files the tests and the lab read, kept in the repository
-//! under `testdata/talos/` (their origin and licence in its `SOURCES.md`).
+//! The files the tests and the lab read: the real Talos files kept under
+//! `testdata/talos/` (their origin and licence in its `SOURCES.md`), and
+//! ichor-render's `cni.name: none` configs made from them.
 use std::path::PathBuf;
 
 use crate::tools::repo_root;
@@ -16,14 +17,28 @@ pub fn talos_path(rel: &str) -> PathBuf {
 
 /// One Talos fixture as text.
 pub fn talos(rel: &str) -> String {
-    let path = talos_path(rel);
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading fixture {}: {e}", path.display()))
+    read(&talos_path(rel))
 }
 
 /// One Talos fixture's bytes.
 pub fn talos_bytes(rel: &str) -> Vec<u8> {
     talos(rel).into_bytes()
+}
+
+/// ichor-render's fixtures folder: the stability configs with `cni.name:
+/// none` (how they were made in its `README.md`).
+pub fn cni_none_dir() -> PathBuf {
+    repo_root().join("crates/ichor-render/tests/fixtures")
+}
+
+/// One `cni.name: none` fixture as text, `rel` under [`cni_none_dir`].
+pub fn cni_none(rel: &str) -> String {
+    read(&cni_none_dir().join(rel))
+}
+
+fn read(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("reading fixture {}: {e}", path.display()))
 }
 
 /// Every `.yaml` fixture under `testdata/talos/`, as paths relative to it, sorted.
@@ -63,5 +78,6 @@ mod tests {
             root.display()
         );
         assert!(all_talos_yaml().contains(&"stability-secrets.yaml".to_owned()));
+        assert!(cni_none("v1.12-cni-none-worker.yaml").contains("name: none"));
     }
 }

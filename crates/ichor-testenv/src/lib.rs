@@ -26,10 +26,12 @@ pub mod bench;
 pub mod browser;
 mod certs;
 pub mod fixtures;
+pub mod install;
 pub mod leak;
 pub mod rbac;
 pub mod s3;
 pub mod tools;
+pub mod wait;
 
 use std::io::Write as _;
 use std::net::TcpListener;

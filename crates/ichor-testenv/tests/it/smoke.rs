@@ -4,7 +4,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use ichor_testenv::{TestEnv, Tool};
+use ichor_testenv::wait::{self, Seen};
+use ichor_testenv::{TestEnv, Tool, install};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -14,26 +15,10 @@ use serde_json::json;
 /// How long the control plane may take to act on a request (bounded waits).
 const WAIT: Duration = Duration::from_secs(60);
 
-async fn wait_until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while tokio::time::Instant::now() < deadline {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("{what} did not happen within {WAIT:?}");
-}
-
 #[tokio::test]
 async fn a_crd_becomes_established_and_serves_its_kind() {
     let env = TestEnv::shared();
     let client = env.client().await;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd: CustomResourceDefinition = serde_json::from_value(json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -48,19 +33,8 @@ async fn a_crd_becomes_established_and_serves_its_kind() {
         }
     }))
     .unwrap();
-    crds.create(&PostParams::default(), &crd).await.unwrap();
-    wait_until("CRD Established", || {
-        let crds = crds.clone();
-        async move {
-            let crd = crds.get("widgets.smoke.ichor.test").await.unwrap();
-            crd.status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-        }
-    })
-    .await;
+    // Established, and its kind lists.
+    install::crds(&client, [crd]).await.unwrap();
 
     // The apiserver validates against the schema: size 0 is below the minimum.
     let ns = env.namespace("crd").await;
@@ -224,28 +198,24 @@ async fn a_validating_webhook_on_loopback_rejects_a_create_with_its_message() {
         .unwrap()
     };
     // The configuration takes effect asynchronously: wait until the webhook answers.
-    let mut last: String;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
+    let every = Duration::from_millis(300);
+    wait::until("the webhook to refuse", WAIT, every, || async {
         match cms.create(&PostParams::default(), &cm("forbidden")).await {
             Err(e)
                 if e.to_string()
                     .contains("forbidden names are refused by the smoke webhook") =>
             {
-                break;
+                Seen::Done(())
             }
-            Err(e) => last = e.to_string(),
+            Err(e) => Seen::not_yet(e),
             Ok(_) => {
                 cms.delete("forbidden", &Default::default()).await.unwrap();
-                last = "created (webhook not active yet)".into();
+                Seen::not_yet("created (webhook not active yet)")
             }
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "webhook never rejected: {last}"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    })
+    .await
+    .unwrap();
     cms.create(&PostParams::default(), &cm("allowed"))
         .await
         .unwrap();
