@@ -96,6 +96,13 @@ impl Discovery {
             self.generation.fetch_add(1, Ordering::SeqCst);
         }
     }
+
+    /// etcd's data is gone on every control plane: it waits for a bootstrap again.
+    pub fn forget_bootstrap(&self) {
+        if self.bootstrapped.swap(false, Ordering::SeqCst) {
+            self.generation.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 }
 
 /// A stable etcd member id for a hostname (FNV-1a).

@@ -52,7 +52,7 @@ use std::time::Duration;
 
 use ichor_talos_client::{ClientIdentity, ClientOptions, TalosClient};
 
-pub use api::EtcdAlarm;
+pub use api::{EtcdAlarm, EtcdRestore, RestoreHook, RestoreHookError};
 pub use error::EmuError;
 pub use node::{Disk, Fault, NodeSpec, ReadGate, WriteAction, WriteRecord};
 pub use pki::{CertifiedKey, ClientCertSpec, Pki};
@@ -76,6 +76,14 @@ pub struct EmulatorOptions {
     /// (no etcd): EtcdSnapshot answers Unavailable. The lab, whose etcd
     /// starts after the nodes, gives it with [`Emulator::serve_etcd_at`].
     pub etcd_url: Option<String>,
+    /// Where the nodes keep their files (an uploaded etcd snapshot, the
+    /// data folders restored from it), one folder per hostname; `None`: a
+    /// fresh folder under the system's temporary folder, removed with the
+    /// emulator.
+    pub state_dir: Option<std::path::PathBuf>,
+    /// The pause between `Bootstrap{recover_etcd}`'s answer and the restore
+    /// (Talos restores in etcd's pre-state, after the answer).
+    pub recover_delay: Duration,
 }
 
 impl Default for EmulatorOptions {
@@ -85,6 +93,8 @@ impl Default for EmulatorOptions {
             reboot_outage: Duration::from_millis(300),
             serve_config_ca: false,
             etcd_url: None,
+            state_dir: None,
+            recover_delay: Duration::from_millis(200),
         }
     }
 }
@@ -155,6 +165,8 @@ impl Emulator {
             )?);
         }
         let (bootstraps, _) = tokio::sync::broadcast::channel(16);
+        let recovery =
+            api::etcd_recover::Recovery::new(built.len(), options.state_dir, options.recover_delay);
         let cluster = Arc::new(Cluster {
             nodes: built,
             serve_config_ca: options.serve_config_ca,
@@ -162,6 +174,7 @@ impl Emulator {
             discovery,
             etcd: Mutex::new(Default::default()),
             lab_etcd: Mutex::new(options.etcd_url),
+            recovery,
         });
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
         let mut handles = Vec::new();
@@ -380,6 +393,66 @@ impl Emulator {
         let gate = ReadGate::new();
         self.cluster.nodes[i].lock().reboot_gate = Some(gate.clone());
         gate
+    }
+
+    /// etcd's data is gone (the lab stopped its etcd and deleted its data):
+    /// every configured control plane's etcd waits for a bootstrap, as
+    /// Talos's do after their EPHEMERAL partition was wiped — the service
+    /// `etcd` is `Preparing` ("Running pre state"), EtcdStatus and
+    /// EtcdSnapshot fail, the member list is empty, and Bootstrap (plain or
+    /// `recover_etcd`) is taken again.
+    pub fn lose_etcd(&self) {
+        self.cluster.discovery.forget_bootstrap();
+        {
+            let mut etcd = self.cluster.etcd.lock().unwrap_or_else(|e| e.into_inner());
+            etcd.leader = None;
+            etcd.alarms.clear();
+        }
+        for n in &self.cluster.nodes {
+            let mut st = n.lock();
+            let had_data = st.etcd_data;
+            st.etcd_data = false;
+            if had_data && n.is_control_plane() {
+                st.journal.service(
+                    "etcd",
+                    journal::ServiceState::Finished,
+                    "Service finished successfully",
+                );
+                st.journal.service(
+                    "etcd",
+                    journal::ServiceState::Preparing,
+                    "Running pre state",
+                );
+            }
+            n.refresh(&mut st);
+        }
+    }
+
+    /// How a `Bootstrap{recover_etcd}` restores the lab's etcd from then on
+    /// (without it, the restore fails and etcd keeps waiting).
+    pub fn restore_etcd_with(&self, restore: EtcdRestore) {
+        self.cluster.recovery.set_restore(restore);
+    }
+
+    /// How many Bootstrap calls (plain or `recover_etcd`, taken or refused)
+    /// node `i` received.
+    pub fn bootstrap_calls(&self, i: usize) -> u32 {
+        self.cluster.recovery.bootstrap_calls(i)
+    }
+
+    /// Holds node `i`'s next restore after `Bootstrap{recover_etcd}`'s
+    /// answer until the returned gate is opened (a test reboots the node
+    /// in that window).
+    pub fn hold_etcd_restore(&self, i: usize) -> ReadGate {
+        self.cluster.recovery.hold(i)
+    }
+
+    /// Where node `i` keeps an uploaded etcd snapshot (Talos's
+    /// `/var/lib/etcd.snapshot`).
+    pub fn etcd_snapshot_path(&self, i: usize) -> std::path::PathBuf {
+        self.cluster
+            .recovery
+            .snapshot_path(&self.cluster.nodes[i].spec.hostname)
     }
 
     /// The Talos version node `i` runs now (changes when it boots an upgrade).

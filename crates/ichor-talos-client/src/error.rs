@@ -78,6 +78,15 @@ pub enum Error {
         what: String,
         reason: String,
     },
+    /// The data a client-streaming call uploads could not be read (the
+    /// upload stopped there).
+    #[error("node {node}: {call}: reading the data to upload failed")]
+    Upload {
+        node: String,
+        call: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl Error {
@@ -88,7 +97,8 @@ impl Error {
             | Error::Status { node, .. }
             | Error::NodeReported { node, .. }
             | Error::EmptyResponse { node, .. }
-            | Error::Decode { node, .. } => Some(node),
+            | Error::Decode { node, .. }
+            | Error::Upload { node, .. } => Some(node),
             Error::InvalidNode { node, .. } => Some(node),
             Error::InvalidEndpoint { .. } | Error::Tls(_) | Error::Handshake { .. } => None,
         }
@@ -101,7 +111,8 @@ impl Error {
             | Error::Status { call, .. }
             | Error::NodeReported { call, .. }
             | Error::EmptyResponse { call, .. }
-            | Error::Decode { call, .. } => Some(call),
+            | Error::Decode { call, .. }
+            | Error::Upload { call, .. } => Some(call),
             _ => None,
         }
     }

@@ -435,6 +435,13 @@ mod tests {
                 Err(broken),
             ]))))
         }
+
+        async fn status(
+            &self,
+            _: Request<etcdserverpb::StatusRequest>,
+        ) -> Result<Response<etcdserverpb::StatusResponse>, Status> {
+            Err(Status::unavailable("etcd went away"))
+        }
     }
 
     /// Talos's chunker swallows a read error: the stream of a broken

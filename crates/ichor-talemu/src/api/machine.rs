@@ -135,7 +135,7 @@ impl MachineService for NodeApi {
         let messages = self
             .unary(request.metadata(), |node| {
                 let i = self.index_of(node);
-                self.bootstrap_on(i)
+                self.bootstrap_on(i, request.get_ref())
             })
             .await?;
         Ok(Response::new(machine::BootstrapResponse { messages }))
@@ -155,6 +155,27 @@ impl MachineService for NodeApi {
             bytes,
         };
         Ok(Response::new(Box::pin(futures::stream::iter([Ok(data)]))))
+    }
+
+    async fn etcd_recover(
+        &self,
+        request: Request<tonic::Streaming<common::Data>>,
+    ) -> Result<Response<machine::EtcdRecoverResponse>, Status> {
+        self.etcd_recover_answer(request).await
+    }
+
+    /// The router sends ServiceList to the emulator's own server; this one
+    /// answers the same, re-read as the client crate's messages (the same
+    /// field numbers).
+    async fn service_list(
+        &self,
+        request: Request<()>,
+    ) -> Result<Response<machine::ServiceListResponse>, Status> {
+        use prost::Message as _;
+        let answer = self.service_list_answer(request).await?.into_inner();
+        machine::ServiceListResponse::decode(answer.encode_to_vec().as_slice())
+            .map(Response::new)
+            .map_err(|e| Status::internal(e.to_string()))
     }
 
     async fn etcd_forfeit_leadership(
@@ -272,7 +293,15 @@ impl NodeApi {
     /// retries), a control plane (Unimplemented), and etcd must hold no data
     /// yet (AlreadyExists "etcd data directory is not empty": every control
     /// plane of a bootstrapped cluster has joined it).
-    fn bootstrap_on(&self, i: usize) -> Result<machine::Bootstrap, Status> {
+    ///
+    /// With `recover_etcd` it answers first and restores afterwards
+    /// ([`super::etcd_recover`]).
+    fn bootstrap_on(
+        &self,
+        i: usize,
+        request: &machine::BootstrapRequest,
+    ) -> Result<machine::Bootstrap, Status> {
+        self.cluster.recovery.count_bootstrap(i);
         let node = self.node(i);
         if node.in_maintenance() || node.lock().rebooting_after_apply {
             return Err(Status::failed_precondition(
@@ -286,6 +315,11 @@ impl NodeApi {
         }
         if self.cluster.bootstrapped() {
             return Err(Status::already_exists("etcd data directory is not empty"));
+        }
+        if request.recover_etcd {
+            node.record(WriteAction::Bootstrap);
+            self.accept_recover(i, request.recover_skip_hash_check);
+            return Ok(machine::Bootstrap { metadata: None });
         }
         {
             let mut st = node.lock();
@@ -337,7 +371,7 @@ impl NodeApi {
 
     /// etcd was bootstrapped on node `bootstrapper`: every configured control
     /// plane's member starts (the others join it), and says so in its record.
-    fn start_etcd_members(&self, bootstrapper: usize) {
+    pub(super) fn start_etcd_members(&self, bootstrapper: usize) {
         for (j, n) in self.cluster.nodes.iter().enumerate() {
             let mut st = n.lock();
             let Some(config) = st.active.clone() else {

@@ -7,6 +7,7 @@
 //!   version, reboot, upgrade, bootstrap and kubeconfig;
 //! - [`services`]: the services Talos runs (`talosctl services`);
 //! - [`etcd`]: etcd's members, status, alarms, leadership and snapshot;
+//! - [`etcd_recover`]: a snapshot's upload and the bootstrap that recovers from it;
 //! - [`logs`]: the kernel log and the services' logs;
 //! - [`system`]: memory, processes, mounts;
 //! - [`containers`]: containers and their stats;
@@ -18,6 +19,7 @@
 mod containers;
 mod cosi;
 pub(crate) mod etcd;
+pub(crate) mod etcd_recover;
 mod image;
 mod lifecycle;
 mod logs;
@@ -44,6 +46,7 @@ use crate::resources;
 use crate::wire;
 
 pub use etcd::EtcdAlarm;
+pub use etcd_recover::{EtcdRestore, RestoreHook, RestoreHookError};
 
 const ADMIN: &str = "os:admin";
 const OPERATOR: &str = "os:operator";
@@ -64,6 +67,8 @@ pub(crate) struct Cluster {
     /// The client URL of the real etcd the control planes stand for (the
     /// lab's), whose snapshot EtcdSnapshot streams; `None`: no etcd.
     pub lab_etcd: Mutex<Option<String>>,
+    /// Uploaded snapshots, requests to recover, and how to restore.
+    pub recovery: etcd_recover::Recovery,
 }
 
 impl Cluster {

@@ -1,6 +1,7 @@
 //! etcd's membership through `MachineService`: the members, a leader
-//! handing over, and the bootstrap of a new cluster. (A member's status
-//! and its snapshot are [`crate::etcd`]'s.)
+//! handing over, and the bootstrap of a new cluster — empty, or recovered
+//! from an uploaded snapshot. (A member's status, its snapshot and the
+//! upload of one are [`crate::etcd`]'s.)
 
 use crate::error::Error;
 use crate::proto::machine;
@@ -72,5 +73,35 @@ impl TalosClient {
             }) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// `MachineService/Bootstrap{recover_etcd}` on a control plane: starts
+    /// etcd as a new cluster from the snapshot uploaded before with
+    /// [`TalosClient::etcd_recover`] (`skip_hash_check`: accept a snapshot
+    /// without etcd's sha256 trailer, such as a copy of `member/snap/db`).
+    ///
+    /// Talos answers before it restores: `Ok(())` means the node took the
+    /// request, not that etcd runs. It keeps the request only in memory, so
+    /// a reboot before etcd started loses it, and a snapshot that fails its
+    /// checks leaves etcd waiting (the reason is the etcd service's last
+    /// event). The caller polls [`TalosClient::etcd_service`] until etcd runs
+    /// and is healthy, then [`TalosClient::etcd_status`]. Refusals come back
+    /// as [`Error::Status`]: `AlreadyExists` when etcd's data directory is not
+    /// empty (etcd runs or ran there), `FailedPrecondition` when the node is
+    /// not ready for a bootstrap.
+    pub async fn bootstrap_recover(&self, node: &str, skip_hash_check: bool) -> Result<(), Error> {
+        let call = "Bootstrap";
+        let request = self.request(
+            node,
+            machine::BootstrapRequest {
+                recover_etcd: true,
+                recover_skip_hash_check: skip_hash_check,
+            },
+        )?;
+        let response = self
+            .call(node, call, self.machine().bootstrap(request))
+            .await?;
+        self.first(node, call, response.messages, |m| m.metadata.as_ref())?;
+        Ok(())
     }
 }
