@@ -3,6 +3,7 @@
 use serde_yaml_ng::{Mapping, Value};
 
 use super::ConfigError;
+use super::host::*;
 use super::kube::*;
 use super::v1alpha1::V1Alpha1Config;
 
@@ -124,6 +125,15 @@ documents! {
     Kubelet(KubeletConfig) = "KubeletConfig",
     DiscoveryIdentity(DiscoveryIdentityConfig) = "DiscoveryIdentityConfig",
     UnattendedInstall(UnattendedInstallConfig) = "UnattendedInstallConfig",
+    KubeNode(KubeNodeConfig) = "KubeNodeConfig",
+    KubeAuthorizer(KubeAuthorizerConfig) = "KubeAuthorizerConfig",
+    KubeApiServer(KubeApiServerConfig) = "KubeAPIServerConfig",
+    KubeControllerManager(KubeControllerManagerConfig) = "KubeControllerManagerConfig",
+    KubeScheduler(KubeSchedulerConfig) = "KubeSchedulerConfig",
+    KubeCoreDns(KubeCoreDnsConfig) = "KubeCoreDNSConfig",
+    DiscoveryService(DiscoveryServiceConfig) = "DiscoveryServiceConfig",
+    Resolver(ResolverConfig) = "ResolverConfig",
+    Hostname(HostnameConfig) = "HostnameConfig",
 }
 
 impl Document {
@@ -159,6 +169,8 @@ impl Document {
             Self::V1Alpha1(_) => None,
             Self::KubeInlineManifest(d) => d.name.clone(),
             Self::KubeExternalManifest(d) => d.name.clone(),
+            Self::KubeAuthorizer(d) => d.name.clone(),
+            Self::DiscoveryService(d) => d.name.clone(),
             Self::Other(o) => o.name().map(str::to_string),
             other => other
                 .to_mapping()

@@ -190,9 +190,12 @@ pub struct ConfigFacts {
 
 fn is_kube_kind(d: &Document) -> bool {
     match d {
-        Document::V1Alpha1(_) | Document::DiscoveryIdentity(_) | Document::UnattendedInstall(_) => {
-            false
-        }
+        Document::V1Alpha1(_)
+        | Document::DiscoveryIdentity(_)
+        | Document::UnattendedInstall(_)
+        | Document::DiscoveryService(_)
+        | Document::Resolver(_)
+        | Document::Hostname(_) => false,
         Document::Other(OtherDocument { .. }) => d
             .kind_name()
             .strip_prefix("Kube")

@@ -7,14 +7,14 @@
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
-use serde_yaml_ng::Value;
+use serde_yaml_ng::{Mapping, Value};
 
 use super::Extra;
 
 /// The `apiVersion` every Talos multi-document kind uses.
 pub const MULTIDOC_API_VERSION: &str = "v1alpha1";
 
-fn api_v1alpha1() -> Option<String> {
+pub(super) fn api_v1alpha1() -> Option<String> {
     Some(MULTIDOC_API_VERSION.to_string())
 }
 
@@ -309,6 +309,35 @@ pub struct KubeEtcdEncryptionConfig {
 }
 
 impl KubeEtcdEncryptionConfig {
+    /// The EncryptionConfiguration Talos writes for a new cluster: `secrets`
+    /// encrypted with one key of `provider` (`secretbox` or `aescbc`),
+    /// named `key2`, then read as plain (`identity`).
+    pub fn new(provider: &str, secret: &str) -> Self {
+        let key = Mapping::from_iter([
+            ("name".into(), "key2".into()),
+            ("secret".into(), secret.into()),
+        ]);
+        let keys = Mapping::from_iter([("keys".into(), Value::Sequence(vec![key.into()]))]);
+        let providers = vec![
+            Mapping::from_iter([(provider.into(), keys.into())]).into(),
+            Mapping::from_iter([("identity".into(), Mapping::new().into())]).into(),
+        ];
+        let block = Mapping::from_iter([
+            ("resources".into(), Value::Sequence(vec!["secrets".into()])),
+            ("providers".into(), Value::Sequence(providers)),
+        ]);
+        let config = Mapping::from_iter([
+            ("apiVersion".into(), "apiserver.config.k8s.io/v1".into()),
+            ("kind".into(), "EncryptionConfiguration".into()),
+            ("resources".into(), Value::Sequence(vec![block.into()])),
+        ]);
+        Self {
+            api_version: api_v1alpha1(),
+            config: Some(config.into()),
+            extra: Extra::new(),
+        }
+    }
+
     /// The first key of `provider` (`secretbox` or `aescbc`) in the first
     /// resources block that covers `secrets`.
     pub fn provider_secret(&self, provider: &str) -> Option<String> {
@@ -346,7 +375,10 @@ pub struct KubeletConfig {
     /// kubelet image; its tag is the Kubernetes version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
-    /// Fields Ichor does not model.
+    /// `defaultRuntimeSeccompProfileEnabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_runtime_seccomp_profile_enabled: Option<bool>,
+    /// Fields Ichor does not model (`config`, `extraArgs`, `clusterDNS`, ...).
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -440,6 +472,142 @@ pub struct UnattendedInstallConfig {
     /// Disk selection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioning: Option<Provisioning>,
+    /// Fields Ichor does not model.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `KubeNodeConfig`: the node's Kubernetes labels, annotations and taints.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeNodeConfig {
+    /// `apiVersion`.
+    #[serde(
+        rename = "apiVersion",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub api_version: Option<String>,
+    /// Node labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<IndexMap<String, String>>,
+    /// Node annotations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<IndexMap<String, String>>,
+    /// Node taints: key to `value:Effect` (or `Effect`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taints: Option<IndexMap<String, String>>,
+    /// Fields Ichor does not model (`registerWithFQDN`, `nodeIP`, ...).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `KubeAuthorizerConfig`: one named authorizer of the API server.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeAuthorizerConfig {
+    /// `apiVersion`.
+    #[serde(
+        rename = "apiVersion",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub api_version: Option<String>,
+    /// Authorizer name (`node`, `rbac`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Authorizer type (`Node`, `RBAC`, `Webhook`).
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub authorizer_type: Option<String>,
+    /// Fields Ichor does not model (`webhook`).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `KubeAPIServerConfig`: the API server's image and settings.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeApiServerConfig {
+    /// `apiVersion`.
+    #[serde(
+        rename = "apiVersion",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub api_version: Option<String>,
+    /// kube-apiserver image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// `certExtraSANs`: extra names in the API server's certificate.
+    #[serde(
+        rename = "certExtraSANs",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cert_extra_sans: Option<Vec<String>>,
+    /// Fields Ichor does not model (`extraArgs`, `env`, `resources`, ...).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `KubeControllerManagerConfig`: the controller manager's image and settings.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeControllerManagerConfig {
+    /// `apiVersion`.
+    #[serde(
+        rename = "apiVersion",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub api_version: Option<String>,
+    /// kube-controller-manager image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Fields Ichor does not model (`extraArgs`, `env`, `resources`, ...).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `KubeSchedulerConfig`: the scheduler's image and settings.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeSchedulerConfig {
+    /// `apiVersion`.
+    #[serde(
+        rename = "apiVersion",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub api_version: Option<String>,
+    /// `enabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// kube-scheduler image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Fields Ichor does not model (`config`, `extraArgs`, ...).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `KubeCoreDNSConfig`: whether Talos deploys CoreDNS, and its image.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeCoreDnsConfig {
+    /// `apiVersion`.
+    #[serde(
+        rename = "apiVersion",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub api_version: Option<String>,
+    /// `enabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// CoreDNS image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
     /// Fields Ichor does not model.
     #[serde(flatten)]
     pub extra: Extra,

@@ -16,6 +16,7 @@
 mod cow;
 mod document;
 mod facts;
+pub mod host;
 pub mod kube;
 pub mod v1alpha1;
 
@@ -31,6 +32,7 @@ pub use facts::{
     CniName, ConfigFacts, ConfigShape, DEFAULT_DNS_DOMAIN, DEFAULT_POD_SUBNET,
     DEFAULT_SERVICE_SUBNET, InlineManifestFact, KubePrismFact, MachineType,
 };
+pub use host::*;
 pub use kube::*;
 pub use v1alpha1::{DEFAULT_KUBEPRISM_PORT, V1Alpha1Config};
 

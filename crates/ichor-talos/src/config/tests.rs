@@ -61,6 +61,15 @@ fn known_kinds_are_typed_and_unknown_kinds_kept() {
         DocumentKind::DiscoveryIdentity,
         DocumentKind::KubeCluster,
         DocumentKind::Kubelet,
+        DocumentKind::KubeNode,
+        DocumentKind::KubeAuthorizer,
+        DocumentKind::KubeApiServer,
+        DocumentKind::KubeControllerManager,
+        DocumentKind::KubeScheduler,
+        DocumentKind::KubeCoreDns,
+        DocumentKind::DiscoveryService,
+        DocumentKind::Resolver,
+        DocumentKind::Hostname,
     ] {
         assert!(cfg.has(kind), "{kind:?} is typed");
     }
@@ -68,7 +77,7 @@ fn known_kinds_are_typed_and_unknown_kinds_kept() {
         .documents_of(DocumentKind::Other)
         .map(|d| d.kind_name().to_string())
         .collect();
-    assert!(others.contains(&"HostnameConfig".to_string()), "{others:?}");
+    assert!(others.contains(&"VolumeConfig".to_string()), "{others:?}");
     let two_authorizers = cfg
         .documents
         .iter()
@@ -311,7 +320,7 @@ mod props {
                                 port,
                                 extra: Extra::new(),
                             }),
-                            extra: Extra::new(),
+                            ..Default::default()
                         }),
                         ..Default::default()
                     });

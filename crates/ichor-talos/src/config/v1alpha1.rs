@@ -3,9 +3,11 @@
 //! setting; in v1.14 configs those move to multi-document kinds, and configs
 //! upgraded from earlier versions keep them here.
 
+use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
 use super::Extra;
+use super::host::HostDns;
 
 /// The `v1alpha1` document.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -64,13 +66,19 @@ pub struct MachineSection {
     pub cert_sans: Option<Vec<String>>,
     /// `kubelet`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kubelet: Option<ImageSection>,
+    pub kubelet: Option<KubeletSection>,
+    /// `network`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<MachineNetwork>,
     /// `install`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub install: Option<InstallSection>,
     /// `features`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub features: Option<FeaturesSection>,
+    /// `nodeLabels`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_labels: Option<IndexMap<String, String>>,
     /// Fields Ichor does not model.
     #[serde(flatten)]
     pub extra: Extra,
@@ -84,6 +92,32 @@ pub struct ImageSection {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// Fields Ichor does not model.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `machine.kubelet`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeletSection {
+    /// kubelet image; its tag is the Kubernetes version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// `defaultRuntimeSeccompProfileEnabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_runtime_seccomp_profile_enabled: Option<bool>,
+    /// `disableManifestsDirectory`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_manifests_directory: Option<bool>,
+    /// Fields Ichor does not model (`extraArgs`, `extraMounts`, ...).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `machine.network`: Ichor models none of its fields.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct MachineNetwork {
+    /// Fields Ichor does not model (`hostname`, `interfaces`, ...).
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -110,9 +144,21 @@ pub struct InstallSection {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FeaturesSection {
+    /// `rbac`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rbac: Option<bool>,
+    /// `apidCheckExtKeyUsage`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apid_check_ext_key_usage: Option<bool>,
+    /// `diskQuotaSupport`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_quota_support: Option<bool>,
     /// `kubePrism`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kube_prism: Option<KubePrismFeature>,
+    /// `hostDNS`.
+    #[serde(rename = "hostDNS", default, skip_serializing_if = "Option::is_none")]
+    pub host_dns: Option<HostDns>,
     /// Fields Ichor does not model.
     #[serde(flatten)]
     pub extra: Extra,
@@ -179,10 +225,19 @@ pub struct ClusterSection {
     pub service_account: Option<ServiceAccountSection>,
     /// `apiServer`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_server: Option<ImageSection>,
+    pub api_server: Option<ApiServerSection>,
+    /// `controllerManager`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller_manager: Option<ImageSection>,
     /// `proxy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<ProxySection>,
+    /// `scheduler`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<ImageSection>,
+    /// `discovery`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<DiscoverySection>,
     /// `etcd`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd: Option<EtcdSection>,
@@ -190,6 +245,63 @@ pub struct ClusterSection {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inline_manifests: Option<Vec<InlineManifest>>,
     /// Fields Ichor does not model.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `cluster.apiServer`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiServerSection {
+    /// kube-apiserver image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// `certSANs`: extra names in the API server's certificate.
+    #[serde(rename = "certSANs", default, skip_serializing_if = "Option::is_none")]
+    pub cert_sans: Option<Vec<String>>,
+    /// Fields Ichor does not model (`extraArgs`, `admissionControl`, ...).
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `cluster.discovery`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoverySection {
+    /// `enabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// `registries`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registries: Option<DiscoveryRegistries>,
+    /// Fields Ichor does not model.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `cluster.discovery.registries`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoveryRegistries {
+    /// `kubernetes`: the registry kept in Kubernetes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<DiscoveryRegistry>,
+    /// `service`: the discovery service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<DiscoveryRegistry>,
+    /// Fields Ichor does not model.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// One registry of `cluster.discovery.registries`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoveryRegistry {
+    /// `disabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<bool>,
+    /// Fields Ichor does not model (`endpoint`).
     #[serde(flatten)]
     pub extra: Extra,
 }

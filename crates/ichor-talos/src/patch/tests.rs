@@ -95,7 +95,7 @@ fn patch_delete_removes_a_key() {
         .clone()
         .unwrap();
     assert!(features.kube_prism.is_none());
-    assert!(features.extra.contains_key("diskQuotaSupport"));
+    assert_eq!(features.disk_quota_support, Some(true));
 }
 
 #[test]
