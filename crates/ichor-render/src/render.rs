@@ -689,12 +689,7 @@ mod tests {
     use ichor_talos::config::MachineConfig;
 
     fn fixture(name: &str) -> MachineConfig {
-        let text = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures")
-                .join(name),
-        )
-        .expect("fixture");
+        let text = ichor_testenv::fixtures::cni_none(name);
         MachineConfig::parse_live(&text, name).expect("parse")
     }
 

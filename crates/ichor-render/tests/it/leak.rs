@@ -42,7 +42,7 @@ fn leaks(drift: &Drift) -> Vec<String> {
 /// DESIRED markers on the same fields. Drift must see every change and show
 /// none of the values.
 fn drift_of(fixture: &str, secrets: fn(&str) -> String, redactor: &Redactor<'_>) -> Drift {
-    let base = parse(&shared_fixture(fixture));
+    let base = parse(&fixtures::talos(fixture));
     let seeded = ichor_talos::patch::ConfigPatch::parse(&secrets(LIVE), "seed")
         .expect("the live seed parses")
         .apply(&base, "seed")
@@ -233,7 +233,7 @@ fn the_leak_test_finds_each_document_kind_listed_whole_again() {
 /// Covers: R8.1
 #[test]
 fn the_images_a_kubernetes_upgrade_writes_are_still_shown() {
-    let live = parse(&own_fixture("v1.14-cni-none-controlplane.yaml"));
+    let live = parse(&fixtures::cni_none("v1.14-cni-none-controlplane.yaml"));
     let mut spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
     spec.kubernetes_version = "v1.29.1".into();
     let out = render(
@@ -258,7 +258,7 @@ fn the_images_a_kubernetes_upgrade_writes_are_still_shown() {
 /// Covers: R8.1 (an error about a patch carries no value of it)
 #[test]
 fn a_patch_error_does_not_quote_the_secret_in_it() {
-    let base = parse(&shared_fixture("stability-v1.12/base-controlplane.yaml"));
+    let base = parse(&fixtures::talos("stability-v1.12/base-controlplane.yaml"));
     let spec = cluster(CniPreset::Unmanaged, KubeProxyMode::Enabled);
     for bad in [
         format!("cluster:\n  secret: [{DESIRED}-1\n"),

@@ -25,9 +25,9 @@ fn load(i: usize) -> (&'static str, String) {
     (
         f,
         if shared {
-            shared_fixture(f)
+            fixtures::talos(f)
         } else {
-            own_fixture(f)
+            fixtures::cni_none(f)
         },
     )
 }

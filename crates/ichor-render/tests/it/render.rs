@@ -51,7 +51,7 @@ fn cni_none_cases() -> Vec<(&'static str, KubeProxyMode, String)> {
         "v1.14-cni-none-controlplane.yaml",
         "v1.14-cni-none-worker.yaml",
     ] {
-        let text = own_fixture(f);
+        let text = fixtures::cni_none(f);
         cases.push((f, KubeProxyMode::Enabled, text.clone()));
         // The same node with kube-proxy disabled (what `replaced` records).
         let replaced = if f.starts_with("v1.12") {
@@ -112,7 +112,7 @@ fn inline_cni_entry_only_until_handover() {
         "v1.12-cni-none-controlplane.yaml",
         "v1.14-cni-none-controlplane.yaml",
     ] {
-        let live = parse(&own_fixture(file));
+        let live = parse(&fixtures::cni_none(file));
         let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
         let m = machine(MachineRole::Controlplane, &[]);
         let before = render(
@@ -159,7 +159,7 @@ fn inline_cni_entry_only_until_handover() {
 /// A worker never gets the inline entry (inline manifests live on control-plane nodes).
 #[test]
 fn workers_get_no_inline_entry() {
-    let live = parse(&own_fixture("v1.12-cni-none-worker.yaml"));
+    let live = parse(&fixtures::cni_none("v1.12-cni-none-worker.yaml"));
     let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
     let out = render(
         &spec,
@@ -188,7 +188,7 @@ fn cilium_preset_on_flannel_is_class_c() {
         ),
     ];
     for (file, path) in cases {
-        let live = parse(&shared_fixture(file));
+        let live = parse(&fixtures::talos(file));
         let desired = render(
             &spec,
             &machine(MachineRole::Controlplane, &[]),
@@ -220,7 +220,7 @@ fn replaced_disables_kube_proxy_as_class_c() {
             "KubeProxyConfig.enabled",
         ),
     ] {
-        let live = parse(&own_fixture(file));
+        let live = parse(&fixtures::cni_none(file));
         let desired = render(
             &spec,
             &machine(MachineRole::Controlplane, &[]),
@@ -247,12 +247,12 @@ fn replaced_disables_kube_proxy_as_class_c() {
 #[test]
 fn kubeprism_is_turned_on_as_class_b() {
     let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
-    let v12 = own_fixture("v1.12-cni-none-controlplane.yaml").replacen(
+    let v12 = fixtures::cni_none("v1.12-cni-none-controlplane.yaml").replacen(
         "        kubePrism:\n            enabled: true\n            port: 7445\n",
         "",
         1,
     );
-    let v14 = own_fixture("v1.14-cni-none-controlplane.yaml").replacen(
+    let v14 = fixtures::cni_none("v1.14-cni-none-controlplane.yaml").replacen(
         "---\napiVersion: v1alpha1\nkind: KubePrismConfig\nport: 7445\n",
         "",
         1,
@@ -290,7 +290,7 @@ fn unmanaged_keeps_cni_paths() {
         "stability-v1.14/base-controlplane.yaml",
         "stability-v1.14/base-worker.yaml",
     ] {
-        let live = parse(&shared_fixture(file));
+        let live = parse(&fixtures::talos(file));
         let spec = cluster(CniPreset::Unmanaged, KubeProxyMode::Enabled);
         let out = render(&spec, &machine(role_of(file), &[]), &live, false, None);
         assert_eq!(
@@ -306,7 +306,7 @@ fn unmanaged_keeps_cni_paths() {
 /// only the Ichor-owned paths that differ from the spec show up.
 #[test]
 fn paths_ichor_does_not_own_are_kept() {
-    let live = parse(&shared_fixture(
+    let live = parse(&fixtures::talos(
         "stability-v1.12/overrides-controlplane.yaml",
     ));
     let spec = cluster(CniPreset::Unmanaged, KubeProxyMode::Enabled);
@@ -345,7 +345,7 @@ fn paths_ichor_does_not_own_are_kept() {
 /// (an upgrade goes through a TalosOperation).
 #[test]
 fn kubernetes_version_change_is_class_c() {
-    let live = parse(&own_fixture("v1.14-cni-none-controlplane.yaml"));
+    let live = parse(&fixtures::cni_none("v1.14-cni-none-controlplane.yaml"));
     let mut spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
     spec.kubernetes_version = "v1.29.1".into();
     let out = render(
@@ -379,7 +379,7 @@ fn kubernetes_version_change_is_class_c() {
 /// and a secret's value never shows in drift.
 #[test]
 fn patches_are_classified_and_secrets_redacted() {
-    let live = parse(&own_fixture("v1.12-cni-none-controlplane.yaml"));
+    let live = parse(&fixtures::cni_none("v1.12-cni-none-controlplane.yaml"));
     let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
     let m = machine(
         MachineRole::Controlplane,
@@ -418,7 +418,7 @@ fn patches_are_classified_and_secrets_redacted() {
 /// A patch that cannot be applied is an error naming the machine and the patch.
 #[test]
 fn bad_patch_names_machine_and_patch() {
-    let live = parse(&own_fixture("v1.14-cni-none-controlplane.yaml"));
+    let live = parse(&fixtures::cni_none("v1.14-cni-none-controlplane.yaml"));
     let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
     let m = machine(
         MachineRole::Controlplane,
@@ -460,7 +460,7 @@ fn drifted_condition_explains_class_c() {
     use ichor_api::conditions::reasons;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     let now = Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).expect("time"));
-    let live = parse(&shared_fixture("stability-v1.12/base-controlplane.yaml"));
+    let live = parse(&fixtures::talos("stability-v1.12/base-controlplane.yaml"));
     let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
     let out = render(
         &spec,
@@ -498,7 +498,7 @@ fn handover_comes_from_the_cluster_condition() {
     use ichor_api::{TalosCluster, TalosClusterStatus, TalosMachine};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     let now = Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).expect("time"));
-    let live = parse(&own_fixture("v1.12-cni-none-controlplane.yaml"));
+    let live = parse(&fixtures::cni_none("v1.12-cni-none-controlplane.yaml"));
     let mut c = TalosCluster::new("base", cluster(CniPreset::Cilium, KubeProxyMode::Enabled));
     let m = TalosMachine::new("cp-1", machine(MachineRole::Controlplane, &[]));
     assert!(!ichor_render::RenderInput::from_objects(&c, &m, &live).cni_handover);
@@ -524,7 +524,7 @@ fn handover_comes_from_the_cluster_condition() {
 /// A node's own empty inline manifest list is kept at the hand-over.
 #[test]
 fn own_empty_inline_list_is_kept() {
-    let text = own_fixture("v1.12-cni-none-controlplane.yaml").replacen(
+    let text = fixtures::cni_none("v1.12-cni-none-controlplane.yaml").replacen(
         "cluster:\n",
         "cluster:\n    inlineManifests: []\n",
         1,
@@ -545,7 +545,7 @@ fn own_empty_inline_list_is_kept() {
 /// `machine.type` (a role never changes in place).
 #[test]
 fn role_mismatch_is_class_c() {
-    let live = parse(&own_fixture("v1.14-cni-none-worker.yaml"));
+    let live = parse(&fixtures::cni_none("v1.14-cni-none-worker.yaml"));
     let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
     let out = render(
         &spec,
@@ -574,7 +574,7 @@ fn adopted_subnets_render_equal() {
         "stability-v1.14/base-controlplane.yaml",
         "stability-v1.14/overrides-worker.yaml",
     ] {
-        let live = parse(&shared_fixture(file));
+        let live = parse(&fixtures::talos(file));
         let facts = live.facts();
         let mut spec = cluster(CniPreset::Unmanaged, KubeProxyMode::Enabled);
         spec.network.pod_subnets = facts.pod_subnets.clone();
@@ -592,7 +592,7 @@ fn adopted_subnets_render_equal() {
 /// KubePrism already on without a port is left alone (no A-only rewrite).
 #[test]
 fn kubeprism_on_without_port_is_kept() {
-    let text = own_fixture("v1.12-cni-none-controlplane.yaml").replacen(
+    let text = fixtures::cni_none("v1.12-cni-none-controlplane.yaml").replacen(
         "        kubePrism:\n            enabled: true\n            port: 7445\n",
         "        kubePrism:\n            enabled: true\n",
         1,
@@ -617,7 +617,7 @@ fn taken_over_inline_manifest_is_removed_at_handover() {
     use ichor_api::conditions::{self, Status, reasons, types};
     use ichor_api::{TalosCluster, TalosClusterStatus, TalosMachine};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    let text = own_fixture("v1.12-cni-none-controlplane.yaml").replacen(
+    let text = fixtures::cni_none("v1.12-cni-none-controlplane.yaml").replacen(
         "cluster:\n",
         "cluster:\n    inlineManifests:\n        - name: my-cilium\n          contents: 'kind: List'\n        - name: extra\n          contents: 'kind: List'\n",
         1,
@@ -699,7 +699,7 @@ fn appended_time_servers_render_once() {
         "v1.12-cni-none-controlplane.yaml",
         "v1.14-cni-none-controlplane.yaml",
     ] {
-        let live = parse(&own_fixture(file));
+        let live = parse(&fixtures::cni_none(file));
         let (once, twice) = render_twice(&live, patch);
         assert_eq!(
             v1alpha1_at(&once, &["machine", "time", "servers"]),
@@ -717,7 +717,7 @@ fn appended_time_servers_render_once() {
 /// Covers: R9.1, R10.2
 #[test]
 fn appended_cert_sans_render_once() {
-    let live = parse(&own_fixture("v1.12-cni-none-controlplane.yaml"));
+    let live = parse(&fixtures::cni_none("v1.12-cni-none-controlplane.yaml"));
     let patch = "machine:\n  certSANs:\n    - api.example.com\ncluster:\n  apiServer:\n    certSANs:\n      - api.example.com\n      - 10.0.0.10\n";
     let (once, twice) = render_twice(&live, patch);
     assert_eq!(once, twice);
@@ -760,7 +760,7 @@ fn appended_cert_sans_render_once() {
 /// Covers: R9.1, R10.2
 #[test]
 fn appended_kubelet_extra_mounts_render_once() {
-    let live = parse(&own_fixture("v1.12-cni-none-controlplane.yaml"));
+    let live = parse(&fixtures::cni_none("v1.12-cni-none-controlplane.yaml"));
     let patch = "machine:\n  kubelet:\n    extraMounts:\n      - destination: /var/lib/longhorn\n        type: bind\n        source: /var/lib/longhorn\n        options: [bind, rshared, rw]\n";
     let (once, twice) = render_twice(&live, patch);
     assert_eq!(once, twice);
@@ -773,7 +773,7 @@ fn appended_kubelet_extra_mounts_render_once() {
 /// Covers: R9.1, R10.2
 #[test]
 fn delete_of_an_item_already_gone_renders_the_same() {
-    let live = parse(&own_fixture("v1.12-cni-none-controlplane.yaml"));
+    let live = parse(&fixtures::cni_none("v1.12-cni-none-controlplane.yaml"));
     let spec = cluster(CniPreset::Cilium, KubeProxyMode::Enabled);
     let mount = "machine:\n  kubelet:\n    extraMounts:\n      - destination: /x\n        type: bind\n        source: /x\n";
     let with_mount = render(

@@ -92,11 +92,11 @@ fn live_configs(shape: &str) -> Vec<(String, String)> {
         "overrides-worker.yaml",
     ] {
         let rel = format!("stability-{shape}/{f}");
-        out.push((rel.clone(), shared_fixture(&rel)));
+        out.push((rel.clone(), fixtures::talos(&rel)));
     }
     for f in ["cni-none-controlplane.yaml", "cni-none-worker.yaml"] {
         let rel = format!("{shape}-{f}");
-        out.push((rel.clone(), own_fixture(&rel)));
+        out.push((rel.clone(), fixtures::cni_none(&rel)));
     }
     out
 }
@@ -192,7 +192,7 @@ mod machinery_peer {
     #[test]
     fn the_machinery_peer_refuses_an_invalid_v1_14_config() {
         let dir = tempfile::tempdir().unwrap();
-        let text = shared_fixture("stability-v1.14/base-controlplane.yaml");
+        let text = fixtures::talos("stability-v1.14/base-controlplane.yaml");
         let path = dir.path().join("good.yaml");
         std::fs::write(&path, &text).unwrap();
         talos_validate(Judge::Machinery, &path).unwrap();
@@ -211,7 +211,7 @@ mod machinery_peer {
 #[test]
 fn a_patched_render_passes_talos_metal_validation() {
     let dir = tempfile::tempdir().unwrap();
-    let live = on_metal(&shared_fixture("stability-v1.12/base-controlplane.yaml"));
+    let live = on_metal(&fixtures::talos("stability-v1.12/base-controlplane.yaml"));
     let spec = cluster(CniPreset::Cilium, KubeProxyMode::Replaced);
     let m = machine(
         MachineRole::Controlplane,

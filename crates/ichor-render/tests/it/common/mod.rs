@@ -1,7 +1,5 @@
-//! Shared test helpers: fixtures and spec builders.
+//! Shared test helpers: spec builders (the fixtures are `ichor_testenv::fixtures`).
 #![allow(dead_code)]
-
-use std::path::PathBuf;
 
 use ichor_api::{
     ClusterNetwork, ClusterRef, CniPreset, CniSpec, KubeProxyMode, MachinePatch, MachineRole,
@@ -10,18 +8,7 @@ use ichor_api::{
 use ichor_render::{RenderInput, Rendered};
 use ichor_talos::config::MachineConfig;
 
-/// A real Talos file from `testdata/talos/`.
-pub fn shared_fixture(rel: &str) -> String {
-    ichor_testenv::fixtures::talos(rel)
-}
-
-/// A file from this crate's `tests/fixtures`.
-pub fn own_fixture(rel: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(rel);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
-}
+pub use ichor_testenv::fixtures;
 
 pub fn parse(text: &str) -> MachineConfig {
     MachineConfig::parse(text).expect("fixture parses")
@@ -47,6 +34,7 @@ pub fn cluster(preset: CniPreset, kube_proxy: KubeProxyMode) -> TalosClusterSpec
             key: None,
         },
         backup: None,
+        maintenance_windows: Vec::new(),
     }
 }
 
