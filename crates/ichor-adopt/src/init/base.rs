@@ -10,6 +10,7 @@
 //! (endpoint, subnets, Kubernetes version, CNI, kube-proxy, the inline
 //! Cilium) are set again by the render, so both agree by construction.
 
+use ichor_api::endpoint::{Endpoint, KUBERNETES_API_PORT};
 use ichor_talos::pem::unb64;
 use ichor_talos::secrets::SecretsBundle;
 use serde_yaml_ng::{Mapping, Value};
@@ -74,6 +75,16 @@ pub fn endpoint_host(endpoint: &str) -> Option<&str> {
     };
     (!host.is_empty()).then_some(host)
 }
+
+/// The host of `https://HOST[:PORT][/]` as the one endpoint parser reads it.
+fn api_server_host(endpoint: &str) -> Option<String> {
+    Endpoint::parse_https_url(endpoint, KUBERNETES_API_PORT)
+        .ok()
+        .map(|e| e.host)
+}
+
+#[cfg(test)]
+mod endpoint_parity;
 
 fn image(repository: &str, version: &str) -> Value {
     s(&format!("{repository}:{version}"))
