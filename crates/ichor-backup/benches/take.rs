@@ -28,9 +28,11 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use futures::StreamExt as _;
 use ichor_backup::crypt::{Identities, Recipients};
 use ichor_backup::manifest::{ClusterRef, Layout, Reason};
 use ichor_backup::store::{Destination, S3Destination, Store};
@@ -244,6 +246,10 @@ struct ChildInputs {
 #[derive(serde::Serialize, serde::Deserialize)]
 struct ChildReport {
     take_ns: u64,
+    /// When the snapshot's last message came, from the take's start: what
+    /// follows is the upload's tail (the last parts, completing the
+    /// multipart upload, the small parts and the manifest).
+    last_message_ns: u64,
     rss_before_kib: u64,
     hwm_after_kib: u64,
     db_size: u64,
@@ -370,7 +376,7 @@ fn parent() {
 
         let growth = report.hwm_after_kib.saturating_sub(report.rss_before_kib);
         println!(
-            "round {round}: talosctl {} ({:.2} s CPU, {} bytes, peak RSS {}); Ichor {} as a process ({:.2} s CPU), {} the take ({} bytes of snapshot, {} written), peak RSS {} of which {} grew during the take",
+            "round {round}: talosctl {} ({:.2} s CPU, {} bytes, peak RSS {}); Ichor {} as a process ({:.2} s CPU), {} the take, its last message at {} ({} bytes of snapshot, {} written), peak RSS {} of which {} grew during the take",
             duration(peer.wall.as_nanos() as f64),
             peer.cpu_s,
             peer_bytes,
@@ -378,6 +384,7 @@ fn parent() {
             duration(ours.wall.as_nanos() as f64),
             ours.cpu_s,
             duration(report.take_ns as f64),
+            duration(report.last_message_ns as f64),
             report.db_size + 32,
             report.written,
             mib(ours.max_rss_kib as f64),
@@ -478,7 +485,13 @@ fn child(dir: &Path) {
         let recipients = Recipients::parse(&inputs.recipients).expect("the recipients");
         let rss_before_kib = status_kib("VmRSS");
         let start = Instant::now();
-        let stream = client.etcd_snapshot("").await.expect("EtcdSnapshot starts");
+        let last = std::sync::Arc::new(AtomicU64::new(0));
+        let seen = last.clone();
+        let stream = client
+            .etcd_snapshot("")
+            .await
+            .expect("EtcdSnapshot starts")
+            .inspect(move |_| seen.store(start.elapsed().as_nanos() as u64, Ordering::Relaxed));
         let taken = take(
             &store,
             &Layout::new(""),
@@ -505,6 +518,7 @@ fn child(dir: &Path) {
         .expect("the backup is taken");
         ChildReport {
             take_ns: start.elapsed().as_nanos() as u64,
+            last_message_ns: last.load(Ordering::Relaxed),
             rss_before_kib,
             hwm_after_kib: status_kib("VmHWM"),
             db_size: taken.manifest.etcd.db_size,
