@@ -6,7 +6,7 @@
 
 use proptest::prelude::*;
 
-use super::api_server_host;
+use super::endpoint_host;
 use crate::init::check_endpoint;
 
 /// The host as the hand-written reading took it.
@@ -62,7 +62,7 @@ proptest! {
     #[test]
     fn an_accepted_endpoint_gets_the_old_host(text in endpoint()) {
         if check_endpoint(&text).is_ok() {
-            let new = api_server_host(&text);
+            let new = endpoint_host(&text);
             prop_assert_eq!(new.as_deref(), old_endpoint_host(&text), "{:?}", text);
         }
     }
@@ -72,7 +72,7 @@ proptest! {
     /// refuses.
     #[test]
     fn the_host_differs_only_where_init_refuses_or_on_a_bare_ipv6(text in endpoint()) {
-        let (new, old) = (api_server_host(&text), old_endpoint_host(&text));
+        let (new, old) = (endpoint_host(&text), old_endpoint_host(&text));
         match (new.as_deref(), old) {
             (Some(n), o) if Some(n) != o => prop_assert!(bare_ipv6(&text), "{:?}: {} vs {:?}", text, n, o),
             (None, Some(_)) => prop_assert!(check_endpoint(&text).is_err(), "{:?}", text),
