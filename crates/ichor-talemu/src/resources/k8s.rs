@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use ichor_api::endpoint::Endpoint;
 use prost::Message;
 use prost_types::value::Kind;
 use serde_yaml_ng::Value;
@@ -233,28 +234,25 @@ fn nodename_item(hostname: &str) -> Item {
     )
 }
 
-fn host_port(endpoint: &str) -> Option<(String, u32)> {
-    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
-    let rest = rest.split('/').next()?;
-    if let Some(v6) = rest.strip_prefix('[') {
-        let (host, after) = v6.split_once(']')?;
-        let port = after
-            .strip_prefix(':')
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(443);
-        return Some((host.to_string(), port));
-    }
-    match rest.rsplit_once(':') {
-        Some((h, p)) => Some((h.to_string(), p.parse().ok()?)),
-        None => Some((rest.to_string(), 443)),
-    }
+/// The host and port of the control plane endpoint, `https://HOST[:PORT][/]`
+/// (443, a URL's port, when none is written), as KubePrism dials it.
+fn control_plane_host_port(endpoint: &str) -> Option<(String, u32)> {
+    let e = Endpoint::parse_https_url(endpoint, HTTPS_PORT).ok()?;
+    Some((e.host, u32::from(e.port)))
 }
+
+/// The port of an `https://` URL that names none.
+const HTTPS_PORT: u16 = 443;
 
 /// KubePrism's endpoints: the control plane endpoint, then (on a control
 /// plane node) the local API server.
 fn kubeprism_endpoints(facts: &ConfigFacts) -> Vec<(String, u32)> {
     let mut endpoints = Vec::new();
-    if let Some((host, p)) = facts.control_plane_endpoint.as_deref().and_then(host_port) {
+    if let Some((host, p)) = facts
+        .control_plane_endpoint
+        .as_deref()
+        .and_then(control_plane_host_port)
+    {
         endpoints.push((host, p));
     }
     if facts.machine_type.is_control_plane() {
@@ -328,4 +326,101 @@ fn kubeprism_items(facts: &ConfigFacts, port: u16) -> Vec<Item> {
             ]),
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use ichor_api::endpoint::{Endpoint, EndpointProblem};
+    use proptest::prelude::*;
+
+    use super::{HTTPS_PORT, control_plane_host_port};
+
+    /// The reading before the one parser.
+    fn old_host_port(endpoint: &str) -> Option<(String, u32)> {
+        let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
+        let rest = rest.split('/').next()?;
+        if let Some(v6) = rest.strip_prefix('[') {
+            let (host, after) = v6.split_once(']')?;
+            let port = after
+                .strip_prefix(':')
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(443);
+            return Some((host.to_string(), port));
+        }
+        match rest.rsplit_once(':') {
+            Some((h, p)) => Some((h.to_string(), p.parse().ok()?)),
+            None => Some((rest.to_string(), 443)),
+        }
+    }
+
+    /// Control plane endpoints near every rule: schemes, IPv4 and IPv6
+    /// (bare, bracketed), DNS names, garbage with `:` `[` `]` `/` `@`,
+    /// ports in and out of range, paths.
+    fn endpoint() -> impl Strategy<Value = String> {
+        let scheme = prop_oneof![Just("https://"), Just("http://"), Just("")];
+        let host = prop_oneof![
+            any::<std::net::Ipv4Addr>().prop_map(|ip| ip.to_string()),
+            any::<std::net::Ipv6Addr>().prop_map(|ip| ip.to_string()),
+            any::<std::net::Ipv6Addr>().prop_map(|ip| format!("[{ip}]")),
+            "[a-z0-9-]{1,8}(\\.[a-z0-9-]{1,8}){0,3}",
+            "[a-zA-Z0-9.:\\[\\]/@ _-]{0,16}",
+            Just(String::new()),
+        ];
+        let port = prop_oneof![
+            Just(String::new()),
+            (0u32..=70000).prop_map(|p| format!(":{p}")),
+            ":[0-9a-z+:]{0,7}",
+        ];
+        let tail = prop_oneof![Just(""), Just("/"), Just("//"), Just("/api")];
+        prop_oneof![
+            4 => (scheme, host, port, tail).prop_map(|(s, h, p, t)| format!("{s}{h}{p}{t}")),
+            1 => any::<String>(),
+        ]
+    }
+
+    /// What only the old reading took is no `https://` URL of a host: no
+    /// scheme or another one, a path, port 0 or a port that is no number
+    /// (read as 443 after brackets), a host with `:` outside brackets (read
+    /// up to its last `:`), a bare IPv6 address (its last group read as the
+    /// port), garbage around or between brackets, no host name.
+    fn no_url_of_a_host(text: &str, problem: &EndpointProblem) -> bool {
+        !text.starts_with("https://")
+            || match problem {
+                EndpointProblem::Port(p) => {
+                    p.contains(':') || p.parse::<u16>().is_err() || p.parse::<u16>() == Ok(0)
+                }
+                _ => true,
+            }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        /// What the one parser reads, the old reading read the same (but a
+        /// bare IPv6 address); what only the old one took is named by
+        /// `no_url_of_a_host`.
+        #[test]
+        fn the_one_parser_reads_the_control_plane_endpoint_as_kubeprism_did(text in endpoint()) {
+            let old = old_host_port(&text);
+            match control_plane_host_port(&text) {
+                // A bare IPv6 address (no URL writes one): now the address
+                // on 443; before, cut at its last `:` into host and port.
+                Some((host, _)) if host.parse::<std::net::Ipv6Addr>().is_ok() && !text.contains('[') => {
+                    prop_assert!(old.is_none_or(|(h, _)| h != host), "{:?}", text);
+                }
+                Some(new) => prop_assert_eq!(Some(new), old, "{:?}", text),
+                None => {
+                    let problem = Endpoint::parse_https_url(&text, HTTPS_PORT)
+                        .expect_err("refused")
+                        .problem;
+                    if old.is_some() {
+                        prop_assert!(
+                            no_url_of_a_host(&text, &problem),
+                            "{:?}: old {:?}, now {}", text, old, problem
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
