@@ -2,10 +2,11 @@
 //! start as the local `ichor` binary.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use ichor_api::endpoint::Endpoint;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Container, ServiceAccount};
 use kube::api::{Api, PostParams};
@@ -131,23 +132,20 @@ pub fn command_line(
     words.extend(container.args.clone().unwrap_or_default());
     words
         .into_iter()
-        .map(|w| match w.rsplit_once(':') {
-            Some((host, port))
-                if !host.is_empty()
-                    && (host.parse::<std::net::IpAddr>().is_ok()
-                        || host
-                            .trim_matches(['[', ']'])
-                            .parse::<std::net::IpAddr>()
-                            .is_ok()) =>
-            {
-                match port.parse::<u16>().ok().and_then(|p| ports.get(&p)) {
-                    Some(mapped) => format!("{ip}:{mapped}"),
-                    None => w,
-                }
-            }
-            _ => mounted_path(&w, mounts).unwrap_or(w),
+        .map(|w| match ip_port(&w) {
+            Some(port) => ports
+                .get(&port)
+                .map_or(w, |mapped| format!("{ip}:{mapped}")),
+            None => mounted_path(&w, mounts).unwrap_or(w),
         })
         .collect()
+}
+
+/// The port of a word that is an IP address and a port (`0.0.0.0:8080`,
+/// `[::]:8080`), read by the one endpoint parser.
+fn ip_port(word: &str) -> Option<u16> {
+    let e = Endpoint::parse_with_port(word).ok()?;
+    e.host.parse::<IpAddr>().is_ok().then_some(e.port)
 }
 
 /// `word` as a path inside the lab's projection of a mounted volume, when it
@@ -255,6 +253,79 @@ async fn start_process(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// One word as the command line rewrote it before the one parser.
+    fn old_rewrite(w: String, ip: Ipv4Addr, ports: &BTreeMap<u16, u16>) -> String {
+        match w.rsplit_once(':') {
+            Some((host, port))
+                if !host.is_empty()
+                    && (host.parse::<std::net::IpAddr>().is_ok()
+                        || host
+                            .trim_matches(['[', ']'])
+                            .parse::<std::net::IpAddr>()
+                            .is_ok()) =>
+            {
+                match port.parse::<u16>().ok().and_then(|p| ports.get(&p)) {
+                    Some(mapped) => format!("{ip}:{mapped}"),
+                    None => w,
+                }
+            }
+            _ => w,
+        }
+    }
+
+    /// Words near every rule: `ip:port` with IPv4 and IPv6 (bare,
+    /// bracketed), DNS names, ports in and out of range, flags, garbage
+    /// with `:` `[` `]` `/` `@`.
+    fn word() -> impl Strategy<Value = String> {
+        let host = prop_oneof![
+            any::<Ipv4Addr>().prop_map(|ip| ip.to_string()),
+            any::<std::net::Ipv6Addr>().prop_map(|ip| ip.to_string()),
+            any::<std::net::Ipv6Addr>().prop_map(|ip| format!("[{ip}]")),
+            Just("0.0.0.0".to_string()),
+            Just("[::]".to_string()),
+            "[a-z0-9-]{1,8}(\\.[a-z0-9-]{1,8}){0,2}",
+            "[a-zA-Z0-9.:\\[\\]/@=_-]{0,16}",
+            Just(String::new()),
+        ];
+        let port = prop_oneof![
+            Just(String::new()),
+            prop_oneof![Just(8080u32), Just(9443), 0u32..=70000].prop_map(|p| format!(":{p}")),
+            ":[0-9a-z+:]{0,7}",
+        ];
+        prop_oneof![
+            4 => (host, port).prop_map(|(h, p)| format!("{h}{p}")),
+            1 => any::<String>(),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        /// A word is rewritten as before, but where the old reading took a
+        /// word that is no `ip:port` for one: a bare IPv6 address (its last
+        /// group read as the port), an unclosed or doubled bracket.
+        #[test]
+        fn the_one_parser_rewrites_a_word_as_the_command_line_did(w in word()) {
+            let ports = BTreeMap::from([(8080, 31000), (9443, 31001)]);
+            let ip = Ipv4Addr::new(127, 9, 9, 10);
+            let old = old_rewrite(w.clone(), ip, &ports);
+            let new = command_line(
+                &Container { command: Some(vec!["/ichor".into()]), args: Some(vec![w.clone()]), ..Container::default() },
+                ip,
+                &ports,
+                &[],
+            );
+            prop_assert_eq!(new.len(), 1);
+            if new[0] != old {
+                prop_assert_eq!(&new[0], &w, "only the old reading rewrote {:?}", w);
+                let is_ip_port = Endpoint::parse_with_port(&w)
+                    .is_ok_and(|e| e.host.parse::<IpAddr>().is_ok());
+                prop_assert!(!is_ip_port, "{:?}", w);
+            }
+        }
+    }
 
     #[test]
     fn declared_ports_are_mapped_to_the_pods_address_and_nothing_else() {
