@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use ichor_adopt::Refusal;
 use ichor_adopt::init::{self, InitPlan, InitRequest, InitWrites};
+use ichor_api::endpoint::Endpoint;
 use ichor_api::error_text::{chain, with_help};
 use ichor_cilium::{ClusterSettings, effective_values};
 use ichor_helm::render::{ChartRef, Renderer};
@@ -69,12 +70,14 @@ pub struct InitOptions {
 }
 
 impl InitOptions {
+    /// A node's Talos API endpoint, written as the one endpoint type shows
+    /// it (`host:port`, `[v6]:port`).
     fn endpoint(&self, address: &str) -> String {
-        if address.contains(':') {
-            format!("[{address}]:{}", self.talos_port)
-        } else {
-            format!("{address}:{}", self.talos_port)
+        Endpoint {
+            host: address.to_owned(),
+            port: self.talos_port,
         }
+        .to_string()
     }
 }
 
@@ -422,7 +425,37 @@ pub async fn run(
 mod tests {
     use std::os::unix::fs::{PermissionsExt as _, symlink};
 
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// A node's endpoint as init wrote it before the one endpoint type.
+    fn old_endpoint(address: &str, port: u16) -> String {
+        if address.contains(':') {
+            format!("[{address}]:{port}")
+        } else {
+            format!("{address}:{port}")
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Init dials a node at the endpoint it wrote before: IPv4, IPv6,
+        /// names and anything else, on any port.
+        #[test]
+        fn a_node_endpoint_is_written_as_before(
+            address in prop_oneof![
+                any::<std::net::IpAddr>().prop_map(|ip| ip.to_string()),
+                "[a-zA-Z0-9.:\\[\\]/@ _-]{0,16}",
+                any::<String>(),
+            ],
+            port in any::<u16>(),
+        ) {
+            let opts = InitOptions { talos_port: port, ..options(Path::new("/nonexistent")) };
+            prop_assert_eq!(opts.endpoint(&address), old_endpoint(&address, port));
+        }
+    }
 
     fn mode(path: &Path) -> u32 {
         std::fs::symlink_metadata(path)
