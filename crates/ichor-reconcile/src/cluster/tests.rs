@@ -1,14 +1,35 @@
+//! The TalosCluster decision and its conditions, with an injected clock:
+//! no API server. The helpers both test modules use come first.
+
+use super::{HandoverCheck, Time, Waiting};
+
+/// The Cilium values' hash the release is rendered at in these tests.
+const DESIRED: &str = "0123456789abcdef";
+
+/// `secs` after the epoch.
+fn at(secs: i64) -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("timestamp"))
+}
+
+/// The hand-over check of release `cilium` wanting [`DESIRED`]: the
+/// release `deployed` (revision, hash) and the agent DaemonSet's state.
+fn check(deployed: Option<(u32, &str)>, daemonset: Result<(), Waiting>) -> HandoverCheck {
+    HandoverCheck {
+        release: "cilium".into(),
+        agent_daemonset: "cilium".into(),
+        desired_hash: DESIRED.into(),
+        deployed: deployed.map(|(r, h)| (r, h.to_string())),
+        daemonset,
+    }
+}
+
 mod decide_tests {
     //! The TalosCluster decision from YAML fixtures (`src/fixtures/`), with
     //! an injected clock: no API server.
 
     use super::super::*;
-    use k8s_openapi::jiff::Timestamp;
+    use super::{at, check};
     use std::time::Duration;
-
-    fn at(secs: i64) -> Time {
-        Time(Timestamp::from_second(secs).expect("timestamp"))
-    }
 
     fn cluster(yaml: &str) -> TalosCluster {
         serde_yaml_ng::from_str(yaml).expect("fixture")
@@ -29,16 +50,6 @@ mod decide_tests {
         }
     }
 
-    fn check(deployed: Option<(u32, &str)>, daemonset: Result<(), Waiting>) -> HandoverCheck {
-        HandoverCheck {
-            release: "cilium".into(),
-            agent_daemonset: "cilium".into(),
-            desired_hash: "0123456789abcdef".into(),
-            deployed: deployed.map(|(r, h)| (r, h.to_string())),
-            daemonset,
-        }
-    }
-
     fn workload(namespace: &str, name: &str, image: &str) -> CniWorkload {
         CniWorkload::recognise(namespace, name, &[image.to_string()]).expect("a CNI's DaemonSet")
     }
@@ -55,6 +66,7 @@ mod decide_tests {
             )],
             inventory: None,
             cilium_release: None,
+            backup_health: None,
         }
     }
 
@@ -515,20 +527,7 @@ mod decide_tests {
 
 mod condition_tests {
     use super::super::*;
-
-    fn at(secs: i64) -> Time {
-        Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("timestamp"))
-    }
-
-    fn check(deployed: Option<(u32, &str)>, ds: Result<(), Waiting>) -> HandoverCheck {
-        HandoverCheck {
-            release: "cilium".into(),
-            agent_daemonset: "cilium".into(),
-            desired_hash: "h1".into(),
-            deployed: deployed.map(|(r, h)| (r, h.to_string())),
-            daemonset: ds,
-        }
-    }
+    use super::{DESIRED, at, check};
 
     fn machine(name: &str, ready: Option<(&str, &str)>) -> TalosMachine {
         let mut m: TalosMachine = serde_json::from_value(serde_json::json!({
@@ -586,13 +585,13 @@ mod condition_tests {
     #[test]
     fn handover_needs_the_hash_and_a_ready_daemonset() {
         let now = at(0);
-        let c = handover_condition(&check(Some((1, "h1")), Ok(())), "s", "r", Some(1), &now);
+        let c = handover_condition(&check(Some((1, DESIRED)), Ok(())), "s", "r", Some(1), &now);
         assert_eq!(
             (c.status.as_str(), c.reason.as_str()),
             ("True", reasons::HANDED_OVER)
         );
         let c = handover_condition(
-            &check(Some((1, "h1")), Err("0 of 3 ready".into())),
+            &check(Some((1, DESIRED)), Err("0 of 3 ready".into())),
             "s",
             "r",
             Some(1),
@@ -606,7 +605,7 @@ mod condition_tests {
             ("False", reasons::WAITING_FOR_RELEASE)
         );
         assert!(
-            c.message.contains("h0") && c.message.contains("h1"),
+            c.message.contains("h0") && c.message.contains(DESIRED),
             "{}",
             c.message
         );
