@@ -242,6 +242,34 @@ struct ChildInputs {
     backup: String,
 }
 
+impl ChildInputs {
+    /// The S3 server's part of the inputs.
+    fn s3(s3: &S3Server) -> ChildInputs {
+        ChildInputs {
+            endpoint: String::new(),
+            s3_endpoint: s3.endpoint(),
+            bucket: s3.bucket().to_string(),
+            region: s3.region().to_string(),
+            access_key_id: s3.access_key_id().to_string(),
+            secret_access_key: s3.secret_access_key().to_string(),
+            recipients: Vec::new(),
+            backup: String::new(),
+        }
+    }
+}
+
+fn s3_destination(inputs: &ChildInputs) -> Destination {
+    Destination::S3(S3Destination {
+        endpoint: Some(inputs.s3_endpoint.clone()),
+        bucket: inputs.bucket.clone(),
+        prefix: String::new(),
+        region: inputs.region.clone(),
+        access_key_id: inputs.access_key_id.clone(),
+        secret_access_key: inputs.secret_access_key.clone(),
+        allow_http: true,
+    })
+}
+
 /// What the child reports on its last line of output.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct ChildReport {
@@ -265,181 +293,220 @@ fn mib(kib: f64) -> String {
     format!("{:.1} MiB", kib / 1024.0)
 }
 
-fn parent() {
-    let work = tempfile::Builder::new()
-        .prefix("ichor-bench-take-")
-        .tempdir()
-        .expect("a temporary folder");
-    let etcd = Etcd::start();
-    let filling = Instant::now();
-    etcd.fill();
-    let db_size = etcd.db_size();
-    println!(
-        "etcd filled: {VALUES} values of {} KiB in {:.1} s, dbSize {:.1} MiB",
-        VALUE_BYTES / 1024,
-        filling.elapsed().as_secs_f64(),
-        db_size as f64 / (1 << 20) as f64
-    );
-    let s3 = S3Server::start().expect("the S3 server starts");
-    let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    let emu = rt
-        .block_on(Emulator::start_with(
-            vec![NodeSpec::new(
-                "cp-1",
-                ichor_testenv::fixtures::talos_bytes("stability-v1.12/base-controlplane.yaml"),
-            )],
-            EmulatorOptions {
-                etcd_url: Some(etcd.endpoint.clone()),
-                ..EmulatorOptions::default()
-            },
-        ))
-        .expect("the emulator starts");
+/// What the rounds run against; dropped in this order (the emulator
+/// before its runtime, the servers last).
+struct Lab {
+    emu: Emulator,
+    rt: tokio::runtime::Runtime,
+    store: Store,
+    s3: S3Server,
+    // Serves the emulator's EtcdSnapshot until the rounds end.
+    _etcd: Etcd,
+    recipients: Vec<String>,
+    talosconfig: PathBuf,
+    work: tempfile::TempDir,
+}
 
-    let admin = ClientCertSpec::admin();
-    let talosconfig = work.path().join("talosconfig");
-    std::fs::write(&talosconfig, emu.talosconfig("bench", &admin).unwrap()).unwrap();
-    let cert = emu.pki().client_cert(&admin).expect("a client certificate");
-    std::fs::write(work.path().join("ca.pem"), emu.ca_pem()).unwrap();
-    std::fs::write(work.path().join("crt.pem"), &cert.cert_pem).unwrap();
-    std::fs::write(work.path().join("key.pem"), &cert.key_pem).unwrap();
-    let recipients = Identities::generate().recipients();
-    let destination = Destination::S3(S3Destination {
-        endpoint: Some(s3.endpoint()),
-        bucket: s3.bucket().to_string(),
-        prefix: String::new(),
-        region: s3.region().to_string(),
-        access_key_id: s3.access_key_id().to_string(),
-        secret_access_key: s3.secret_access_key().to_string(),
-        allow_http: true,
-    });
-    let store = Store::open(&destination).expect("the S3 destination opens");
+impl Lab {
+    /// etcd filled, the S3 server, the emulated control plane, and the
+    /// client material both the peer and the child read.
+    fn start() -> Lab {
+        let work = tempfile::Builder::new()
+            .prefix("ichor-bench-take-")
+            .tempdir()
+            .expect("a temporary folder");
+        let etcd = Etcd::start();
+        let filling = Instant::now();
+        etcd.fill();
+        println!(
+            "etcd filled: {VALUES} values of {} KiB in {:.1} s, dbSize {:.1} MiB",
+            VALUE_BYTES / 1024,
+            filling.elapsed().as_secs_f64(),
+            etcd.db_size() as f64 / (1 << 20) as f64
+        );
+        let s3 = S3Server::start().expect("the S3 server starts");
+        let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
+        let emu = rt
+            .block_on(Emulator::start_with(
+                vec![NodeSpec::new(
+                    "cp-1",
+                    ichor_testenv::fixtures::talos_bytes("stability-v1.12/base-controlplane.yaml"),
+                )],
+                EmulatorOptions {
+                    etcd_url: Some(etcd.endpoint.clone()),
+                    ..EmulatorOptions::default()
+                },
+            ))
+            .expect("the emulator starts");
+        let admin = ClientCertSpec::admin();
+        let talosconfig = work.path().join("talosconfig");
+        std::fs::write(&talosconfig, emu.talosconfig("bench", &admin).unwrap()).unwrap();
+        let cert = emu.pki().client_cert(&admin).expect("a client certificate");
+        std::fs::write(work.path().join("ca.pem"), emu.ca_pem()).unwrap();
+        std::fs::write(work.path().join("crt.pem"), &cert.cert_pem).unwrap();
+        std::fs::write(work.path().join("key.pem"), &cert.key_pem).unwrap();
+        let store =
+            Store::open(&s3_destination(&ChildInputs::s3(&s3))).expect("the S3 destination opens");
+        Lab {
+            emu,
+            rt,
+            store,
+            s3,
+            _etcd: etcd,
+            recipients: Identities::generate().recipients(),
+            talosconfig,
+            work,
+        }
+    }
 
-    let endpoint = emu.endpoint(0);
-    let node = "127.0.0.1";
-    let me = std::env::current_exe().expect("the bench knows its own path");
-    let (mut peer_wall, mut peer_rss, mut ours_wall, mut ours_take) =
-        (vec![], vec![], vec![], vec![]);
-    let (mut ours_rss, mut ours_growth) = (vec![], vec![]);
-    for round in 0..ROUNDS {
-        let file = work.path().join("talosctl.snapshot");
-        let peer = timed(
-            work.path(),
+    /// `talosctl etcd snapshot FILE`: the run and the file's size.
+    fn peer(&self) -> (Run, u64) {
+        let file = self.work.path().join("talosctl.snapshot");
+        let run = timed(
+            self.work.path(),
             &Tool::Talosctl.path(),
             &[
                 "--talosconfig",
-                talosconfig.to_str().unwrap(),
+                self.talosconfig.to_str().unwrap(),
                 "-n",
-                node,
+                "127.0.0.1",
                 "-e",
-                &endpoint,
+                &self.emu.endpoint(0),
                 "etcd",
                 "snapshot",
                 file.to_str().unwrap(),
             ],
             &[],
         );
-        let peer_bytes = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+        let bytes = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
         std::fs::remove_file(&file).ok();
+        (run, bytes)
+    }
 
+    /// One backup taken by the child; deleted after, so the next round
+    /// starts from an empty bucket (disk).
+    fn ichor(&self, round: usize) -> (Run, ChildReport) {
         let backup = format!("bench-{round}");
         let inputs = ChildInputs {
-            endpoint: endpoint.clone(),
-            s3_endpoint: s3.endpoint(),
-            bucket: s3.bucket().to_string(),
-            region: s3.region().to_string(),
-            access_key_id: s3.access_key_id().to_string(),
-            secret_access_key: s3.secret_access_key().to_string(),
-            recipients: recipients.clone(),
+            endpoint: self.emu.endpoint(0),
+            recipients: self.recipients.clone(),
             backup: backup.clone(),
+            ..ChildInputs::s3(&self.s3)
         };
+        let dir = self.work.path();
         std::fs::write(
-            work.path().join("inputs.json"),
+            dir.join("inputs.json"),
             serde_json::to_vec(&inputs).unwrap(),
         )
         .unwrap();
-        let ours = timed(work.path(), &me, &[], &[(CHILD_ENV, work.path())]);
+        let me = std::env::current_exe().expect("the bench knows its own path");
+        let run = timed(dir, &me, &[], &[(CHILD_ENV, dir)]);
         let report: ChildReport = serde_json::from_str(
-            ours.stdout
+            run.stdout
                 .lines()
                 .last()
                 .expect("the child reports on its last line"),
         )
         .expect("the child's report");
-        // The next round starts from an empty bucket (disk).
-        let keys: Vec<String> = rt
-            .block_on(store.list(&format!("bench/{backup}")))
+        let keys: Vec<String> = self
+            .rt
+            .block_on(self.store.list(&format!("bench/{backup}")))
             .expect("list the backup")
             .into_iter()
             .map(|o| o.key)
             .collect();
-        rt.block_on(store.delete(&keys)).expect("delete the backup");
+        self.rt
+            .block_on(self.store.delete(&keys))
+            .expect("delete the backup");
+        (run, report)
+    }
+}
 
-        let growth = report.hwm_after_kib.saturating_sub(report.rss_before_kib);
+/// One round's figures.
+struct Round {
+    peer: Run,
+    ours: Run,
+    report: ChildReport,
+}
+
+impl Round {
+    fn growth_kib(&self) -> f64 {
+        self.report
+            .hwm_after_kib
+            .saturating_sub(self.report.rss_before_kib) as f64
+    }
+}
+
+fn parent() {
+    let lab = Lab::start();
+    let mut rounds = Vec::new();
+    for round in 0..ROUNDS {
+        let (peer, peer_bytes) = lab.peer();
+        let (ours, report) = lab.ichor(round);
+        let r = Round { peer, ours, report };
         println!(
             "round {round}: talosctl {} ({:.2} s CPU, {} bytes, peak RSS {}); Ichor {} as a process ({:.2} s CPU), {} the take, its last message at {} ({} bytes of snapshot, {} written), peak RSS {} of which {} grew during the take",
-            duration(peer.wall.as_nanos() as f64),
-            peer.cpu_s,
+            duration(r.peer.wall.as_nanos() as f64),
+            r.peer.cpu_s,
             peer_bytes,
-            mib(peer.max_rss_kib as f64),
-            duration(ours.wall.as_nanos() as f64),
-            ours.cpu_s,
-            duration(report.take_ns as f64),
-            duration(report.last_message_ns as f64),
-            report.db_size + 32,
-            report.written,
-            mib(ours.max_rss_kib as f64),
-            mib(growth as f64),
+            mib(r.peer.max_rss_kib as f64),
+            duration(r.ours.wall.as_nanos() as f64),
+            r.ours.cpu_s,
+            duration(r.report.take_ns as f64),
+            duration(r.report.last_message_ns as f64),
+            r.report.db_size + 32,
+            r.report.written,
+            mib(r.ours.max_rss_kib as f64),
+            mib(r.growth_kib()),
         );
-        peer_wall.push(peer.wall.as_nanos() as f64);
-        peer_rss.push(peer.max_rss_kib as f64);
-        ours_wall.push(ours.wall.as_nanos() as f64);
-        ours_take.push(report.take_ns as f64);
-        ours_rss.push(ours.max_rss_kib as f64);
-        ours_growth.push(growth as f64);
+        rounds.push(r);
     }
-    drop(emu);
-    drop(rt);
+    drop(lab);
+    record("take", &figures(&rounds));
+}
 
-    let (peer_wall, ours_wall) = (median(peer_wall), median(ours_wall));
+/// The table's rows: the medians of the rounds' times, the largest growth.
+fn figures(rounds: &[Round]) -> Vec<Figure> {
+    // The size of the database the snapshots held (the manifest's).
+    let db_size = rounds.iter().map(|r| r.report.db_size).max().unwrap_or(0);
+    let of = |f: &dyn Fn(&Round) -> f64| median(rounds.iter().map(f).collect());
+    let peer_wall = of(&|r| r.peer.wall.as_nanos() as f64);
+    let ours_wall = of(&|r| r.ours.wall.as_nanos() as f64);
+    let growth = rounds.iter().map(Round::growth_kib).fold(0.0, f64::max);
     let size = format!("{:.0} MiB", db_size as f64 / (1 << 20) as f64);
-    let growth = ours_growth.iter().copied().fold(0.0, f64::max);
     let times = ours_wall / peer_wall;
-    record(
-        "take",
-        &[
-            Figure {
-                figure: format!(
-                    "backup of a {size} etcd: EtcdSnapshot → check → age → S3 multipart, and the small parts (wall, a process, median of {ROUNDS})"
-                ),
-                goal: format!("≤ {WALL_GOAL}× talosctl's time"),
-                measured: format!(
-                    "{} (the take alone {})",
-                    duration(ours_wall),
-                    duration(median(ours_take))
-                ),
-                peer: format!("{} (talosctl etcd snapshot to a file)", duration(peer_wall)),
-                ratio: format!("{times:.2}× its time"),
-                verdict: if times <= WALL_GOAL { "pass" } else { "short" }.into(),
-            },
-            Figure {
-                figure: format!("peak RSS growth of the take, {size} (largest of {ROUNDS})"),
-                goal: format!("< {RSS_GOAL_MIB} MiB"),
-                measured: format!(
-                    "{} (the process's peak {})",
-                    mib(growth),
-                    mib(median(ours_rss))
-                ),
-                peer: format!("{} (talosctl's peak RSS)", mib(median(peer_rss))),
-                ratio: "-".into(),
-                verdict: if growth / 1024.0 < RSS_GOAL_MIB {
-                    "pass"
-                } else {
-                    "short"
-                }
-                .into(),
-            },
-        ],
-    );
+    let verdict = |met: bool| if met { "pass" } else { "short" }.to_string();
+    vec![
+        Figure {
+            figure: format!(
+                "backup of a {size} etcd: EtcdSnapshot → check → age → S3 multipart, and the small parts (wall, a process, median of {ROUNDS})"
+            ),
+            goal: format!("≤ {WALL_GOAL}× talosctl's time"),
+            measured: format!(
+                "{} (the take alone {})",
+                duration(ours_wall),
+                duration(of(&|r| r.report.take_ns as f64))
+            ),
+            peer: format!("{} (talosctl etcd snapshot to a file)", duration(peer_wall)),
+            ratio: format!("{times:.2}× its time"),
+            verdict: verdict(times <= WALL_GOAL),
+        },
+        Figure {
+            figure: format!("peak RSS growth of the take, {size} (largest of {ROUNDS})"),
+            goal: format!("< {RSS_GOAL_MIB} MiB"),
+            measured: format!(
+                "{} (the process's peak {})",
+                mib(growth),
+                mib(of(&|r| r.ours.max_rss_kib as f64))
+            ),
+            peer: format!(
+                "{} (talosctl's peak RSS)",
+                mib(of(&|r| r.peer.max_rss_kib as f64))
+            ),
+            ratio: "-".into(),
+            verdict: verdict(growth / 1024.0 < RSS_GOAL_MIB),
+        },
+    ]
 }
 
 // ---- the child: one take, as the controller runs it ----
@@ -472,16 +539,7 @@ fn child(dir: &Path) {
         );
         let client = TalosClient::new(&inputs.endpoint, &identity, ClientOptions::default())
             .expect("a Talos client");
-        let store = Store::open(&Destination::S3(S3Destination {
-            endpoint: Some(inputs.s3_endpoint.clone()),
-            bucket: inputs.bucket.clone(),
-            prefix: String::new(),
-            region: inputs.region.clone(),
-            access_key_id: inputs.access_key_id.clone(),
-            secret_access_key: inputs.secret_access_key.clone(),
-            allow_http: true,
-        }))
-        .expect("the S3 destination opens");
+        let store = Store::open(&s3_destination(&inputs)).expect("the S3 destination opens");
         let recipients = Recipients::parse(&inputs.recipients).expect("the recipients");
         let rss_before_kib = status_kib("VmRSS");
         let start = Instant::now();
