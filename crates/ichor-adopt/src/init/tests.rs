@@ -313,3 +313,37 @@ fn the_base_configs_in_both_shapes_and_roles() {
         }
     }
 }
+
+/// Init writes every document of a base config from ichor-talos's typed
+/// model (docs/adr/0003-typed-machine-config.md): none reads back as an
+/// untyped document.
+#[test]
+fn the_base_configs_hold_no_untyped_document() {
+    use ichor_talos::config::DocumentKind;
+    let b = bundle();
+    for shape in [ConfigShape::Legacy, ConfigShape::Multidoc] {
+        for control_plane in [true, false] {
+            let docs = base_config(
+                &b,
+                &BaseInput {
+                    shape,
+                    control_plane,
+                    cluster_name: "lab",
+                    endpoint: "https://10.5.0.2:6443",
+                    kubernetes_version: "v1.36.0",
+                    talos_version: "v1.14.0",
+                    install_disk: "/dev/vda",
+                },
+            );
+            let cfg = MachineConfig::from_mappings(docs, "the base config").unwrap();
+            let untyped: Vec<String> = cfg
+                .documents_of(DocumentKind::Other)
+                .map(|d| d.kind_name().to_string())
+                .collect();
+            assert!(
+                untyped.is_empty(),
+                "{shape:?}, control plane {control_plane}: {untyped:?}"
+            );
+        }
+    }
+}
