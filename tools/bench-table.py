@@ -10,7 +10,7 @@ import pathlib
 import sys
 
 # The benches in the order of docs/benchmarks.md; any other file follows.
-ORDER = ["config", "render", "values", "records", "inspection", "startup", "convergence"]
+ORDER = ["config", "render", "values", "records", "inspection", "take", "startup", "convergence"]
 COLUMNS = ["figure", "goal", "measured", "peer", "ratio", "verdict"]
 
 folder = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "target/bench-figures")
