@@ -140,17 +140,13 @@ pub async fn mark_deployment_ready(client: &kube::Client, ns: &str, name: &str) 
 }
 
 /// Polls `check` every 100 ms until it is true, at most `secs` seconds.
-pub async fn eventually<F, Fut>(secs: u64, what: &str, mut check: F)
+pub async fn eventually<F, Fut>(secs: u64, what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    while tokio::time::Instant::now() < deadline {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{what} did not happen within {secs}s");
+    let (bound, every) = (Duration::from_secs(secs), Duration::from_millis(100));
+    ichor_testenv::wait::until(what, bound, every, check)
+        .await
+        .unwrap();
 }
