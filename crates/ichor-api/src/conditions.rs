@@ -23,8 +23,9 @@ pub mod types {
     pub const SKIPPED: &str = "Skipped";
     /// TalosOperation: the operation is waiting (etcd, a drain, a node's return).
     pub const WAITING: &str = "Waiting";
-    /// TalosCluster: the newest scheduled backup succeeded and is not older
-    /// than two schedule periods (absent without `spec.backup`).
+    /// TalosCluster: the newest finished backup succeeded and no two
+    /// scheduled runs have passed since without one (absent without
+    /// `spec.backup`; see `ichor_reconcile::cluster::backup_health`).
     pub const BACKUP_HEALTHY: &str = "BackupHealthy";
 }
 
@@ -107,9 +108,17 @@ pub mod reasons {
     /// etcd was not healthy enough to take a control plane down within the bound.
     pub const ETCD_UNHEALTHY: &str = "EtcdUnhealthy";
     /// TalosOperation: the backup taken before the first control plane failed.
+    /// TalosCluster (BackupHealthy): the newest finished backup failed.
     pub const BACKUP_FAILED: &str = "BackupFailed";
     /// TalosOperation: waiting for the backup taken before the first control plane.
+    /// TalosCluster (BackupHealthy): no backup has finished yet.
     pub const WAITING_FOR_BACKUP: &str = "WaitingForBackup";
+    /// TalosCluster (BackupHealthy): the newest finished backup succeeded
+    /// and is recent enough for the schedule.
+    pub const BACKUP_SUCCEEDED: &str = "BackupSucceeded";
+    /// TalosCluster (BackupHealthy): two scheduled runs have passed without
+    /// a succeeded backup.
+    pub const BACKUP_OVERDUE: &str = "BackupOverdue";
     /// A drain did not finish within its bound (a PodDisruptionBudget blocked it).
     pub const DRAIN_TIMEOUT: &str = "DrainTimeout";
     /// A node came back from its upgrade on its old version (the fallback boot slot).

@@ -15,6 +15,8 @@ pub struct Metrics {
     operations: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     steps: Mutex<BTreeMap<(&'static str, &'static str), Histogram>>,
     running: Mutex<BTreeMap<(&'static str, &'static str), i64>>,
+    last_backups: Mutex<BTreeMap<String, LastBackup>>,
+    backups: Mutex<BTreeMap<(String, &'static str), u64>>,
     leader: AtomicU64,
     ready: AtomicU64,
 }
@@ -69,6 +71,27 @@ impl Metrics {
             *running.entry((kind, from)).or_default() -= 1;
         }
         *running.entry((kind, phase)).or_default() += 1;
+    }
+
+    /// A succeeded backup of `cluster` (`namespace/name`) seen, finished or
+    /// read back from its status: the gauges keep the newest by finish
+    /// time, so they are whole again after a restart.
+    pub fn backup_succeeded(&self, cluster: &str, last: LastBackup) {
+        let mut map = lock(&self.last_backups);
+        let newer = map
+            .get(cluster)
+            .is_none_or(|seen| seen.finished_seconds <= last.finished_seconds);
+        if newer {
+            map.insert(cluster.to_owned(), last);
+        }
+    }
+
+    /// A backup of `cluster` this replica took ended, by `result`
+    /// (`succeeded`, `failed`).
+    pub fn backup_finished(&self, cluster: &str, result: &'static str) {
+        *lock(&self.backups)
+            .entry((cluster.to_owned(), result))
+            .or_default() += 1;
     }
 
     /// Whether this replica holds the leader Lease.
@@ -131,6 +154,7 @@ impl Metrics {
                 &format!("kind=\"{k}\",step=\"{st}\""),
             );
         }
+        self.render_backups(&mut out);
         let _ = writeln!(
             out,
             "# HELP ichor_leader Whether this replica holds the leader Lease.\n# TYPE ichor_leader gauge\nichor_leader {}",
@@ -138,6 +162,53 @@ impl Metrics {
         );
         out
     }
+}
+
+impl Metrics {
+    fn render_backups(&self, out: &mut String) {
+        let last = lock(&self.last_backups);
+        let gauge =
+            |out: &mut String, name: &str, help: &str, value: &dyn Fn(&LastBackup) -> String| {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+                for (cluster, b) in last.iter() {
+                    let _ = writeln!(out, "{name}{{cluster=\"{cluster}\"}} {}", value(b));
+                }
+            };
+        gauge(
+            out,
+            "ichor_backup_last_success_timestamp_seconds",
+            "When the newest succeeded backup of each TalosCluster finished (Unix time).",
+            &|b| b.finished_seconds.to_string(),
+        );
+        gauge(
+            out,
+            "ichor_backup_last_size_bytes",
+            "The bytes the newest succeeded backup of each TalosCluster wrote, all parts together.",
+            &|b| b.size_bytes.to_string(),
+        );
+        gauge(
+            out,
+            "ichor_backup_last_duration_seconds",
+            "How long the newest succeeded backup of each TalosCluster took.",
+            &|b| b.duration_seconds.to_string(),
+        );
+        out.push_str("# HELP ichor_backups_total Backups this replica took, by TalosCluster and result.\n# TYPE ichor_backups_total counter\n");
+        for ((cluster, result), n) in lock(&self.backups).iter() {
+            let _ = writeln!(
+                out,
+                "ichor_backups_total{{cluster=\"{cluster}\",result=\"{result}\"}} {n}"
+            );
+        }
+    }
+}
+
+/// The newest succeeded backup of a cluster, for its gauges.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LastBackup {
+    /// When it finished, in Unix seconds.
+    pub finished_seconds: i64,
+    pub size_bytes: i64,
+    pub duration_seconds: f64,
 }
 
 /// The upper bounds of the step-duration buckets, in seconds: a drain or a
@@ -219,5 +290,49 @@ mod tests {
         assert!(text.contains("ichor_node_applies_total{outcome=\"applied\"} 1"));
         assert!(text.contains("ichor_leader 1"));
         assert_eq!(m.failures("talosmachine", "talos"), 1);
+    }
+
+    /// Covers: R20.9
+    #[test]
+    fn backup_metrics_keep_the_newest_success_per_cluster() {
+        let m = Metrics::default();
+        let at = |finished_seconds, size_bytes, duration_seconds| LastBackup {
+            finished_seconds,
+            size_bytes,
+            duration_seconds,
+        };
+        m.backup_succeeded("ns/a", at(1_796_000_100, 2048, 12.5));
+        // An older one read back later (a restart's first look) changes nothing.
+        m.backup_succeeded("ns/a", at(1_796_000_000, 1024, 3.0));
+        m.backup_succeeded("ns/b", at(1_796_000_050, 512, 1.0));
+        m.backup_finished("ns/a", "succeeded");
+        m.backup_finished("ns/a", "failed");
+        m.backup_finished("ns/a", "failed");
+        let text = m.render();
+        let expected = "\
+# HELP ichor_backup_last_success_timestamp_seconds When the newest succeeded backup of each TalosCluster finished (Unix time).
+# TYPE ichor_backup_last_success_timestamp_seconds gauge
+ichor_backup_last_success_timestamp_seconds{cluster=\"ns/a\"} 1796000100
+ichor_backup_last_success_timestamp_seconds{cluster=\"ns/b\"} 1796000050
+# HELP ichor_backup_last_size_bytes The bytes the newest succeeded backup of each TalosCluster wrote, all parts together.
+# TYPE ichor_backup_last_size_bytes gauge
+ichor_backup_last_size_bytes{cluster=\"ns/a\"} 2048
+ichor_backup_last_size_bytes{cluster=\"ns/b\"} 512
+# HELP ichor_backup_last_duration_seconds How long the newest succeeded backup of each TalosCluster took.
+# TYPE ichor_backup_last_duration_seconds gauge
+ichor_backup_last_duration_seconds{cluster=\"ns/a\"} 12.5
+ichor_backup_last_duration_seconds{cluster=\"ns/b\"} 1
+# HELP ichor_backups_total Backups this replica took, by TalosCluster and result.
+# TYPE ichor_backups_total counter
+ichor_backups_total{cluster=\"ns/a\",result=\"failed\"} 2
+ichor_backups_total{cluster=\"ns/a\",result=\"succeeded\"} 1
+";
+        assert!(text.contains(expected), "{text}");
+        // Before any backup the families are declared, with no sample.
+        let empty = Metrics::default().render();
+        assert!(
+            empty.contains("# TYPE ichor_backups_total counter\n# HELP ichor_leader"),
+            "{empty}"
+        );
     }
 }

@@ -16,16 +16,19 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::StreamExt as _;
+use ichor_api::TalosCluster;
 use ichor_api::backup::{BackupPhase, TalosBackup, TalosBackupStatus};
 use kube::ResourceExt as _;
-use kube::api::Api;
+use kube::api::{Api, ObjectMeta};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::{Controller, watcher};
 
+use crate::metrics::LastBackup;
 use crate::{Context, Error, Result, pipeline};
 
+pub(crate) mod health;
 pub mod schedule;
 mod take;
 
@@ -98,11 +101,27 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosBackup>>, ctx: Arc<Context>) -
     };
     let mut status = backup.status.clone().unwrap_or_default();
     match status.phase {
-        BackupPhase::Succeeded | BackupPhase::Failed => Ok(Action::await_change()),
+        BackupPhase::Succeeded => {
+            // Every succeeded backup is seen once a controller starts, so
+            // the gauges of the newest ones are whole after a restart.
+            if let Some(last) = last_backup(&status) {
+                ctx.metrics.backup_succeeded(&cluster_id(&backup), last);
+            }
+            Ok(Action::await_change())
+        }
+        BackupPhase::Failed => Ok(Action::await_change()),
         BackupPhase::Running => {
             // Only a reconcile that ended mid-backup leaves it Running.
             take::forget_partial(&ctx, &backup).await;
-            finish(&ctx, &backup, &mut status, Err(take::Failure::Interrupted)).await?;
+            let cluster = cluster_meta(&ctx, &backup).await;
+            finish(
+                &ctx,
+                &backup,
+                &cluster,
+                &mut status,
+                Err(take::Failure::Interrupted),
+            )
+            .await?;
             Ok(Action::await_change())
         }
         BackupPhase::Pending => {
@@ -110,34 +129,79 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosBackup>>, ctx: Arc<Context>) -
             status.start_time = Some((ctx.clock)());
             status.message = None;
             pipeline::write_status::<TalosBackup>(&ctx.client, &namespace, &name, &status).await?;
+            let cluster = cluster_meta(&ctx, &backup).await;
+            let note = format!(
+                "taking backup {name} of TalosCluster {} ({})",
+                backup.spec.cluster_ref.name,
+                backup.spec.reason.as_str()
+            );
             publish(
                 &ctx,
                 &backup,
+                &cluster,
                 EventType::Normal,
                 "BackupStarted",
-                format!(
-                    "taking a backup of TalosCluster {} ({})",
-                    backup.spec.cluster_ref.name,
-                    backup.spec.reason.as_str()
-                ),
+                note,
             )
             .await;
             let outcome = take::take(&ctx, &backup).await;
-            finish(&ctx, &backup, &mut status, outcome).await?;
+            finish(&ctx, &backup, &cluster, &mut status, outcome).await?;
             Ok(Action::await_change())
         }
     }
 }
 
-/// Writes the backup's end: its parts and sizes, or why it failed.
+/// `namespace/name` of the backup's cluster, as the metrics label it.
+fn cluster_id(backup: &TalosBackup) -> String {
+    format!(
+        "{}/{}",
+        backup.namespace().unwrap_or_default(),
+        backup.spec.cluster_ref.name
+    )
+}
+
+/// The gauges' view of a succeeded backup's status.
+fn last_backup(status: &TalosBackupStatus) -> Option<LastBackup> {
+    let finished = status.completion_time.as_ref()?;
+    Some(LastBackup {
+        finished_seconds: finished.0.as_second(),
+        size_bytes: status.size.unwrap_or(0),
+        duration_seconds: took(status).as_secs_f64(),
+    })
+}
+
+/// How long a finished backup took, from its status.
+fn took(status: &TalosBackupStatus) -> std::time::Duration {
+    match (&status.start_time, &status.completion_time) {
+        (Some(start), Some(end)) => end.0.duration_since(start.0).try_into().unwrap_or_default(),
+        _ => std::time::Duration::ZERO,
+    }
+}
+
+/// The metadata of the backup's TalosCluster, for Events on it; `None`
+/// when it cannot be read (the backup's own Events still say everything).
+async fn cluster_meta(ctx: &Context, backup: &TalosBackup) -> Option<ObjectMeta> {
+    let namespace = backup.namespace().unwrap_or_default();
+    Api::<TalosCluster>::namespaced(ctx.client.clone(), &namespace)
+        .get_metadata_opt(&backup.spec.cluster_ref.name)
+        .await
+        .ok()
+        .flatten()
+        .map(|m| m.metadata)
+}
+
+/// Writes the backup's end: its parts and sizes, or why it failed; counts
+/// it and says it in Events on the backup and its cluster.
 async fn finish(
     ctx: &Context,
     backup: &TalosBackup,
+    cluster: &Option<ObjectMeta>,
     status: &mut TalosBackupStatus,
     outcome: std::result::Result<take::Written, take::Failure>,
 ) -> Result<()> {
     let namespace = backup.namespace().unwrap_or_default();
     let name = backup.name_any();
+    let id = cluster_id(backup);
     status.completion_time = Some((ctx.clock)());
     match outcome {
         Ok(written) => {
@@ -148,15 +212,18 @@ async fn finish(
             status.etcd = Some(written.etcd);
             status.parts = written.parts;
             status.location = Some(written.location.clone());
+            ctx.metrics.backup_finished(&id, "succeeded");
+            if let Some(last) = last_backup(status) {
+                ctx.metrics.backup_succeeded(&id, last);
+            }
+            let note = succeeded_note(&name, status);
             publish(
                 ctx,
                 backup,
+                cluster,
                 EventType::Normal,
                 "BackupSucceeded",
-                format!(
-                    "backup written to {} ({} bytes, etcd snapshot checked against its sha256)",
-                    written.location, written.size
-                ),
+                note,
             )
             .await;
         }
@@ -164,18 +231,50 @@ async fn finish(
             let why = ichor_api::error_text::chain(&failure);
             status.phase = BackupPhase::Failed;
             status.message = Some(why.clone());
-            publish(ctx, backup, EventType::Warning, "BackupFailed", why).await;
+            ctx.metrics.backup_finished(&id, "failed");
+            let note = format!("backup {name} failed: {why}");
+            publish(
+                ctx,
+                backup,
+                cluster,
+                EventType::Warning,
+                "BackupFailed",
+                note,
+            )
+            .await;
         }
     }
     pipeline::write_status::<TalosBackup>(&ctx.client, &namespace, &name, status).await
 }
 
+/// The Event of a succeeded backup: where, how big, which etcd revision,
+/// how long (no secret: a location, sizes and a revision).
+fn succeeded_note(name: &str, status: &TalosBackupStatus) -> String {
+    let revision = status
+        .etcd
+        .as_ref()
+        .and_then(|e| e.revision)
+        .map_or_else(|| "unknown".to_owned(), |r| r.to_string());
+    let member = status.etcd.as_ref().map_or("", |e| e.member.as_str());
+    format!(
+        "backup {name} written to {} ({} bytes, etcd revision {revision} from {member}, {:.1}s; the etcd snapshot matched its sha256)",
+        status.location.as_deref().unwrap_or_default(),
+        status.size.unwrap_or(0),
+        took(status).as_secs_f64(),
+    )
+}
+
+/// An Event on the backup, and the same on its cluster when it was read.
 async fn publish(
     ctx: &Context,
     backup: &TalosBackup,
+    cluster: &Option<ObjectMeta>,
     type_: EventType,
     reason: &str,
     note: String,
 ) {
+    if let Some(meta) = cluster {
+        pipeline::publish_on(ctx, "TalosCluster", meta, type_, reason, note.clone()).await;
+    }
     pipeline::publish_on(ctx, "TalosBackup", &backup.metadata, type_, reason, note).await;
 }

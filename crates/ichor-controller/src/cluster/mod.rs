@@ -1,5 +1,6 @@
 //! The TalosCluster reconciler: Ready aggregated from the machines,
-//! `status.cni.detected` (R2.2) and the CNI hand-over (R1.5e).
+//! `status.cni.detected` (R2.2), the CNI hand-over (R1.5e) and
+//! `BackupHealthy` from the cluster's TalosBackups.
 //!
 //! `read` → `ichor_reconcile::cluster::decide` (pure: the hand-over's
 //! three steps and the ichor-cni Job are described there) → `write`. This
@@ -9,6 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::StreamExt as _;
+use ichor_api::backup::TalosBackup;
 use ichor_api::conditions::{self, types};
 use ichor_api::{TalosCluster, TalosMachine};
 use ichor_reconcile::cluster::{Settings, decide};
@@ -66,6 +68,10 @@ pub(crate) async fn run(
         Api::<DaemonSet>::namespaced(ctx.client.clone(), &ctx.config.cilium_release_namespace);
     let records =
         Api::<Secret>::namespaced(ctx.client.clone(), &ctx.config.cilium_storage_namespace);
+    let backups: Api<DeserializeGuard<TalosBackup>> = match &ns {
+        Some(n) => Api::namespaced(ctx.client.clone(), n),
+        None => Api::all(ctx.client.clone()),
+    };
     let controller = Controller::new(clusters, watcher::Config::default());
     let every_cluster = every_cluster(controller.store());
     let every_cluster_again = every_cluster.clone();
@@ -93,6 +99,8 @@ pub(crate) async fn run(
                 .fields(&format!("metadata.name={}", ichor_cilium::AGENT_DAEMONSET)),
             move |_| every_cluster(),
         )
+        // A backup that finishes changes `BackupHealthy` of its cluster.
+        .watches(backups, watcher::Config::default(), cluster_of_backup)
         .watches(
             records,
             watcher::Config::default().labels(&ichor_helm::storage::release_selector(
@@ -160,6 +168,13 @@ fn clusters_of_machine(
             .map(|n| ObjectRef::new(n).within(&ns))
             .collect()
     }
+}
+
+/// The cluster a TalosBackup is of.
+fn cluster_of_backup(b: DeserializeGuard<TalosBackup>) -> Option<ClusterRef> {
+    let b = b.0.ok()?;
+    let ns = b.namespace().unwrap_or_default();
+    Some(ObjectRef::new(&b.spec.cluster_ref.name).within(&ns))
 }
 
 /// The clusters an event of a Node reconciles: every one when the Node came

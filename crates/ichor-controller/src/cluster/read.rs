@@ -1,6 +1,7 @@
 //! What the TalosCluster reconcile reads before it decides: its machines
 //! (from the shared store), the hand-over check, the ichor-cni Job, Talos's
-//! inventory, Ichor's Cilium release and the CNI DaemonSets.
+//! inventory, Ichor's Cilium release, the CNI DaemonSets and the
+//! cluster's backups (for `BackupHealthy`).
 
 use ichor_api::cni::CniWorkload;
 use ichor_api::conditions::{self, types};
@@ -51,6 +52,7 @@ pub(super) async fn read(ctx: &Context, cluster: &TalosCluster) -> Result<Observ
         }
     }
     observed.cni_workloads = read_cni_workloads(ctx).await?;
+    observed.backup_health = crate::backup::health::read(ctx, cluster).await?;
     Ok(observed)
 }
 

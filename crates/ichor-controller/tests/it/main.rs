@@ -1,6 +1,7 @@
 //! The integration tests of `ichor-controller`, one binary (one link) for them all:
 //! each former test file is a module here; shared helpers are modules too.
 
+mod backup_health;
 mod bad_input;
 mod cluster;
 mod common;

@@ -1,7 +1,8 @@
 //! The TalosCluster decision: Ready aggregated from the machines,
 //! `status.cni.detected` (R2.2) and the CNI hand-over (R1.5e), from what
 //! the controller read ([`Observed`]) and `now`. The hand-over's steps and
-//! the ichor-cni Job are in [`handover`].
+//! the ichor-cni Job are in [`handover`]; `BackupHealthy` is decided in
+//! [`backup_health`].
 //!
 //! Hand-over: with preset `cilium`, when Ichor's release `cilium` (record in
 //! the storage namespace) is deployed at the hash of this TalosCluster's
@@ -36,6 +37,7 @@ use crate::cni_job::JobState;
 use crate::inventory::{InventoryStep, ReleaseObject};
 pub use crate::why::Waiting;
 
+pub mod backup_health;
 pub mod handover;
 
 pub use handover::{handover_condition, inline_pending};
@@ -111,6 +113,10 @@ pub struct Observed {
     pub inventory: Option<InventoryObserved>,
     /// Ichor's Cilium release from its newest record (preset cilium).
     pub cilium_release: Option<ichor_api::CiliumReleaseStatus>,
+    /// `BackupHealthy` as [`backup_health::health`] decided it from
+    /// the cluster's backups; `None` without `spec.backup` (the condition
+    /// is then removed).
+    pub backup_health: Option<backup_health::Health>,
 }
 
 /// What the inventory step reads.
@@ -202,7 +208,33 @@ pub fn decide(
         job_failures,
     });
     decision.status.observed_generation = generation;
+    backup_healthy(&mut decision, observed, generation, now);
     decision
+}
+
+/// `BackupHealthy` from what was observed, and a look again when it turns
+/// overdue (before the resync, if sooner).
+fn backup_healthy(
+    decision: &mut Decision,
+    observed: &Observed,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let Some(health) = &observed.backup_health else {
+        decision
+            .status
+            .conditions
+            .retain(|c| c.type_ != types::BACKUP_HEALTHY);
+        return;
+    };
+    conditions::set(
+        &mut decision.status.conditions,
+        health.condition(generation, now.clone()),
+    );
+    if let Some(at) = health.recheck_at {
+        let until = at.duration_since(now.0).as_secs().max(0).unsigned_abs() + 1;
+        decision.requeue = decision.requeue.min(std::time::Duration::from_secs(until));
+    }
 }
 
 /// `status.cni.detected`, by the one detector: the CNI DaemonSets, and
