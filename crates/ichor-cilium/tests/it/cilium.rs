@@ -9,7 +9,7 @@ use ichor_cilium::{
     WaitOptions, effective_values, offline_chart, release_values_hash, standin_chart_dir,
     values_hash,
 };
-use ichor_testenv::{TestEnv, Tool};
+use ichor_testenv::{TestEnv, Tool, wait};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -425,17 +425,11 @@ async fn ready_wait_gives_up_and_names_what_is_left() {
 /// Covers: R1.4d, R1.5e, R4.4c, R5.1
 #[tokio::test]
 async fn values_installed_equal_the_values_derived_from_the_written_cluster() {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let env = TestEnv::shared();
     let client = env.client().await;
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    for crd in ichor_api::crds::all() {
-        match crds.create(&PostParams::default(), &crd).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("create CRD: {e}"),
-        }
-    }
+    ichor_testenv::install::crds(&client, ichor_api::crds::all())
+        .await
+        .unwrap();
     let store = env.namespace("ichor").await;
     let ns = env.namespace("kube").await;
     let in_memory: ichor_api::TalosCluster = serde_json::from_value(json!({
@@ -464,19 +458,12 @@ async fn values_installed_equal_the_values_derived_from_the_written_cluster() {
         (Some(Tunnel::Geneve), Some(KubeProxyMode::Replaced))
     );
 
-    // Write the same object (the CRD may take a moment to be served).
+    // Write the same object (the CRDs are served: installed above).
     let api = Api::<ichor_api::TalosCluster>::namespaced(client.clone(), &store);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let written = loop {
-        match api.create(&PostParams::default(), &in_memory).await {
-            Ok(o) => break o,
-            Err(e) if tokio::time::Instant::now() < deadline => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("create TalosCluster: {e}"),
-        }
-    };
+    let written = api
+        .create(&PostParams::default(), &in_memory)
+        .await
+        .unwrap();
     let read_back = api
         .get(&written.metadata.name.clone().unwrap())
         .await
@@ -520,14 +507,12 @@ async fn rerun_after_a_killed_install_repairs_and_upgrades() {
     let (c, o, s) = (client.clone(), waiting.clone(), settings.clone());
     let task = tokio::spawn(async move { ichor_cilium::apply_for_cluster(c, &o, &s).await });
     let dss = Api::<DaemonSet>::namespaced(client.clone(), &ns);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while dss.get_opt("cilium").await.unwrap().is_none() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "install never applied the DaemonSet"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (bound, every) = (Duration::from_secs(60), Duration::from_millis(100));
+    wait::until("install to apply the DaemonSet", bound, every, || async {
+        dss.get_opt("cilium").await.unwrap().is_some()
+    })
+    .await
+    .unwrap();
     task.abort();
     let _ = task.await;
     let uid = dss.get("cilium").await.unwrap().metadata.uid;
