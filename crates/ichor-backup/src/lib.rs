@@ -7,6 +7,8 @@
 
 pub mod crypt;
 pub mod manifest;
+pub mod recover;
+pub mod restore;
 pub mod retention;
 pub mod schedule;
 pub mod snapshot;

@@ -3,5 +3,6 @@
 
 mod age_cli;
 mod etcd_snapshot;
+mod restore;
 mod store;
 mod take;

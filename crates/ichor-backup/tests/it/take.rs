@@ -16,7 +16,7 @@ use ichor_backup::take::{Inputs, take};
 use crate::etcd_snapshot::Etcd;
 use crate::store::{s3_store, unfinished_uploads_under};
 
-fn inputs(backup: &str) -> Inputs {
+pub(crate) fn inputs(backup: &str) -> Inputs {
     Inputs {
         cluster: ClusterRef {
             name: "lab".into(),
