@@ -299,6 +299,13 @@ mod props {
         prop::option::of("[a-zA-Z0-9./:\\- ]{0,12}")
     }
 
+    fn string_map() -> impl Strategy<Value = Option<indexmap::IndexMap<String, String>>> {
+        prop::option::of(
+            prop::collection::vec(("[a-z./-]{1,12}", "[a-zA-Z0-9:]{0,8}"), 0..3)
+                .prop_map(|kv| kv.into_iter().collect()),
+        )
+    }
+
     fn document() -> impl Strategy<Value = Document> {
         prop_oneof![
             (
@@ -356,6 +363,36 @@ mod props {
                     api_version: Some("v1alpha1".into()),
                     name: n,
                     manifest: m,
+                    extra,
+                })
+            }),
+            (string_map(), string_map(), extra()).prop_map(|(labels, taints, extra)| {
+                Document::KubeNode(KubeNodeConfig {
+                    api_version: Some("v1alpha1".into()),
+                    labels,
+                    annotations: None,
+                    taints,
+                    extra,
+                })
+            }),
+            (
+                opt_string(),
+                prop::option::of(prop::collection::vec("[a-z0-9.]{1,12}", 0..3)),
+                extra()
+            )
+                .prop_map(|(image, sans, extra)| Document::KubeApiServer(
+                    KubeApiServerConfig {
+                        api_version: Some("v1alpha1".into()),
+                        image,
+                        cert_extra_sans: sans,
+                        extra,
+                    }
+                )),
+            (opt_string(), opt_string(), extra()).prop_map(|(name, kind, extra)| {
+                Document::KubeAuthorizer(KubeAuthorizerConfig {
+                    api_version: Some("v1alpha1".into()),
+                    name,
+                    authorizer_type: kind,
                     extra,
                 })
             }),
