@@ -217,6 +217,7 @@ impl Plan {
                 },
                 secrets_ref: secrets,
                 backup: None,
+                maintenance_windows: Vec::new(),
             },
         );
         cluster.metadata.namespace = Some(self.namespace.clone());

@@ -72,6 +72,11 @@ pub struct TalosClusterSpec {
     /// Without it, Ichor takes no backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<crate::backup::BackupSpec>,
+    /// When this cluster's operations may start a machine, unless an
+    /// operation sets its own `spec.maintenanceWindows`. Empty: any time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub maintenance_windows: Vec<crate::window::MaintenanceWindow>,
 }
 
 /// Pod and service networks of the cluster (CIDRs).

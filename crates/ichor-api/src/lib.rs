@@ -49,6 +49,7 @@ pub mod operation;
 mod schema;
 pub mod selector;
 pub mod validation;
+pub mod window;
 
 pub use backup::{
     BackupDestination, BackupPartStatus, BackupPhase, BackupReason, BackupRetention,

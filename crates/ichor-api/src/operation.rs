@@ -73,6 +73,13 @@ pub struct TalosOperationSpec {
     /// destination. The reason is recorded in status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_backup: Option<crate::backup::SkipBackup>,
+    /// When machines may start: this operation's maintenance windows,
+    /// overriding the TalosCluster's `spec.maintenanceWindows`. Unset: the
+    /// cluster's. An empty list: any time. A machine already started
+    /// finishes even when its window closes. Dry runs ignore windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 20))]
+    pub maintenance_windows: Option<Vec<crate::window::MaintenanceWindow>>,
 }
 
 impl OperationKind {
@@ -134,12 +141,15 @@ pub struct OperationTarget {
     pub machines: Vec<String>,
 }
 
-/// Pending, Running, Succeeded or Failed.
+/// Pending, Running, Waiting, Succeeded or Failed.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash, JsonSchema)]
 pub enum OperationPhase {
     #[default]
     Pending,
     Running,
+    /// Outside its maintenance window: no new machine starts until the
+    /// next window (`status.nextWindow`).
+    Waiting,
     Succeeded,
     Failed,
 }
@@ -148,9 +158,13 @@ pub enum OperationPhase {
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct TalosOperationStatus {
-    /// Pending, Running, Succeeded or Failed.
+    /// Pending, Running, Waiting, Succeeded or Failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<OperationPhase>,
+    /// While Waiting: when the next maintenance window opens (none when no
+    /// window opens again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window: Option<Time>,
     /// What is happening or what went wrong, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

@@ -114,11 +114,15 @@ pub fn address_problem(address: &str) -> Option<String> {
 }
 
 /// Answers one AdmissionReview for a TalosCluster: the cluster's own rules,
-/// then its `spec.backup` (cron, time zone, age keys, retention age).
+/// then its `spec.backup` (cron, time zone, age keys, retention age) and
+/// its `spec.maintenanceWindows` (cron, time zone, duration, blackout dates).
 pub fn review(req: AdmissionReview) -> AdmissionReview {
     review_with(req, |old, new| {
         let mut problems = ichor_api::validation::talos_cluster(old, new);
         problems.extend(ichor_backup::spec_check::problems_in_cluster(new));
+        problems.extend(ichor_reconcile::operation::window::problems_in(
+            new.get("spec"),
+        ));
         problems
     })
 }

@@ -125,6 +125,7 @@ fn main() {
             key: None,
         },
         backup: None,
+        maintenance_windows: Vec::new(),
     };
     for f in files {
         let text = std::fs::read_to_string(&f).expect("read fixture");

@@ -660,6 +660,7 @@ pub fn talos_cluster(
                 key: None,
             },
             backup: None,
+            maintenance_windows: Vec::new(),
         },
     );
     cluster.metadata.namespace = Some(ichor_api::SYSTEM_NAMESPACE.to_string());

@@ -64,6 +64,7 @@ fn cluster(name: &str) -> TalosCluster {
                 key: None,
             },
             backup: None,
+            maintenance_windows: Vec::new(),
         },
     )
 }
@@ -274,6 +275,7 @@ async fn machine_and_operation_rules() {
         installer_image: None,
         dry_run: false,
         skip_backup: None,
+        maintenance_windows: None,
         allow_downgrade: false,
     };
     let msg = refusal(
@@ -333,6 +335,7 @@ async fn operation_versions_and_the_downgrade_flag_are_checked_by_the_api_server
         installer_image: None,
         dry_run: false,
         skip_backup: None,
+        maintenance_windows: None,
         allow_downgrade,
     };
     for (i, bad) in ["latest", "1.2.3", "v1.2", "v1.2.3;rm", "v1.2.3 "]

@@ -13,6 +13,7 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
+use super::window::Windowed;
 use super::{Run, cancel_requested, publish};
 use crate::{Error, Result, pipeline};
 
@@ -37,6 +38,9 @@ impl Run<'_> {
         }
         if status.plan.is_empty() {
             return self.make_plan(status).await;
+        }
+        if let Some(action) = self.window_first(status).await? {
+            return Ok(action);
         }
         if let Some(action) = self.backup_first(status).await? {
             return Ok(action);
@@ -80,6 +84,10 @@ impl Run<'_> {
                     return Ok(Action::await_change());
                 }
                 Next::Steps(steps) => {
+                    let steps = match self.gated(status, steps).await? {
+                        Windowed::Go(steps) => steps,
+                        Windowed::Stop(action) => return Ok(action),
+                    };
                     if let Some(action) = self.run_batch(status, steps).await? {
                         return Ok(action);
                     }
@@ -223,12 +231,17 @@ impl Run<'_> {
         self.ctx
             .metrics
             .operation_finished(self.op.spec.kind.as_str(), phase_name);
-        let from = (status.phase == Some(OperationPhase::Running)).then_some("Running");
+        let from = match status.phase {
+            Some(OperationPhase::Running) => Some("Running"),
+            Some(OperationPhase::Waiting) => Some("Waiting"),
+            _ => None,
+        };
         self.ctx
             .metrics
             .operation_phase(self.op.spec.kind.as_str(), from, phase_name);
         status.phase = Some(phase);
         status.completion_time = Some(self.now());
+        status.next_window = None;
         status.message = Some(message.clone());
         self.set(
             status,

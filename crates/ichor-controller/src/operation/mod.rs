@@ -42,6 +42,7 @@ mod kubernetes;
 pub mod manifests;
 mod plan;
 mod step;
+mod window;
 
 /// The controller's name in metrics.
 pub const CONTROLLER: &str = "talosoperation";

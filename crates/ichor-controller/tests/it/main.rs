@@ -14,3 +14,4 @@ mod machines;
 mod malformed;
 mod operations;
 mod webhook;
+mod windows;

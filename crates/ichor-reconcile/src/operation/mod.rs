@@ -22,6 +22,7 @@ pub mod manifests;
 pub mod removed;
 pub mod step;
 pub mod support;
+pub mod window;
 
 pub use kubernetes::{
     ComponentArgs, NextComponent, PathRefused, REMOVED_API_RESOURCES, component_plan,

@@ -250,6 +250,7 @@ fn requested_operation(
             installer_image: None,
             dry_run: false,
             skip_backup: None,
+            maintenance_windows: None,
             allow_downgrade: false,
         },
         status: None,

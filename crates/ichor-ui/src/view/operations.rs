@@ -17,7 +17,7 @@ pub struct OperationRow {
     pub kind: &'static str,
     pub cluster: String,
     pub version: Option<String>,
-    /// Pending, Running, Succeeded or Failed.
+    /// Pending, Running, Waiting, Succeeded or Failed.
     pub phase: &'static str,
     pub message: Option<String>,
     /// Machines finished, of machines planned (skips count as finished).
@@ -30,6 +30,7 @@ fn phase_name(op: &TalosOperation) -> &'static str {
     match op.status.as_ref().and_then(|s| s.phase) {
         None | Some(OperationPhase::Pending) => "Pending",
         Some(OperationPhase::Running) => "Running",
+        Some(OperationPhase::Waiting) => "Waiting",
         Some(OperationPhase::Succeeded) => "Succeeded",
         Some(OperationPhase::Failed) => "Failed",
     }

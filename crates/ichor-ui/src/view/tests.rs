@@ -131,6 +131,7 @@ fn operation(name: &str, cluster: &str, phase: Option<OperationPhase>) -> Arc<Ta
             installer_image: None,
             dry_run: false,
             skip_backup: None,
+            maintenance_windows: None,
             allow_downgrade: false,
         },
     );

@@ -30,6 +30,7 @@ pub async fn upgrade_talos(args: UpgradeTalosArgs) -> anyhow::Result<()> {
         installer_image: args.installer_image,
         dry_run: args.common.dry_run,
         skip_backup: None,
+        maintenance_windows: None,
         allow_downgrade: false,
     };
     create(&args.common, spec).await
@@ -45,6 +46,7 @@ pub async fn upgrade_version(args: UpgradeVersionArgs, kind: OperationKind) -> a
         installer_image: None,
         dry_run: args.common.dry_run,
         skip_backup: None,
+        maintenance_windows: None,
         allow_downgrade: false,
     };
     create(&args.common, spec).await
@@ -59,6 +61,7 @@ pub async fn reboot(args: RebootArgs) -> anyhow::Result<()> {
         installer_image: None,
         dry_run: args.common.dry_run,
         skip_backup: None,
+        maintenance_windows: None,
         allow_downgrade: false,
     };
     create(&args.common, spec).await
@@ -336,6 +339,12 @@ fn list_line(op: &TalosOperation) -> String {
 fn plan_lines(op: &TalosOperation) -> Vec<String> {
     let st = op.status.clone().unwrap_or_default();
     let mut lines = vec![list_line(op)];
+    if st.phase == Some(ichor_api::OperationPhase::Waiting) {
+        lines.push(match &st.next_window {
+            Some(next) => format!("  next window: {}", next.0),
+            None => "  next window: none (no window opens again)".to_string(),
+        });
+    }
     for e in &st.plan {
         let progress = st.machines.iter().find(|p| p.machine == e.machine);
         let action = match e.action {
@@ -454,6 +463,26 @@ mod tests {
                 "    1  cp-1  controlplane  upgrade  [Succeeded v1.13.9 → v1.14.0: done]",
                 "    1  w-2  worker  skipped (held)",
                 "    2  w-1  worker  upgrade (runs Ichor's controller)  [Draining: started]",
+            ]
+        );
+    }
+
+    /// A waiting operation says when its next window opens.
+    /// Covers: R15.1
+    #[test]
+    fn a_waiting_operation_shows_its_next_window() {
+        let op: TalosOperation = serde_json::from_value(json!({
+            "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosOperation",
+            "metadata": {"name": "up", "namespace": "ichor-system"},
+            "spec": {"kind": "reboot", "target": {"clusterRef": {"name": "lab"}}},
+            "status": {"phase": "Waiting", "message": "outside its maintenance window", "nextWindow": "2026-12-05T02:00:00Z"}
+        }))
+        .unwrap();
+        assert_eq!(
+            plan_lines(&op),
+            vec![
+                "ichor-system/up  reboot  Waiting  outside its maintenance window",
+                "  next window: 2026-12-05T02:00:00Z",
             ]
         );
     }

@@ -31,6 +31,7 @@ use kube::runtime::controller::Action;
 
 use super::Run;
 use super::step::talos_error;
+use super::window::Windowed;
 use crate::{Error, Result};
 
 mod checks;
@@ -71,6 +72,9 @@ impl Run<'_> {
             let (phase, reason, message) = match decide::next_component(status, cancel) {
                 NextComponent::Step(i) => {
                     let phase = status.components[i].phase;
+                    if let Windowed::Stop(action) = self.component_gated(status, phase).await? {
+                        return Ok(action);
+                    }
                     let outcome = self.component_step(status, i).await?;
                     match self.after_component(status, i, phase, outcome).await? {
                         Some(action) => return Ok(action),
