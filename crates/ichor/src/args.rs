@@ -32,6 +32,17 @@ Examples:
   ichor adopt --cluster lab --recover-secrets --recover-from 10.5.0.2 --tunnel geneve --yes
   ichor adopt --cluster lab --secrets-bundle secrets.yaml -o json   # the plan alone";
 
+/// `ichor recover --help`'s examples, one command a line as typed.
+const RECOVER_EXAMPLES: &str = "\
+Examples:
+  export AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=...
+  ichor recover --cluster prod --bucket backups --prefix prod --identity ./backup.key --out ./prod-recovered
+  ichor recover --cluster lab --endpoint http://10.0.0.5:9000 --allow-http --bucket lab --identity key.txt --out ./lab --yes -o json
+  ichor recover --cluster lab --folder /mnt/backups --backup lab-20261202010000 --identity key.txt --out ./lab
+Afterwards:
+  kubectl --kubeconfig ./prod-recovered/kubeconfig get talosclusters -A
+  talosctl --talosconfig ./prod-recovered/talosconfig etcd status";
+
 /// `ichor reclaim --help`'s examples, one command a line as typed.
 const RECLAIM_EXAMPLES: &str = "\
 Examples:
@@ -137,6 +148,32 @@ pub enum Command {
     /// destination: take one now, list them, show one.
     #[command(subcommand)]
     Backup(BackupCommand),
+    /// Rebuild a cluster's etcd from a backup, from a laptop with only the
+    /// bucket's credentials and an age identity.
+    ///
+    /// Recover lists the cluster's complete backups (those with a manifest)
+    /// and takes the newest, or --backup NAME; decrypts its manifest with
+    /// --identity (a wrong identity is refused) and refuses a backup of
+    /// another cluster; checks the bundle, the objects and the whole etcd
+    /// snapshot against the manifest's sha256 and the snapshot's own trailer.
+    /// Then it reads every control plane (the backup's TalosMachines of role
+    /// controlplane, by name, or --nodes) and refuses when etcd runs on any
+    /// of them or one cannot be reached. Nothing is written before all that
+    /// passed and you consented.
+    ///
+    /// Then, each phase recorded in --out/recover-state.json so a rerun
+    /// continues where a run stopped: it writes secrets.yaml, an admin
+    /// talosconfig and objects.yaml (0600) into --out; streams the snapshot,
+    /// decrypted on the fly, to the first control plane (EtcdRecover) and
+    /// sends Bootstrap{recover_etcd} there once (again only if the node
+    /// rebooted before etcd started); waits for etcd, for the Kubernetes API
+    /// to serve the snapshot's revision (writing --out/kubeconfig), and for
+    /// Ichor's controller and the TalosCluster to be Ready.
+    ///
+    /// The bucket's credentials come from AWS_ACCESS_KEY_ID and
+    /// AWS_SECRET_ACCESS_KEY. No secret is printed: digests only.
+    #[command(after_help = RECOVER_EXAMPLES)]
+    Recover(RecoverArgs),
     /// Take Ichor out of this cluster, the way out without lock-in: no node
     /// is written to, and talosctl and helm take over.
     ///
@@ -419,6 +456,68 @@ pub struct AdoptArgs {
     pub output: Option<OutputFormat>,
     #[command(flatten)]
     pub helm: HelmArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    /// The TalosCluster to recover; a backup of another cluster is refused.
+    #[arg(long)]
+    pub cluster: String,
+    /// The age identity file (AGE-SECRET-KEY-..., as age-keygen writes it).
+    #[arg(long, value_name = "FILE")]
+    pub identity: PathBuf,
+    /// Where recover writes secrets.yaml, talosconfig, objects.yaml,
+    /// kubeconfig and its state file (mode 0600, the folder 0700).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// The backup to restore (default: the newest complete one).
+    #[arg(long, value_name = "NAME")]
+    pub backup: Option<String>,
+    /// The S3 bucket the backups are in.
+    #[arg(long, value_name = "NAME", conflicts_with = "folder")]
+    pub bucket: Option<String>,
+    /// The S3 service's URL (default: AWS, from --region).
+    #[arg(long, value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// The bucket's region.
+    #[arg(long, default_value = "us-east-1")]
+    pub region: String,
+    /// The folder inside the bucket the cluster's backups are under (the
+    /// destination's prefix).
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+    /// Allow a plain http:// endpoint.
+    #[arg(long)]
+    pub allow_http: bool,
+    /// A local folder of backups instead of a bucket.
+    #[arg(long, value_name = "DIR")]
+    pub folder: Option<PathBuf>,
+    /// The control planes' Talos API addresses, the first restores etcd
+    /// (default: the backup's TalosMachines of role controlplane, by name).
+    #[arg(long, value_delimiter = ',', value_name = "ADDR,...")]
+    pub nodes: Vec<String>,
+    /// The snapshot is a raw copy of etcd's member/snap/db with no sha256
+    /// trailer: accept it (passes recover_skip_hash_check to Talos).
+    #[arg(long)]
+    pub skip_hash_check: bool,
+    /// The namespace Ichor's controller runs in.
+    #[arg(long, value_name = "NAMESPACE", default_value = "ichor-system")]
+    pub ichor_namespace: String,
+    /// How long etcd may take to run healthy after the bootstrap.
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = parse_duration)]
+    pub etcd_timeout: std::time::Duration,
+    /// How long the Kubernetes API may take to serve the restored data.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub api_timeout: std::time::Duration,
+    /// How long Ichor's controller and the TalosCluster may take to be Ready.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub controller_timeout: std::time::Duration,
+    /// Do not ask for consent (for scripts).
+    #[arg(short, long)]
+    pub yes: bool,
+    /// Print the result as data.
+    #[arg(short, long, value_enum)]
+    pub output: Option<OutputFormat>,
 }
 
 #[derive(Debug, Args)]

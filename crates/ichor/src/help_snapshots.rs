@@ -36,6 +36,7 @@ const COMMANDS: &[&[&str]] = &[
     &["backup", "now"],
     &["backup", "list"],
     &["backup", "show"],
+    &["recover"],
     &["ui"],
 ];
 

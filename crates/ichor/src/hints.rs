@@ -39,7 +39,7 @@ fn help_of(cause: &(dyn Error + 'static)) -> Option<String> {
     use ichor_talos::{config::ConfigError, patch::PatchError, secrets::SecretsError};
     // Each: `None` when the cause is not of its type, else its help.
     type HelpOf = fn(&(dyn Error + 'static)) -> Option<Option<String>>;
-    let helps: [HelpOf; 8] = [
+    let helps: [HelpOf; 10] = [
         |c| c.downcast_ref::<RenderError>().map(RenderError::help),
         |c| {
             c.downcast_ref::<ichor_helm::Error>()
@@ -52,6 +52,14 @@ fn help_of(cause: &(dyn Error + 'static)) -> Option<String> {
         |c| {
             c.downcast_ref::<ichor_controller::Error>()
                 .map(ichor_controller::Error::help)
+        },
+        |c| {
+            c.downcast_ref::<ichor_backup::restore::RestoreError>()
+                .map(crate::cmd::recover::help)
+        },
+        |c| {
+            c.downcast_ref::<ichor_backup::store::StoreError>()
+                .map(ichor_backup::store::StoreError::help)
         },
         |c| c.downcast_ref::<ConfigError>().map(ConfigError::help),
         |c| c.downcast_ref::<PatchError>().map(PatchError::help),

@@ -64,6 +64,7 @@ fn main() -> ExitCode {
             Command::Backup(BackupCommand::Now(a)) => cmd::backup::now(a).await,
             Command::Backup(BackupCommand::List(a)) => cmd::backup::list(a).await,
             Command::Backup(BackupCommand::Show(a)) => cmd::backup::show(a).await,
+            Command::Recover(a) => cmd::recover::run(a).await,
             Command::Operation(OperationCommand::Status(a)) => cmd::operation::status(a).await,
             Command::Operation(OperationCommand::Cancel(a)) => cmd::operation::cancel(a).await,
             Command::Ui(a) => cmd::ui::run(a).await,

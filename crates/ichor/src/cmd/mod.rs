@@ -6,6 +6,7 @@ pub mod init;
 pub mod install;
 pub mod operation;
 pub mod reclaim;
+pub mod recover;
 pub mod secrets;
 pub mod status;
 pub mod ui;

@@ -16,6 +16,7 @@ mod least_privilege_e2e;
 mod operation_cli;
 mod operations_lab_e2e;
 mod reclaim_e2e;
+mod recover_cli;
 mod shapes_e2e;
 mod ui_cli;
 mod ui_lab_e2e;
