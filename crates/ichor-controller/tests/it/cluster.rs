@@ -50,7 +50,7 @@ async fn handover_is_set_when_the_record_matches_and_no_job_is_created() {
     let client = env.client().await;
     let ns = env.namespace("handover").await;
     let rel = env.namespace("handover-kube").await;
-    crds(&client, &ns).await;
+    crds(&client).await;
     let clusters = Api::<TalosCluster>::namespaced(client.clone(), &ns);
     clusters
         .create(&PostParams::default(), &cluster(&ns, "adopted", "vxlan"))
@@ -135,7 +135,7 @@ async fn helm_deployment_creates_the_installation_once() {
     let env = TestEnv::shared();
     let client = env.client().await;
     let ns = env.namespace("inst-helm").await;
-    crds(&client, &ns).await;
+    crds(&client).await;
     let api = Api::<IchorInstallation>::namespaced(client.clone(), &ns);
     let mut cfg = config(&ns, &ns);
     cfg.deployed_by = ichor_controller::DeployedBy::Helm;
@@ -172,7 +172,7 @@ async fn installer_deployment_tolerates_no_installation() {
     let env = TestEnv::shared();
     let client = env.client().await;
     let ns = env.namespace("inst-none").await;
-    crds(&client, &ns).await;
+    crds(&client).await;
     let clusters = Api::<TalosCluster>::namespaced(client.clone(), &ns);
     clusters
         .create(&PostParams::default(), &cluster(&ns, "c", "vxlan"))
@@ -227,7 +227,7 @@ async fn the_second_replica_takes_over_when_the_leader_stops() {
     let env = TestEnv::shared();
     let client = env.client().await;
     let ns = env.namespace("leaders").await;
-    crds(&client, &ns).await;
+    crds(&client).await;
     let with_identity = |id: &str| {
         let mut c = config(&ns, &ns);
         c.leader_election = Some(ichor_controller::LeaderElection {
@@ -310,7 +310,7 @@ async fn health_and_metrics_are_served() {
     let env = TestEnv::shared();
     let client = env.client().await;
     let ns = env.namespace("metrics").await;
-    crds(&client, &ns).await;
+    crds(&client).await;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -352,7 +352,7 @@ async fn a_leader_that_loses_its_lease_stops() {
     let env = TestEnv::shared();
     let client = env.client().await;
     let ns = env.namespace("lease-lost").await;
-    crds(&client, &ns).await;
+    crds(&client).await;
     let mut cfg = config(&ns, &ns);
     cfg.leader_election = Some(ichor_controller::LeaderElection {
         lease_name: "ichor-controller".into(),

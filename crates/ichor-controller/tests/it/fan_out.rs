@@ -92,9 +92,9 @@ async fn one_machine_status_change_does_not_reconcile_the_others() {
     let env = TestEnv::shared();
     let client = client().await;
     let ns = env.namespace("fan-out").await;
-    crds(&client, &ns).await;
+    crds(&client).await;
     bundle_secret(&client, &ns).await;
-    let worker = cni_none_fixture("v1.12-cni-none-worker.yaml");
+    let worker = ichor_testenv::fixtures::cni_none("v1.12-cni-none-worker.yaml");
     let emu = emulator(
         (0..3)
             .map(|i| NodeSpec::new(format!("w-{i}"), worker.clone()).with_version("v1.12.1"))

@@ -17,6 +17,7 @@ use ichor_talos::bootstrap_inventory::{
     INVENTORY_NAME, INVENTORY_NAMESPACE, OWNING_INVENTORY_ANNOTATION,
 };
 use ichor_talos::config::MachineConfig;
+use ichor_testenv::wait::{self, Seen};
 use ichor_testenv::{TestEnv, Tool};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -87,7 +88,7 @@ async fn scenario(name: &str, talos: &str, fixture: &str, multidoc: bool) {
     let client = env.client().await;
     let ns = env.namespace(&format!("r61-{name}")).await;
     let rel = env.namespace(&format!("r61-{name}-kube")).await;
-    crds(&client, &ns).await;
+    crds(&client).await;
     bundle_secret(&client, &ns).await;
 
     // Init wrote Cilium inline (rendered by the real helm from the chart
@@ -111,7 +112,7 @@ async fn scenario(name: &str, talos: &str, fixture: &str, multidoc: bool) {
         .unwrap()
         .manifest;
     let node_config = with_inline(
-        &cni_none_fixture(fixture),
+        &ichor_testenv::fixtures::cni_none(fixture),
         multidoc,
         &[("cilium", &cilium), ("extra", EXTRA)],
     );
@@ -151,23 +152,19 @@ async fn scenario(name: &str, talos: &str, fixture: &str, multidoc: bool) {
     let running = start(client.clone(), config(&ns, &rel));
     mark_daemonset_ready(&client, &rel).await;
     let machines = Api::<TalosMachine>::namespaced(client.clone(), &ns);
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
+    wait::until("CNIHandover=True", WAIT, POLL, || async {
         let c = clusters.get("base").await.unwrap();
         if c.status
             .as_ref()
             .is_some_and(|s| conditions::is_true(&s.conditions, types::CNI_HANDOVER))
         {
-            break;
+            return Seen::Done(());
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no CNIHandover=True after {WAIT:?}: cluster {:#?}\nmachine {:#?}",
-            c.status,
-            machines.get("cp-1").await.unwrap().status
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+        let machine = machines.get("cp-1").await.unwrap().status;
+        Seen::not_yet(format!("cluster {:#?}\nmachine {machine:#?}", c.status))
+    })
+    .await
+    .unwrap();
     let handed = clusters.get("base").await.unwrap();
     let message = conditions::find(&handed.status.unwrap().conditions, types::CNI_HANDOVER)
         .unwrap()

@@ -70,9 +70,9 @@ async fn a_hold_taken_back_before_the_apply_writes_nothing_to_the_node() {
     let client = env.client().await;
     let ns = env.namespace("tm-race").await;
     let rel = env.namespace("tm-race-kube").await;
-    crds(&client, &ns).await;
+    crds(&client).await;
     bundle_secret(&client, &ns).await;
-    let w_cfg = cni_none_fixture("v1.12-cni-none-worker.yaml");
+    let w_cfg = ichor_testenv::fixtures::cni_none("v1.12-cni-none-worker.yaml");
     let emu = emulator(vec![
         NodeSpec::new("w-1", w_cfg.clone()).with_version("v1.12.1"),
     ])

@@ -95,11 +95,11 @@ async fn scenario(shape: &Shape) {
     let client = env.client().await;
     let ns = env.namespace(&format!("tm-{}", shape.name)).await;
     let rel = env.namespace(&format!("tm-{}-kube", shape.name)).await;
-    crds(&client, &ns).await;
+    crds(&client).await;
     bundle_secret(&client, &ns).await;
 
-    let cp_cfg = cni_none_fixture(shape.cp);
-    let w_cfg = cni_none_fixture(shape.worker);
+    let cp_cfg = ichor_testenv::fixtures::cni_none(shape.cp);
+    let w_cfg = ichor_testenv::fixtures::cni_none(shape.worker);
     let emu = emulator(vec![
         NodeSpec::new("cp-1", cp_cfg.clone()).with_version(shape.talos),
         NodeSpec::new("w-1", w_cfg.clone()).with_version(shape.talos),
@@ -420,7 +420,7 @@ async fn failures_become_conditions_that_say_what_to_do() {
     let env = TestEnv::shared();
     let client = env.client().await;
     let ns = env.namespace("tm-fail").await;
-    crds(&client, &ns).await;
+    crds(&client).await;
     let clusters = Api::<TalosCluster>::namespaced(client.clone(), &ns);
     clusters
         .create(&PostParams::default(), &cluster(&ns))

@@ -35,7 +35,7 @@ async fn a_malformed_machine_does_not_stop_the_others() {
     let env = TestEnv::shared();
     let client = env.client().await;
     let ns = env.namespace("malformed").await;
-    crds(&client, &ns).await;
+    crds(&client).await;
 
     // Loosen the TalosMachine schema, store a bad object, put the real CRD back.
     let real = TalosMachine::crd_for_test();
@@ -165,7 +165,7 @@ async fn a_poisoned_bundle_fails_its_own_cluster_only() {
     let env = TestEnv::shared();
     let client = env.client().await;
     let ns = env.namespace("poisoned").await;
-    crds(&client, &ns).await;
+    crds(&client).await;
 
     let good = bundle_text();
     let crafted_pem = ichor_talos::pem::b64("-----BEGIN X-----END X-----");

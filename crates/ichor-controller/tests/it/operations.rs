@@ -17,6 +17,7 @@ use ichor_controller::operation::{CANCEL_ANNOTATION, OperationBounds};
 use ichor_talemu::{Emulator, NodeSpec, WriteAction};
 use ichor_talos::bootstrap_inventory::{INVENTORY_NAME, OWNING_INVENTORY_ANNOTATION};
 use ichor_talos_client::resources::KubernetesComponent;
+use ichor_testenv::wait::{self, Seen};
 use ichor_testenv::{TestEnv, Tool};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
@@ -116,8 +117,12 @@ async fn lab_talos(
     talos: fn(&str) -> &'static str,
 ) -> Lab {
     let suffix = ns.rsplit('-').next().unwrap_or(ns).to_string();
-    let cp = edit(cni_none_fixture("v1.12-cni-none-controlplane.yaml"));
-    let worker = edit(cni_none_fixture("v1.12-cni-none-worker.yaml"));
+    let cp = edit(ichor_testenv::fixtures::cni_none(
+        "v1.12-cni-none-controlplane.yaml",
+    ));
+    let worker = edit(ichor_testenv::fixtures::cni_none(
+        "v1.12-cni-none-worker.yaml",
+    ));
     let mut specs = Vec::new();
     let mut named = Vec::new();
     for (i, (name, role)) in machines.iter().enumerate() {
@@ -237,7 +242,7 @@ async fn setup(
     let env = TestEnv::shared();
     let client = env.client().await;
     let ns = env.namespace(prefix).await;
-    crds(&client, &ns).await;
+    crds(&client).await;
     bundle_secret(&client, &ns).await;
     Api::<TalosCluster>::namespaced(client.clone(), &ns)
         .create(&PostParams::default(), &cluster(&ns))
@@ -807,7 +812,7 @@ async fn kind_ichor_on_a_helm_install_prints_the_helm_command() {
     let env = TestEnv::shared();
     let client = env.client().await;
     let ns = env.namespace("op-ichor-helm").await;
-    crds(&client, &ns).await;
+    crds(&client).await;
     let mut config = config(&ns, &ns);
     config.deployed_by = ichor_controller::DeployedBy::Helm;
     let running = start(client.clone(), config);
@@ -1142,25 +1147,29 @@ impl Lab {
 
 /// Waits for an operation to finish while playing the kubelets.
 async fn finished_playing(s: &Setup, name: &str) -> TalosOperation {
-    let deadline = std::time::Instant::now() + Duration::from_secs(240);
-    loop {
-        s.lab.play_kubelets(&s.client).await;
-        let op = s.ops.get(name).await.unwrap();
-        if op.status.as_ref().is_some_and(|st| {
-            matches!(
-                st.phase,
-                Some(OperationPhase::Succeeded | OperationPhase::Failed)
-            )
-        }) {
-            return op;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "TalosOperation {name} did not finish: {:?}",
-            op.status
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let what = format!("TalosOperation {name} to finish");
+    wait::until(
+        what,
+        Duration::from_secs(240),
+        Duration::from_millis(100),
+        || async {
+            s.lab.play_kubelets(&s.client).await;
+            let op = s.ops.get(name).await.unwrap();
+            let ended = op.status.as_ref().is_some_and(|st| {
+                matches!(
+                    st.phase,
+                    Some(OperationPhase::Succeeded | OperationPhase::Failed)
+                )
+            });
+            if ended {
+                Seen::Done(op)
+            } else {
+                Seen::not_yet(format!("{:?}", op.status))
+            }
+        },
+    )
+    .await
+    .unwrap()
 }
 
 fn kubernetes_operation(ns: &str, name: &str, version: &str, dry_run: bool) -> TalosOperation {
@@ -1196,7 +1205,7 @@ async fn kubernetes_upgrade_component_by_component() {
     let env = TestEnv::shared();
     let client = env.client().await;
     let ns = env.namespace("op-k8s").await;
-    crds(&client, &ns).await;
+    crds(&client).await;
     bundle_secret(&client, &ns).await;
     Api::<TalosCluster>::namespaced(client.clone(), &ns)
         .create(&PostParams::default(), &cluster(&ns))
@@ -1567,7 +1576,7 @@ async fn a_removed_feature_gate_refuses_a_kubernetes_upgrade() {
     let env = TestEnv::shared();
     let client = env.client().await;
     let ns = env.namespace("op-gate").await;
-    crds(&client, &ns).await;
+    crds(&client).await;
     bundle_secret(&client, &ns).await;
     Api::<TalosCluster>::namespaced(client.clone(), &ns)
         .create(&PostParams::default(), &cluster(&ns))
@@ -1625,7 +1634,7 @@ async fn kind_ichor_on_an_installer_install_runs_the_installer_job() {
     let env = TestEnv::shared();
     let client = env.client().await;
     let ns = env.namespace("op-ichor-job").await;
-    crds(&client, &ns).await;
+    crds(&client).await;
     let mut config = config(&ns, &ns);
     config.cni_job_image = Some("ghcr.io/maeshinshin/ichor-controller:v0.1.0".into());
     let running = start(client.clone(), config);

@@ -86,7 +86,7 @@ async fn webhook_refuses_through_the_api_server_and_nothing_is_stored() {
     let env = TestEnv::shared();
     let client = env.client().await;
     let ns = env.namespace("webhook").await;
-    crds(&client, &ns).await;
+    crds(&client).await;
 
     // The serving certificate, in a Secret, for 127.0.0.1.
     let cert = serving_cert();
@@ -394,7 +394,7 @@ async fn admission_policies_bound_the_controllers_jobs_and_the_opt_in() {
     let env = TestEnv::shared();
     let admin = env.client().await;
     let ns = env.namespace("policies").await;
-    crds(&admin, &ns).await;
+    crds(&admin).await;
     let repository = "ghcr.io/maeshinshin/ichor-controller";
     for policy in ichor_adopt::install::admission_policies(&ns, repository) {
         let obj: kube::api::DynamicObject = serde_json::from_value(policy).unwrap();

@@ -5,83 +5,42 @@
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use ichor_api::TalosMachine;
 use ichor_talemu::{Emulator, EmulatorOptions, NodeSpec, Pki};
 use ichor_testenv::TestEnv;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::json;
 
 /// Bound of every wait in these tests (a loaded 2-core machine is slow; the
 /// bound only turns a hang into a failure, nothing is timed).
 pub const WAIT: Duration = Duration::from_secs(120);
 
-/// A real Talos file from `testdata/talos/`.
-pub fn shared_fixture(rel: &str) -> String {
-    ichor_testenv::fixtures::talos(rel)
-}
-
-/// The `cni.name: none` fixtures of ichor-render (made from the stability fixtures).
-pub fn cni_none_fixture(rel: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../ichor-render/tests/fixtures")
-        .join(rel);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
-}
+/// How often a wait looks again.
+pub const POLL: Duration = Duration::from_millis(200);
 
 /// The secrets bundle fixture.
 pub fn bundle_text() -> String {
-    shared_fixture("stability-secrets.yaml")
+    ichor_testenv::fixtures::talos("stability-secrets.yaml")
 }
 
 /// Applies Ichor's CRDs (from `ichor_api::crds`) and waits until they are served.
-pub async fn crds(client: &kube::Client, ns: &str) {
-    let api = Api::<CustomResourceDefinition>::all(client.clone());
-    for crd in ichor_api::crds::all() {
-        match api.create(&PostParams::default(), &crd).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("create CRD: {e}"),
-        }
-    }
-    wait_for("the CRDs to be served", || async {
-        Api::<TalosMachine>::namespaced(client.clone(), ns)
-            .list(&ListParams::default())
-            .await
-            .is_ok()
-            && Api::<ichor_api::TalosCluster>::namespaced(client.clone(), ns)
-                .list(&ListParams::default())
-                .await
-                .is_ok()
-            && Api::<ichor_api::IchorInstallation>::namespaced(client.clone(), ns)
-                .list(&ListParams::default())
-                .await
-                .is_ok()
-    })
-    .await;
+pub async fn crds(client: &kube::Client) {
+    ichor_testenv::install::crds(client, ichor_api::crds::all())
+        .await
+        .unwrap();
 }
 
 /// Polls `f` until it is true; panics with `what` after [`WAIT`].
-pub async fn wait_for<F, Fut>(what: &str, mut f: F)
+pub async fn wait_for<F, Fut>(what: &str, f: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if f().await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "gave up after {WAIT:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    ichor_testenv::wait::until(what, WAIT, POLL, f)
+        .await
+        .unwrap();
 }
 
 /// The bundle Secret `bundle` in `ns`.
