@@ -489,13 +489,25 @@ pub struct KubeNodeConfig {
     )]
     pub api_version: Option<String>,
     /// Node labels.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::scalar::string_map"
+    )]
     pub labels: Option<IndexMap<String, String>>,
     /// Node annotations.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::scalar::string_map"
+    )]
     pub annotations: Option<IndexMap<String, String>>,
     /// Node taints: key to `value:Effect` (or `Effect`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::scalar::string_map"
+    )]
     pub taints: Option<IndexMap<String, String>>,
     /// Fields Ichor does not model (`registerWithFQDN`, `nodeIP`, ...).
     #[serde(flatten)]

@@ -18,6 +18,7 @@ mod document;
 mod facts;
 pub mod host;
 pub mod kube;
+mod scalar;
 pub mod v1alpha1;
 
 use std::borrow::Borrow;

@@ -77,7 +77,11 @@ pub struct MachineSection {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub features: Option<FeaturesSection>,
     /// `nodeLabels`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::scalar::string_map"
+    )]
     pub node_labels: Option<IndexMap<String, String>>,
     /// Fields Ichor does not model.
     #[serde(flatten)]
