@@ -17,6 +17,7 @@ mod operation_cli;
 mod operations_lab_e2e;
 mod reclaim_e2e;
 mod recover_cli;
+mod recover_emu_e2e;
 mod shapes_e2e;
 mod ui_cli;
 mod ui_lab_e2e;

@@ -17,10 +17,10 @@ use ichor_testenv::tools::Tool;
 
 use crate::common::text;
 
-const PREFIX: &str = "recover";
+pub(crate) const PREFIX: &str = "recover";
 
 /// An age identity made by the reference `age-keygen`, and its recipient.
-fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
+pub(crate) fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
     let path = dir.join(name);
     let out = Command::new(Tool::AgeKeygen.path())
         .arg("-o")
@@ -40,14 +40,14 @@ fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
 }
 
 /// A database of whole pages, then its sha256: what etcd streams.
-fn snapshot() -> Vec<u8> {
+pub(crate) fn snapshot() -> Vec<u8> {
     let db: Vec<u8> = (0..512 * 40).map(|i| (i * 7 % 251) as u8).collect();
     let mut s = db.clone();
     s.extend_from_slice(&PartDigest::of(&db).sha256);
     s
 }
 
-fn store(s3: &S3Server) -> Store {
+pub(crate) fn store(s3: &S3Server) -> Store {
     Store::open(&Destination::S3(S3Destination {
         endpoint: Some(s3.endpoint()),
         bucket: s3.bucket().to_string(),
@@ -68,7 +68,7 @@ fn objects(cluster: &str, address: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-async fn take_backup(
+pub(crate) async fn take_backup(
     store: &Store,
     recipients: &Recipients,
     cluster: &str,
@@ -121,8 +121,19 @@ async fn put(store: &Store, key: &str, sealed: Vec<u8>) {
 /// Runs the binary with nothing of this machine's environment but PATH and
 /// an empty HOME, and the bucket's credentials.
 fn recover(s3: &S3Server, home: &Path, args: &[&str]) -> Output {
+    recover_with(s3, home, args, &[])
+}
+
+/// [`recover`] with more of the environment (the test hook).
+pub(crate) fn recover_with(
+    s3: &S3Server,
+    home: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ichor"))
         .env_clear()
+        .envs(env.iter().copied())
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", home)
         .env("AWS_ACCESS_KEY_ID", s3.access_key_id())
