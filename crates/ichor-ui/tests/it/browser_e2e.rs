@@ -13,34 +13,23 @@
 //! UI pod the chart deploys in the lab is `crates/ichor/tests/it/ui_lab_e2e.rs`.
 
 use std::net::TcpListener;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use fantoccini::Locator;
 use ichor_api::conditions::types;
 use ichor_api::{TalosCluster, TalosMachine, TalosOperation};
 use ichor_talemu::{Emulator, EmulatorOptions, NodeSpec, Pki};
-use ichor_testenv::TestEnv;
 use ichor_testenv::browser::{
     WAIT, browser, forged_post, page_shows, post_forms, screenshot, sign_in, start_driver,
 };
+use ichor_testenv::wait::{self, Seen};
+use ichor_testenv::{TestEnv, fixtures};
 use ichor_ui::{AppState, Cache, Listeners, Settings};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const LABELS: &str = "machine:\n  nodeLabels:\n    ichor.maesh.dev/zone: \"blue\"\n";
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn fixture(rel: &str) -> String {
-    let p = repo_root()
-        .join("crates/ichor-render/tests/fixtures")
-        .join(rel);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
-}
 
 async fn emulator(nodes: Vec<NodeSpec>, bundle: &str) -> Emulator {
     let bundle = ichor_talos::secrets::SecretsBundle::parse(bundle, "fixture").unwrap();
@@ -133,11 +122,14 @@ async fn chromium_drives_the_ui_against_the_lab() {
         vec![
             NodeSpec::new(
                 hosts[0].clone(),
-                fixture("v1.12-cni-none-controlplane.yaml"),
+                fixtures::cni_none("v1.12-cni-none-controlplane.yaml"),
             )
             .with_version("v1.13.9"),
-            NodeSpec::new(hosts[1].clone(), fixture("v1.12-cni-none-worker.yaml"))
-                .with_version("v1.13.9"),
+            NodeSpec::new(
+                hosts[1].clone(),
+                fixtures::cni_none("v1.12-cni-none-worker.yaml"),
+            )
+            .with_version("v1.13.9"),
         ],
         &bundle,
     )
@@ -309,17 +301,22 @@ async fn chromium_drives_the_ui_against_the_lab() {
         .await
         .unwrap();
     // A bounded wait for the redirect to the new operation's page.
-    let op_path = tokio::time::timeout(WAIT, async {
-        loop {
+    let every = Duration::from_millis(200);
+    let op_path = wait::until(
+        "the operation page after starting a reboot",
+        WAIT,
+        every,
+        || async {
             let p = c.current_url().await.unwrap().path().to_owned();
             if p.contains("/operations/") {
-                break p;
+                Seen::Done(p)
+            } else {
+                Seen::not_yet(p)
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
+        },
+    )
     .await
-    .expect("the operation page never came after starting a reboot");
+    .unwrap();
     page_shows(&c, &hosts[1]).await;
     screenshot(&c, "operation-running").await;
     page_shows(&c, "Succeeded</span>").await;

@@ -3,6 +3,7 @@
 //! control plane, and SubjectAccessReviews asked for the ServiceAccount.
 
 use std::process::Command;
+use std::time::Duration;
 
 use ichor_testenv::{TestEnv, Tool};
 use k8s_openapi::api::authorization::v1::{
@@ -102,13 +103,13 @@ async fn may(client: &kube::Client, verb: &str, group: &str, resource: &str) -> 
 
 /// Waits for the authorizer's cache to see the applied RBAC (bounded).
 async fn settles(client: &kube::Client, verb: &str, resource: &str, want: bool) {
-    for _ in 0..300 {
-        if may(client, verb, ichor_api::GROUP, resource).await == want {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("{verb} {resource} never became {want}");
+    let what = format!("{verb} {resource} to become {want}");
+    let (bound, every) = (Duration::from_secs(30), Duration::from_millis(100));
+    ichor_testenv::wait::until(what, bound, every, || async {
+        may(client, verb, ichor_api::GROUP, resource).await == want
+    })
+    .await
+    .unwrap();
 }
 
 async fn assert_read_only(client: &kube::Client) {

@@ -13,12 +13,18 @@ use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use http_body_util::BodyExt as _;
 use ichor_api::{IchorInstallation, TalosMachine, TalosOperation};
 use ichor_testenv::TestEnv;
+use ichor_testenv::wait::{self, Seen};
+
+use crate::common::POLL;
 use ichor_ui::{AppState, Cache, Limits, Settings, UserClients, server, session};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use tower::ServiceExt as _;
 
 const HOST: &str = "ui.test:8443";
+/// How long the cache, the audit log or a listener may take to catch up
+/// (the bound only turns a hang into a failure).
+const SETTLE: Duration = Duration::from_secs(10);
 const ORIGIN: &str = "https://ui.test:8443";
 
 struct Answer {
@@ -166,7 +172,8 @@ async fn audited_user(
     ns: &str,
     name: &str,
 ) -> Vec<String> {
-    for _ in 0..100 {
+    let what = format!("the audit log to have a successful {verb} of {resource} {ns}/{name}");
+    wait::until(what, SETTLE, POLL, || async {
         let users: Vec<String> = env
             .audit_events()
             .into_iter()
@@ -186,12 +193,10 @@ async fn audited_user(
             })
             .map(|e| e.user.username)
             .collect();
-        if !users.is_empty() {
-            return users;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the audit log has no successful {verb} of {resource} {ns}/{name}");
+        (!users.is_empty()).then_some(users)
+    })
+    .await
+    .unwrap()
 }
 
 fn assert_security_headers(a: &Answer) {
@@ -733,16 +738,16 @@ async fn pages_and_actions_follow_rbac() {
     assert_eq!(created.spec.target.machines, vec!["w-1".to_string()]);
     assert_eq!(created.spec.version, None);
     // The page of the new operation, once the cache has it.
-    let mut shown = None;
-    for _ in 0..100 {
+    let shown = wait::until("the operation page", SETTLE, POLL, || async {
         let a = send(&app, Method::GET, &op_url, Some(op), None, "").await;
         if a.status == StatusCode::OK {
-            shown = Some(a);
-            break;
+            Seen::Done(a)
+        } else {
+            Seen::not_yet(a.status)
         }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    let shown = shown.expect("the operation page appears once the cache has the operation");
+    })
+    .await
+    .unwrap();
     assert!(shown.body.contains("id=\"cancel\""), "{}", shown.body);
     let vshown = send(&app, Method::GET, &op_url, Some(viewer), None, "").await;
     assert!(!vshown.body.contains("id=\"cancel\""));
@@ -968,12 +973,14 @@ async fn helm_managed_ichor_points_to_helm_upgrade() {
             .await
             .expect("IchorInstallation");
     }
-    for _ in 0..100 {
-        if cache.inventory().installation.is_some() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    wait::until(
+        "the cache to have the IchorInstallation",
+        SETTLE,
+        POLL,
+        || async { cache.inventory().installation.is_some() },
+    )
+    .await
+    .unwrap();
     let a = send(&app, Method::GET, "/clusters", Some(op), None, "").await;
     assert!(
         a.body
@@ -1098,17 +1105,15 @@ async fn actions_are_made_with_the_users_own_token() {
     assert!(creators.contains(&operator), "{creators:?}");
     assert!(!creators.contains(&ui_user), "{creators:?}");
     // The cancel, once the cache has the operation.
-    for _ in 0..100 {
-        if cache
+    wait::until("the cache to have the operation", SETTLE, POLL, || async {
+        cache
             .inventory()
             .operations
             .iter()
             .any(|o| o.metadata.name.as_deref() == Some(&name))
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
+    .unwrap();
     let a = send(
         &app,
         Method::POST,
@@ -1359,21 +1364,12 @@ async fn plaintext_sessions_keep_the_unprefixed_cookie_name() {
     };
     tokio::spawn(ichor_ui::tls::serve(app.clone(), listeners));
     let host = format!("127.0.0.1:{plain}");
-    let mut ready = false;
-    for _ in 0..100 {
-        if plain_http(
-            plain,
-            &format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
-        )
-        .await
-        .0 == 200
-        {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(ready, "the plain-HTTP listener never answered");
+    let healthz = format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    wait::until("the plain-HTTP listener", SETTLE, POLL, || async {
+        plain_http(plain, &healthz).await.0 == 200
+    })
+    .await
+    .unwrap();
     let body = format!("token={}", lab.viewer_token);
     let (status, head) = plain_http(
         plain,

@@ -50,19 +50,17 @@ async fn serves(port: u16, trusted: &CertificateDer<'static>) -> bool {
         .is_ok()
 }
 
-async fn wait_until<F, Fut>(what: &str, mut f: F)
+/// Polls `f` until it is true; a bound that turns a hang into a failure
+/// (the reload period is 10 s).
+async fn wait_until<F, Fut>(what: &str, f: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    // A bound that turns a hang into a failure; the reload period is 10 s.
-    for _ in 0..600 {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out waiting for {what}");
+    let (bound, every) = (Duration::from_secs(60), Duration::from_millis(100));
+    ichor_testenv::wait::until(what, bound, every, f)
+        .await
+        .unwrap();
 }
 
 fn app() -> Router {

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use ichor_api::{TalosCluster, TalosMachine};
 use ichor_testenv::TestEnv;
+use ichor_testenv::wait::{self, Seen};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 /// The lab objects of one test.
@@ -27,23 +27,13 @@ pub struct Lab {
     pub nobody_token: String,
 }
 
+/// How often a wait looks again.
+pub const POLL: Duration = Duration::from_millis(100);
+
 pub async fn install_crds(client: &kube::Client) {
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    for crd in ichor_api::crds::all() {
-        match crds.create(&PostParams::default(), &crd).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("create CRD: {e}"),
-        }
-    }
-    let machines = Api::<TalosMachine>::all(client.clone());
-    for _ in 0..300 {
-        if machines.list(&ListParams::default()).await.is_ok() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("the CRDs were not served within 60s");
+    ichor_testenv::install::crds(client, ichor_api::crds::all())
+        .await
+        .unwrap();
 }
 
 async fn create<K>(api: &Api<K>, obj: serde_json::Value) -> K
@@ -211,15 +201,14 @@ pub async fn authorized(
         ..SelfSubjectAccessReview::default()
     };
     let api = Api::<SelfSubjectAccessReview>::all(client);
-    for _ in 0..300 {
-        if let Ok(r) = api.create(&PostParams::default(), &review).await
-            && r.status.is_some_and(|s| s.allowed)
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{verb} {resource} in {ns} was never allowed for the token's user");
+    let what = format!("{verb} {resource} in {ns} to be allowed for the token's user");
+    wait::until(what, Duration::from_secs(30), POLL, || async {
+        api.create(&PostParams::default(), &review)
+            .await
+            .is_ok_and(|r| r.status.is_some_and(|s| s.allowed))
+    })
+    .await
+    .unwrap();
 }
 
 /// [`users`], plus the cluster `lab` and its machines cp-1 and w-1 (held, with drift).
@@ -260,17 +249,20 @@ pub async fn lab(env: &TestEnv, prefix: &str) -> Lab {
 
 /// Waits until the cache holds `n` machines of `ns`.
 pub async fn cached(cache: &ichor_ui::Cache, ns: &str, machines: usize) {
-    for _ in 0..600 {
-        let inv = cache.inventory();
-        let here = inv
+    let what = format!("the UI's cache to see the {machines} machines of {ns}");
+    wait::until(what, Duration::from_secs(60), POLL, || async {
+        let here = cache
+            .inventory()
             .machines
             .iter()
             .filter(|m| m.metadata.namespace.as_deref() == Some(ns))
             .count();
         if here >= machines {
-            return;
+            Seen::Done(())
+        } else {
+            Seen::not_yet(format!("{here} machines"))
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the UI's cache did not see the {machines} machines of {ns} within 60s");
+    })
+    .await
+    .unwrap();
 }
