@@ -409,10 +409,11 @@ impl Emulator {
             etcd.alarms.clear();
         }
         for n in &self.cluster.nodes {
+            let control_plane = n.is_control_plane();
             let mut st = n.lock();
             let had_data = st.etcd_data;
             st.etcd_data = false;
-            if had_data && n.is_control_plane() {
+            if had_data && control_plane {
                 st.journal.service(
                     "etcd",
                     journal::ServiceState::Finished,

@@ -61,6 +61,17 @@ pub struct ServiceStatus {
     /// The message of the service's latest event (`Running pre state`,
     /// `Health check successful`, or why it failed).
     pub last_event: String,
+    /// Every event machined kept, oldest first.
+    pub events: Vec<ServiceEvent>,
+}
+
+/// One change of a service's state, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceEvent {
+    /// The state it entered (`Preparing`, `Running`, `Failed`, …).
+    pub state: String,
+    /// Why (`Running pre state`, or the failure's text).
+    pub message: String,
 }
 
 impl ServiceStatus {
@@ -77,11 +88,17 @@ impl ServiceStatus {
 
     fn from_proto(s: machine::ServiceInfo) -> Self {
         let health = s.health.unwrap_or_default();
-        let last_event = s
+        let events: Vec<ServiceEvent> = s
             .events
-            .and_then(|e| e.events.into_iter().last())
-            .map(|e| e.msg)
-            .unwrap_or_default();
+            .map(|e| e.events)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| ServiceEvent {
+                state: e.state,
+                message: e.msg,
+            })
+            .collect();
+        let last_event = events.last().map(|e| e.message.clone()).unwrap_or_default();
         Self {
             id: s.id,
             state: s.state,
@@ -89,6 +106,7 @@ impl ServiceStatus {
             health_unknown: health.unknown,
             health_message: health.last_message,
             last_event,
+            events,
         }
     }
 }

@@ -37,7 +37,7 @@ use std::io::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -140,11 +140,80 @@ pub struct TestEnv {
     server_url: String,
     etcd_url: String,
     ca: TestCa,
+    /// Starts etcd and the apiserver again (after [`TestEnv::lose_etcd`]).
+    starter: EtcdStarter,
     // Dropping these closes the watchdogs' pipes, which stops the servers.
-    watchdogs: Mutex<Vec<Watchdog>>,
+    watchdogs: Arc<Mutex<Vec<Watchdog>>>,
+}
+
+/// What starting etcd and the apiserver again needs.
+struct Restart {
+    dir: PathBuf,
+    kubeconfig_path: PathBuf,
+    etcd_url: String,
+    etcd_bin: PathBuf,
+    apiserver_bin: PathBuf,
+    peer_url: String,
+    apiserver_args: Vec<String>,
+}
+
+/// Starts a [`TestEnv`]'s etcd on a restored data folder, and its
+/// kube-apiserver after it; a handle a task can own (a restore hook).
+#[derive(Clone)]
+pub struct EtcdStarter {
+    restart: Arc<Restart>,
+    watchdogs: Arc<Mutex<Vec<Watchdog>>>,
+    /// The data folder of the etcd that runs.
+    etcd_data: Arc<Mutex<PathBuf>>,
+}
+
+impl std::fmt::Debug for EtcdStarter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStarter")
+            .field("etcd_url", &self.restart.etcd_url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdStarter {
+    /// Starts etcd on `data_dir` (a folder `etcdutl snapshot restore` made
+    /// with [`TestEnv::etcd_member_args`]) at the same client URL, then
+    /// kube-apiserver with the same flags, and waits until it is ready.
+    /// Blocks the calling thread.
+    pub fn start_from(&self, data_dir: &Path) -> Result<(), Error> {
+        let r = &self.restart;
+        let etcd = watchdog(
+            "etcd",
+            &r.etcd_bin,
+            &etcd_args(data_dir, &r.etcd_url, &r.peer_url),
+            &r.dir.join("etcd.log"),
+            None,
+        )?;
+        self.watchdogs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(etcd);
+        *self.etcd_data.lock().unwrap_or_else(|p| p.into_inner()) = data_dir.to_path_buf();
+        let apiserver = watchdog(
+            "kube-apiserver",
+            &r.apiserver_bin,
+            &r.apiserver_args,
+            &r.dir.join("kube-apiserver.log"),
+            None,
+        )?;
+        self.watchdogs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(apiserver);
+        wait_ready(&r.kubeconfig_path, &r.dir.join("kube-apiserver.log"))
+    }
 }
 
 struct Watchdog {
+    /// The server it runs (`etcd`, `kube-apiserver`).
+    what: &'static str,
+    /// Its end removes the control plane's folder (the first etcd's does).
+    removes_dir: bool,
     child: Child,
     stdin: Option<ChildStdin>,
 }
@@ -171,6 +240,46 @@ fn write_egress_selector(dir: &Path, proxy: &Path) -> std::io::Result<String> {
         ),
     )?;
     Ok(format!("--egress-selector-config-file={}", file.display()))
+}
+
+/// etcd's flags: one member named `default` on loopback, its data in `data_dir`.
+fn etcd_args(data_dir: &Path, etcd_url: &str, peer_url: &str) -> Vec<String> {
+    vec![
+        "--name=default".into(),
+        format!("--data-dir={}", data_dir.display()),
+        format!("--listen-client-urls={etcd_url}"),
+        format!("--advertise-client-urls={etcd_url}"),
+        format!("--listen-peer-urls={peer_url}"),
+        format!("--initial-advertise-peer-urls={peer_url}"),
+        format!("--initial-cluster=default={peer_url}"),
+        "--unsafe-no-fsync=true".into(),
+        "--log-level=warn".into(),
+    ]
+}
+
+/// The process ids of `parent`'s children named `comm`.
+fn children_named(parent: u32, comm: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // `pid (comm) state ppid …`: comm may hold spaces, so split at the last ')'.
+            let Some((head, tail)) = stat.rsplit_once(')') else {
+                return false;
+            };
+            let name = head.split_once('(').map_or("", |(_, n)| n);
+            let ppid = tail
+                .split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u32>().ok());
+            name == comm && ppid == Some(parent)
+        })
+        .collect()
 }
 
 /// The test API server's flags (without the egress selector): served on
@@ -307,17 +416,7 @@ impl TestEnv {
         let etcd = watchdog(
             "etcd",
             etcd_bin,
-            &[
-                "--name=default".into(),
-                format!("--data-dir={}", etcd_dir.display()),
-                format!("--listen-client-urls={etcd_url}"),
-                format!("--advertise-client-urls={etcd_url}"),
-                format!("--listen-peer-urls={peer_url}"),
-                format!("--initial-advertise-peer-urls={peer_url}"),
-                format!("--initial-cluster=default={peer_url}"),
-                "--unsafe-no-fsync=true".into(),
-                "--log-level=warn".into(),
-            ],
+            &etcd_args(&etcd_dir, &etcd_url, &peer_url),
             &dir.join("etcd.log"),
             // etcd stops last; its watchdog then removes the whole folder.
             Some(&dir),
@@ -327,13 +426,14 @@ impl TestEnv {
             Some(proxy) => vec![write_egress_selector(&dir, proxy).map_err(files)?],
             None => Vec::new(),
         };
+        let apiserver_args: Vec<String> = apiserver_args(&dir, &etcd_url, api_port, &server_url)
+            .into_iter()
+            .chain(egress)
+            .collect();
         let apiserver = watchdog(
             "kube-apiserver",
             apiserver_bin,
-            &apiserver_args(&dir, &etcd_url, api_port, &server_url)
-                .into_iter()
-                .chain(egress)
-                .collect::<Vec<String>>(),
+            &apiserver_args,
             &dir.join("kube-apiserver.log"),
             None,
         )?;
@@ -343,14 +443,28 @@ impl TestEnv {
             kubeconfig_yaml(&server_url, &ca.cert_pem(), &admin.cert_pem, &admin.key_pem);
         std::fs::write(&kubeconfig_path, kubeconfig).map_err(files)?;
 
+        // Stopped in reverse: the apiserver first, then etcd.
+        let watchdogs = Arc::new(Mutex::new(vec![etcd, apiserver]));
         let env = TestEnv {
-            dir,
-            kubeconfig_path,
+            dir: dir.clone(),
+            kubeconfig_path: kubeconfig_path.clone(),
             server_url,
-            etcd_url,
+            etcd_url: etcd_url.clone(),
             ca,
-            // Stopped in reverse: the apiserver first, then etcd.
-            watchdogs: Mutex::new(vec![etcd, apiserver]),
+            starter: EtcdStarter {
+                restart: Arc::new(Restart {
+                    dir: dir.clone(),
+                    kubeconfig_path: kubeconfig_path.clone(),
+                    etcd_url: etcd_url.clone(),
+                    etcd_bin: etcd_bin.to_path_buf(),
+                    apiserver_bin: apiserver_bin.to_path_buf(),
+                    peer_url,
+                    apiserver_args,
+                }),
+                watchdogs: Arc::clone(&watchdogs),
+                etcd_data: Arc::new(Mutex::new(etcd_dir)),
+            },
+            watchdogs,
         };
         env.wait_ready()?;
         Ok(env)
@@ -440,27 +554,75 @@ impl TestEnv {
         w.drain(..).rev().for_each(drop);
     }
 
-    fn wait_ready(&self) -> Result<(), Error> {
-        let kubeconfig = self.kubeconfig_path.clone();
-        let log = self.dir.join("kube-apiserver.log");
-        // Its own thread and runtime: callers may be inside any runtime or none.
-        let outcome = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("tokio runtime");
-            rt.block_on(poll_readyz(&kubeconfig))
-        })
-        .join()
-        .expect("readiness thread");
-        outcome.map_err(|reason| {
-            let log_tail = log_tail(&log, 40);
-            self.stop();
-            Error::NotReady {
-                timeout: READY_TIMEOUT,
-                reason: chain(&reason),
-                log_tail,
+    /// The `etcdutl snapshot restore` flags that make a restored data folder
+    /// this control plane's etcd member (`--name`, `--initial-cluster`,
+    /// `--initial-advertise-peer-urls`, as etcd is started).
+    pub fn etcd_member_args(&self) -> Vec<String> {
+        let peer = &self.starter.restart.peer_url;
+        vec![
+            "--name=default".into(),
+            format!("--initial-cluster=default={peer}"),
+            format!("--initial-advertise-peer-urls={peer}"),
+        ]
+    }
+
+    /// Plays the loss of etcd's data: stops kube-apiserver and etcd, then
+    /// deletes etcd's data folder. [`TestEnv::start_etcd_from`] starts
+    /// them again on a restored one.
+    pub fn lose_etcd(&self) -> Result<(), Error> {
+        let mut w = self.watchdogs.lock().unwrap_or_else(|p| p.into_inner());
+        // The apiserver first, as at the end.
+        let (apiservers, rest): (Vec<Watchdog>, Vec<Watchdog>) =
+            w.drain(..).partition(|w| w.what == "kube-apiserver");
+        apiservers.into_iter().rev().for_each(drop);
+        let (restarted, first): (Vec<Watchdog>, Vec<Watchdog>) = rest
+            .into_iter()
+            .partition(|w| w.what == "etcd" && !w.removes_dir);
+        restarted.into_iter().for_each(drop);
+        // The first etcd's watchdog removes the whole folder when it ends:
+        // it stays, and only its server is stopped.
+        for dog in &first {
+            for pid in children_named(dog.child.id(), "etcd") {
+                stop_process(pid);
             }
+        }
+        *w = first;
+        drop(w);
+        let data = self.etcd_data_dir();
+        match std::fs::remove_dir_all(&data) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::Files {
+                dir: data,
+                source: e,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Starts etcd on `data_dir` at the same client URL, then kube-apiserver
+    /// with the same flags, and waits until it is ready (see
+    /// [`EtcdStarter::start_from`]). Blocks the calling thread.
+    pub fn start_etcd_from(&self, data_dir: &Path) -> Result<(), Error> {
+        self.starter.start_from(data_dir)
+    }
+
+    /// A handle that starts etcd again on a restored data folder, for a
+    /// task that outlives this borrow (the lab's restore hook).
+    pub fn etcd_starter(&self) -> EtcdStarter {
+        self.starter.clone()
+    }
+
+    /// The data folder of the etcd that runs (or ran last).
+    pub fn etcd_data_dir(&self) -> PathBuf {
+        self.starter
+            .etcd_data
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn wait_ready(&self) -> Result<(), Error> {
+        wait_ready(&self.kubeconfig_path, &self.dir.join("kube-apiserver.log")).inspect_err(|_| {
+            self.stop();
         })
     }
 }
@@ -469,6 +631,27 @@ impl Drop for TestEnv {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Waits until kube-apiserver answers `/readyz` (`log`: its log, whose tail
+/// the error carries).
+fn wait_ready(kubeconfig: &Path, log: &Path) -> Result<(), Error> {
+    let kubeconfig = kubeconfig.to_path_buf();
+    // Its own thread and runtime: callers may be inside any runtime or none.
+    let outcome = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        rt.block_on(poll_readyz(&kubeconfig))
+    })
+    .join()
+    .expect("readiness thread");
+    outcome.map_err(|reason| Error::NotReady {
+        timeout: READY_TIMEOUT,
+        reason: chain(&reason),
+        log_tail: log_tail(log, 40),
+    })
 }
 
 /// Why kube-apiserver was not ready: the last look's answer.
@@ -565,7 +748,39 @@ stop
     if let Some(s) = stdin.as_mut() {
         let _ = s.write_all(b"");
     }
-    Ok(Watchdog { child, stdin })
+    Ok(Watchdog {
+        what,
+        removes_dir: cleanup.is_some(),
+        child,
+        stdin,
+    })
+}
+
+/// Sends SIGTERM to `pid` (a server this process started) and waits up to
+/// 5 s for it to end, then SIGKILL.
+fn stop_process(pid: u32) {
+    let gone = || !Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid);
+    let _ = Command::new("kill").arg(pid.to_string()).status();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !gone() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if !gone() {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+}
+
+/// An ended process its parent has not reaped yet.
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, t)| t.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
 }
 
 /// A command for `program` that the kernel kills (SIGKILL) when the thread

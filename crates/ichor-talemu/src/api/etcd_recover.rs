@@ -250,7 +250,11 @@ impl NodeApi {
         // The request lives in memory only: a reboot since lost it.
         let kept = {
             let mut pending = recovery.pending();
-            let same_boot = node.lock().boot_id == boot_id;
+            // A reboot under way (stage 5) has already dropped it too.
+            let same_boot = {
+                let st = node.lock();
+                st.boot_id == boot_id && st.stage == 4
+            };
             let kept = pending.get(&i) == Some(&boot_id) && same_boot;
             if pending.get(&i) == Some(&boot_id) {
                 pending.remove(&i);

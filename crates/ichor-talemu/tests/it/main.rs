@@ -5,6 +5,7 @@ mod cli;
 mod client;
 mod common;
 mod derive;
+mod etcd_recover;
 mod etcd_snapshot;
 mod everyday;
 mod interop;
