@@ -83,6 +83,45 @@ pub struct EtcdRun {
     pub bootstraps: u32,
 }
 
+/// Records `phase` in `state` and saves it.
+fn record<E, S>(
+    save: &mut impl FnMut(&State) -> Result<(), S>,
+    state: &mut State,
+    phase: Phase,
+) -> Result<(), EtcdRunError<E, S>>
+where
+    E: std::error::Error + 'static,
+    S: std::error::Error + 'static,
+{
+    state.reach(phase);
+    save(state).map_err(|source| EtcdRunError::Save { phase, source })
+}
+
+/// The node's boot id and etcd.
+async fn look<N: Nodes, S>(nodes: &N, node: &str) -> Result<Seen, EtcdRunError<N::Error, S>>
+where
+    S: std::error::Error + 'static,
+{
+    let look = |source| EtcdRunError::Look {
+        node: node.to_string(),
+        source,
+    };
+    let boot_id = nodes.boot_id(node).await.map_err(look)?;
+    let etcd = nodes.etcd(node).await.map_err(look)?;
+    Ok(Seen { boot_id, etcd })
+}
+
+/// What to tell the operator before an upload.
+fn upload_words(state: &State, node: &str) -> String {
+    if state.bootstrapped() {
+        format!(
+            "{node} booted again (boot id changed) before etcd started: it lost the restore's intent; uploading the snapshot again"
+        )
+    } else {
+        format!("uploading the etcd snapshot to {node} (EtcdRecover)")
+    }
+}
+
 /// Drives the restore on `state.node` until etcd runs healthy there, or
 /// `timeout`. `snapshot` opens the backup's snapshot stream for an upload;
 /// `save` records the state (the state file) after each action; `say`
@@ -109,40 +148,18 @@ where
     let mut done = EtcdRun::default();
     let mut said = None;
     loop {
-        let look = |source| EtcdRunError::Look {
-            node: node.clone(),
-            source,
-        };
-        let boot_id = nodes.boot_id(&node).await.map_err(look)?;
-        let etcd = nodes.etcd(&node).await.map_err(look)?;
-        let step = etcd_step(
-            state,
-            &Seen {
-                boot_id: boot_id.clone(),
-                etcd,
-            },
-        );
+        let seen = look(nodes, &node).await?;
+        let boot_id = seen.boot_id.clone();
+        let step = etcd_step(state, &seen);
         match step {
             Step::Refuse => return Err(EtcdRunError::NotOurs { node }),
             Step::Done => {
-                state.reach(Phase::EtcdRunning);
-                save(state).map_err(|source| EtcdRunError::Save {
-                    phase: Phase::EtcdRunning,
-                    source,
-                })?;
+                record(&mut save, state, Phase::EtcdRunning)?;
                 say(&format!("etcd runs and is healthy on {node}"));
                 return Ok(done);
             }
             Step::Upload => {
-                if state.bootstrapped() {
-                    say(&format!(
-                        "{node} booted again (boot id changed) before etcd started: it lost the restore's intent; uploading the snapshot again"
-                    ));
-                } else {
-                    say(&format!(
-                        "uploading the etcd snapshot to {node} (EtcdRecover)"
-                    ));
-                }
+                say(&upload_words(state, &node));
                 let stream = snapshot().await.map_err(EtcdRunError::Snapshot)?;
                 nodes
                     .upload(&node, stream)
@@ -153,11 +170,7 @@ where
                     })?;
                 done.uploads += 1;
                 state.uploaded_at_boot = Some(boot_id);
-                state.reach(Phase::Uploaded);
-                save(state).map_err(|source| EtcdRunError::Save {
-                    phase: Phase::Uploaded,
-                    source,
-                })?;
+                record(&mut save, state, Phase::Uploaded)?;
             }
             Step::Bootstrap => {
                 say(&format!(
@@ -172,11 +185,7 @@ where
                     })?;
                 done.bootstraps += 1;
                 state.bootstraps.push(boot_id);
-                state.reach(Phase::Bootstrapped);
-                save(state).map_err(|source| EtcdRunError::Save {
-                    phase: Phase::Bootstrapped,
-                    source,
-                })?;
+                record(&mut save, state, Phase::Bootstrapped)?;
             }
             Step::Wait(why) => {
                 if started.elapsed() > timeout {
