@@ -76,11 +76,12 @@ async fn admission_review_round_trip_in_process() {
 /// Through the real API server: the CRD's CEL and enum rules refuse a
 /// changed tunnel and an unknown preset; the webhook, called by the API
 /// server over TLS with the serving certificate from a Secret, refuses
-/// Ichor-owned Cilium values CEL does not cover (ipam.mode), and a
+/// Ichor-owned Cilium values CEL does not cover (ipam.mode), maintenance
+/// windows whose cron, zone or blackout date means nothing, and a
 /// TalosMachine patch that does not parse. Each refusal has a clear message
 /// and nothing is stored. The webhook runs inside the controller
 /// (`Config::webhook`) and keeps answering after its certificate is rotated.
-/// Covers: R1.4a, R1.4c, R13.6
+/// Covers: R1.4a, R1.4c, R13.6, R15.1
 #[tokio::test]
 async fn webhook_refuses_through_the_api_server_and_nothing_is_stored() {
     let env = TestEnv::shared();
@@ -219,6 +220,32 @@ async fn webhook_refuses_through_the_api_server_and_nothing_is_stored() {
         "{err}"
     );
     assert!(clusters.get_opt("bad-backup").await.unwrap().is_none());
+
+    // Maintenance windows of the right shape that mean nothing: a minute
+    // 61, an unknown zone, 30 February. Each is refused naming its field.
+    let mut bad_windows = serde_json::to_value(&unknown).unwrap();
+    bad_windows["metadata"]["name"] = json!("bad-windows");
+    bad_windows["spec"]["maintenanceWindows"] = json!([
+        {"cron": "61 2 * * *", "duration": "2h"},
+        {"cron": "0 2 * * *", "duration": "2h", "timeZone": "Europe/Berlinn"},
+        {"cron": "0 2 * * *", "duration": "2h", "blackoutDates": ["2026-02-30"]},
+    ]);
+    let err = dynamic
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(bad_windows).unwrap(),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    for field in [
+        "spec.maintenanceWindows[0].cron",
+        "spec.maintenanceWindows[1].timeZone",
+        "spec.maintenanceWindows[2].blackoutDates[0]",
+    ] {
+        assert!(err.contains(field), "{field}: {err}");
+    }
+    assert!(clusters.get_opt("bad-windows").await.unwrap().is_none());
 
     // A changed tunnel: refused with the reason, the stored object unchanged.
     let good = clusters
