@@ -13,7 +13,6 @@
 // forbids printing elsewhere).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-use std::path::Path;
 use std::time::Duration;
 
 use criterion::Criterion;
@@ -101,7 +100,7 @@ fn main() {
         .configure_from_args();
     let mut ids = Vec::new();
     let shared = ichor_testenv::fixtures::talos_dir();
-    let own = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let own = ichor_testenv::fixtures::cni_none_dir();
     let files = [
         shared.join("stability-v1.12/base-controlplane.yaml"),
         shared.join("stability-v1.12/base-worker.yaml"),
