@@ -41,7 +41,6 @@ use ichor_api::conditions::{self, types};
 use ichor_api::{TalosCluster, TalosMachine};
 use ichor_testenv::TestEnv;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
@@ -54,10 +53,6 @@ const BOUND: Duration = Duration::from_secs(1800);
 
 fn env_or(key: &str, default: &str) -> String {
     std::env::var(key).unwrap_or_else(|_| default.to_owned())
-}
-
-fn fixture(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
 
 fn release_binary(var: &str, name: &str) -> PathBuf {
@@ -200,9 +195,7 @@ async fn start_emulator(n: usize, bundle_text: &str, dir: &Path) -> (Child, Vec<
             "v1.12.1",
         ])
         .arg("--config")
-        .arg(fixture(
-            "../ichor-render/tests/fixtures/v1.12-cni-none-worker.yaml",
-        ))
+        .arg(ichor_testenv::fixtures::cni_none_dir().join("v1.12-cni-none-worker.yaml"))
         .arg("--state-dir")
         .arg(&state)
         .stdout(std::process::Stdio::null())
@@ -486,12 +479,9 @@ async fn main() {
     let steady = Duration::from_secs(env_or("ICHOR_BENCH_STEADY_SECS", "60").parse().unwrap());
     let env = TestEnv::shared();
     let client = env.client().await;
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    for crd in ichor_api::crds::all() {
-        let _ = crds.create(&PostParams::default(), &crd).await;
-    }
-    // The CRDs are served a moment after they are created.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    ichor_testenv::install::crds(&client, ichor_api::crds::all())
+        .await
+        .unwrap();
     let mut rows = Vec::new();
     for (m, c) in sizes {
         let row = measure(env, m, c, steady).await;
