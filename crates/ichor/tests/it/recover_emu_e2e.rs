@@ -84,6 +84,13 @@ async fn recover_refuses_a_running_etcd_then_bootstraps_once_across_kills() {
 
     emu.lose_etcd();
     let before = emu.bootstrap_calls(0);
+    // Off a terminal and without --yes: no consent, nothing written.
+    let no_yes: Vec<&str> = args.iter().copied().filter(|a| *a != "--yes").collect();
+    let o = recover_with(&s3, &home, &no_yes, &[]);
+    let said = text(&o);
+    assert!(!o.status.success(), "{said}");
+    assert!(said.contains("asks for consent on a terminal"), "{said}");
+    assert!(!out_dir.exists(), "{said}");
     for phase in ["planned", "files", "uploaded", "bootstrapped"] {
         let o = recover_with(&s3, &home, &args, &[("ICHOR_RECOVER_KILL_AFTER", phase)]);
         assert_eq!(
