@@ -8,10 +8,9 @@ use std::process::Output;
 use std::time::Duration;
 
 use ichor_api::TalosOperation;
-use ichor_testenv::TestEnv;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use ichor_testenv::{TestEnv, install};
 use kube::ResourceExt as _;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::json;
 
 async fn ichor(env: &TestEnv, args: &[&str]) -> Output {
@@ -42,21 +41,10 @@ async fn reboot_prints_the_plan_then_list_and_cancel() {
     let env = TestEnv::shared();
     let client = env.client().await;
     let ns = env.namespace("op-cli").await;
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    for crd in ichor_api::crds::all() {
-        match crds.create(&PostParams::default(), &crd).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("create CRD: {e}"),
-        }
-    }
+    install::crds(&client, ichor_api::crds::all())
+        .await
+        .unwrap();
     let ops = Api::<TalosOperation>::namespaced(client.clone(), &ns);
-    for _ in 0..300 {
-        if ops.list(&ListParams::default()).await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
     let cluster: ichor_api::TalosCluster = serde_json::from_value(json!({
         "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
         "metadata": {"name": "base", "namespace": ns},

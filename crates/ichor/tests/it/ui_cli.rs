@@ -7,9 +7,7 @@ use std::net::TcpListener;
 use std::process::Stdio;
 use std::time::Duration;
 
-use ichor_testenv::TestEnv;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
+use ichor_testenv::{TestEnv, install, wait};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 fn free_port() -> u16 {
@@ -40,14 +38,9 @@ async fn http_get(port: u16, path: &str) -> Option<String> {
 async fn ichor_ui_serves_pages_from_the_api_server() {
     let env = TestEnv::shared();
     let client = env.client().await;
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    for crd in ichor_api::crds::all() {
-        match crds.create(&PostParams::default(), &crd).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("create CRD: {e}"),
-        }
-    }
+    install::crds(&client, ichor_api::crds::all())
+        .await
+        .unwrap();
 
     // Anonymous reading is for loopback only.
     let refused = tokio::process::Command::new(env!("CARGO_BIN_EXE_ichor"))
@@ -86,15 +79,15 @@ async fn ichor_ui_serves_pages_from_the_api_server() {
         .kill_on_drop(true)
         .spawn()
         .expect("ichor ui starts");
-    let mut page = None;
-    for _ in 0..600 {
-        if let Some(p) = http_get(plain, "/clusters").await {
-            page = Some(p);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let page = page.expect("ichor ui answered on its plain-HTTP port within 60s");
+    let (bound, every) = (Duration::from_secs(60), Duration::from_millis(100));
+    let page = wait::until(
+        "ichor ui to answer on its plain-HTTP port",
+        bound,
+        every,
+        || http_get(plain, "/clusters"),
+    )
+    .await
+    .unwrap();
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
     // No IchorInstallation: the page still renders (R4.3f).
     assert!(page.contains("No IchorInstallation"), "{page}");
