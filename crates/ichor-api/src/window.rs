@@ -42,7 +42,10 @@ pub struct MaintenanceWindow {
     /// Dates (YYYY-MM-DD, in `timeZone`) on which the window does not
     /// open: a start on such a local date is no start.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 366), inner(regex(pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")))]
+    #[schemars(
+        length(max = 366),
+        inner(regex(pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"))
+    )]
     pub blackout_dates: Vec<String>,
 }
 
