@@ -2,51 +2,18 @@
 //! they are accepted and become Established, valid objects are stored, and
 //! the CEL rules refuse invalid ones with the message a person reads.
 
-use std::time::{Duration, Instant};
-
 use ichor_api::{
     CniPreset, CniSpec, IchorInstallation, IchorInstallationSpec, SecretsRef, TalosCluster,
     TalosClusterSpec, Tunnel,
 };
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams, PostParams};
-
-/// How long the apiserver may take to establish a CRD on a loaded machine.
-const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(60);
+use kube::api::{Api, PostParams};
 
 async fn client_with_crds() -> kube::Client {
     let env = ichor_testenv::TestEnv::shared();
     let client = env.client().await;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let ssa = PatchParams::apply("ichor-api-test").force();
-    for crd in ichor_api::crds::all() {
-        let name = crd.metadata.name.clone().expect("crd name");
-        crds.patch(&name, &ssa, &Patch::Apply(&crd))
-            .await
-            .unwrap_or_else(|e| panic!("the apiserver refused the CRD {name}: {e}"));
-    }
-    for crd in ichor_api::crds::all() {
-        let name = crd.metadata.name.clone().expect("crd name");
-        let deadline = Instant::now() + ESTABLISH_TIMEOUT;
-        loop {
-            let got = crds
-                .get(&name)
-                .await
-                .unwrap_or_else(|e| panic!("get CRD {name}: {e}"));
-            let conditions = got.status.and_then(|s| s.conditions).unwrap_or_default();
-            if conditions
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-            {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "CRD {name} was not Established within {ESTABLISH_TIMEOUT:?}; its conditions: {conditions:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
+    ichor_testenv::install::crds(&client, ichor_api::crds::all())
+        .await
+        .unwrap();
     client
 }
 
