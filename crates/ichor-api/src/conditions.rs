@@ -119,6 +119,9 @@ pub mod reasons {
     /// TalosCluster (BackupHealthy): two scheduled runs have passed without
     /// a succeeded backup.
     pub const BACKUP_OVERDUE: &str = "BackupOverdue";
+    /// TalosCluster (BackupHealthy): the volume destination's claim is not
+    /// mounted into the controller (the message says what to set).
+    pub const VOLUME_NOT_MOUNTED: &str = "VolumeNotMounted";
     /// A drain did not finish within its bound (a PodDisruptionBudget blocked it).
     pub const DRAIN_TIMEOUT: &str = "DrainTimeout";
     /// A node came back from its upgrade on its old version (the fallback boot slot).

@@ -25,9 +25,17 @@ pub fn problems(spec: &BackupSpec) -> Vec<String> {
     {
         out.push(format!("spec.backup.{}", ichor_api::error_text::chain(&e)));
     }
-    if spec.destination.volume.is_some() {
+    // Whether the claim is mounted is the controller's to say
+    // (`BackupHealthy`, reason VolumeNotMounted): the chart mounts it.
+    if let Some(volume) = &spec.destination.volume
+        && !volume.path.is_empty()
+        && !volume
+            .path
+            .split('/')
+            .all(|p| !p.is_empty() && p != "." && p != "..")
+    {
         out.push(
-            "spec.backup.destination.volume: this Ichor cannot write backups to a volume yet; use an S3-compatible bucket (spec.backup.destination.s3)"
+            "spec.backup.destination.volume.path: a relative folder of plain names (no leading slash, no . or ..)"
                 .to_string(),
         );
     }
@@ -147,19 +155,27 @@ mod tests {
         );
     }
 
-    /// A destination Ichor cannot write to yet is refused when written,
-    /// not found out at the first backup.
-    /// Covers: R13.6
+    /// A volume destination is taken with a plain relative folder (the
+    /// controller says whether its claim is mounted); a path that could
+    /// leave the volume is refused when written.
+    /// Covers: R13.6, R20.10
     #[test]
-    fn a_volume_destination_is_refused_until_it_is_built() {
+    fn a_volume_destination_needs_a_plain_relative_folder() {
         let mut cluster = spec(Identities::generate().recipients(), "0 * * * *", None, "1d");
-        cluster["spec"]["backup"]["destination"] =
-            serde_json::json!({"volume": {"claimName": "b"}});
-        let got = problems_in_cluster(&cluster);
-        assert!(
-            got.len() == 1 && got[0].starts_with("spec.backup.destination.volume"),
-            "{got:?}"
-        );
+        for ok in ["", "prod", "homelab/etcd"] {
+            cluster["spec"]["backup"]["destination"] =
+                serde_json::json!({"volume": {"claimName": "b", "path": ok}});
+            assert_eq!(problems_in_cluster(&cluster), Vec::<String>::new(), "{ok}");
+        }
+        for bad in ["/etc", "../x", "a/../../x", "a//b", "./a", "a/"] {
+            cluster["spec"]["backup"]["destination"] =
+                serde_json::json!({"volume": {"claimName": "b", "path": bad}});
+            let got = problems_in_cluster(&cluster);
+            assert!(
+                got.len() == 1 && got[0].starts_with("spec.backup.destination.volume.path"),
+                "{bad}: {got:?}"
+            );
+        }
     }
 
     /// Covers: R13.6

@@ -216,6 +216,9 @@ pub struct Config {
     pub node_name: Option<String>,
     /// The bounds of a TalosOperation's waits.
     pub operation_bounds: operation::OperationBounds,
+    /// The claim mounted for volume backup destinations (`None`: none; a
+    /// cluster naming one is told what to set).
+    pub backup_volume: Option<backup::volume::BackupVolume>,
 }
 
 impl Default for Config {
@@ -239,6 +242,7 @@ impl Default for Config {
             leader_election: Some(LeaderElection::default()),
             node_name: std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()),
             operation_bounds: operation::OperationBounds::default(),
+            backup_volume: None,
         }
     }
 }

@@ -692,6 +692,11 @@ pub struct ControllerArgs {
     /// are bounded at 30 s).
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
     pub image_timeout: std::time::Duration,
+    /// The PersistentVolumeClaim mounted at /var/lib/ichor/backups for
+    /// TalosClusters whose spec.backup.destination.volume names it (the
+    /// chart sets this from backup.volume.claimName).
+    #[arg(long, value_name = "NAME")]
+    pub backup_volume_claim: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

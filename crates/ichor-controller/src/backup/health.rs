@@ -6,6 +6,7 @@
 use chrono::{DateTime, Utc};
 use ichor_api::TalosCluster;
 use ichor_api::backup::{BackupPhase, TalosBackup};
+use ichor_api::conditions::{Status, reasons};
 use ichor_backup::schedule::Schedule;
 use ichor_reconcile::cluster::backup_health::{self, Finished, Health, Outcome};
 use k8s_openapi::jiff::Timestamp;
@@ -13,6 +14,7 @@ use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
 
 use super::to_utc;
+use super::volume::BackupVolume;
 use crate::{Context, Error, Result};
 
 /// `BackupHealthy` of `cluster` now; `None` without `spec.backup`.
@@ -28,16 +30,34 @@ pub(crate) async fn read(ctx: &Context, cluster: &TalosCluster) -> Result<Option
             "listing the TalosBackups in {namespace}"
         )))?
         .items;
-    Ok(health(cluster, &backups, (ctx.clock)().0))
+    Ok(health(
+        cluster,
+        &backups,
+        ctx.config.backup_volume.as_ref(),
+        (ctx.clock)().0,
+    ))
 }
 
 /// `BackupHealthy` of `cluster` from the TalosBackups of its namespace.
 pub(crate) fn health(
     cluster: &TalosCluster,
     backups: &[TalosBackup],
+    mounted: Option<&BackupVolume>,
     now: Timestamp,
 ) -> Option<Health> {
     let spec = cluster.spec.backup.as_ref()?;
+    // A volume that is not mounted fails every backup: say what to set
+    // before any backup is tried.
+    if let Some(volume) = &spec.destination.volume
+        && let Err(problem) = super::volume::folder(mounted, volume)
+    {
+        return Some(Health {
+            status: Status::False,
+            reason: reasons::VOLUME_NOT_MOUNTED,
+            message: problem.to_string(),
+            recheck_at: None,
+        });
+    }
     let name = cluster.name_any();
     let finished: Vec<Finished> = backups
         .iter()
@@ -101,7 +121,6 @@ fn next_after(schedule: &Schedule, t: Timestamp) -> Option<Timestamp> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ichor_api::conditions::{Status, reasons};
 
     fn ts(rfc3339: &str) -> Timestamp {
         rfc3339.parse().expect("a timestamp")
@@ -151,13 +170,13 @@ mod tests {
             "Succeeded",
             "2026-03-27T01:31:00Z",
         )];
-        let h = health(&c, &done, ts("2026-03-29T01:30:00Z")).expect("spec.backup is set");
+        let h = health(&c, &done, None, ts("2026-03-29T01:30:00Z")).expect("spec.backup is set");
         assert_eq!(
             (h.status, h.reason),
             (Status::True, reasons::BACKUP_SUCCEEDED)
         );
         assert_eq!(h.recheck_at, Some(ts("2026-03-29T01:30:00Z")));
-        let h = health(&c, &done, ts("2026-03-29T01:31:00Z")).expect("spec.backup is set");
+        let h = health(&c, &done, None, ts("2026-03-29T01:31:00Z")).expect("spec.backup is set");
         assert_eq!(
             (h.status, h.reason),
             (Status::False, reasons::BACKUP_OVERDUE)
@@ -174,14 +193,19 @@ mod tests {
         let other = backup("c-2", "c-2-1", "Failed", "2026-03-22T00:00:00Z");
         let mut running = backup("c", "c-2", "Running", "2026-03-22T00:00:00Z");
         running.status.as_mut().expect("a status").completion_time = None;
-        let h = health(&c, &[b.clone(), other, running], ts("2026-03-23T00:00:00Z"))
-            .expect("spec.backup is set");
+        let h = health(
+            &c,
+            &[b.clone(), other, running],
+            None,
+            ts("2026-03-23T00:00:00Z"),
+        )
+        .expect("spec.backup is set");
         assert_eq!(
             (h.status, h.reason),
             (Status::True, reasons::BACKUP_SUCCEEDED)
         );
         b.status.as_mut().expect("a status").phase = BackupPhase::Failed;
-        let h = health(&c, &[b], ts("2026-03-23T00:00:00Z")).expect("spec.backup is set");
+        let h = health(&c, &[b], None, ts("2026-03-23T00:00:00Z")).expect("spec.backup is set");
         assert_eq!(
             h.message,
             "the newest backup, c-1, failed: the bucket refused"
@@ -189,6 +213,6 @@ mod tests {
         // Without spec.backup there is no condition.
         let mut bare = cluster(None);
         bare.spec.backup = None;
-        assert_eq!(health(&bare, &[], ts("2026-03-23T00:00:00Z")), None);
+        assert_eq!(health(&bare, &[], None, ts("2026-03-23T00:00:00Z")), None);
     }
 }

@@ -31,6 +31,7 @@ use crate::{Context, Error, Result, pipeline};
 pub(crate) mod health;
 pub mod schedule;
 mod take;
+pub mod volume;
 
 /// A Kubernetes time as the backup crate's (`chrono`) time.
 pub(crate) fn to_utc(

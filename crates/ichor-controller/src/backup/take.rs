@@ -38,10 +38,10 @@ pub(super) enum Failure {
         "TalosCluster {0} has no spec.backup: it says where backups go and to whom they are encrypted"
     )]
     NoBackupSpec(String),
-    #[error(
-        "spec.backup.destination.volume is not supported by this Ichor yet; use an S3-compatible bucket (spec.backup.destination.s3)"
-    )]
-    VolumeUnsupported,
+    #[error("spec.backup.destination of TalosCluster {0} names neither s3 nor volume")]
+    NoDestination(String),
+    #[error(transparent)]
+    Volume(#[from] super::volume::VolumeProblem),
     #[error("spec.backup of TalosCluster {cluster}")]
     Recipients {
         cluster: String,
@@ -114,10 +114,13 @@ pub(super) async fn open_store(ctx: &Context, cluster: &TalosCluster) -> Result<
         .backup
         .as_ref()
         .ok_or_else(|| Failure::NoBackupSpec(name.clone()))?;
-    let Some(s3) = &spec.destination.s3 else {
-        return Err(Failure::VolumeUnsupported);
+    let destination = match (&spec.destination.s3, &spec.destination.volume) {
+        (Some(s3), _) => s3_destination(ctx, s3).await?,
+        (None, Some(volume)) => Destination::Filesystem {
+            root: super::volume::folder(ctx.config.backup_volume.as_ref(), volume)?,
+        },
+        (None, None) => return Err(Failure::NoDestination(name)),
     };
-    let destination = s3_destination(ctx, s3).await?;
     Store::open(&destination).map_err(|e| Failure::Store(Box::new(e)))
 }
 

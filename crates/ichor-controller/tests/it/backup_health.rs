@@ -265,3 +265,128 @@ async fn a_backup_shows_in_the_condition_the_metrics_and_events() {
     running.stop().await.unwrap();
     emu.shutdown().await;
 }
+
+/// A volume destination: with the claim mounted (here a folder), the real
+/// take path writes the four parts there and the cluster is healthy; a
+/// cluster naming a claim that is not mounted is told what to set.
+/// Covers: R20.10
+#[tokio::test]
+async fn a_volume_destination_is_written_when_mounted_and_said_when_not() {
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("backup-volume").await;
+    crds(&client).await;
+    bundle_secret(&client, &ns).await;
+    let emu = emulator(vec![
+        NodeSpec::new(
+            "cp-1",
+            ichor_testenv::fixtures::cni_none("v1.12-cni-none-controlplane.yaml"),
+        )
+        .with_version("v1.12.1"),
+    ])
+    .await;
+    emu.serve_etcd_at(env.etcd_url());
+    let mounted = tempfile::tempdir().unwrap();
+    let clusters = Api::<TalosCluster>::namespaced(client.clone(), &ns);
+    for (name, claim) in [("bh", "backups"), ("nas", "nas")] {
+        let c: TalosCluster = serde_json::from_value(json!({
+            "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"endpoint": "https://10.0.0.10:6443", "talosVersion": "v1.12.1", "kubernetesVersion": "v1.34.1",
+                "secretsRef": {"name": "bundle"},
+                "cni": {"preset": "cilium", "kubeProxy": "enabled"},
+                "backup": {
+                    "destination": {"volume": {"claimName": claim, "path": "homelab"}},
+                    "recipients": [RECIPIENT]}}
+        }))
+        .unwrap();
+        clusters.create(&PostParams::default(), &c).await.unwrap();
+    }
+    let machine: ichor_api::TalosMachine = serde_json::from_value(json!({
+        "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosMachine",
+        "metadata": {"name": "bh-cp-1", "namespace": ns},
+        "spec": {"clusterRef": {"name": "bh"}, "role": "controlplane", "address": emu.endpoint(0), "hold": true}
+    }))
+    .unwrap();
+    Api::<ichor_api::TalosMachine>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &machine)
+        .await
+        .unwrap();
+    let mut cfg = config(&ns, &ns);
+    cfg.backup_volume = Some(ichor_controller::backup::volume::BackupVolume {
+        claim_name: "backups".into(),
+        root: mounted.path().to_path_buf(),
+    });
+    let running = start(client.clone(), cfg);
+
+    // The claim that is not mounted: False, saying what to set.
+    wait_for("BackupHealthy of the unmounted claim", || async {
+        let Ok(c) = clusters.get("nas").await else {
+            return false;
+        };
+        c.status.is_some_and(|s| {
+            conditions::find(&s.conditions, types::BACKUP_HEALTHY).is_some_and(|h| {
+                h.status == "False"
+                    && h.reason == reasons::VOLUME_NOT_MOUNTED
+                    && h.message.contains("backup.volume.claimName=nas")
+            })
+        })
+    })
+    .await;
+
+    // The mounted one: the backup lands in its folder, complete.
+    let backups = Api::<TalosBackup>::namespaced(client.clone(), &ns);
+    backups
+        .create(&PostParams::default(), &backup(&ns, "bh-volume"))
+        .await
+        .unwrap();
+    let done = finished(&backups, "bh-volume").await;
+    let st = done.status.clone().unwrap();
+    assert_eq!(st.phase, BackupPhase::Succeeded, "{st:?}");
+    let folder = mounted.path().join("homelab").join("bh");
+    let mut files: Vec<String> = walk(&folder)
+        .into_iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "bundle.yaml.age",
+            "etcd.snapshot.age",
+            "manifest.json.age",
+            "objects.yaml.age"
+        ],
+        "under {}",
+        folder.display()
+    );
+    assert!(
+        st.location
+            .as_deref()
+            .unwrap_or_default()
+            .contains("homelab"),
+        "{st:?}"
+    );
+    wait_for("BackupHealthy True on the volume", || async {
+        healthy(&clusters)
+            .await
+            .is_some_and(|(s, r, _)| s == "True" && r == reasons::BACKUP_SUCCEEDED)
+    })
+    .await;
+    running.stop().await.unwrap();
+    emu.shutdown().await;
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}

@@ -248,6 +248,50 @@ fn values_switch_what_is_rendered() {
     }
 }
 
+/// Covers: R20.10
+///
+/// `backup.volume.claimName` mounts that claim into the controller at
+/// /var/lib/ichor/backups and tells the controller its name; without it
+/// the Deployment has no volume.
+#[test]
+fn the_backup_volume_value_mounts_its_claim_into_the_controller() {
+    for tool in HELMS {
+        let controller = |extra: &[&str]| {
+            let out = template(tool, extra);
+            assert!(out.status.success(), "{tool:?}: {}", text(&out));
+            docs(&out)
+                .into_iter()
+                .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "ichor-controller")
+                .expect("the controller Deployment")
+        };
+        let plain = controller(&[]);
+        assert!(
+            plain["spec"]["template"]["spec"]["volumes"].is_null(),
+            "{tool:?}"
+        );
+        let d = controller(&["--set", "backup.volume.claimName=nas"]);
+        let pod = &d["spec"]["template"]["spec"];
+        assert_eq!(
+            pod["volumes"][0]["persistentVolumeClaim"]["claimName"],
+            "nas"
+        );
+        let c = &pod["containers"][0];
+        assert_eq!(c["volumeMounts"][0]["mountPath"], "/var/lib/ichor/backups");
+        assert_eq!(c["volumeMounts"][0]["name"], pod["volumes"][0]["name"]);
+        let args: Vec<&str> = c["args"]
+            .as_sequence()
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        let at = args
+            .iter()
+            .position(|a| *a == "--backup-volume-claim")
+            .expect("the flag");
+        assert_eq!(args[at + 1], "nas", "{args:?}");
+    }
+}
+
 /// Covers: R5.3
 ///
 /// The UI values: port 8443 by default, plaintextPort opt-in and marked

@@ -28,6 +28,12 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
             image: args.image_timeout,
             ..Default::default()
         },
+        backup_volume: args.backup_volume_claim.map(|claim_name| {
+            ichor_controller::backup::volume::BackupVolume {
+                claim_name,
+                root: ichor_controller::backup::volume::ROOT.into(),
+            }
+        }),
         ..Config::default()
     };
     let client = connect::kube_client(args.kube.kubeconfig.as_deref()).await?;
