@@ -22,7 +22,7 @@ fn seen(boot: &str, etcd: Etcd) -> Seen {
 
 const RUNNING: Etcd = Etcd::Running { healthy: true };
 
-/// Covers: R20.12
+/// Covers: R20.17
 #[test]
 fn the_steps_follow_the_state_and_the_node() {
     let mut s = state();
@@ -47,7 +47,7 @@ fn the_steps_follow_the_state_and_the_node() {
     assert_eq!(etcd_step(&s, &seen("b9", RUNNING)), Step::Done);
 }
 
-/// Covers: R20.12
+/// Covers: R20.17
 #[test]
 fn once_etcd_started_no_step_sends_a_bootstrap() {
     let mut s = state();
@@ -61,7 +61,7 @@ fn once_etcd_started_no_step_sends_a_bootstrap() {
     }
 }
 
-/// Covers: R20.11
+/// Covers: R20.16
 #[test]
 fn etcd_running_or_a_node_unreachable_refuses() {
     let r = |node: &str, seen| Reading {
@@ -115,7 +115,7 @@ fn a_state_of_another_run_is_refused() {
     ));
 }
 
-/// Covers: R20.11
+/// Covers: R20.16
 #[test]
 fn control_planes_come_from_the_backups_machines_by_name() {
     let doc = |kind: &str, name: &str, cluster: &str, role: &str, address: &str| {
@@ -253,7 +253,7 @@ async fn run_once(
     r
 }
 
-/// Covers: R20.12
+/// Covers: R20.17
 #[tokio::test]
 async fn a_kill_at_each_phase_then_a_rerun_sends_exactly_one_bootstrap() {
     for phase in [Phase::Uploaded, Phase::Bootstrapped, Phase::EtcdRunning] {
@@ -281,7 +281,7 @@ async fn a_kill_at_each_phase_then_a_rerun_sends_exactly_one_bootstrap() {
     }
 }
 
-/// Covers: R20.12
+/// Covers: R20.17
 #[tokio::test]
 async fn a_node_that_lost_the_intent_gets_one_more_bootstrap() {
     let node = FakeNode::default();
@@ -297,7 +297,7 @@ async fn a_node_that_lost_the_intent_gets_one_more_bootstrap() {
     assert_eq!(saved.bootstraps, ["boot-0", "boot-1"]);
 }
 
-/// Covers: R20.11
+/// Covers: R20.16
 #[tokio::test]
 async fn etcd_running_that_recover_never_started_is_not_touched() {
     let node = FakeNode::default();

@@ -68,7 +68,7 @@ async fn read_all(
     Ok(out)
 }
 
-/// Covers: R20.10
+/// Covers: R20.15
 #[tokio::test(flavor = "multi_thread")]
 async fn a_backup_reads_back_whole_and_every_bad_one_is_refused() {
     let etcd = Etcd::start();

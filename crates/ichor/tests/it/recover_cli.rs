@@ -156,7 +156,7 @@ pub(crate) fn recover_with(
         .expect("ichor runs")
 }
 
-/// Covers: R20.13, R20.10, R20.11
+/// Covers: R20.18, R20.15, R20.16
 #[tokio::test(flavor = "multi_thread")]
 async fn recover_refuses_bad_backups_and_unreachable_nodes_with_nothing_written() {
     let s3 = S3Server::start().expect("the S3 server starts");
@@ -305,7 +305,7 @@ async fn recover_refuses_bad_backups_and_unreachable_nodes_with_nothing_written(
     }
 }
 
-/// Covers: R20.13
+/// Covers: R20.18
 #[test]
 fn recover_help_teaches_the_phases_and_the_flags() {
     let out = Command::new(env!("CARGO_BIN_EXE_ichor"))

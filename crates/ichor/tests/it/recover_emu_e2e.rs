@@ -22,7 +22,7 @@ fn fixture(rel: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// Covers: R20.11, R20.12, R20.13
+/// Covers: R20.16, R20.17, R20.18
 #[tokio::test(flavor = "multi_thread")]
 async fn recover_refuses_a_running_etcd_then_bootstraps_once_across_kills() {
     let cp = fixture("stability-v1.12/base-controlplane.yaml");

@@ -29,7 +29,7 @@ async fn config_map(client: &kube::Client, name: &str) {
         .unwrap();
 }
 
-/// Covers: R20.12, R20.13
+/// Covers: R20.17, R20.19
 #[tokio::test(flavor = "multi_thread")]
 async fn recover_brings_the_lab_back_after_it_lost_etcd() {
     let h = LabHarness::up(|o| {

@@ -37,7 +37,7 @@ async fn config_map(client: &kube::Client, name: &str) {
         .unwrap();
 }
 
-/// Covers: R20.12, R20.13
+/// Covers: R20.17, R20.18
 #[tokio::test(flavor = "multi_thread")]
 async fn recover_brings_a_lost_etcd_back_with_one_bootstrap_across_kills() {
     let path = ichor_testenv::fixtures::talos_dir().join("stability-v1.12/base-controlplane.yaml");
