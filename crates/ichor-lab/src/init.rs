@@ -313,6 +313,7 @@ async fn start_kubernetes(
             .await
             .map_err(LabError::ControlPlaneTask)??;
     emulator.serve_etcd_at(env.etcd_url());
+    crate::etcd_loss::install_restore(emulator, &env);
     let client = env.client().await;
     let mut lab_options = LabOptions::new(&options.state_dir);
     lab_options.nodes = addresses.len();

@@ -21,6 +21,7 @@ pub mod cilium_on_talos;
 pub mod components;
 pub mod daemonsets;
 pub mod disruption;
+pub mod etcd_loss;
 pub mod init;
 mod nodes;
 pub mod pods;
@@ -413,6 +414,7 @@ fn start_control_plane(
     let env = TestEnv::start_for_cluster(identity, Some(network.socket()))?;
     emulator.serve_kubernetes_at(env.server_url());
     emulator.serve_etcd_at(env.etcd_url());
+    etcd_loss::install_restore(emulator, &env);
     Ok((env, network))
 }
 

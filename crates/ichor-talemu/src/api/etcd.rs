@@ -7,6 +7,9 @@
 //! member whose node has the `etcd_unhealthy` fault has not started. The
 //! leader is the first started member until it forfeits its leadership.
 //!
+//! With the lab's etcd behind it, EtcdStatus reports that etcd's own
+//! figures (database size, raft index and term, version, alarms).
+//!
 //! The snapshot is real: every control plane stands for the lab's one etcd
 //! ([`crate::EmulatorOptions::etcd_url`]), whose `Maintenance/Snapshot` it
 //! streams as Talos does — re-chunked into messages of at most 1024 bytes,
@@ -77,6 +80,43 @@ fn snapshot_chunks(blob: &[u8]) -> Vec<common::Data> {
             bytes: c.to_vec(),
         })
         .collect()
+}
+
+/// A client of the lab's etcd's Maintenance service at `url`.
+async fn lab_etcd_client(
+    url: String,
+) -> Result<etcdserverpb::maintenance_client::MaintenanceClient<tonic::transport::Channel>, Status>
+{
+    let failed = |e: String| Status::unknown(format!("failed to create etcd client: {e}"));
+    let channel = tonic::transport::Endpoint::from_shared(url)
+        .map_err(|e| failed(e.to_string()))?
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    Ok(etcdserverpb::maintenance_client::MaintenanceClient::new(
+        channel,
+    ))
+}
+
+/// `status` with the figures the lab's real etcd reports (its database's
+/// size, raft's position, its version, its alarms). The member and leader
+/// ids stay the emulated ones: one real etcd stands for every member, and
+/// they must match the member list.
+fn with_real_figures(
+    mut status: machine::EtcdMemberStatus,
+    real: &etcdserverpb::StatusResponse,
+) -> machine::EtcdMemberStatus {
+    status.protocol_version = real.version.clone();
+    status.storage_version = real.storage_version.clone();
+    status.db_size = real.db_size;
+    status.db_size_in_use = real.db_size_in_use;
+    status.raft_index = real.raft_index;
+    status.raft_term = real.raft_term;
+    status.raft_applied_index = real.raft_applied_index;
+    status.errors.extend(real.errors.iter().cloned());
+    status.is_learner = real.is_learner;
+    status
 }
 
 /// The size of every member's database, and how much of it is in use.
@@ -303,6 +343,23 @@ impl NodeApi {
                 })
             })
             .await?;
+        let mut messages = messages;
+        let answered = messages.iter().any(|m| m.member_status.is_some());
+        if let Some(url) = self.cluster.lab_etcd().filter(|_| answered) {
+            let real = lab_etcd_client(url)
+                .await?
+                .status(etcdserverpb::StatusRequest {})
+                .await
+                .map_err(|s| {
+                    Status::unknown(format!("failed to query etcd status: {}", s.message()))
+                })?
+                .into_inner();
+            for m in &mut messages {
+                if let Some(status) = m.member_status.take() {
+                    m.member_status = Some(with_real_figures(status, &real));
+                }
+            }
+        }
         Ok(Response::new(machine::EtcdStatusResponse { messages }))
     }
 
@@ -320,13 +377,7 @@ impl NodeApi {
             .lab_etcd()
             .ok_or_else(|| Status::unavailable("etcd is not running"))?;
         let failed = |what: &str, reason: String| Status::unknown(format!("{what}: {reason}"));
-        let channel = tonic::transport::Endpoint::from_shared(url)
-            .map_err(|e| failed("failed to create etcd client", e.to_string()))?
-            .connect_timeout(std::time::Duration::from_secs(5))
-            .connect()
-            .await
-            .map_err(|e| failed("failed to create etcd client", e.to_string()))?;
-        let mut etcd = etcdserverpb::maintenance_client::MaintenanceClient::new(channel);
+        let mut etcd = lab_etcd_client(url).await?;
         let snapshot = etcd
             .snapshot(etcdserverpb::SnapshotRequest {})
             .await
