@@ -25,6 +25,7 @@ pub mod bench;
 #[cfg(feature = "browser")]
 pub mod browser;
 mod certs;
+pub mod etcd_loss;
 pub mod fixtures;
 pub mod install;
 pub mod leak;
@@ -45,6 +46,8 @@ use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 pub use certs::TestCa;
+pub use etcd_loss::EtcdStarter;
+use etcd_loss::Restart;
 pub use tools::Tool;
 
 /// The audit policy: who did what, no bodies (Metadata), once per request.
@@ -146,69 +149,6 @@ pub struct TestEnv {
     watchdogs: Arc<Mutex<Vec<Watchdog>>>,
 }
 
-/// What starting etcd and the apiserver again needs.
-struct Restart {
-    dir: PathBuf,
-    kubeconfig_path: PathBuf,
-    etcd_url: String,
-    etcd_bin: PathBuf,
-    apiserver_bin: PathBuf,
-    peer_url: String,
-    apiserver_args: Vec<String>,
-}
-
-/// Starts a [`TestEnv`]'s etcd on a restored data folder, and its
-/// kube-apiserver after it; a handle a task can own (a restore hook).
-#[derive(Clone)]
-pub struct EtcdStarter {
-    restart: Arc<Restart>,
-    watchdogs: Arc<Mutex<Vec<Watchdog>>>,
-    /// The data folder of the etcd that runs.
-    etcd_data: Arc<Mutex<PathBuf>>,
-}
-
-impl std::fmt::Debug for EtcdStarter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdStarter")
-            .field("etcd_url", &self.restart.etcd_url)
-            .finish_non_exhaustive()
-    }
-}
-
-impl EtcdStarter {
-    /// Starts etcd on `data_dir` (a folder `etcdutl snapshot restore` made
-    /// with [`TestEnv::etcd_member_args`]) at the same client URL, then
-    /// kube-apiserver with the same flags, and waits until it is ready.
-    /// Blocks the calling thread.
-    pub fn start_from(&self, data_dir: &Path) -> Result<(), Error> {
-        let r = &self.restart;
-        let etcd = watchdog(
-            "etcd",
-            &r.etcd_bin,
-            &etcd_args(data_dir, &r.etcd_url, &r.peer_url),
-            &r.dir.join("etcd.log"),
-            None,
-        )?;
-        self.watchdogs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(etcd);
-        *self.etcd_data.lock().unwrap_or_else(|p| p.into_inner()) = data_dir.to_path_buf();
-        let apiserver = watchdog(
-            "kube-apiserver",
-            &r.apiserver_bin,
-            &r.apiserver_args,
-            &r.dir.join("kube-apiserver.log"),
-            None,
-        )?;
-        self.watchdogs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(apiserver);
-        wait_ready(&r.kubeconfig_path, &r.dir.join("kube-apiserver.log"))
-    }
-}
-
 struct Watchdog {
     /// The server it runs (`etcd`, `kube-apiserver`).
     what: &'static str,
@@ -240,46 +180,6 @@ fn write_egress_selector(dir: &Path, proxy: &Path) -> std::io::Result<String> {
         ),
     )?;
     Ok(format!("--egress-selector-config-file={}", file.display()))
-}
-
-/// etcd's flags: one member named `default` on loopback, its data in `data_dir`.
-fn etcd_args(data_dir: &Path, etcd_url: &str, peer_url: &str) -> Vec<String> {
-    vec![
-        "--name=default".into(),
-        format!("--data-dir={}", data_dir.display()),
-        format!("--listen-client-urls={etcd_url}"),
-        format!("--advertise-client-urls={etcd_url}"),
-        format!("--listen-peer-urls={peer_url}"),
-        format!("--initial-advertise-peer-urls={peer_url}"),
-        format!("--initial-cluster=default={peer_url}"),
-        "--unsafe-no-fsync=true".into(),
-        "--log-level=warn".into(),
-    ]
-}
-
-/// The process ids of `parent`'s children named `comm`.
-fn children_named(parent: u32, comm: &str) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                return false;
-            };
-            // `pid (comm) state ppid …`: comm may hold spaces, so split at the last ')'.
-            let Some((head, tail)) = stat.rsplit_once(')') else {
-                return false;
-            };
-            let name = head.split_once('(').map_or("", |(_, n)| n);
-            let ppid = tail
-                .split_whitespace()
-                .nth(1)
-                .and_then(|p| p.parse::<u32>().ok());
-            name == comm && ppid == Some(parent)
-        })
-        .collect()
 }
 
 /// The test API server's flags (without the egress selector): served on
@@ -412,33 +312,28 @@ impl TestEnv {
         let peer_url = format!("http://127.0.0.1:{etcd_peer}");
         let server_url = format!("https://127.0.0.1:{api_port}");
 
-        let etcd_dir = dir.join("etcd");
-        let etcd = watchdog(
-            "etcd",
-            etcd_bin,
-            &etcd_args(&etcd_dir, &etcd_url, &peer_url),
-            &dir.join("etcd.log"),
-            // etcd stops last; its watchdog then removes the whole folder.
-            Some(&dir),
-        )?;
-
         let egress = match proxy {
             Some(proxy) => vec![write_egress_selector(&dir, proxy).map_err(files)?],
             None => Vec::new(),
         };
-        let apiserver_args: Vec<String> = apiserver_args(&dir, &etcd_url, api_port, &server_url)
-            .into_iter()
-            .chain(egress)
-            .collect();
-        let apiserver = watchdog(
-            "kube-apiserver",
-            apiserver_bin,
-            &apiserver_args,
-            &dir.join("kube-apiserver.log"),
-            None,
-        )?;
+        let restart = Restart {
+            dir: dir.clone(),
+            kubeconfig_path: dir.join("kubeconfig"),
+            etcd_url: etcd_url.clone(),
+            etcd_bin: etcd_bin.to_path_buf(),
+            apiserver_bin: apiserver_bin.to_path_buf(),
+            peer_url,
+            apiserver_args: apiserver_args(&dir, &etcd_url, api_port, &server_url)
+                .into_iter()
+                .chain(egress)
+                .collect(),
+        };
+        let etcd_dir = dir.join("etcd");
+        // etcd stops last; its watchdog then removes the whole folder.
+        let etcd = restart.start_etcd(&etcd_dir, Some(&dir))?;
+        let apiserver = restart.start_apiserver()?;
 
-        let kubeconfig_path = dir.join("kubeconfig");
+        let kubeconfig_path = restart.kubeconfig_path.clone();
         let kubeconfig =
             kubeconfig_yaml(&server_url, &ca.cert_pem(), &admin.cert_pem, &admin.key_pem);
         std::fs::write(&kubeconfig_path, kubeconfig).map_err(files)?;
@@ -446,24 +341,12 @@ impl TestEnv {
         // Stopped in reverse: the apiserver first, then etcd.
         let watchdogs = Arc::new(Mutex::new(vec![etcd, apiserver]));
         let env = TestEnv {
-            dir: dir.clone(),
-            kubeconfig_path: kubeconfig_path.clone(),
+            dir,
+            kubeconfig_path,
             server_url,
-            etcd_url: etcd_url.clone(),
+            etcd_url,
             ca,
-            starter: EtcdStarter {
-                restart: Arc::new(Restart {
-                    dir: dir.clone(),
-                    kubeconfig_path: kubeconfig_path.clone(),
-                    etcd_url: etcd_url.clone(),
-                    etcd_bin: etcd_bin.to_path_buf(),
-                    apiserver_bin: apiserver_bin.to_path_buf(),
-                    peer_url,
-                    apiserver_args,
-                }),
-                watchdogs: Arc::clone(&watchdogs),
-                etcd_data: Arc::new(Mutex::new(etcd_dir)),
-            },
+            starter: EtcdStarter::new(restart, Arc::clone(&watchdogs), etcd_dir),
             watchdogs,
         };
         env.wait_ready()?;
@@ -552,72 +435,6 @@ impl TestEnv {
     pub fn stop(&self) {
         let mut w = self.watchdogs.lock().unwrap_or_else(|p| p.into_inner());
         w.drain(..).rev().for_each(drop);
-    }
-
-    /// The `etcdutl snapshot restore` flags that make a restored data folder
-    /// this control plane's etcd member (`--name`, `--initial-cluster`,
-    /// `--initial-advertise-peer-urls`, as etcd is started).
-    pub fn etcd_member_args(&self) -> Vec<String> {
-        let peer = &self.starter.restart.peer_url;
-        vec![
-            "--name=default".into(),
-            format!("--initial-cluster=default={peer}"),
-            format!("--initial-advertise-peer-urls={peer}"),
-        ]
-    }
-
-    /// Plays the loss of etcd's data: stops kube-apiserver and etcd, then
-    /// deletes etcd's data folder. [`TestEnv::start_etcd_from`] starts
-    /// them again on a restored one.
-    pub fn lose_etcd(&self) -> Result<(), Error> {
-        let mut w = self.watchdogs.lock().unwrap_or_else(|p| p.into_inner());
-        // The apiserver first, as at the end.
-        let (apiservers, rest): (Vec<Watchdog>, Vec<Watchdog>) =
-            w.drain(..).partition(|w| w.what == "kube-apiserver");
-        apiservers.into_iter().rev().for_each(drop);
-        let (restarted, first): (Vec<Watchdog>, Vec<Watchdog>) = rest
-            .into_iter()
-            .partition(|w| w.what == "etcd" && !w.removes_dir);
-        restarted.into_iter().for_each(drop);
-        // The first etcd's watchdog removes the whole folder when it ends:
-        // it stays, and only its server is stopped.
-        for dog in &first {
-            for pid in children_named(dog.child.id(), "etcd") {
-                stop_process(pid);
-            }
-        }
-        *w = first;
-        drop(w);
-        let data = self.etcd_data_dir();
-        match std::fs::remove_dir_all(&data) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::Files {
-                dir: data,
-                source: e,
-            }),
-            _ => Ok(()),
-        }
-    }
-
-    /// Starts etcd on `data_dir` at the same client URL, then kube-apiserver
-    /// with the same flags, and waits until it is ready (see
-    /// [`EtcdStarter::start_from`]). Blocks the calling thread.
-    pub fn start_etcd_from(&self, data_dir: &Path) -> Result<(), Error> {
-        self.starter.start_from(data_dir)
-    }
-
-    /// A handle that starts etcd again on a restored data folder, for a
-    /// task that outlives this borrow (the lab's restore hook).
-    pub fn etcd_starter(&self) -> EtcdStarter {
-        self.starter.clone()
-    }
-
-    /// The data folder of the etcd that runs (or ran last).
-    pub fn etcd_data_dir(&self) -> PathBuf {
-        self.starter
-            .etcd_data
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
     }
 
     fn wait_ready(&self) -> Result<(), Error> {
@@ -754,33 +571,6 @@ stop
         child,
         stdin,
     })
-}
-
-/// Sends SIGTERM to `pid` (a server this process started) and waits up to
-/// 5 s for it to end, then SIGKILL.
-fn stop_process(pid: u32) {
-    let gone = || !Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid);
-    let _ = Command::new("kill").arg(pid.to_string()).status();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !gone() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    if !gone() {
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
-    }
-}
-
-/// An ended process its parent has not reaped yet.
-fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, t)| t.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(true)
 }
 
 /// A command for `program` that the kernel kills (SIGKILL) when the thread
