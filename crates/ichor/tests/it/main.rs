@@ -18,6 +18,7 @@ mod operations_lab_e2e;
 mod reclaim_e2e;
 mod recover_cli;
 mod recover_emu_e2e;
+mod recover_lab_e2e;
 mod recover_restore_e2e;
 mod shapes_e2e;
 mod ui_cli;
