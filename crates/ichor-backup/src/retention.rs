@@ -49,35 +49,15 @@ impl Policy {
     }
 }
 
-/// Parses a `maxAge` as written in a spec: one or more `<number><unit>`
-/// with units `d`, `h`, `m`, `s` (`30d`, `36h`, `1d12h`).
+/// Parses a `maxAge` as written in a spec, with the one duration parser
+/// the maintenance windows use (`30d`, `36h`, `1d12h`).
 pub fn parse_max_age(s: &str) -> Result<TimeDelta, PolicyError> {
-    let bad = || PolicyError::MaxAge {
-        given: s.to_string(),
-    };
-    let mut total = TimeDelta::zero();
-    let mut digits = String::new();
-    for c in s.trim().chars() {
-        if c.is_ascii_digit() {
-            digits.push(c);
-            continue;
-        }
-        let n: i64 = digits.parse().map_err(|_| bad())?;
-        digits.clear();
-        let unit = match c {
-            'd' => TimeDelta::try_days(n),
-            'h' => TimeDelta::try_hours(n),
-            'm' => TimeDelta::try_minutes(n),
-            's' => TimeDelta::try_seconds(n),
-            _ => None,
-        }
-        .ok_or_else(bad)?;
-        total = total.checked_add(&unit).ok_or_else(bad)?;
-    }
-    if !digits.is_empty() || total <= TimeDelta::zero() {
-        return Err(bad());
-    }
-    Ok(total)
+    ichor_api::window::parse_duration(s)
+        .ok()
+        .and_then(|d| TimeDelta::from_std(d).ok())
+        .ok_or_else(|| PolicyError::MaxAge {
+            given: s.to_string(),
+        })
 }
 
 fn format_age(a: TimeDelta) -> String {
