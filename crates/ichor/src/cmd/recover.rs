@@ -133,12 +133,12 @@ pub async fn run(args: RecoverArgs) -> anyhow::Result<()> {
         let kube = api_serving(&args, &nodes, &node, p.manifest.etcd.revision).await?;
         state.reach(Phase::ApiServing);
         save(&state_path, &state)?;
-        reconciled(&args, &kube).await?;
+        reconciled(&args, &kube, &p.manifest.backup).await?;
         state.reach(Phase::Reconciled);
         save(&state_path, &state)?;
     } else if state.phase < Phase::Reconciled {
         let kube = api_serving(&args, &nodes, &node, p.manifest.etcd.revision).await?;
-        reconciled(&args, &kube).await?;
+        reconciled(&args, &kube, &p.manifest.backup).await?;
         state.reach(Phase::Reconciled);
         save(&state_path, &state)?;
     }
@@ -452,13 +452,33 @@ async fn try_api(
     Ok((rv >= revision).then_some(client))
 }
 
-/// Waits for Ichor's controller Deployment to be available and each of the
-/// cluster's TalosClusters to be Ready at its generation.
-async fn reconciled(args: &RecoverArgs, client: &kube::Client) -> anyhow::Result<()> {
+/// The annotation on the controller's pod template that restarts it after
+/// a recovery, valued with the backup's name (a rerun changes nothing).
+const RECOVERED_FROM_ANNOTATION: &str = "ichor.maesh.dev/recovered-from";
+
+/// Restarts Ichor's controller, then waits for the new pods to be
+/// available and each of the cluster's TalosClusters to be Ready at its
+/// generation. The restart is needed: etcd comes back at the snapshot's
+/// revision, below what a running controller saw, and the API server
+/// neither fails its watches nor makes its caches list again (ADR 0018),
+/// so a controller that kept running would miss every change from now on.
+async fn reconciled(args: &RecoverArgs, client: &kube::Client, backup: &str) -> anyhow::Result<()> {
     use k8s_openapi::api::apps::v1::Deployment;
-    let progress = printer::Progress::start("waiting for Ichor's controller and its TalosClusters");
+    let progress =
+        printer::Progress::start("restarting Ichor's controller and waiting for its TalosClusters");
     let deadline = tokio::time::Instant::now() + args.controller_timeout;
     let deployments = kube::Api::<Deployment>::namespaced(client.clone(), &args.ichor_namespace);
+    let name = ichor_adopt::install::CONTROLLER;
+    let restart = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {
+        RECOVERED_FROM_ANNOTATION: backup}}}}});
+    deployments
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&restart),
+        )
+        .await
+        .with_context(|| format!("cannot restart Deployment {}/{name}", args.ichor_namespace))?;
     let clusters = kube::Api::<ichor_api::TalosCluster>::all(client.clone());
     let mut said = String::new();
     loop {
@@ -490,14 +510,20 @@ async fn waiting_on(
     cluster: &str,
 ) -> anyhow::Result<Option<String>> {
     let name = ichor_adopt::install::CONTROLLER;
-    let available = deployments
-        .get_opt(name)
-        .await?
-        .and_then(|d| d.status)
-        .and_then(|s| s.conditions)
-        .unwrap_or_default()
-        .iter()
-        .any(|c| c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True"));
+    let Some(deployment) = deployments.get_opt(name).await? else {
+        return Ok(Some(format!("Deployment {name} does not exist")));
+    };
+    let generation = deployment.metadata.generation;
+    let status = deployment.status.unwrap_or_default();
+    let rolled = generation.is_some_and(|g| status.observed_generation.is_some_and(|o| o >= g))
+        && status.updated_replicas == status.replicas;
+    if !rolled {
+        return Ok(Some(format!("Deployment {name} is restarting")));
+    }
+    let available =
+        status.conditions.unwrap_or_default().iter().any(|c| {
+            c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True")
+        });
     if !available {
         return Ok(Some(format!("Deployment {name} is not available")));
     }

@@ -4,13 +4,18 @@
 //! empty HOME, the bucket's credentials and the identity file — recovers
 //! it: killed after `uploaded` and after `bootstrapped`, then run to the
 //! end. The API serves the objects of backup time and not later ones, the
-//! controller runs and its TalosCluster is Ready, and the recovery node got
-//! one Bootstrap (the emulator's count).
+//! controller runs and its TalosCluster is Ready, the recovery node got
+//! one Bootstrap (the emulator's count), a config change written after the
+//! recovery reaches a released machine (the controller `ichor recover`
+//! restarted applies it; the lab only plays the nodes), and a reboot of
+//! the recovered control plane keeps the data.
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::{Command, Stdio};
 
-use ichor_api::TalosCluster;
+use std::time::Duration;
+
+use ichor_api::{TalosCluster, TalosMachine};
 use ichor_testenv::s3::S3Server;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -29,7 +34,18 @@ async fn config_map(client: &kube::Client, name: &str) {
         .unwrap();
 }
 
-/// Covers: R20.17, R20.19
+/// Whether the emulated node at `endpoint` is the one `address` names
+/// (with or without the port).
+fn at(endpoint: &str, address: &str) -> bool {
+    endpoint == address
+        || endpoint
+            .strip_prefix(address)
+            .is_some_and(|rest| rest.starts_with(':'))
+}
+
+const LABELS: &str = "machine:\n  nodeLabels:\n    ichor.maesh.dev/recovered: \"yes\"\n";
+
+/// Covers: R20.17, R20.19, R13.5
 #[tokio::test(flavor = "multi_thread")]
 async fn recover_brings_the_lab_back_after_it_lost_etcd() {
     let h = LabHarness::up(|o| {
@@ -146,10 +162,85 @@ async fn recover_brings_the_lab_back_after_it_lost_etcd() {
     assert!(cms.get_opt("before-backup").await.unwrap().is_some());
     assert!(cms.get_opt("after-backup").await.unwrap().is_none());
     assert!(
-        Api::<TalosCluster>::namespaced(client, NS)
+        Api::<TalosCluster>::namespaced(client.clone(), NS)
             .get_opt("lab")
             .await
             .unwrap()
             .is_some()
     );
+
+    // A change written after the recovery reaches a released machine.
+    let machines = Api::<TalosMachine>::namespaced(client.clone(), NS);
+    let machine = machines
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|m| !m.spec.hold)
+        .expect("adopt released the machines");
+    let name = machine.metadata.name.clone().unwrap();
+    let index = (0..3)
+        .find(|&i| at(&h.lab.emulator.endpoint(i), &machine.spec.address))
+        .unwrap_or_else(|| panic!("no emulated node at {}", machine.spec.address));
+    machines
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"spec": {"patches": [{"name": "recovered", "inline": LABELS}]}}),
+            ),
+        )
+        .await
+        .expect("patch the machine");
+    ichor_testenv::wait::until(
+        &format!("machine {name}'s patch applied to its node after the recovery"),
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        || async {
+            h.lab
+                .emulator
+                .active_config(index)
+                .is_some_and(|c| String::from_utf8_lossy(&c).contains("ichor.maesh.dev/recovered"))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", h.logs()));
+
+    // A reboot of the recovered control plane keeps the data.
+    let node = result["node"]
+        .as_str()
+        .expect("the recovery node")
+        .to_string();
+    let recovered = (0..3)
+        .find(|&i| at(&h.lab.emulator.endpoint(i), &node))
+        .unwrap_or_else(|| panic!("no emulated node at {node}"));
+    let boot = h.lab.emulator.boot_id(recovered);
+    h.lab
+        .emulator
+        .admin_client(recovered)
+        .unwrap()
+        .reboot("")
+        .await
+        .expect("reboot the recovered control plane");
+    ichor_testenv::wait::until(
+        "the recovered control plane back with etcd running",
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        || async {
+            let client = h.lab.emulator.admin_client(recovered).unwrap();
+            h.lab.emulator.boot_id(recovered) != boot
+                && client
+                    .etcd_service("")
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|s| s.is_running_and_healthy())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", h.logs()));
+    assert!(cms.get_opt("before-backup").await.unwrap().is_some());
+    let last: u32 = (0..3).map(|i| h.lab.emulator.bootstrap_calls(i)).sum();
+    assert_eq!(last, after, "no Bootstrap after the reboot");
 }
