@@ -26,7 +26,6 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use prost::bytes::Bytes;
-use tonic::metadata::MetadataValue;
 
 use crate::client::TalosClient;
 use crate::error::{Error, status_message};
@@ -166,52 +165,16 @@ fn reported(metadata: Option<&common::Metadata>) -> Option<&str> {
 }
 
 impl TalosClient {
-    fn node_name(&self, node: &str) -> String {
-        if node.is_empty() {
-            self.endpoint().to_string()
-        } else {
-            node.to_string()
-        }
-    }
-
-    /// A request aimed at `node` (the endpoint itself when empty) with the call timeout.
-    fn etcd_request<T>(&self, node: &str, message: T) -> Result<tonic::Request<T>, Error> {
-        let mut request = tonic::Request::new(message);
-        request.set_timeout(self.options().call_timeout);
-        if !node.is_empty() {
-            let value = MetadataValue::try_from(node).map_err(|e| Error::InvalidNode {
-                node: node.to_string(),
-                reason: e.to_string(),
-            })?;
-            request.metadata_mut().insert("node", value);
-        }
-        Ok(request)
-    }
-
     /// `MachineService/EtcdStatus` of the member on `node` (a control plane).
     pub async fn etcd_status(&self, node: &str) -> Result<EtcdStatus, Error> {
         let call = "EtcdStatus";
-        let request = self.etcd_request(node, ())?;
+        let request = self.request(node, ())?;
         let response = self
             .call(node, call, self.machine().etcd_status(request))
             .await?;
-        let message = response
-            .messages
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::EmptyResponse {
-                node: self.node_name(node),
-                call: call.to_string(),
-            })?;
-        if let Some(error) = reported(message.metadata.as_ref()) {
-            return Err(Error::NodeReported {
-                node: self.node_name(node),
-                call: call.to_string(),
-                message: error.to_string(),
-            });
-        }
+        let message = self.first(node, call, response.messages, |m| m.metadata.as_ref())?;
         let status = message.member_status.ok_or_else(|| Error::EmptyResponse {
-            node: self.node_name(node),
+            node: self.node_label(node),
             call: call.to_string(),
         })?;
         Ok(EtcdStatus::from_proto(status))
@@ -228,11 +191,11 @@ impl TalosClient {
         node: &str,
     ) -> Result<impl Stream<Item = Result<Bytes, Error>> + Send + 'static + use<>, Error> {
         let call = "EtcdSnapshot";
-        let mut request = self.etcd_request(node, machine::EtcdSnapshotRequest {})?;
+        let mut request = self.request(node, machine::EtcdSnapshotRequest {})?;
         request.set_timeout(STREAM_DEADLINE);
         let mut client = self.machine();
         let stream = self.call(node, call, client.etcd_snapshot(request)).await?;
-        let node = self.node_name(node);
+        let node = self.node_label(node);
         Ok(stream.map(move |item| match item {
             Ok(data) => match reported(data.metadata.as_ref()) {
                 Some(error) => Err(Error::NodeReported {
@@ -293,7 +256,7 @@ impl TalosClient {
             metadata: None,
             bytes: bytes.to_vec(),
         });
-        let mut request = self.etcd_request(node, upload)?;
+        let mut request = self.request(node, upload)?;
         request.set_timeout(STREAM_DEADLINE);
         let mut client = self.machine();
         let answer = client.etcd_recover(request);
@@ -304,14 +267,14 @@ impl TalosClient {
             answer = &mut answer => answer,
             Ok(source) = failed_rx => {
                 return Err(Error::Upload {
-                    node: self.node_name(node),
+                    node: self.node_label(node),
                     call: call.to_string(),
                     source,
                 });
             }
         };
         let response = response.map_err(|status| Error::Status {
-            node: self.node_name(node),
+            node: self.node_label(node),
             call: call.to_string(),
             code: status.code(),
             message: status_message(&status),
@@ -323,7 +286,7 @@ impl TalosClient {
             .and_then(|m| reported(m.metadata.as_ref()))
         {
             return Err(Error::NodeReported {
-                node: self.node_name(node),
+                node: self.node_label(node),
                 call: call.to_string(),
                 message: error.to_string(),
             });
@@ -334,25 +297,11 @@ impl TalosClient {
     /// `MachineService/ServiceList` of `node`: every service machined runs.
     pub async fn services(&self, node: &str) -> Result<Vec<ServiceStatus>, Error> {
         let call = "ServiceList";
-        let request = self.etcd_request(node, ())?;
+        let request = self.request(node, ())?;
         let response = self
             .call(node, call, self.machine().service_list(request))
             .await?;
-        let message = response
-            .messages
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::EmptyResponse {
-                node: self.node_name(node),
-                call: call.to_string(),
-            })?;
-        if let Some(error) = reported(message.metadata.as_ref()) {
-            return Err(Error::NodeReported {
-                node: self.node_name(node),
-                call: call.to_string(),
-                message: error.to_string(),
-            });
-        }
+        let message = self.first(node, call, response.messages, |m| m.metadata.as_ref())?;
         Ok(message
             .services
             .into_iter()

@@ -19,7 +19,7 @@ use crate::proto::machine::machine_service_client::MachineServiceClient;
 use super::{MAX_MESSAGE_SIZE, TalosClient};
 
 impl TalosClient {
-    pub(super) fn node_label(&self, node: &str) -> String {
+    pub(crate) fn node_label(&self, node: &str) -> String {
         if node.is_empty() {
             self.endpoint.clone()
         } else {
@@ -27,7 +27,7 @@ impl TalosClient {
         }
     }
 
-    pub(super) fn request<T>(&self, node: &str, message: T) -> Result<tonic::Request<T>, Error> {
+    pub(crate) fn request<T>(&self, node: &str, message: T) -> Result<tonic::Request<T>, Error> {
         let mut request = tonic::Request::new(message);
         request.set_timeout(self.options.call_timeout);
         if !node.is_empty() {

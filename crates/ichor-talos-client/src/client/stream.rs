@@ -14,7 +14,7 @@ use super::TalosClient;
 use super::cosi::{CosiResource, WatchEvent, WatchEventType};
 
 impl TalosClient {
-    pub(super) fn first<M>(
+    pub(crate) fn first<M>(
         &self,
         node: &str,
         call: &str,
