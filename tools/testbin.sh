@@ -314,6 +314,71 @@ else
   log "testbin: fetched the cilium chart $CILIUM_VERSION in $(( $(date +%s) - start ))s -> $chart_dir"
 fi
 
+# go-peers: the reference implementations the tests compare with (cel-go,
+# kstatus, gopher-lua), one binary behind tools/go-peers/*.go so their shared
+# dependencies compile once. Every source file and the versions are part of
+# the cache key.
+peers_dir="$cache/go-peers"
+peers_stamp=$({ cat "$here"/go-peers/*.go; echo "$CEL_GO_VERSION $CLI_UTILS_VERSION $GOPHER_LUA_VERSION"; } | sha256sum | cut -c1-16)
+if [ -x "$peers_dir/go-peers" ] && [ "$(cat "$peers_dir/source.sha256" 2>/dev/null)" = "$peers_stamp" ]; then
+  log "testbin: go-peers cached at $peers_dir"
+else
+  start=$(date +%s)
+  log "testbin: building go-peers (cel-go $CEL_GO_VERSION, cli-utils $CLI_UTILS_VERSION, gopher-lua $GOPHER_LUA_VERSION)"
+  work=$(mktemp -d "$cache/.build-go-peers.XXXXXX")
+  cp "$here"/go-peers/*.go "$work/"
+  cat > "$work/go.mod" <<MOD
+module ichor.local/testbin/go-peers
+
+go 1.26.0
+
+require (
+	cel.dev/cel-go $CEL_GO_VERSION
+	sigs.k8s.io/cli-utils $CLI_UTILS_VERSION
+	github.com/yuin/gopher-lua $GOPHER_LUA_VERSION
+)
+MOD
+  (
+    cd "$work"
+    log "testbin:   resolving modules for go-peers"
+    go mod tidy >/dev/null 2>"$work/tidy.log" || { tail -n 30 "$work/tidy.log" >&2; exit 1; }
+    log "testbin:   compiling go-peers"
+    go build -trimpath -ldflags "-s -w" -o "$work/out/go-peers" .
+  ) || { log "testbin: building go-peers failed (work dir kept: $work)"; exit 1; }
+  mkdir -p "$peers_dir"
+  mv "$work/out/go-peers" "$peers_dir/go-peers.tmp" && mv "$peers_dir/go-peers.tmp" "$peers_dir/go-peers"
+  echo "$peers_stamp" > "$peers_dir/source.sha256"
+  rm -rf "$work"
+  log "testbin: built go-peers in $(( $(date +%s) - start ))s -> $peers_dir/go-peers"
+fi
+
+# Prometheus (with promtool) and Alertmanager from Debian's packages: fetched
+# with `apt-get download` (no root, nothing installed) and unpacked with
+# dpkg-deb into the cache. Static Go binaries; a few seconds on a new machine.
+debian_package() { # name version -> folder holding the unpacked package
+  local name=$1 version=$2 dir="$cache/deb-$1-$2"
+  if [ -d "$dir/usr/bin" ]; then
+    log "testbin: $name $version (Debian) cached at $dir"
+  else
+    start=$(date +%s)
+    log "testbin: fetching $name $version from Debian's packages"
+    work=$(mktemp -d "$cache/.deb-$name.XXXXXX")
+    if ! (cd "$work" && apt-get download "$name=$version" >"$work/apt.log" 2>&1); then
+      # A machine whose package lists were never read: read them once.
+      (apt-get update >/dev/null 2>&1 || sudo -n apt-get update >/dev/null 2>&1) || true
+      (cd "$work" && apt-get download "$name=$version" >"$work/apt.log" 2>&1) ||
+        { tail -n 20 "$work/apt.log" >&2; log "testbin: apt-get download $name=$version failed (work dir kept: $work)"; exit 1; }
+    fi
+    dpkg-deb -x "$work"/*.deb "$work/root"
+    rm -rf "$dir"
+    mv "$work/root" "$dir"
+    rm -rf "$work"
+    log "testbin: fetched $name $version in $(( $(date +%s) - start ))s -> $dir"
+  fi
+}
+debian_package prometheus "$PROMETHEUS_DEB_VERSION"
+debian_package prometheus-alertmanager "$ALERTMANAGER_DEB_VERSION"
+
 emit() {
   if [ "$mode" = "--env" ]; then echo "export $1=$2"; else echo "$1=$2"; fi
 }
@@ -331,3 +396,7 @@ emit ICHOR_VERSITYGW "$cache/versitygw-$VERSITYGW_VERSION/versitygw"
 emit ICHOR_MACHINERY_PEER "$peer_dir/machinery-peer"
 emit ICHOR_SSA_PRUNE_PEER "$ssa_dir/ssa-prune-peer"
 emit ICHOR_CILIUM_CHART "$chart_dir"
+emit ICHOR_GO_PEERS "$peers_dir/go-peers"
+emit ICHOR_PROMETHEUS "$cache/deb-prometheus-$PROMETHEUS_DEB_VERSION/usr/bin/prometheus"
+emit ICHOR_PROMTOOL "$cache/deb-prometheus-$PROMETHEUS_DEB_VERSION/usr/bin/promtool"
+emit ICHOR_ALERTMANAGER "$cache/deb-prometheus-alertmanager-$ALERTMANAGER_DEB_VERSION/usr/bin/prometheus-alertmanager"

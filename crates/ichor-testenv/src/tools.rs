@@ -34,6 +34,13 @@ pub enum Tool {
     /// Versity's S3 gateway over a folder: the S3-compatible server of the
     /// backup tests.
     Versitygw,
+    /// The reference implementations behind `tools/go-peers` (cel-go,
+    /// kstatus, gopher-lua), one subcommand each.
+    GoPeers,
+    /// Prometheus, its promtool and Alertmanager, from Debian's packages.
+    Prometheus,
+    Promtool,
+    Alertmanager,
 }
 
 impl Tool {
@@ -52,6 +59,10 @@ impl Tool {
             Tool::Etcdutl => "ICHOR_ETCDUTL",
             Tool::Etcdctl => "ICHOR_ETCDCTL",
             Tool::Versitygw => "ICHOR_VERSITYGW",
+            Tool::GoPeers => "ICHOR_GO_PEERS",
+            Tool::Prometheus => "ICHOR_PROMETHEUS",
+            Tool::Promtool => "ICHOR_PROMTOOL",
+            Tool::Alertmanager => "ICHOR_ALERTMANAGER",
         }
     }
 
@@ -67,6 +78,9 @@ impl Tool {
             Tool::SsaPrunePeer => "GO_KUBERNETES_VERSION",
             Tool::Age | Tool::AgeKeygen => "AGE_VERSION",
             Tool::Versitygw => "VERSITYGW_VERSION",
+            Tool::GoPeers => "CEL_GO_VERSION",
+            Tool::Prometheus | Tool::Promtool => "PROMETHEUS_DEB_VERSION",
+            Tool::Alertmanager => "ALERTMANAGER_DEB_VERSION",
         }
     }
 
@@ -84,6 +98,31 @@ impl Tool {
             Tool::Etcdutl => "etcdutl",
             Tool::Etcdctl => "etcdctl",
             Tool::Versitygw => "versitygw",
+            Tool::GoPeers => "go-peers",
+            Tool::Prometheus => "prometheus",
+            Tool::Promtool => "promtool",
+            Tool::Alertmanager => "prometheus-alertmanager",
+        }
+    }
+
+    /// Where `tools/testbin.sh` puts this tool: `<tool>-<version>/<tool>`,
+    /// except for go-peers (keyed by its sources, so one folder) and the
+    /// Debian packages (unpacked whole).
+    fn cache_path(self) -> PathBuf {
+        let cache = cache_dir();
+        match self {
+            Tool::GoPeers => cache.join("go-peers").join(self.binary()),
+            Tool::Prometheus | Tool::Promtool => cache
+                .join(format!("deb-prometheus-{}", self.version()))
+                .join("usr/bin")
+                .join(self.binary()),
+            Tool::Alertmanager => cache
+                .join(format!("deb-prometheus-alertmanager-{}", self.version()))
+                .join("usr/bin")
+                .join(self.binary()),
+            _ => cache
+                .join(format!("{}-{}", self.binary(), self.version()))
+                .join(self.binary()),
         }
     }
 
@@ -97,20 +136,14 @@ impl Tool {
     /// Whether the tool is in the cache (or named by its variable) — for the
     /// machinery peer, which a fresh machine cannot always build.
     pub fn is_built(self) -> bool {
-        std::env::var_os(self.env_var()).is_some()
-            || cache_dir()
-                .join(format!("{}-{}", self.binary(), self.version()))
-                .join(self.binary())
-                .is_file()
+        std::env::var_os(self.env_var()).is_some() || self.cache_path().is_file()
     }
 
     pub fn path(self) -> PathBuf {
         if let Some(p) = std::env::var_os(self.env_var()) {
             return PathBuf::from(p);
         }
-        let path = cache_dir()
-            .join(format!("{}-{}", self.binary(), self.version()))
-            .join(self.binary());
+        let path = self.cache_path();
         assert!(
             path.is_file(),
             "{} is not built at {}: run tools/testbin.sh (or make test), which builds it from its Go module{}",
