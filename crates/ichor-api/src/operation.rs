@@ -80,6 +80,94 @@ pub struct TalosOperationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 20))]
     pub maintenance_windows: Option<Vec<crate::window::MaintenanceWindow>>,
+    /// Health checks: CEL expressions over the objects a reference selects,
+    /// evaluated before the operation, before each batch and after each
+    /// machine (besides the built-in gates: every Node Ready, etcd healthy
+    /// with all members, no control-plane static pod crash-looping). A
+    /// check failing past its timeout pauses the operation (phase Paused);
+    /// it runs again once the check passes, or when the annotation
+    /// `ichor.maesh.dev/skip-gates` is set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub health_checks: Vec<HealthCheck>,
+}
+
+/// Set on a TalosOperation (any value): its health gates, the built-in ones
+/// included, no longer pause it; a paused operation runs on.
+pub const SKIP_GATES_ANNOTATION: &str = "ichor.maesh.dev/skip-gates";
+
+/// The Waiting condition's reason while a health gate pauses the operation.
+pub const HEALTH_CHECK_FAILED: &str = "HealthCheckFailed";
+
+/// One health check: the CEL expression must be true for every object the
+/// target selects (and at least one object must be selected).
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheck {
+    /// Names the check in status, messages and Events.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// A CEL expression of type bool; the object selected is `object`. For
+    /// example `object.status.conditions.exists(c, c.type == 'Available' &&
+    /// c.status == 'True')`.
+    #[schemars(length(min = 1, max = 4096))]
+    pub expression: String,
+    /// The objects the expression is evaluated on.
+    pub target: HealthCheckTarget,
+    /// How long the check may keep failing before the operation pauses
+    /// (`30s`, `5m`; units d, h, m, s). Unset: it pauses at the first
+    /// failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]+[dhms])+$')").message("timeout must look like 30s, 5m or 1h30m"))]
+    pub timeout: Option<String>,
+}
+
+/// The objects a health check reads: one by name, or every object a label
+/// selector selects (in `namespace`, or cluster-wide when unset).
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!(has(self.name) && has(self.labelSelector))").message("a health check target has a name or a labelSelector, not both"))]
+pub struct HealthCheckTarget {
+    /// For example `apps/v1`, `v1`.
+    #[schemars(length(min = 1, max = 253))]
+    pub api_version: String,
+    /// For example `Deployment`.
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    /// The namespace of a namespaced kind. Unset: cluster-scoped, or every
+    /// namespace for a selector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub namespace: Option<String>,
+    /// One object by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub name: Option<String>,
+    /// Every object with these labels, written as `kubectl -l` takes them
+    /// (`app=web,tier!=cache`). Neither name nor selector: every object of
+    /// the kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub label_selector: Option<String>,
+}
+
+/// Why the operation is paused: the gate that failed.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthGateStatus {
+    /// The check's name, or the built-in gate's (`nodes-ready`,
+    /// `etcd-healthy`, `static-pods`).
+    pub check: String,
+    /// The object that failed (`Deployment web/api`, `Node n1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
+    /// What was found: the expression's value, or the failing field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// When the check started failing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
 }
 
 impl OperationKind {
@@ -141,7 +229,7 @@ pub struct OperationTarget {
     pub machines: Vec<String>,
 }
 
-/// Pending, Running, Waiting, Succeeded or Failed.
+/// Pending, Running, Waiting, Paused, Succeeded or Failed.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash, JsonSchema)]
 pub enum OperationPhase {
     #[default]
@@ -150,6 +238,10 @@ pub enum OperationPhase {
     /// Outside its maintenance window: no new machine starts until the
     /// next window (`status.nextWindow`).
     Waiting,
+    /// A health gate failed: no new machine starts until it passes or the
+    /// operation is annotated `ichor.maesh.dev/skip-gates`
+    /// (`status.healthGate` says which).
+    Paused,
     Succeeded,
     Failed,
 }
@@ -158,13 +250,17 @@ pub enum OperationPhase {
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct TalosOperationStatus {
-    /// Pending, Running, Waiting, Succeeded or Failed.
+    /// Pending, Running, Waiting, Paused, Succeeded or Failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<OperationPhase>,
     /// While Waiting: when the next maintenance window opens (none when no
     /// window opens again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_window: Option<Time>,
+    /// The health gate failing now (Paused, or failing within its
+    /// timeout); cleared when it passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_gate: Option<HealthGateStatus>,
     /// What is happening or what went wrong, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

@@ -251,6 +251,7 @@ fn requested_operation(
             dry_run: false,
             skip_backup: None,
             maintenance_windows: None,
+            health_checks: Vec::new(),
             allow_downgrade: false,
         },
         status: None,

@@ -180,7 +180,7 @@ fn role_name(role: MachineRole) -> &'static str {
 fn is_running(op: &TalosOperation) -> bool {
     matches!(
         op.status.as_ref().and_then(|s| s.phase),
-        Some(OperationPhase::Running | OperationPhase::Waiting)
+        Some(OperationPhase::Running | OperationPhase::Waiting | OperationPhase::Paused)
     )
 }
 

@@ -31,6 +31,7 @@ fn phase_name(op: &TalosOperation) -> &'static str {
         None | Some(OperationPhase::Pending) => "Pending",
         Some(OperationPhase::Running) => "Running",
         Some(OperationPhase::Waiting) => "Waiting",
+        Some(OperationPhase::Paused) => "Paused",
         Some(OperationPhase::Succeeded) => "Succeeded",
         Some(OperationPhase::Failed) => "Failed",
     }

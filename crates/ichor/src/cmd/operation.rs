@@ -31,6 +31,7 @@ pub async fn upgrade_talos(args: UpgradeTalosArgs) -> anyhow::Result<()> {
         dry_run: args.common.dry_run,
         skip_backup: None,
         maintenance_windows: None,
+        health_checks: Vec::new(),
         allow_downgrade: false,
     };
     create(&args.common, spec).await
@@ -47,6 +48,7 @@ pub async fn upgrade_version(args: UpgradeVersionArgs, kind: OperationKind) -> a
         dry_run: args.common.dry_run,
         skip_backup: None,
         maintenance_windows: None,
+        health_checks: Vec::new(),
         allow_downgrade: false,
     };
     create(&args.common, spec).await
@@ -62,6 +64,7 @@ pub async fn reboot(args: RebootArgs) -> anyhow::Result<()> {
         dry_run: args.common.dry_run,
         skip_backup: None,
         maintenance_windows: None,
+        health_checks: Vec::new(),
         allow_downgrade: false,
     };
     create(&args.common, spec).await
