@@ -90,6 +90,11 @@ pub struct TalosOperationSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub health_checks: Vec<HealthCheck>,
+    /// Quiet alerts while the operation works: an Alertmanager to create a
+    /// silence in for the operation's nodes, extended while it runs and
+    /// expired at its end. Unset: no silence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alertmanager: Option<AlertmanagerSilence>,
 }
 
 /// Set on a TalosOperation (any value): its health gates, the built-in ones
@@ -98,6 +103,27 @@ pub const SKIP_GATES_ANNOTATION: &str = "ichor.maesh.dev/skip-gates";
 
 /// The Waiting condition's reason while a health gate pauses the operation.
 pub const HEALTH_CHECK_FAILED: &str = "HealthCheckFailed";
+
+/// Where an operation silences its nodes' alerts.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct AlertmanagerSilence {
+    /// The Alertmanager's base URL, for example
+    /// `http://alertmanager.monitoring:9093` (its API v2 is under `/api/v2`).
+    #[schemars(length(min = 1, max = 2048))]
+    #[x_kube(validation = Rule::new("self.startsWith('http://') || self.startsWith('https://')").message("spec.alertmanager.url must be an http:// or https:// URL"))]
+    pub url: String,
+    /// The alert label the silence matches the nodes on (a regular
+    /// expression of their Node names). Default `node`, the label of
+    /// kube-state-metrics' node alerts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    pub node_label: Option<String>,
+}
+
+/// The Complete condition's reason when the image could not be pulled on
+/// some machine before the first cordon: nothing was cordoned or drained.
+pub const PRE_PULL_FAILED: &str = "PrePullFailed";
 
 /// One health check: the CEL expression must be true for every object the
 /// target selects (and at least one object must be selected).
@@ -298,6 +324,66 @@ pub struct TalosOperationStatus {
     /// (`skipped: <reason>`, `no backup destination`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<String>,
+    /// talos-upgrade through more than one release (Talos cannot install
+    /// the target over some machine's version): the version the machines
+    /// move to now, one of the plan's hops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_hop: Option<String>,
+    /// talos-upgrade: the installer image pulled on every planned machine
+    /// before the first cordon (of each hop), per machine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub pre_pull: Vec<PrePullProgress>,
+    /// How long the operation ran, from its start to its end (`83.412s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+    /// The Alertmanager silence of the operation's nodes (its ID), while
+    /// `spec.alertmanager` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silence: Option<SilenceStatus>,
+}
+
+/// Where one machine's pre-pull is.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum PrePullPhase {
+    #[default]
+    Pending,
+    Pulled,
+    /// Not pulled ahead: the machine runs a Talos older than 1.13, whose
+    /// legacy upgrade pulls the installer itself.
+    Skipped,
+    Failed,
+}
+
+/// One machine's pre-pull.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrePullProgress {
+    /// The TalosMachine.
+    pub machine: String,
+    /// The image pulled.
+    pub image: String,
+    pub phase: PrePullPhase,
+    /// How long the pull took (`1.204s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+    /// Why it failed or was skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The operation's Alertmanager silence.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SilenceStatus {
+    /// The silence's ID in the Alertmanager.
+    pub id: String,
+    /// When it ends unless extended again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ends_at: Option<Time>,
+    /// Expired: the operation ended.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expired: bool,
 }
 
 /// A Kubernetes component that Talos runs from the machine config.
@@ -464,6 +550,16 @@ pub struct MachineProgress {
     /// The installer image written (talos-upgrade).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// talos-upgrade, written with the plan: the versions this machine
+    /// passes through, in order, the last the target; more than one when
+    /// Talos cannot install the target over the version it runs (each hop
+    /// the newest patch of a release Talos requires on the way).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20), inner(length(max = 64)))]
+    pub hops: Vec<String>,
+    /// How long the machine took, every hop together (`41.007s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
     /// The last thing said about it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

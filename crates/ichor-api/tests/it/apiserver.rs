@@ -244,6 +244,7 @@ async fn machine_and_operation_rules() {
         skip_backup: None,
         maintenance_windows: None,
         health_checks: Vec::new(),
+        alertmanager: None,
         allow_downgrade: false,
     };
     let msg = refusal(
@@ -305,6 +306,7 @@ async fn operation_versions_and_the_downgrade_flag_are_checked_by_the_api_server
         skip_backup: None,
         maintenance_windows: None,
         health_checks: Vec::new(),
+        alertmanager: None,
         allow_downgrade,
     };
     for (i, bad) in ["latest", "1.2.3", "v1.2", "v1.2.3;rm", "v1.2.3 "]

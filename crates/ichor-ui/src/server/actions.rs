@@ -117,6 +117,40 @@ pub(super) async fn take_hold(
     set_hold(state, caller, ns, name, true).await
 }
 
+/// Removes a machine: deletes its TalosMachine, which the controller's
+/// finalizer turns into the removal (drain, etcd, a reset to maintenance
+/// mode, the Node deleted). A plain delete: the node is wiped, and an
+/// unreachable one is not forced (that takes `ichor machine remove --force`).
+pub(super) async fn remove_machine(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((ns, name)): Path<(String, String)>,
+    Form(pairs): Form<FormPairs>,
+) -> Response {
+    let access = Access {
+        verb: "delete",
+        resource: "talosmachines",
+        namespace: Some(&ns),
+        name: Some(&name),
+    };
+    let client = match authorise(&state, &caller, access).await {
+        Ok((_, client)) => client,
+        Err(r) => return r,
+    };
+    if form_value(&pairs, "confirm") != Some("yes") {
+        return page(
+            StatusCode::BAD_REQUEST,
+            "Not confirmed",
+            &format!("Tick the box to remove TalosMachine {ns}/{name}; nothing was written."),
+        );
+    }
+    let api: Api<TalosMachine> = Api::namespaced(client, &ns);
+    match api.delete(&name, &kube::api::DeleteParams::default()).await {
+        Ok(_) => Redirect::to(&format!("/machines/{ns}/{name}")).into_response(),
+        Err(e) => api_error(&format!("removing TalosMachine {ns}/{name}"), e),
+    }
+}
+
 /// Why the UI refuses an operation of kind ichor, whoever asks.
 pub fn ichor_kind_refusal(helm_upgrade_command: Option<&str>) -> String {
     let mut text = format!(
@@ -252,6 +286,7 @@ fn requested_operation(
             skip_backup: None,
             maintenance_windows: None,
             health_checks: Vec::new(),
+            alertmanager: None,
             allow_downgrade: false,
         },
         status: None,
