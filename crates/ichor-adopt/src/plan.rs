@@ -246,6 +246,8 @@ pub fn held_machine(cluster: &str, node: &TalosNode) -> TalosMachine {
             address: node.address.clone(),
             hold: true,
             patches: vec![],
+            removal: None,
+            replaces: None,
         },
     );
     m.metadata.labels = Some(BTreeMap::from([(

@@ -66,7 +66,8 @@ pub use installation::{
     SINGLETON_NAME as INSTALLATION_NAME,
 };
 pub use machine::{
-    ClusterRef, DriftClass, DriftEntry, MachinePatch, MachineRole, TalosMachine, TalosMachineSpec,
+    ClusterRef, DriftClass, DriftEntry, MachinePatch, MachineRemoval, MachineRole,
+    MembershipPhase, MembershipStatus, RemovalMode, TalosMachine, TalosMachineSpec,
     TalosMachineStatus,
 };
 pub use operation::{

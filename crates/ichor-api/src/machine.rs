@@ -1,6 +1,6 @@
 //! `TalosMachine`: one node of a TalosCluster.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -63,6 +63,88 @@ pub struct TalosMachineSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub patches: Vec<MachinePatch>,
+    /// How the machine leaves when this TalosMachine is deleted: its node
+    /// wiped back to maintenance mode (Wipe, the default) or left running
+    /// (KeepNode), and whether an unreachable node is removed anyway
+    /// (force). Absent means Wipe without force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removal: Option<MachineRemoval>,
+    /// On a new control plane: the name of the TalosMachine (same
+    /// namespace) it replaces. The old one is removed only once etcd lists
+    /// this machine's member as a healthy voter and the member count grew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub replaces: Option<String>,
+}
+
+/// How a machine is removed.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineRemoval {
+    /// Wipe (reset the node back to maintenance mode) or KeepNode (leave it
+    /// configured and running).
+    #[serde(default)]
+    pub mode: RemovalMode,
+    /// Remove a node whose Talos API does not answer: its etcd member is
+    /// removed by id from another control plane and its Node deleted.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// Wipe or KeepNode.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum RemovalMode {
+    /// A graceful Talos reset: the node leaves, is wiped and reboots into
+    /// maintenance mode.
+    #[default]
+    Wipe,
+    /// The node stays configured and running; only the cluster forgets it.
+    KeepNode,
+}
+
+/// Where a machine stands in the cluster's membership.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum MembershipPhase {
+    /// Its node answered in maintenance mode; its config is being applied
+    /// and Ichor waits for it to boot, join etcd (a control plane) and be Ready.
+    #[default]
+    Joining,
+    /// A member like any other.
+    Member,
+    /// Its removal runs (`plan`, `step`).
+    Leaving,
+    /// The removal finished; the TalosMachine goes away.
+    Removed,
+    /// Its join or removal is refused; `message` says why and what to do.
+    Refused,
+}
+
+/// A machine's join or removal, as the controller records it: the plan
+/// before the first step, each step's intent before it runs.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MembershipStatus {
+    #[serde(default)]
+    pub phase: MembershipPhase,
+    /// The removal's steps, in order (Cordon, Drain, ForfeitLeadership,
+    /// LeaveEtcd, RemoveMember, Reset, DeleteNode), written before the first runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plan: Vec<String>,
+    /// The step running now (its intent, written before it runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// The node's boot id when the current step began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// A reset was sent while the node had this boot id: never another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_sent_boot_id: Option<String>,
+    /// What it waits for, why it was refused, or what failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When the phase or the current step began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
 }
 
 fn default_hold() -> bool {
@@ -169,4 +251,7 @@ pub struct TalosMachineStatus {
     /// The metadata.generation this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Its join or removal: phase, plan, current step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub membership: Option<MembershipStatus>,
 }

@@ -147,6 +147,8 @@ fn main() {
                 name: "labels".into(),
                 inline: "machine:\n  nodeLabels:\n    zone: a\n".into(),
             }],
+            removal: None,
+            replaces: None,
         };
         let input = RenderInput {
             machine_name: "bench",

@@ -29,6 +29,8 @@ fn machine(i: usize) -> Arc<TalosMachine> {
             address: format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256),
             hold: i.is_multiple_of(4),
             patches: vec![],
+            removal: None,
+            replaces: None,
         },
     );
     m.metadata.namespace = Some("fleet".into());

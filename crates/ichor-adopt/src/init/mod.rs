@@ -683,6 +683,8 @@ pub fn init_machine(cluster: &str, name: &str, address: &str, role: MachineRole)
             address: address.to_string(),
             hold: false,
             patches: vec![],
+            removal: None,
+            replaces: None,
         },
     );
     m.metadata.namespace = Some(ichor_api::SYSTEM_NAMESPACE.to_string());

@@ -91,6 +91,8 @@ fn machine(
             address: format!("10.5.0.{}", name.len()),
             hold,
             patches: vec![],
+            removal: None,
+            replaces: None,
         },
     );
     m.metadata.namespace = Some("lab".into());

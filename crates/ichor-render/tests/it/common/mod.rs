@@ -53,6 +53,8 @@ pub fn machine(role: MachineRole, patches: &[(&str, &str)]) -> TalosMachineSpec 
                 inline: (*p).into(),
             })
             .collect(),
+        removal: None,
+        replaces: None,
     }
 }
 
