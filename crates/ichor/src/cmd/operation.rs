@@ -32,6 +32,7 @@ pub async fn upgrade_talos(args: UpgradeTalosArgs) -> anyhow::Result<()> {
         skip_backup: None,
         maintenance_windows: None,
         health_checks: Vec::new(),
+        alertmanager: None,
         allow_downgrade: false,
     };
     create(&args.common, spec).await
@@ -49,6 +50,7 @@ pub async fn upgrade_version(args: UpgradeVersionArgs, kind: OperationKind) -> a
         skip_backup: None,
         maintenance_windows: None,
         health_checks: Vec::new(),
+        alertmanager: None,
         allow_downgrade: false,
     };
     create(&args.common, spec).await
@@ -65,6 +67,7 @@ pub async fn reboot(args: RebootArgs) -> anyhow::Result<()> {
         skip_backup: None,
         maintenance_windows: None,
         health_checks: Vec::new(),
+        alertmanager: None,
         allow_downgrade: false,
     };
     create(&args.common, spec).await
