@@ -230,8 +230,13 @@ pub struct TalosBackupStatus {
     /// The snapshot's own sha256 trailer matched what was streamed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub verified: bool,
+    /// Ready, with Reconciling while it is taken and Stalled once it
+    /// failed (see ichor_api::conditions::gitops).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The metadata.generation this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
 }
 
 /// The etcd snapshot of a backup.

@@ -2,13 +2,27 @@
 //!
 //! Time is injected (`now`), so callers and tests decide the clock. A
 //! condition's `lastTransitionTime` changes only when its status changes.
+//!
+//! How GitOps tools read the status (kstatus for Flux and Helm 4, Argo CD's
+//! health scripts) is decided once for every kind in [`gitops`]; the rules
+//! of Flux's condition checker are [`flux::violations`].
+
+pub mod flux;
+pub mod gitops;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 /// Condition types.
 pub mod types {
-    /// The object is reconciled and healthy (TalosCluster, TalosMachine, IchorInstallation).
+    /// The object is reconciled and healthy: True when done, Unknown while
+    /// work is under way, False on a failure (every kind; see [`super::gitops`]).
     pub const READY: &str = "Ready";
+    /// Work is under way (with `Ready=Unknown`); absent otherwise. kstatus
+    /// reads it as InProgress.
+    pub const RECONCILING: &str = "Reconciling";
+    /// A failure Ichor will not get past without a change by someone (with
+    /// `Ready=False`); absent otherwise. kstatus reads it as Failed.
+    pub const STALLED: &str = "Stalled";
     /// TalosCluster: Ichor's Cilium release has taken over the CNI (R1.5e).
     pub const CNI_HANDOVER: &str = "CNIHandover";
     /// TalosMachine: the live config differs from the desired config.
@@ -48,6 +62,14 @@ pub mod reasons {
     pub const NO_MACHINES: &str = "NoMachines";
     /// TalosCluster: some of its machines are not Ready.
     pub const MACHINES_NOT_READY: &str = "MachinesNotReady";
+    /// TalosOperation, TalosBackup: created, not started yet.
+    pub const PENDING: &str = "Pending";
+    /// TalosOperation, TalosBackup: under way.
+    pub const RUNNING: &str = "Running";
+    /// TalosOperation: outside its maintenance window.
+    pub const OUTSIDE_WINDOW: &str = "OutsideWindow";
+    /// TalosOperation: a health gate failed; nothing new starts until it passes.
+    pub const HEALTH_GATE_FAILED: &str = "HealthGateFailed";
 
     // CNIHandover
     /// Ichor's Cilium release is deployed at the effective-values hash and its DaemonSet is Ready.
