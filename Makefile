@@ -132,7 +132,7 @@ images: testbin
 HELM ?= $(shell command -v helm 2>/dev/null || echo "$${ICHOR_TESTBIN_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/ichor/testbin}/helm-$$(sed -n 's/^HELM4_VERSION=//p' tools/versions.env)/helm")
 RELEASE_DIR := bin/release
 
-## release: VERSION=vX.Y.Z — the CLI, the install manifests (install.yaml, the UI's opt-in install-ui.yaml), the packaged chart and both images with their SBOMs in bin/release/
+## release: VERSION=vX.Y.Z — the CLI with its completions and man pages, the install manifests (install.yaml, the UI's opt-in install-ui.yaml), the packaged chart and both images with their SBOMs in bin/release/
 # The version comes from one place, [workspace.package] in Cargo.toml (and
 # Chart.yaml follows it); VERSION must equal it, with its v. The chart's own
 # version is VERSION without the v; appVersion and the image tags keep it.
@@ -144,12 +144,28 @@ release:
 	mkdir -p $(RELEASE_DIR)
 	RUSTFLAGS="$(RELEASE_RUSTFLAGS)" $(CARGO) build --locked --release -p ichor -p ichor-dist -p ichor-image
 	cp target/release/ichor $(RELEASE_DIR)/ichor
+	@$(MAKE) --no-print-directory cli-files ICHOR=$(RELEASE_DIR)/ichor
 	./target/release/distgen --version $(VERSION) --install-yaml $(RELEASE_DIR)/install.yaml --install-ui-yaml $(RELEASE_DIR)/install-ui.yaml
 	"$(HELM)" lint --strict dist/chart --namespace ichor-system
 	"$(HELM)" package dist/chart --version $(patsubst v%,%,$(VERSION)) --app-version $(VERSION) --destination $(RELEASE_DIR)
 	@$(RELEASE_DIR)/ichor --version | grep -qx 'ichor $(VERSION)' || { echo "$(RELEASE_DIR)/ichor does not say it is $(VERSION)" >&2; exit 1; }
 	$(IMAGEGEN) --version $(VERSION) --out $(RELEASE_DIR)
 	@ls -l $(RELEASE_DIR)
+
+.PHONY: cli-files
+
+# The CLI whose completions and man pages cli-files writes.
+ICHOR ?= target/release/ichor
+
+## cli-files: ICHOR=path/to/ichor — its shell completions (bash, zsh, fish, PowerShell) into bin/release/completions/ and a man page per command into bin/release/man/man1/ (make release runs it)
+cli-files:
+	@[ -x "$(ICHOR)" ] || { echo "no ichor at $(ICHOR): build it (cargo build --release -p ichor) or pass ICHOR=/path/to/ichor" >&2; exit 1; }
+	mkdir -p $(RELEASE_DIR)/completions
+	"$(ICHOR)" completion bash > $(RELEASE_DIR)/completions/ichor.bash
+	"$(ICHOR)" completion zsh > $(RELEASE_DIR)/completions/_ichor
+	"$(ICHOR)" completion fish > $(RELEASE_DIR)/completions/ichor.fish
+	"$(ICHOR)" completion powershell > $(RELEASE_DIR)/completions/ichor.ps1
+	"$(ICHOR)" man-pages --out-dir $(RELEASE_DIR)/man/man1
 
 .PHONY: fuzz-patch
 
