@@ -51,6 +51,69 @@ pub fn control_plane(members: &[Member], hostname: &str, joining: &[&str]) -> Jo
     JoinVerdict::Join
 }
 
+/// What a reconcile saw of a machine that joins.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct JoinSeen {
+    pub control_plane: bool,
+    /// The node answers in maintenance mode (no config yet).
+    pub maintenance: bool,
+    /// The node answers the cluster's credentials: Talos booted its config.
+    pub booted: bool,
+    /// The node's own etcd member, once it is listed (a control plane).
+    pub member: Option<Member>,
+    /// The Node is registered and Ready.
+    pub node_ready: bool,
+    /// The node's hostname, for the messages.
+    pub hostname: String,
+}
+
+/// Where a join stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinNext {
+    /// The node waits in maintenance mode: apply its config (when the
+    /// gate allows it).
+    Apply,
+    /// Applied; waiting for this, in words for the status.
+    Wait(String),
+    /// Booted, a started healthy voter (a control plane), Node Ready.
+    Joined,
+}
+
+/// The next move of a join, from what was `seen`; `waited` says for how
+/// long the join has waited since its config was applied, so the message
+/// tells a stuck join from a slow one.
+pub fn join_next(seen: &JoinSeen, waited: Option<std::time::Duration>) -> JoinNext {
+    let host = &seen.hostname;
+    let why = if seen.maintenance {
+        return JoinNext::Apply;
+    } else if !seen.booted {
+        format!("Talos on {host} to boot its config")
+    } else if seen.control_plane && seen.member.is_none() {
+        format!("{host} to join etcd")
+    } else if seen.control_plane && seen.member.as_ref().is_some_and(|m| !m.counts()) {
+        let m = seen.member.as_ref().expect("checked above");
+        if m.is_learner {
+            format!("etcd to promote {host} (a learner now)")
+        } else {
+            format!("etcd member {host} to start and answer healthy")
+        }
+    } else if !seen.node_ready {
+        format!("Node {host} to register and be Ready")
+    } else {
+        return JoinNext::Joined;
+    };
+    JoinNext::Wait(match waited {
+        Some(d) if d >= JOIN_SLOW => format!(
+            "waiting for {why} ({}s since the config was applied; Talos retries an etcd join for up to 30 minutes: check the node with talosctl dmesg)",
+            d.as_secs()
+        ),
+        _ => format!("waiting for {why}"),
+    })
+}
+
+/// After this long a join's message says it is slow, and what to check.
+pub const JOIN_SLOW: std::time::Duration = std::time::Duration::from_secs(300);
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::voter;
@@ -93,6 +156,47 @@ mod tests {
                 "{words}"
             );
         }
+    }
+
+    /// Covers: R14.1 (bounded waits that say why: boot, etcd, Node Ready)
+    #[test]
+    fn a_join_waits_for_boot_then_etcd_then_the_node() {
+        let mut seen = JoinSeen {
+            control_plane: true,
+            maintenance: true,
+            hostname: "cp-4".into(),
+            ..JoinSeen::default()
+        };
+        assert_eq!(join_next(&seen, None), JoinNext::Apply);
+        seen.maintenance = false;
+        let wait = |seen: &JoinSeen| match join_next(seen, None) {
+            JoinNext::Wait(w) => w,
+            other => panic!("{other:?}"),
+        };
+        assert!(wait(&seen).contains("Talos on cp-4 to boot"));
+        seen.booted = true;
+        assert!(wait(&seen).contains("cp-4 to join etcd"));
+        let mut m = voter(4, "cp-4");
+        m.is_learner = true;
+        seen.member = Some(m.clone());
+        assert!(wait(&seen).contains("promote cp-4"));
+        m.is_learner = false;
+        seen.member = Some(m);
+        assert!(wait(&seen).contains("Node cp-4 to register"));
+        assert!(matches!(
+            join_next(&seen, Some(JOIN_SLOW)),
+            JoinNext::Wait(w) if w.contains("300s since the config was applied")
+        ));
+        seen.node_ready = true;
+        assert_eq!(join_next(&seen, None), JoinNext::Joined);
+        // A worker has no member to wait for.
+        let worker = JoinSeen {
+            control_plane: false,
+            booted: true,
+            node_ready: true,
+            ..JoinSeen::default()
+        };
+        assert_eq!(join_next(&worker, None), JoinNext::Joined);
     }
 
     /// Covers: R14.1 (a hostname already a member is refused: joining would evict it)

@@ -12,7 +12,9 @@
 
 pub mod join;
 pub mod quorum;
+pub mod record;
 pub mod removal;
+pub mod replace;
 
 /// One etcd member as the controller sees it: the member list (id, name,
 /// learner) joined with each control plane's `EtcdStatus` (health) and the
