@@ -16,9 +16,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 pub mod backup_gate;
 pub mod component;
+pub mod duration;
 pub mod ichor;
 mod kubernetes;
 pub mod manifests;
+pub mod path;
+pub mod pre_pull;
 pub mod removed;
 pub mod step;
 pub mod support;
