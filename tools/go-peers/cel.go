@@ -3,8 +3,9 @@
 // lines {"expr": "...", "object": {...}} on stdin and writes one JSON line
 // per input: {"value": <canonical>} or {"error": "..."}.
 //
-// The environment is the one Ichor gives its checks: `object` (dyn) and
-// the strings extension. JSON numbers are read as Kubernetes reads integer
+// The environment is the one Ichor gives its checks: `object` (dyn), the
+// strings extension and optional values (`a[?k].orValue(d)`), as
+// Kubernetes enables them. JSON numbers are read as Kubernetes reads integer
 // fields: int64 when they fit, else uint64, else float64. Values are
 // written in ichor-gate's canonical form (expr::canonical): numbers tagged
 // with their type (a double by its bits), map keys as "type:key", sorted.
@@ -36,7 +37,7 @@ type celInput struct {
 }
 
 func runCEL(args []string) int {
-	env, err := cel.NewEnv(cel.Variable("object", cel.DynType), ext.Strings())
+	env, err := cel.NewEnv(cel.Variable("object", cel.DynType), ext.Strings(), cel.OptionalTypes())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "go-peers cel: environment:", err)
 		return 1
