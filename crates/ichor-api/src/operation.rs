@@ -119,6 +119,13 @@ pub struct AlertmanagerSilence {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 128))]
     pub node_label: Option<String>,
+    /// How long the silence lasts from each extension (`30m`, `1h`; units
+    /// d, h, m, s). The operation extends it once less than half is left,
+    /// so it outlives a controller that stops. Default 30m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]+[dhms])+$')").message("spec.alertmanager.length must be a duration such as 30m or 1h"))]
+    pub length: Option<String>,
 }
 
 /// The Complete condition's reason when the image could not be pulled on
