@@ -6,7 +6,7 @@
 //! nothing in the controller needs it. Once it exists, its manager field is
 //! authoritative and the controller never changes it.
 
-use ichor_api::conditions::{self, Status, reasons, types};
+use ichor_api::conditions::{self, reasons};
 use ichor_api::{
     DeploymentSpec, INSTALLATION_NAME, IchorInstallation, IchorInstallationSpec, Manager,
 };
@@ -27,16 +27,17 @@ pub async fn ensure(client: &kube::Client, config: &Config) -> Result<Option<Ich
     let mut status = obj.status.clone().unwrap_or_default();
     status.installed_version = Some(config.version.clone());
     status.observed_generation = obj.metadata.generation;
-    conditions::set(
+    // A running controller is all there is to reconcile: Ready, and every
+    // condition at this generation (gitops::settle).
+    conditions::gitops::settle(
         &mut status.conditions,
-        conditions::new(
-            types::READY,
-            Status::True,
+        &conditions::gitops::Summary::new(
+            conditions::gitops::Standing::Ready,
             reasons::RECONCILED,
             format!("the controller {} runs", config.version),
-            obj.metadata.generation,
-            crate::pipeline::system_clock(),
         ),
+        obj.metadata.generation,
+        &crate::pipeline::system_clock(),
     );
     let patch = serde_json::json!({
         "apiVersion": format!("{}/{}", ichor_api::GROUP, ichor_api::VERSION),

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use futures::StreamExt as _;
 use ichor_api::TalosCluster;
 use ichor_api::backup::{BackupPhase, TalosBackup, TalosBackupStatus};
+use ichor_api::conditions::gitops;
 use kube::ResourceExt as _;
 use kube::api::{Api, ObjectMeta};
 use kube::core::DeserializeGuard;
@@ -129,6 +130,7 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosBackup>>, ctx: Arc<Context>) -
             status.phase = BackupPhase::Running;
             status.start_time = Some((ctx.clock)());
             status.message = None;
+            settle(&backup, &mut status, (ctx.clock)());
             pipeline::write_status::<TalosBackup>(&ctx.client, &namespace, &name, &status).await?;
             let cluster = cluster_meta(&ctx, &backup).await;
             let note = format!(
@@ -245,7 +247,21 @@ async fn finish(
             .await;
         }
     }
+    settle(backup, status, (ctx.clock)());
     pipeline::write_status::<TalosBackup>(&ctx.client, &namespace, &name, status).await
+}
+
+/// Ready, Reconciling and Stalled as the phase says
+/// (`ichor_api::conditions::gitops::backup`), at the backup's generation.
+fn settle(
+    backup: &TalosBackup,
+    status: &mut TalosBackupStatus,
+    now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) {
+    let generation = backup.metadata.generation;
+    status.observed_generation = generation;
+    let summary = gitops::backup(status);
+    gitops::settle(&mut status.conditions, &summary, generation, &now);
 }
 
 /// The Event of a succeeded backup: where, how big, which etcd revision,

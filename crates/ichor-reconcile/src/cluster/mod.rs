@@ -25,7 +25,7 @@
 //! so a kill between any two and a rerun end in the same state.
 
 use ichor_api::cni::CniWorkload;
-use ichor_api::conditions::{self, Status, reasons, types};
+use ichor_api::conditions::{self, Status, gitops, reasons, types};
 use ichor_api::{
     CniPreset, CniStatus, DetectedCni, TalosCluster, TalosClusterStatus, TalosMachine,
 };
@@ -173,9 +173,11 @@ pub fn decide(
     now: &Time,
 ) -> Decision {
     let generation = cluster.metadata.generation;
-    let mut status = cluster.status.clone().unwrap_or_default();
+    let status = cluster.status.clone().unwrap_or_default();
     let mine: Vec<&TalosMachine> = observed.machines.iter().collect();
-    conditions::set(&mut status.conditions, ready(&mine, generation, now));
+    // Ready is the machines' one only when the rest of the cluster agrees
+    // (the hand-over): settled at the end, from every condition.
+    let machines_ready = ready(&mine, generation, now);
     let mut decision = Decision {
         status,
         actions: Vec::new(),
@@ -209,6 +211,8 @@ pub fn decide(
     });
     decision.status.observed_generation = generation;
     backup_healthy(&mut decision, observed, generation, now);
+    let summary = gitops::cluster(&machines_ready, &decision.status.conditions);
+    gitops::settle(&mut decision.status.conditions, &summary, generation, now);
     decision
 }
 
