@@ -7,8 +7,8 @@ use ichor_api::DriftClass;
 use maud::{DOCTYPE, Markup, html};
 
 use crate::view::{
-    ApplyMode, ClusterPage, ClustersPage, MachinePage, MachinesPage, OperationPage, OperationRow,
-    ReleasePreview, class_name,
+    ApplyMode, ClusterPage, ClustersPage, MachinePage, MachinesPage, MembershipView, OperationPage,
+    OperationRow, ReleasePreview, StepState, class_name,
 };
 
 /// The vendored htmx file, served at [`HTMX_PATH`].
@@ -341,6 +341,7 @@ pub fn machine(page: &MachinePage, viewer: &Viewer) -> Markup {
             dt { "Hold" } dd #hold { @if r.held { span.badge.held { "held" } " Ichor writes nothing to this machine." } @else { "released" } }
             dt { "Talos" } dd { (r.talos_version.as_deref().unwrap_or("not reported yet")) }
         }
+        @if let Some(m) = &page.membership { (membership_section(m)) }
         (drift_section(page))
         @if let Some(p) = &page.release { (release_preview(p)) }
         section {
@@ -413,12 +414,44 @@ fn release_preview(p: &ReleasePreview) -> Markup {
     }
 }
 
-/// The buttons that release or take the machine's hold, those the viewer
-/// may press.
+/// A join or removal under way: its phase, the plan's steps (done, running,
+/// to come) and what it waits for.
+fn membership_section(m: &MembershipView) -> Markup {
+    let phase = format!("{:?}", m.phase);
+    html! {
+        section #membership {
+            h2 { "Membership" }
+            p { "Phase: " span class={ "phase " (phase.to_lowercase()) } #membership-phase { (phase) }
+                @if let Some(since) = &m.since { " since " (since) } }
+            @if !m.steps.is_empty() {
+                ol #membership-steps {
+                    @for (step, state) in &m.steps {
+                        @match state {
+                            StepState::Done => li.done { s { (step) } " done" },
+                            StepState::Running => li.running { strong { (step) } " running" },
+                            StepState::Pending => li.pending { (step) },
+                        }
+                    }
+                }
+            }
+            @if let Some(msg) = &m.message { p #membership-message { (msg) } }
+        }
+    }
+}
+
+/// The buttons that release or take the machine's hold, and remove it,
+/// those the viewer may press.
 fn hold_actions(page: &MachinePage, url: &str) -> Markup {
     html! {
-        @if page.can_release || page.can_take_hold {
+        @if page.can_release || page.can_take_hold || page.can_remove {
             section.actions {
+                @if page.can_remove {
+                    form method="post" action={ (url) "/remove" } {
+                        label { input type="checkbox" name="confirm" value="yes" required;
+                            " Remove this machine: drain it, take a control plane out of etcd, reset its node back to maintenance mode and delete its Node" }
+                        button #remove type="submit" { "Remove the machine" }
+                    }
+                }
                 @if page.can_release {
                     form method="post" action={ (url) "/release" } {
                         button #release type="submit" { "Release the hold" }

@@ -229,15 +229,17 @@ impl AppState {
             namespace: Some(namespace),
             name: None,
         };
-        let (patch_machines, create_operations, patch_operations) = futures::try_join!(
+        let (patch_machines, create_operations, patch_operations, delete_machines) = futures::try_join!(
             self.decide(u, ask("patch", "talosmachines")),
             self.decide(u, ask("create", "talosoperations")),
             self.decide(u, ask("patch", "talosoperations")),
+            self.decide(u, ask("delete", "talosmachines")),
         )?;
         Ok(Permissions {
             patch_machines,
             create_operations,
             patch_operations,
+            delete_machines,
         })
     }
 

@@ -69,7 +69,7 @@ pub use layers::{read_only_layer, security_headers};
 pub use signin::is_bearer_token;
 
 use access::{Decision, Kind, not_found};
-use actions::{cancel_operation, release_hold, start_operation, take_hold};
+use actions::{cancel_operation, release_hold, remove_machine, start_operation, take_hold};
 use caller::{SignedIn, Who, set_cookie};
 use forms::{FormPairs, form_value};
 use pages::{
@@ -217,6 +217,7 @@ pub fn routes(state: AppState) -> Router {
         app = app
             .route("/machines/{ns}/{name}/release", post(release_hold))
             .route("/machines/{ns}/{name}/hold", post(take_hold))
+            .route("/machines/{ns}/{name}/remove", post(remove_machine))
             .route("/clusters/{ns}/{name}/operations", post(start_operation))
             .route("/operations/{ns}/{name}/cancel", post(cancel_operation));
     }

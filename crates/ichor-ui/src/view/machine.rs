@@ -1,7 +1,7 @@
 //! The page of one machine: its drift (secrets as digests), what releasing
 //! its hold would do, its conditions.
 
-use ichor_api::{DriftClass, DriftEntry};
+use ichor_api::{DriftClass, DriftEntry, MembershipPhase, TalosMachine};
 use ichor_render::path::{ConfigPath, Segment};
 use ichor_render::redact::{Redactor, digest};
 use kube::ResourceExt as _;
@@ -97,6 +97,77 @@ pub struct MachinePage {
     pub conditions: Vec<ConditionRow>,
     pub can_release: bool,
     pub can_take_hold: bool,
+    /// Its join or removal, while one runs or was refused.
+    pub membership: Option<MembershipView>,
+    /// The viewer may delete TalosMachines here and its removal has not
+    /// begun.
+    pub can_remove: bool,
+}
+
+/// Where one step of a removal stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepState {
+    Done,
+    Running,
+    Pending,
+}
+
+/// A machine's join or removal as its page shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MembershipView {
+    pub phase: MembershipPhase,
+    /// The plan's steps in order, each with where it stands.
+    pub steps: Vec<(String, StepState)>,
+    /// What it waits for, why it was refused, or what failed.
+    pub message: Option<String>,
+    /// When the phase or the current step began (RFC 3339).
+    pub since: Option<String>,
+}
+
+/// The membership of `m` worth showing: a join or a removal under way, or
+/// refused; none for a plain member. A machine being deleted before the
+/// controller wrote its plan shows as leaving.
+pub fn membership_view(m: &TalosMachine) -> Option<MembershipView> {
+    let ms = m.status.as_ref().and_then(|s| s.membership.clone());
+    let deleting = m.metadata.deletion_timestamp.is_some();
+    let ms = match ms {
+        Some(ms) if ms.phase != MembershipPhase::Member || deleting => ms,
+        None if deleting => ichor_api::MembershipStatus {
+            phase: MembershipPhase::Leaving,
+            message: Some("waiting for the controller to plan the removal".into()),
+            ..Default::default()
+        },
+        _ => return None,
+    };
+    let running = ms
+        .step
+        .as_ref()
+        .and_then(|s| ms.plan.iter().position(|p| p == s));
+    let done_all = ms.phase == MembershipPhase::Removed;
+    let steps = ms
+        .plan
+        .iter()
+        .enumerate()
+        .map(|(i, step)| {
+            let state = match running {
+                _ if done_all => StepState::Done,
+                Some(r) if i < r => StepState::Done,
+                Some(r) if i == r => StepState::Running,
+                _ => StepState::Pending,
+            };
+            (step.clone(), state)
+        })
+        .collect();
+    Some(MembershipView {
+        phase: if deleting && ms.phase == MembershipPhase::Member {
+            MembershipPhase::Leaving
+        } else {
+            ms.phase
+        },
+        steps,
+        message: ms.message,
+        since: ms.since.map(|t| t.0.to_string()),
+    })
 }
 
 /// Reads a drift path in display syntax (`a.b[c]["d.e"]`) into a [`ConfigPath`].
@@ -206,5 +277,7 @@ pub fn machine_page(
         conditions,
         can_release: m.spec.hold && perms.patch_machines,
         can_take_hold: !m.spec.hold && perms.patch_machines,
+        membership: membership_view(m),
+        can_remove: perms.delete_machines && m.metadata.deletion_timestamp.is_none(),
     })
 }

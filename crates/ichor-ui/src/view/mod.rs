@@ -141,6 +141,9 @@ pub struct Permissions {
     pub create_operations: bool,
     /// `patch talosoperations`: cancel an operation.
     pub patch_operations: bool,
+    /// `delete talosmachines`: remove a machine (drained, out of etcd, its
+    /// node reset).
+    pub delete_machines: bool,
 }
 
 /// What one drift class means, in the words of ADR 0004.

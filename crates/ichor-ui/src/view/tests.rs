@@ -134,6 +134,8 @@ fn operation(name: &str, cluster: &str, phase: Option<OperationPhase>) -> Arc<Ta
             dry_run: false,
             skip_backup: None,
             maintenance_windows: None,
+            health_checks: Vec::new(),
+            alertmanager: None,
             allow_downgrade: false,
         },
     );
@@ -546,6 +548,7 @@ fn operation_page_joins_plan_and_progress() {
         patch_machines: true,
         create_operations: true,
         patch_operations: true,
+        delete_machines: true,
     };
     assert!(
         !operation_page(&done, "lab", "reboot-2", all)
@@ -684,4 +687,102 @@ fn only_real_digests_and_public_values_are_shown() {
     assert!(!shown_value(&manifests, url).contains("T0K3N"));
     let plain = "https://example.com/m.yaml";
     assert_eq!(shown_value(&manifests, plain), plain);
+}
+
+/// A machine whose removal runs at `step` of the usual plan.
+fn leaving(step: &str) -> Arc<TalosMachine> {
+    let mut m = (*machine("w-4", "one", MachineRole::Worker, false, vec![], true)).clone();
+    m.metadata.deletion_timestamp = Some(now());
+    m.status.as_mut().unwrap().membership = Some(ichor_api::MembershipStatus {
+        phase: ichor_api::MembershipPhase::Leaving,
+        plan: ["Cordon", "Drain", "Reset", "DeleteNode"]
+            .map(String::from)
+            .to_vec(),
+        step: Some(step.into()),
+        message: Some("evicting 2 pods; budget web-pdb allows none now".into()),
+        since: Some(now()),
+        ..ichor_api::MembershipStatus::default()
+    });
+    Arc::new(m)
+}
+
+/// Covers: R14.24 (the machine page shows a removal's steps; remove is offered only with delete on talosmachines)
+#[test]
+fn machine_page_shows_membership_and_offers_remove_only_when_allowed() {
+    let mut inv = lab();
+    inv.machines.push(leaving("Drain"));
+    let p = machine_page(&inv, "lab", "w-4", Permissions::default()).unwrap();
+    let m = p.membership.as_ref().expect("a removal is shown");
+    assert_eq!(m.phase, ichor_api::MembershipPhase::Leaving);
+    assert_eq!(
+        m.steps,
+        [
+            ("Cordon".to_string(), StepState::Done),
+            ("Drain".to_string(), StepState::Running),
+            ("Reset".to_string(), StepState::Pending),
+            ("DeleteNode".to_string(), StepState::Pending),
+        ]
+    );
+    assert!(m.message.as_deref().unwrap().contains("web-pdb"));
+    // Already leaving: nothing more to remove, whoever looks.
+    let all = Permissions {
+        delete_machines: true,
+        ..Permissions::default()
+    };
+    assert!(!machine_page(&inv, "lab", "w-4", all).unwrap().can_remove);
+
+    // A plain member shows no membership; remove needs delete.
+    let member = machine_page(&inv, "lab", "cp-1", all).unwrap();
+    assert!(member.membership.is_none() && member.can_remove);
+    let patch_only = Permissions {
+        patch_machines: true,
+        ..Permissions::default()
+    };
+    assert!(
+        !machine_page(&inv, "lab", "cp-1", patch_only)
+            .unwrap()
+            .can_remove
+    );
+
+    let viewer = crate::html::Viewer {
+        user: Some("ops".into()),
+        read_only: false,
+        reads_nothing: false,
+    };
+    let page = crate::html::machine(&machine_page(&inv, "lab", "w-4", all).unwrap(), &viewer)
+        .into_string();
+    assert!(page.contains("id=\"membership-steps\""), "{page}");
+    assert!(page.contains("<strong>Drain</strong> running"), "{page}");
+    assert!(!page.contains("/remove\""), "{page}");
+    let page = crate::html::machine(&member, &viewer).into_string();
+    assert!(
+        page.contains("action=\"/machines/lab/cp-1/remove\""),
+        "{page}"
+    );
+    let page = crate::html::machine(
+        &machine_page(&inv, "lab", "cp-1", patch_only).unwrap(),
+        &viewer,
+    )
+    .into_string();
+    assert!(!page.contains("/remove\""), "{page}");
+}
+
+/// A removal the controller has not planned yet shows as leaving; a
+/// refused join says why.
+#[test]
+fn membership_before_the_plan_and_when_refused() {
+    let mut m = (*machine("w-5", "one", MachineRole::Worker, false, vec![], false)).clone();
+    m.metadata.deletion_timestamp = Some(now());
+    let v = membership_view(&m).unwrap();
+    assert_eq!(v.phase, ichor_api::MembershipPhase::Leaving);
+    assert!(v.steps.is_empty());
+    m.metadata.deletion_timestamp = None;
+    m.status.as_mut().unwrap().membership = Some(ichor_api::MembershipStatus {
+        phase: ichor_api::MembershipPhase::Refused,
+        message: Some("etcd already has a member named w-5".into()),
+        ..ichor_api::MembershipStatus::default()
+    });
+    let v = membership_view(&m).unwrap();
+    assert_eq!(v.phase, ichor_api::MembershipPhase::Refused);
+    assert!(v.message.unwrap().contains("already has a member"));
 }
