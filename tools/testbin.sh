@@ -379,6 +379,52 @@ debian_package() { # name version -> folder holding the unpacked package
 debian_package prometheus "$PROMETHEUS_DEB_VERSION"
 debian_package prometheus-alertmanager "$ALERTMANAGER_DEB_VERSION"
 
+# prometheus-operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule and
+# the rest of monitoring.coreos.com/v1), which the chart's monitoring objects
+# are applied against in the test API server: generated, as the operator's
+# own Makefile does, by controller-gen (built here from
+# sigs.k8s.io/controller-tools) from the Go types of the published module
+# github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring (the
+# root module, which holds the YAML, is not served). With the Kubernetes
+# modules already in the Go caches the first run took 66 s on a shared 2-core
+# machine, most of it compiling controller-gen; generating takes 2 s.
+promop_dir="$cache/prometheus-operator-crds-$PROMETHEUS_OPERATOR_VERSION"
+promop_module=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring
+if [ -f "$promop_dir/monitoring.coreos.com_servicemonitors.yaml" ] && [ "$(cat "$promop_dir/controller-tools.version" 2>/dev/null)" = "$CONTROLLER_TOOLS_VERSION" ]; then
+  log "testbin: prometheus-operator CRDs $PROMETHEUS_OPERATOR_VERSION cached at $promop_dir"
+else
+  start=$(date +%s)
+  log "testbin: generating the prometheus-operator CRDs $PROMETHEUS_OPERATOR_VERSION with controller-gen $CONTROLLER_TOOLS_VERSION (first time on this machine)"
+  work=$(mktemp -d "$cache/.build-prometheus-operator-crds.XXXXXX")
+  cat > "$work/go.mod" <<MOD
+module ichor.local/testbin/prometheus-operator-crds
+
+go 1.26.0
+
+require (
+	$promop_module $PROMETHEUS_OPERATOR_VERSION
+	sigs.k8s.io/controller-tools $CONTROLLER_TOOLS_VERSION
+)
+MOD
+  printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "%s/v1"\n\t_ "sigs.k8s.io/controller-tools/cmd/controller-gen"\n)\n' "$promop_module" > "$work/tools.go"
+  (
+    cd "$work"
+    log "testbin:   resolving modules for controller-gen and $promop_module"
+    go mod tidy >/dev/null 2>"$work/tidy.log" || { tail -n 30 "$work/tidy.log" >&2; exit 1; }
+    log "testbin:   compiling controller-gen"
+    go build -trimpath -ldflags "-s -w" -o "$work/controller-gen" sigs.k8s.io/controller-tools/cmd/controller-gen
+    log "testbin:   generating the CRDs"
+    "$work/controller-gen" crd:crdVersions=v1 paths="$promop_module/v1" output:crd:dir="$work/out" >"$work/gen.log" 2>&1 ||
+      { tail -n 30 "$work/gen.log" >&2; exit 1; }
+    [ -f "$work/out/monitoring.coreos.com_servicemonitors.yaml" ] || { ls "$work/out" >&2; exit 1; }
+  ) || { log "testbin: generating the prometheus-operator CRDs failed (work dir kept: $work)"; exit 1; }
+  echo "$CONTROLLER_TOOLS_VERSION" > "$work/out/controller-tools.version"
+  rm -rf "$promop_dir"
+  mv "$work/out" "$promop_dir"
+  rm -rf "$work"
+  log "testbin: generated the prometheus-operator CRDs in $(( $(date +%s) - start ))s -> $promop_dir"
+fi
+
 emit() {
   if [ "$mode" = "--env" ]; then echo "export $1=$2"; else echo "$1=$2"; fi
 }
@@ -400,3 +446,4 @@ emit ICHOR_GO_PEERS "$peers_dir/go-peers"
 emit ICHOR_PROMETHEUS "$cache/deb-prometheus-$PROMETHEUS_DEB_VERSION/usr/bin/prometheus"
 emit ICHOR_PROMTOOL "$cache/deb-prometheus-$PROMETHEUS_DEB_VERSION/usr/bin/promtool"
 emit ICHOR_ALERTMANAGER "$cache/deb-prometheus-alertmanager-$ALERTMANAGER_DEB_VERSION/usr/bin/prometheus-alertmanager"
+emit ICHOR_PROMETHEUS_OPERATOR_CRDS "$promop_dir"

@@ -8,13 +8,17 @@
 //! - `dist/chart/templates/crd/<plural>.<group>.yaml`: the CRDs of
 //!   [`ichor_api::crds::all`] as chart templates, kept on uninstall;
 //! - `dist/chart/templates/_generated.tpl`: the controller's RBAC rules and
-//!   the Cilium policies of [`ichor_adopt::install`], as named templates.
+//!   the Cilium policies of [`ichor_adopt::install`], as named templates;
+//! - `dist/chart/values.schema.json`: the JSON Schema of the chart's values,
+//!   from the types of [`values`].
 //!
 //! `distgen` writes them; the `stale` test fails when a file on disk differs.
 
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
+
+pub mod values;
 
 /// The command that regenerates every file of [`repo_files`].
 pub const REGENERATE_COMMAND: &str = "cargo run -p ichor-dist --bin distgen";
@@ -350,6 +354,10 @@ pub fn repo_files() -> Result<Vec<GeneratedFile>, Error> {
     files.extend(dist_crds()?);
     files.extend(chart_crds()?);
     files.push(chart_generated_tpl()?);
+    files.push(GeneratedFile {
+        path: PathBuf::from(CHART_DIR).join(values::SCHEMA_FILE),
+        text: values::schema_json(),
+    });
     Ok(files)
 }
 

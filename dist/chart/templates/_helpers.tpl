@@ -61,3 +61,19 @@ app.kubernetes.io/component: ui
 {{- fail (printf "networkPolicy.cilium.enabled is %v: use true, false or null" $np) -}}
 {{- end -}}
 {{- end }}
+
+{{- /* A ServiceMonitor's or PodMonitor's interval and scrapeTimeout, when set. */}}
+{{- define "ichor.monitoring.timing" -}}
+{{- with .interval }}
+interval: {{ . }}
+{{- end }}
+{{- with .scrapeTimeout }}
+scrapeTimeout: {{ . }}
+{{- end }}
+{{- end }}
+
+{{- /* The runbook address written in files/prometheus-rules.yaml, which
+monitoring.prometheusRule.runbookUrl replaces. */}}
+{{- define "ichor.monitoring.defaultRunbookUrl" -}}
+https://github.com/maesh/ichor/blob/main/docs/runbooks.md
+{{- end }}

@@ -2,5 +2,8 @@
 //! each former test file is a module here; shared helpers are modules too.
 
 mod chart;
+mod monitoring;
+mod promtool;
 mod release;
+mod schema;
 mod stale;
