@@ -32,7 +32,7 @@ fn expect(standing: Standing) -> [Option<String>; 3] {
     }
 }
 
-/// Covers: R17.1, R17.2
+/// Covers: R17.1a, R17.1b
 #[test]
 fn every_operation_phase_settles_within_fluxs_rules() {
     let cases = [
@@ -64,7 +64,7 @@ fn every_operation_phase_settles_within_fluxs_rules() {
     }
 }
 
-/// Covers: R17.2
+/// Covers: R17.1a
 #[test]
 fn a_failed_operation_carries_completes_reason() {
     let status = TalosOperationStatus {
@@ -86,7 +86,7 @@ fn a_failed_operation_carries_completes_reason() {
     assert_eq!(s.message, "node n1 did not return within 10m");
 }
 
-/// Covers: R17.1, R17.2
+/// Covers: R17.1a, R17.1b
 #[test]
 fn every_backup_phase_settles_within_fluxs_rules() {
     for (phase, standing) in [
@@ -107,7 +107,7 @@ fn every_backup_phase_settles_within_fluxs_rules() {
     }
 }
 
-/// Covers: R17.1, R17.2
+/// Covers: R17.1a, R17.1b
 #[test]
 fn every_machine_ready_settles_within_fluxs_rules() {
     let cases = [
@@ -138,7 +138,7 @@ fn every_machine_ready_settles_within_fluxs_rules() {
     }
 }
 
-/// Covers: R17.1, R17.2
+/// Covers: R17.1a, R17.1b
 #[test]
 fn every_cluster_state_settles_within_fluxs_rules() {
     let machines_ok = cond(types::READY, Status::True, reasons::RECONCILED, 2);
@@ -213,7 +213,7 @@ fn every_cluster_state_settles_within_fluxs_rules() {
     }
 }
 
-/// Covers: R17.2
+/// Covers: R17.1a
 #[test]
 fn settling_again_keeps_the_transition_time() {
     let summary = Summary::new(Standing::Progressing, reasons::RUNNING, "step 1");
@@ -231,7 +231,7 @@ fn settling_again_keeps_the_transition_time() {
 }
 
 /// The checker itself: each rule is found where Flux finds it.
-/// Covers: R17.2
+/// Covers: R17.1b
 #[test]
 fn the_checker_finds_each_rule() {
     let ready = |s| cond(types::READY, s, "R", 2);
