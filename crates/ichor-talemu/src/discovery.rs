@@ -24,6 +24,8 @@ pub(crate) struct Affiliate {
     pub operating_system: String,
     /// The cluster it belongs to (members are the nodes of one cluster).
     pub cluster_id: String,
+    /// The node's identity (`nodeId`).
+    pub node_id: String,
 }
 
 /// The shared knowledge of an emulator's nodes.
@@ -149,6 +151,7 @@ mod tests {
             machine_type: MachineType::ControlPlane,
             operating_system: "Talos (v1.13.9)".into(),
             cluster_id: c.into(),
+            node_id: node_id(h),
         };
         let g = d.generation();
         assert!(d.publish(1, Some(a("b", "x"))));

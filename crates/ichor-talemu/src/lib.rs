@@ -39,6 +39,7 @@ mod error;
 mod host;
 mod journal;
 pub mod manifests;
+mod membership;
 mod node;
 pub mod pki;
 pub mod resources;
@@ -54,6 +55,7 @@ use ichor_talos_client::{ClientIdentity, ClientOptions, TalosClient};
 
 pub use api::{EtcdAlarm, EtcdRestore, RestoreHook, RestoreHookError};
 pub use error::EmuError;
+pub use membership::{MembershipChange, MembershipChangeKind};
 pub use node::{Disk, Fault, NodeSpec, ReadGate, WriteAction, WriteRecord};
 pub use pki::{CertifiedKey, ClientCertSpec, Pki};
 
@@ -84,6 +86,13 @@ pub struct EmulatorOptions {
     /// The pause between `Bootstrap{recover_etcd}`'s answer and the restore
     /// (Talos restores in etcd's pre-state, after the answer).
     pub recover_delay: Duration,
+    /// How often a joining control plane's etcd tries to add itself as a
+    /// learner (Talos: every 3 s), and how often the membership log looks
+    /// for a change in the healthy voters.
+    pub etcd_join_interval: Duration,
+    /// How long a learner takes to catch up with the leader before it is
+    /// promoted to a voter.
+    pub etcd_catch_up: Duration,
 }
 
 impl Default for EmulatorOptions {
@@ -95,6 +104,8 @@ impl Default for EmulatorOptions {
             etcd_url: None,
             state_dir: None,
             recover_delay: Duration::from_millis(200),
+            etcd_join_interval: Duration::from_millis(100),
+            etcd_catch_up: Duration::from_millis(300),
         }
     }
 }
@@ -124,6 +135,8 @@ pub struct Emulator {
     writes: Arc<Mutex<Vec<WriteRecord>>>,
     shutdown: tokio::sync::watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// What a node added later is started with.
+    reboot_outage: Duration,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -151,6 +164,7 @@ impl Emulator {
         };
         let writes = Arc::new(Mutex::new(Vec::new()));
         let discovery = Arc::new(Discovery::default());
+        let membership = Arc::new(membership::Membership::default());
         let mut built = Vec::new();
         let mut listeners = Vec::new();
         for (index, spec) in nodes.into_iter().enumerate() {
@@ -161,56 +175,90 @@ impl Emulator {
                 Arc::clone(&writes),
                 options.reboot_outage,
                 Arc::clone(&discovery),
+                Arc::clone(&membership),
                 index,
             )?);
         }
         let (bootstraps, _) = tokio::sync::broadcast::channel(16);
-        let recovery =
-            api::etcd_recover::Recovery::new(built.len(), options.state_dir, options.recover_delay);
+        let (configured, _) = tokio::sync::broadcast::channel(256);
+        let recovery = api::etcd_recover::Recovery::new(options.state_dir, options.recover_delay);
         let cluster = Arc::new(Cluster {
-            nodes: built,
+            nodes: api::NodeList::new(built),
+            membership,
+            etcd_catch_up: options.etcd_catch_up,
             serve_config_ca: options.serve_config_ca,
             bootstraps,
+            configured,
             discovery,
             etcd: Mutex::new(Default::default()),
             lab_etcd: Mutex::new(options.etcd_url),
             recovery,
         });
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
-        let mut handles = Vec::new();
-        let mut tasks = Vec::new();
-        for (i, listener) in listeners.into_iter().enumerate() {
-            let node = &cluster.nodes[i];
-            let ips = vec![node.spec.address];
-            let server_cert = pki.server_cert(&node.spec.hostname, &ips)?;
-            let maint_cert = Pki::self_signed_server_cert(&node.spec.hostname, &ips)?;
-            let mtls = Arc::new(server::mtls_config(pki.ca_pem(), &server_cert)?);
-            let maint = Arc::new(server::maintenance_config(&maint_cert)?);
-            handles.push(NodeHandle {
-                hostname: node.spec.hostname.clone(),
-                address: node.spec.address,
-                listen: listener.local_addr()?,
-            });
-            let api = NodeApi {
-                cluster: Arc::clone(&cluster),
-                me: i,
-            };
-            tasks.push(tokio::spawn(server::serve(
-                listener,
-                api,
-                mtls,
-                maint,
-                shutdown_rx.clone(),
-            )));
-        }
-        Ok(Self {
+        let mut emulator = Self {
             pki,
             cluster,
-            handles,
+            handles: Vec::new(),
             writes,
             shutdown,
-            tasks,
-        })
+            tasks: Vec::new(),
+            reboot_outage: options.reboot_outage,
+        };
+        for (i, listener) in listeners.into_iter().enumerate() {
+            emulator.serve_node(i, listener)?;
+        }
+        emulator.api(0).log_started_members();
+        emulator
+            .tasks
+            .push(tokio::spawn(api::membership::run_etcd_service(
+                Arc::clone(&emulator.cluster),
+                options.etcd_join_interval,
+                shutdown_rx,
+            )));
+        Ok(emulator)
+    }
+
+    /// Serves node `i` on `listener`.
+    fn serve_node(&mut self, i: usize, listener: tokio::net::TcpListener) -> Result<(), EmuError> {
+        let node = self.cluster.nodes.get(i);
+        let ips = vec![node.spec.address];
+        let server_cert = self.pki.server_cert(&node.spec.hostname, &ips)?;
+        let maint_cert = Pki::self_signed_server_cert(&node.spec.hostname, &ips)?;
+        let mtls = Arc::new(server::mtls_config(self.pki.ca_pem(), &server_cert)?);
+        let maint = Arc::new(server::maintenance_config(&maint_cert)?);
+        self.handles.push(NodeHandle {
+            hostname: node.spec.hostname.clone(),
+            address: node.spec.address,
+            listen: listener.local_addr()?,
+        });
+        self.tasks.push(tokio::spawn(server::serve(
+            listener,
+            self.api(i),
+            mtls,
+            maint,
+            self.shutdown.subscribe(),
+        )));
+        Ok(())
+    }
+
+    /// Starts one more node (in maintenance mode when `spec` has no
+    /// config), as a machine newly racked would boot: it shares the
+    /// others' discovery and etcd membership. Returns its handle; its
+    /// index is the number of nodes before it.
+    pub async fn add_node(&mut self, spec: NodeSpec) -> Result<NodeHandle, EmuError> {
+        let listener = server::bind(SocketAddr::new(spec.address, spec.port)).await?;
+        let index = self.cluster.nodes.len();
+        let node = Node::new(
+            spec,
+            Arc::clone(&self.writes),
+            self.reboot_outage,
+            Arc::clone(&self.cluster.discovery),
+            Arc::clone(&self.cluster.membership),
+            index,
+        )?;
+        self.cluster.nodes.push(node);
+        self.serve_node(index, listener)?;
+        Ok(self.handles[index].clone())
     }
 
     /// The running nodes, in the order given.
@@ -278,7 +326,7 @@ impl Emulator {
         let mut endpoints: Vec<String> = self
             .handles
             .iter()
-            .zip(&self.cluster.nodes)
+            .zip(self.cluster.nodes.all())
             .filter(|(_, n)| n.is_control_plane())
             .map(|(h, _)| h.endpoint())
             .collect();
@@ -299,24 +347,24 @@ impl Emulator {
 
     /// Node `i`'s active machine config (`None` in maintenance mode).
     pub fn active_config(&self, i: usize) -> Option<Vec<u8>> {
-        self.cluster.nodes[i].lock().active.clone()
+        self.cluster.nodes.get(i).lock().active.clone()
     }
 
     /// Node `i`'s persisted machine config.
     pub fn persistent_config(&self, i: usize) -> Option<Vec<u8>> {
-        self.cluster.nodes[i].lock().persistent.clone()
+        self.cluster.nodes.get(i).lock().persistent.clone()
     }
 
     /// Node `i`'s boot id (changes on every reboot).
     pub fn boot_id(&self, i: usize) -> String {
-        self.cluster.nodes[i].lock().boot_id.clone()
+        self.cluster.nodes.get(i).lock().boot_id.clone()
     }
 
     /// Replaces node `i`'s config out of band (active and persistent), as an
     /// operator's own `talosctl apply-config` would: for drift tests. Not an
     /// API write, so not in [`Emulator::writes`].
     pub fn set_config(&self, i: usize, config: impl Into<Vec<u8>>) {
-        let node = &self.cluster.nodes[i];
+        let node = &self.cluster.nodes.get(i);
         let config = config.into();
         let mut st = node.lock();
         st.active = Some(config.clone());
@@ -330,7 +378,7 @@ impl Emulator {
     /// Whether node `i` holds etcd data (it bootstrapped etcd, joined a
     /// bootstrapped cluster, or started configured as a control plane).
     pub fn bootstrapped(&self, i: usize) -> bool {
-        self.cluster.nodes[i].lock().etcd_data
+        self.cluster.nodes.get(i).lock().etcd_data
     }
 
     /// The index of every node that bootstraps etcd from now on.
@@ -338,21 +386,50 @@ impl Emulator {
         self.cluster.bootstraps.subscribe()
     }
 
+    /// The index of every node that leaves maintenance mode from now on
+    /// (a config was applied to it): where a kubelet would register.
+    pub fn configured(&self) -> tokio::sync::broadcast::Receiver<usize> {
+        self.cluster.configured.subscribe()
+    }
+
+    /// Every change of the etcd membership the control planes share, in
+    /// order, each with the members, voters and healthy voters after it.
+    pub fn membership_log(&self) -> Vec<MembershipChange> {
+        self.cluster.membership.changes()
+    }
+
+    /// Node `i`'s Talos machine type now (`None` in maintenance mode):
+    /// whether it is a control plane.
+    pub fn is_control_plane(&self, i: usize) -> bool {
+        self.cluster.nodes.get(i).is_control_plane()
+    }
+
+    /// Node `i`'s identity (`talosctl get members`' `nodeId`): a wipe of
+    /// its STATE makes a new one.
+    pub fn identity(&self, i: usize) -> String {
+        self.cluster.nodes.get(i).lock().identity.clone()
+    }
+
+    /// Whether node `i` is in maintenance mode (no config).
+    pub fn in_maintenance(&self, i: usize) -> bool {
+        self.cluster.nodes.get(i).in_maintenance()
+    }
+
     /// Injects a fault into node `i`.
     pub fn set_fault(&self, i: usize, fault: Fault) {
-        self.cluster.nodes[i].lock().fault = fault;
+        self.cluster.nodes.get(i).lock().fault = fault;
     }
 
     /// Fault: node `i`'s next boot after an upgrade falls back to the old
     /// boot slot, so it comes back on its old version (`false` clears it).
     pub fn set_upgrade_fallback(&self, i: usize, on: bool) {
-        self.cluster.nodes[i].lock().upgrade_fallback = on;
+        self.cluster.nodes.get(i).lock().upgrade_fallback = on;
     }
 
     /// Fault: node `i`'s etcd member has not started (`false` clears it).
     /// Its record says so: the etcd service fails, then waits.
     pub fn set_etcd_unhealthy(&self, i: usize, on: bool) {
-        self.cluster.nodes[i].set_etcd_unhealthy(on);
+        self.cluster.nodes.get(i).set_etcd_unhealthy(on);
     }
 
     /// Where the cluster's Kubernetes API answers when it is not at the
@@ -391,7 +468,7 @@ impl Emulator {
     /// gate is opened: a test decides when the node comes back.
     pub fn hold_reboots(&self, i: usize) -> ReadGate {
         let gate = ReadGate::new();
-        self.cluster.nodes[i].lock().reboot_gate = Some(gate.clone());
+        self.cluster.nodes.get(i).lock().reboot_gate = Some(gate.clone());
         gate
     }
 
@@ -408,7 +485,11 @@ impl Emulator {
             etcd.leader = None;
             etcd.alarms.clear();
         }
-        for n in &self.cluster.nodes {
+        self.cluster.membership.clear();
+        self.cluster
+            .membership
+            .log(MembershipChangeKind::Lost, None, |_| false);
+        for n in self.cluster.nodes.all() {
             let control_plane = n.is_control_plane();
             let mut st = n.lock();
             let had_data = st.etcd_data;
@@ -453,19 +534,19 @@ impl Emulator {
     pub fn etcd_snapshot_path(&self, i: usize) -> std::path::PathBuf {
         self.cluster
             .recovery
-            .snapshot_path(&self.cluster.nodes[i].spec.hostname)
+            .snapshot_path(&self.cluster.nodes.get(i).spec.hostname)
     }
 
     /// The Talos version node `i` runs now (changes when it boots an upgrade).
     pub fn talos_version(&self, i: usize) -> String {
-        self.cluster.nodes[i].talos_version()
+        self.cluster.nodes.get(i).talos_version()
     }
 
     /// Pauses node `i`'s COSI reads (the machine config among them) until
     /// the returned gate is opened.
     pub fn pause_reads(&self, i: usize) -> ReadGate {
         let gate = ReadGate::new();
-        self.cluster.nodes[i].lock().read_gate = Some(gate.clone());
+        self.cluster.nodes.get(i).lock().read_gate = Some(gate.clone());
         gate
     }
 

@@ -154,7 +154,7 @@ pub(crate) async fn serve(
     let (tx, rx) = tokio::sync::mpsc::channel::<
         Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>, std::io::Error>,
     >(64);
-    let node = Arc::clone(&api.cluster.nodes[api.me]);
+    let node = api.cluster.nodes.get(api.me);
     let mut accept_shutdown = shutdown.clone();
     let acceptor_task = tokio::spawn(async move {
         loop {

@@ -2,8 +2,6 @@
 //! ([`crate::resources`]), read after what the node knows of the others is
 //! brought up to date.
 
-use std::sync::Arc;
-
 use futures::Stream;
 use tonic::{Request, Response, Status};
 
@@ -89,7 +87,7 @@ impl State for NodeApi {
                 "bootstrap contents and label queries are not supported for single resource watch",
             ));
         }
-        let node = Arc::clone(self.node(i));
+        let node = self.node(i);
         // Bring the node up to date first, so the changes that makes are not
         // sent twice; then subscribe before reading the current state, so no
         // change is lost.

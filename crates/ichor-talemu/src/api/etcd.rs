@@ -23,7 +23,6 @@ use ichor_talos_client::proto::common;
 use ichor_talos_client::proto::machine;
 
 use super::{ADMIN, BoxStream, NodeApi, OPERATOR, READER, caller, not_in_maintenance};
-use crate::discovery::member_id;
 use crate::node::{Node, WriteAction};
 use crate::wire::etcdserverpb;
 use crate::wire::machine as wire;
@@ -115,7 +114,8 @@ fn with_real_figures(
     status.raft_term = real.raft_term;
     status.raft_applied_index = real.raft_applied_index;
     status.errors.extend(real.errors.iter().cloned());
-    status.is_learner = real.is_learner;
+    // The lab's one etcd is no learner; the emulated member may be.
+    status.is_learner |= real.is_learner;
     status
 }
 
@@ -124,24 +124,27 @@ const DB_SIZE: i64 = 20_480_000;
 const DB_IN_USE: i64 = 9_830_400;
 
 impl NodeApi {
-    /// The etcd members: one per configured control plane. A member whose
-    /// node has the `etcd_unhealthy` fault has not started, which Talos shows
-    /// as an empty name.
+    /// The etcd members, as the shared membership holds them. A member
+    /// whose node has the `etcd_unhealthy` fault has not started, which
+    /// Talos shows as an empty name.
     pub(super) fn etcd_members(&self) -> Vec<machine::EtcdMember> {
         self.cluster
-            .nodes
-            .iter()
-            .filter(|n| !n.in_maintenance() && n.is_control_plane())
-            .filter(|_| self.cluster.bootstrapped())
-            .map(|n| {
-                let started = !n.lock().etcd_unhealthy;
-                let address = n.spec.address;
+            .membership
+            .members()
+            .into_iter()
+            .map(|m| {
+                let started = self
+                    .cluster
+                    .nodes
+                    .try_get(m.node)
+                    .is_none_or(|n| !n.lock().etcd_unhealthy);
+                let address = m.address;
                 machine::EtcdMember {
-                    id: member_id(&n.spec.hostname),
-                    hostname: if started { n.hostname() } else { String::new() },
+                    id: m.id,
+                    hostname: if started { m.hostname } else { String::new() },
                     peer_urls: vec![format!("https://{address}:2380")],
                     client_urls: vec![format!("https://{address}:2379")],
-                    is_learner: false,
+                    is_learner: m.learner,
                 }
             })
             .collect()
@@ -170,7 +173,7 @@ impl NodeApi {
         let started: Vec<u64> = self
             .etcd_members()
             .into_iter()
-            .filter(|m| !m.hostname.is_empty())
+            .filter(|m| !m.hostname.is_empty() && !m.is_learner)
             .map(|m| m.id)
             .collect();
         let chosen = self.etcd_cluster().leader;
@@ -227,9 +230,13 @@ impl NodeApi {
                     return Err(Status::failed_precondition("etcd is not running"));
                 }
                 let members = self.etcd_members();
-                let started = members.iter().filter(|m| !m.hostname.is_empty()).count();
-                // The call requires a leader: a majority of members must run.
-                if started * 2 <= members.len() {
+                let voters = members.iter().filter(|m| !m.is_learner).count();
+                let started = members
+                    .iter()
+                    .filter(|m| !m.hostname.is_empty() && !m.is_learner)
+                    .count();
+                // The call requires a leader: a majority of voters must run.
+                if started * 2 <= voters {
                     return Err(Status::unavailable("etcdserver: no leader"));
                 }
                 Ok(machine::EtcdMembers {
@@ -255,12 +262,14 @@ impl NodeApi {
                     ));
                 }
                 let me = node.member_id();
+                let mut moved_to = String::new();
                 if self.etcd_leader() == Some(me) {
                     let next = self
                         .etcd_members()
                         .into_iter()
-                        .find(|m| !m.hostname.is_empty() && m.id != me);
+                        .find(|m| !m.hostname.is_empty() && !m.is_learner && m.id != me);
                     if let Some(next) = next {
+                        moved_to = next.hostname.clone();
                         {
                             let mut etcd = self.etcd_cluster();
                             etcd.leader = Some(next.id);
@@ -276,9 +285,11 @@ impl NodeApi {
                     }
                 }
                 node.record(WriteAction::EtcdForfeitLeadership);
+                // Talos names the member that leads now, or nothing when
+                // this one did not lead.
                 Ok(machine::EtcdForfeitLeadership {
                     metadata: None,
-                    member: node.hostname(),
+                    member: moved_to,
                 })
             })
             .await?;
@@ -336,7 +347,11 @@ impl NodeApi {
                         raft_term: term + 2,
                         raft_applied_index: raft_index,
                         errors,
-                        is_learner: false,
+                        is_learner: self
+                            .cluster
+                            .membership
+                            .member_of(node.index)
+                            .is_some_and(|m| m.learner),
                         member_id: me,
                         storage_version: storage,
                     }),
@@ -371,7 +386,7 @@ impl NodeApi {
     ) -> Result<Response<BoxStream<common::Data>>, Status> {
         Self::authorize(&caller(&request), &[ADMIN, OPERATOR, ETCD_BACKUP])?;
         let i = self.stream_target(request.metadata()).await?;
-        Self::local_etcd(self.node(i), "EtcdSnapshot", "etcd snapshot")?;
+        Self::local_etcd(&self.node(i), "EtcdSnapshot", "etcd snapshot")?;
         let url = self
             .cluster
             .lab_etcd()

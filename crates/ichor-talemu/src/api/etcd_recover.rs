@@ -87,8 +87,8 @@ pub(crate) struct Recovery {
     /// The pause between Bootstrap's answer and the restore.
     delay: Duration,
     restore: Mutex<Option<EtcdRestore>>,
-    /// Every Bootstrap call each node received.
-    bootstrap_calls: Vec<AtomicU32>,
+    /// Every Bootstrap call each node received, by node.
+    bootstrap_calls: Mutex<HashMap<usize, u32>>,
     /// A node's accepted request to recover, by the boot it was made in.
     pending: Mutex<HashMap<usize, String>>,
     /// Restores a test holds before they run.
@@ -98,7 +98,7 @@ pub(crate) struct Recovery {
 }
 
 impl Recovery {
-    pub fn new(nodes: usize, dir: Option<PathBuf>, delay: Duration) -> Self {
+    pub fn new(dir: Option<PathBuf>, delay: Duration) -> Self {
         let owned = dir.is_none();
         let dir = dir.unwrap_or_else(|| {
             std::env::temp_dir().join(format!(
@@ -112,7 +112,7 @@ impl Recovery {
             owned,
             delay,
             restore: Mutex::new(None),
-            bootstrap_calls: (0..nodes).map(|_| AtomicU32::new(0)).collect(),
+            bootstrap_calls: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             gates: Mutex::new(HashMap::new()),
             restores: AtomicU32::new(0),
@@ -133,11 +133,21 @@ impl Recovery {
     }
 
     pub fn count_bootstrap(&self, i: usize) {
-        self.bootstrap_calls[i].fetch_add(1, Ordering::SeqCst);
+        *self
+            .bootstrap_calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(i)
+            .or_default() += 1;
     }
 
     pub fn bootstrap_calls(&self, i: usize) -> u32 {
-        self.bootstrap_calls[i].load(Ordering::SeqCst)
+        self.bootstrap_calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&i)
+            .copied()
+            .unwrap_or(0)
     }
 
     pub fn hold(&self, i: usize) -> ReadGate {

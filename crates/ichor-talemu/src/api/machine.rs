@@ -37,6 +37,7 @@ impl MachineService for NodeApi {
                 if was_in_maintenance && !node.in_maintenance() {
                     let i = self.index_of(node);
                     self.serve_config_ca(i);
+                    let _ = self.cluster.configured.send(i);
                 }
                 Ok(applied)
             })
@@ -200,6 +201,27 @@ impl MachineService for NodeApi {
     ) -> Result<Response<Self::EtcdSnapshotStream>, Status> {
         self.etcd_snapshot_answer(request).await
     }
+
+    async fn etcd_remove_member_by_id(
+        &self,
+        request: Request<machine::EtcdRemoveMemberByIdRequest>,
+    ) -> Result<Response<machine::EtcdRemoveMemberByIdResponse>, Status> {
+        self.etcd_remove_member_by_id_answer(request).await
+    }
+
+    async fn etcd_leave_cluster(
+        &self,
+        request: Request<machine::EtcdLeaveClusterRequest>,
+    ) -> Result<Response<machine::EtcdLeaveClusterResponse>, Status> {
+        self.etcd_leave_cluster_answer(request).await
+    }
+
+    async fn reset(
+        &self,
+        request: Request<machine::ResetRequest>,
+    ) -> Result<Response<machine::ResetResponse>, Status> {
+        self.reset_answer(request).await
+    }
 }
 
 /// The methods only talosctl calls, each answered by its room.
@@ -348,7 +370,7 @@ impl NodeApi {
         // comes from the control planes (trustd), which hold the key.
         let Some(ca) = crate::derive::os_ca(&config).or_else(|| {
             let cert = crate::derive::os_ca_cert(&config)?;
-            self.cluster.nodes.iter().find_map(|n| {
+            self.cluster.nodes.all().iter().find_map(|n| {
                 let other = n.lock().active.clone()?;
                 crate::derive::os_ca(&other).filter(|ca| ca.cert_pem == cert)
             })
@@ -372,7 +394,8 @@ impl NodeApi {
     /// etcd was bootstrapped on node `bootstrapper`: every configured control
     /// plane's member starts (the others join it), and says so in its record.
     pub(super) fn start_etcd_members(&self, bootstrapper: usize) {
-        for (j, n) in self.cluster.nodes.iter().enumerate() {
+        self.add_bootstrap_members(bootstrapper);
+        for (j, n) in self.cluster.nodes.all().iter().enumerate() {
             let mut st = n.lock();
             let Some(config) = st.active.clone() else {
                 continue;

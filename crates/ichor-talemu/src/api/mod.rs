@@ -24,6 +24,8 @@ mod image;
 mod lifecycle;
 mod logs;
 mod machine;
+pub(crate) mod membership;
+mod reset;
 pub(crate) mod router;
 mod services;
 mod system;
@@ -52,14 +54,65 @@ const ADMIN: &str = "os:admin";
 const OPERATOR: &str = "os:operator";
 const READER: &str = "os:reader";
 
+/// The nodes of one emulator process, in the order they were started (a
+/// node added later comes last).
+#[derive(Default)]
+pub(crate) struct NodeList {
+    nodes: std::sync::RwLock<Vec<Arc<Node>>>,
+}
+
+impl NodeList {
+    pub fn new(nodes: Vec<Arc<Node>>) -> Self {
+        NodeList {
+            nodes: std::sync::RwLock::new(nodes),
+        }
+    }
+
+    /// Node `i` (panics past the last: indexes come from the emulator).
+    pub fn get(&self, i: usize) -> Arc<Node> {
+        Arc::clone(&self.nodes.read().unwrap_or_else(|e| e.into_inner())[i])
+    }
+
+    /// Node `i`, if there is one.
+    pub fn try_get(&self, i: usize) -> Option<Arc<Node>> {
+        self.nodes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(i)
+            .cloned()
+    }
+
+    /// Every node, in order.
+    pub fn all(&self) -> Vec<Arc<Node>> {
+        self.nodes.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn push(&self, node: Arc<Node>) {
+        self.nodes
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(node);
+    }
+}
+
 /// The nodes of one emulator process.
 pub(crate) struct Cluster {
-    pub nodes: Vec<Arc<Node>>,
+    pub nodes: NodeList,
+    /// The etcd membership the control planes share.
+    pub membership: Arc<crate::membership::Membership>,
+    /// How long a joining learner takes to catch up before it is promoted.
+    pub etcd_catch_up: std::time::Duration,
     /// A node leaving maintenance mode serves the Talos API CA of its new
     /// config (as Talos does) instead of the emulator's.
     pub serve_config_ca: bool,
     /// The index of every node that bootstraps etcd, as it happens.
     pub bootstraps: tokio::sync::broadcast::Sender<usize>,
+    /// The index of every node that leaves maintenance mode, as it happens.
+    pub configured: tokio::sync::broadcast::Sender<usize>,
     /// What the nodes know of each other (members, etcd bootstrapped).
     pub discovery: Arc<Discovery>,
     /// The etcd cluster's own state: its leader and alarms.
@@ -82,7 +135,7 @@ impl Cluster {
 
     /// Whether etcd was bootstrapped anywhere (every control plane joins it then).
     pub fn bootstrapped(&self) -> bool {
-        self.nodes.iter().any(|n| n.lock().etcd_data)
+        self.nodes.all().iter().any(|n| n.lock().etcd_data)
     }
 }
 
@@ -151,8 +204,8 @@ fn unavailable(target: &str) -> Status {
 }
 
 impl NodeApi {
-    fn node(&self, i: usize) -> &Arc<Node> {
-        &self.cluster.nodes[i]
+    fn node(&self, i: usize) -> Arc<Node> {
+        self.cluster.nodes.get(i)
     }
 
     fn can_forward(&self) -> bool {
@@ -166,10 +219,10 @@ impl NodeApi {
             return Err(Status::internal(format!("invalid target {target:?}")));
         }
         let matches = |n: &Node| n.spec.address.to_string() == target || n.spec.hostname == target;
-        if matches(self.node(self.me)) {
+        if matches(&self.node(self.me)) {
             return Ok(self.me);
         }
-        let found = self.cluster.nodes.iter().position(|n| matches(n));
+        let found = self.cluster.nodes.all().iter().position(|n| matches(n));
         match found {
             Some(_) if !self.can_forward() => {
                 Err(Status::permission_denied("no request forwarding"))
@@ -246,14 +299,14 @@ impl NodeApi {
         match self.route(md, false)? {
             Route::One(i) => {
                 self.guard(i).await?;
-                Ok(vec![f(self.node(i))?])
+                Ok(vec![f(&self.node(i))?])
             }
             Route::Many(targets) => {
                 let mut out = Vec::new();
                 for target in targets {
                     let result = match self.resolve(&target) {
                         Ok(i) => match self.guard(i).await {
-                            Ok(()) => f(self.node(i)),
+                            Ok(()) => f(&self.node(i)),
                             Err(e) => Err(e),
                         },
                         Err(e) => Err(e),
@@ -379,11 +432,7 @@ impl NodeApi {
 
     /// The index of `node` among the emulator's nodes.
     fn index_of(&self, node: &Arc<Node>) -> usize {
-        self.cluster
-            .nodes
-            .iter()
-            .position(|n| Arc::ptr_eq(n, node))
-            .unwrap_or(self.me)
+        node.index
     }
 }
 
@@ -417,6 +466,9 @@ has_metadata!(
     ichor_talos_client::proto::machine::EtcdForfeitLeadership,
     ichor_talos_client::proto::machine::Bootstrap,
     ichor_talos_client::proto::machine::EtcdStatus,
+    ichor_talos_client::proto::machine::EtcdLeaveCluster,
+    ichor_talos_client::proto::machine::EtcdRemoveMemberById,
+    ichor_talos_client::proto::machine::Reset,
     wire::machine::ServiceList,
     wire::machine::EtcdAlarm,
     wire::machine::EtcdAlarmDisarm,

@@ -165,44 +165,52 @@ impl Node {
             self.refresh(&mut st);
         }
         let node = Arc::clone(self);
-        tokio::spawn(async move {
-            tokio::time::sleep(outage).await;
-            let gate = {
-                let mut st = node.lock();
-                if st.reboot_gate.is_some() {
-                    // Held by the test: still down until the gate opens.
-                    st.down_until = Some(Instant::now() + Duration::from_secs(86_400));
-                }
-                st.reboot_gate.clone()
-            };
-            if let Some(gate) = gate {
-                gate.pass().await;
-            }
+        tokio::spawn(node.boot_after(outage));
+    }
+
+    /// The node boots once `outage` has passed (and a test's gate opened):
+    /// a new boot id, the persistent config active (none: maintenance
+    /// mode), an upgrade's slot booted unless it falls back.
+    pub(crate) async fn boot_after(self: Arc<Self>, outage: Duration) {
+        let node = self;
+        tokio::time::sleep(outage).await;
+        let gate = {
             let mut st = node.lock();
-            if let Some(h) = st.rollback.take() {
-                h.abort();
+            if st.reboot_gate.is_some() {
+                // Held by the test: still down until the gate opens.
+                st.down_until = Some(Instant::now() + Duration::from_secs(86_400));
             }
-            // The boot loader's default is the slot the upgrade wrote, unless
-            // that boot fails and Talos falls back to the old one.
-            if let Some(installed) = st.installed.take()
-                && !st.upgrade_fallback
-                && let Ok(version) = Version::parse(&installed)
-            {
-                *node.running.lock().unwrap_or_else(|e| e.into_inner()) = Running {
-                    tag: installed,
-                    version,
-                };
-            }
-            if st.persistent.is_some() {
-                st.active = st.persistent.clone();
-            }
-            st.boot_id = new_uuid();
-            st.stage = if st.active.is_some() { 4 } else { 3 };
-            st.down_until = None;
-            st.rebooting_after_apply = false;
-            node.record_boot(&mut st);
-            node.refresh(&mut st);
-        });
+            st.reboot_gate.clone()
+        };
+        if let Some(gate) = gate {
+            gate.pass().await;
+        }
+        let mut st = node.lock();
+        if let Some(h) = st.rollback.take() {
+            h.abort();
+        }
+        // The boot loader's default is the slot the upgrade wrote, unless
+        // that boot fails and Talos falls back to the old one.
+        if let Some(installed) = st.installed.take()
+            && !st.upgrade_fallback
+            && let Ok(version) = Version::parse(&installed)
+        {
+            *node.running.lock().unwrap_or_else(|e| e.into_inner()) = Running {
+                tag: installed,
+                version,
+            };
+        }
+        if st.persistent.is_some() {
+            st.active = st.persistent.clone();
+        }
+        st.boot_id = new_uuid();
+        st.stage = if st.active.is_some() { 4 } else { 3 };
+        st.down_until = None;
+        st.rebooting_after_apply = false;
+        // etcd starts again at boot (a control plane that left rejoins).
+        st.etcd_left = false;
+        node.record_boot(&mut st);
+        node.refresh(&mut st);
     }
 }
 

@@ -9,6 +9,7 @@
 mod apply;
 mod kubeconfig;
 mod lifecycle;
+mod reset;
 mod spec;
 mod state;
 mod store;
@@ -28,8 +29,10 @@ use crate::derive;
 use crate::discovery::{Affiliate, Discovery};
 use crate::host;
 use crate::journal::Journal;
+use crate::membership::{Member, Membership};
 use crate::resources::{self, NodeView};
 
+pub(crate) use reset::{Wipe, check_reset};
 pub use spec::{Disk, NodeSpec};
 pub(crate) use state::NodeState;
 pub use state::{Fault, ReadGate};
@@ -47,6 +50,8 @@ pub(crate) struct Node {
     pub reboot_outage: Duration,
     /// What the emulator's nodes know of each other.
     pub discovery: Arc<Discovery>,
+    /// The etcd membership the control planes share.
+    pub membership: Arc<Membership>,
     /// The node's place among the emulator's nodes.
     pub index: usize,
 }
@@ -80,6 +85,7 @@ impl Node {
         writes: Arc<Mutex<Vec<WriteRecord>>>,
         reboot_outage: Duration,
         discovery: Arc<Discovery>,
+        membership: Arc<Membership>,
         index: usize,
     ) -> Result<Arc<Self>, crate::EmuError> {
         let version =
@@ -120,12 +126,15 @@ impl Node {
                 mtls: None,
                 journal: Journal::boot(),
                 discovery_seen: 0,
+                etcd_left: false,
+                identity: crate::discovery::node_id(&spec.hostname),
             }),
             spec,
             events,
             writes,
             reboot_outage,
             discovery,
+            membership,
             index,
         });
         {
@@ -137,6 +146,12 @@ impl Node {
                 .is_some_and(|f| f.machine_type.is_control_plane());
             if st.etcd_data {
                 node.discovery.mark_bootstrapped();
+                // A control plane started configured is a member already.
+                let _ = node.membership.add(node.new_member(
+                    &st,
+                    crate::discovery::member_id(&node.spec.hostname),
+                    false,
+                ));
             }
             node.record_boot(&mut st);
             node.refresh(&mut st);
@@ -151,19 +166,37 @@ impl Node {
             .and_then(|c| derive::facts(c, self.multidoc_kubernetes()).ok())
     }
 
-    /// The id of the node's etcd member (stable: from its hostname).
+    /// The id of the node's etcd member: the member it runs, else the one
+    /// it would start as (stable: from its hostname).
     pub fn member_id(&self) -> u64 {
-        crate::discovery::member_id(&self.spec.hostname)
+        self.membership.member_of(self.index).map_or_else(
+            || crate::discovery::member_id(&self.spec.hostname),
+            |m| m.id,
+        )
+    }
+
+    /// A member this node runs, named by its hostname now.
+    pub fn new_member(&self, st: &NodeState, id: u64, learner: bool) -> Member {
+        Member {
+            id,
+            hostname: self.hostname_in(st),
+            node: self.index,
+            address: self.spec.address,
+            learner,
+            added: Instant::now(),
+        }
     }
 
     /// Whether the node's etcd member runs: a configured control plane of a
-    /// bootstrapped cluster whose member is not held down by a fault.
+    /// bootstrapped cluster, a member of it, not held down by a fault.
     pub fn etcd_runs(&self, st: &NodeState) -> bool {
         self.discovery.bootstrapped()
             && !st.etcd_unhealthy
             && self
                 .facts_of(st)
                 .is_some_and(|f| f.machine_type.is_control_plane())
+            && st.etcd_data
+            && self.membership.member_of(self.index).is_some()
     }
 
     /// Whether the node runs the control plane's static pods: a configured
@@ -311,6 +344,7 @@ impl Node {
             machine_type: f.machine_type,
             operating_system: format!("Talos ({talos_version})"),
             cluster_id: f.cluster_id.clone(),
+            node_id: st.identity.clone(),
         });
         self.discovery.publish(self.index, affiliate);
         st.discovery_seen = self.discovery.generation();
@@ -339,7 +373,11 @@ impl Node {
 
     /// The hostname the node reports.
     pub fn hostname(&self) -> String {
-        let st = self.lock();
+        self.hostname_in(&self.lock())
+    }
+
+    /// The hostname the node reports, its state already locked.
+    fn hostname_in(&self, st: &NodeState) -> String {
         st.active
             .as_deref()
             .and_then(|c| derive::facts(c, self.multidoc_kubernetes()).ok())

@@ -27,7 +27,7 @@ pub(crate) struct NodeState {
     pub active: Option<Vec<u8>>,
     pub persistent: Option<Vec<u8>>,
     pub boot_id: String,
-    /// 3 maintenance, 4 running, 5 rebooting.
+    /// Talos's machine stage: 3 maintenance, 4 running, 5 rebooting, 7 resetting.
     pub stage: i32,
     pub down_until: Option<Instant>,
     pub rebooting_after_apply: bool,
@@ -57,6 +57,12 @@ pub(crate) struct NodeState {
     pub journal: Journal,
     /// The [`Discovery::generation`] the node's resources were computed at.
     pub discovery_seen: u64,
+    /// The node's etcd left the cluster (or its member was removed): the
+    /// service stays stopped until the node boots again.
+    pub etcd_left: bool,
+    /// The node's identity (Talos keeps it in STATE: a wipe of STATE makes
+    /// a new one).
+    pub identity: String,
 }
 
 /// A pause in a node's COSI reads (get, list, watch; the machine config is

@@ -29,6 +29,17 @@ pub enum WriteAction {
     Upgrade { image: String, legacy: bool },
     /// The node's etcd member handed its leadership on (EtcdForfeitLeadership).
     EtcdForfeitLeadership,
+    /// The node's etcd member left the cluster (EtcdLeaveCluster).
+    EtcdLeaveCluster,
+    /// A member was removed by id through this node (EtcdRemoveMemberByID).
+    EtcdRemoveMemberById { member_id: u64 },
+    /// A Reset was taken (answered at once; it runs after the answer).
+    Reset {
+        graceful: bool,
+        reboot: bool,
+        /// The system volumes wiped, by label; empty: the whole system disk.
+        wipe: Vec<String>,
+    },
 }
 
 /// One write a node took, with the time it happened.

@@ -61,7 +61,7 @@ pub(super) fn net_ip(ip: std::net::IpAddr) -> emulated::NetIp {
 fn member_item(m: &crate::discovery::Affiliate) -> Item {
     let control_plane = m.machine_type.is_control_plane();
     let spec = emulated::MemberSpec {
-        node_id: crate::discovery::node_id(&m.hostname),
+        node_id: m.node_id.clone(),
         addresses: vec![net_ip(m.address)],
         hostname: m.hostname.clone(),
         machine_type: m.machine_type.proto(),

@@ -260,6 +260,8 @@ fn machine_status_item(stage: i32) -> Item {
     let stage_name = match stage {
         3 => "maintenance",
         5 => "rebooting",
+        6 => "shutting down",
+        7 => "resetting",
         _ => "running",
     };
     item(

@@ -10,5 +10,6 @@ mod etcd_snapshot;
 mod everyday;
 mod interop;
 mod maintenance;
+mod membership;
 mod never_in_production;
 mod talosctl;
