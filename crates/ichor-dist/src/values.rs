@@ -229,6 +229,9 @@ pub struct Settings {
 pub struct Monitoring {
     pub service_monitor: ScrapeMonitor,
     pub pod_monitor: ScrapeMonitor,
+    /// Under `networkPolicy.cilium.enabled`, the Cilium endpoint selectors
+    /// of the pods allowed to scrape the controller.
+    pub scrape_from: Vec<Map<String, Value>>,
     pub prometheus_rule: PrometheusRule,
     pub dashboards: Dashboards,
 }

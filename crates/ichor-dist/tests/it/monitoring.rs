@@ -328,3 +328,48 @@ async fn the_api_server_accepts_the_monitoring_objects() {
         .remove("four");
     apply(&client, &ns, &rule).await.unwrap();
 }
+
+/// Covers: R17.2c
+///
+/// Under Ichor's Cilium policies (which admit only the API server and the
+/// nodes), a monitor adds a policy admitting Prometheus pods of any
+/// namespace to the controller's port metrics; without a monitor, none.
+#[test]
+fn cilium_policies_admit_prometheus_to_the_metrics_port() {
+    for tool in HELMS {
+        let policy = |extra: &[&str]| {
+            let mut args = vec!["--set", "networkPolicy.cilium.enabled=true"];
+            args.extend_from_slice(extra);
+            let out = template(tool, &args);
+            assert!(out.status.success(), "{tool:?}: {}", text(&out));
+            let objects = json(&docs(&out));
+            let pod_labels = find(&objects, "Deployment", "ichor-controller")["spec"]["template"]
+                ["metadata"]["labels"]
+                .clone();
+            objects
+                .into_iter()
+                .find(|o| {
+                    o["metadata"]["name"] == "ichor-controller-metrics"
+                        && o["kind"] == "CiliumNetworkPolicy"
+                })
+                .map(|p| (p, pod_labels))
+        };
+        assert!(policy(&[]).is_none(), "{tool:?}");
+        for monitor in [&ALL_ON[..2], &POD_MONITOR[..2]] {
+            let (p, pod_labels) = policy(monitor).expect("the metrics policy");
+            assert!(
+                selects(&p["spec"]["endpointSelector"]["matchLabels"], &pod_labels),
+                "{p}"
+            );
+            let ingress = &p["spec"]["ingress"][0];
+            assert_eq!(ingress["toPorts"][0]["ports"][0]["port"], "8080");
+            let from = &ingress["fromEndpoints"][0];
+            assert_eq!(from["matchLabels"]["app.kubernetes.io/name"], "prometheus");
+            assert_eq!(
+                from["matchExpressions"][0]["key"],
+                "k8s:io.kubernetes.pod.namespace"
+            );
+            assert_eq!(from["matchExpressions"][0]["operator"], "Exists");
+        }
+    }
+}
