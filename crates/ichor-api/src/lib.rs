@@ -42,6 +42,7 @@ pub mod cni;
 pub mod conditions;
 pub mod crds;
 pub mod endpoint;
+pub mod history;
 pub mod error_text;
 pub mod installation;
 pub mod machine;

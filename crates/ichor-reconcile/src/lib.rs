@@ -26,6 +26,7 @@
 pub mod backoff;
 pub mod cluster;
 pub mod cni_job;
+pub mod history;
 pub mod inventory;
 pub mod machine;
 pub mod membership;

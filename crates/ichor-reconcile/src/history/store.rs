@@ -1,0 +1,247 @@
+//! The history Secret's data: each revision's full inputs and rendered
+//! config, one gzip-compressed JSON entry per revision, bounded in count and
+//! in size. It holds secrets (the rendered config carries the cluster's
+//! keys), so it lives in a Secret that only the controller reads, owned by
+//! the machine. One entry per revision means an apply compresses only its
+//! own record.
+
+use flate2::Compression;
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use ichor_api::history::MachineRevision;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+
+/// The largest total kept: well under a Secret's 1 MiB, leaving room for the
+/// object's metadata.
+pub const MAX_BYTES: usize = 768 * 1024;
+
+/// A decompressed record larger than this is refused (a crafted entry must
+/// not inflate without end).
+const MAX_RECORD_BYTES: u64 = 16 * 1024 * 1024;
+
+const KEY_PREFIX: &str = "revision-";
+const KEY_SUFFIX: &str = ".json.gz";
+
+/// The inputs and output of one revision, enough to write it back.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionRecord {
+    pub revision: MachineRevision,
+    /// The TalosMachine's spec the config was rendered from.
+    pub machine_spec: Value,
+    /// The TalosCluster's spec the config was rendered from.
+    pub cluster_spec: Value,
+    /// The rendered config applied (multi-document YAML).
+    pub rendered_config: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the history entry {key} does not decompress")]
+    Decompress {
+        key: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the history entry {key} is not a revision record")]
+    Decode {
+        key: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(
+        "revision {number}'s record alone takes {bytes} bytes compressed, over the {limit}-byte limit of a history Secret"
+    )]
+    TooLarge {
+        number: u64,
+        bytes: usize,
+        limit: usize,
+    },
+}
+
+/// The Secret data key of a revision's record (zero-padded, so keys sort
+/// as numbers do).
+pub fn key(number: u64) -> String {
+    format!("{KEY_PREFIX}{number:010}{KEY_SUFFIX}")
+}
+
+fn number_of(key: &str) -> Option<u64> {
+    key.strip_prefix(KEY_PREFIX)?
+        .strip_suffix(KEY_SUFFIX)?
+        .parse()
+        .ok()
+}
+
+/// The revision numbers a Secret's data holds, oldest first.
+pub fn numbers(data: &BTreeMap<String, Vec<u8>>) -> Vec<u64> {
+    data.keys().filter_map(|k| number_of(k)).collect()
+}
+
+fn encode(record: &RevisionRecord) -> Vec<u8> {
+    let json = serde_json::to_vec(record).expect("a revision record serialises");
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    gz.write_all(&json).expect("writing to a Vec cannot fail");
+    gz.finish().expect("writing to a Vec cannot fail")
+}
+
+fn decode(key: &str, bytes: &[u8]) -> Result<RevisionRecord, StoreError> {
+    let mut json = Vec::new();
+    GzDecoder::new(bytes)
+        .take(MAX_RECORD_BYTES)
+        .read_to_end(&mut json)
+        .map_err(|source| StoreError::Decompress {
+            key: key.to_owned(),
+            source,
+        })?;
+    serde_json::from_slice(&json).map_err(|source| StoreError::Decode {
+        key: key.to_owned(),
+        source,
+    })
+}
+
+/// Adds a record to a Secret's data, keeping at most `kept` records (the
+/// newest) and at most `max_bytes` in all, dropping the oldest first. A record
+/// too large on its own is refused and the data left as it was.
+pub fn append(
+    data: &mut BTreeMap<String, Vec<u8>>,
+    record: &RevisionRecord,
+    kept: usize,
+    max_bytes: usize,
+) -> Result<(), StoreError> {
+    let number = record.revision.number;
+    let entry = encode(record);
+    if entry.len() > max_bytes {
+        return Err(StoreError::TooLarge {
+            number,
+            bytes: entry.len(),
+            limit: max_bytes,
+        });
+    }
+    data.insert(key(number), entry);
+    let mut ours = numbers(data);
+    while ours.len() > kept.max(1) {
+        data.remove(&key(ours.remove(0)));
+    }
+    while data.values().map(Vec::len).sum::<usize>() > max_bytes && ours.len() > 1 {
+        data.remove(&key(ours.remove(0)));
+    }
+    Ok(())
+}
+
+/// The record of one revision, if the data still holds it.
+pub fn find(
+    data: &BTreeMap<String, Vec<u8>>,
+    number: u64,
+) -> Result<Option<RevisionRecord>, StoreError> {
+    let key = key(number);
+    data.get(&key).map(|bytes| decode(&key, bytes)).transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::record::{self, Apply, DEFAULT_KEPT};
+    use ichor_api::history::{RevisionApplyMode, RevisionReason};
+    use ichor_render::drift::Drift;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use serde_json::json;
+    use sha2::{Digest, Sha256};
+
+    /// A rendered config of realistic size (about 16 KiB) whose bytes vary
+    /// from apply to apply as key material does, so compression cannot hide
+    /// growth: 200 values from a digest chain seeded by `i`.
+    fn config(i: u64) -> String {
+        let mut text = String::from("version: v1alpha1\nmachine:\n  type: worker\n  sysctls:\n");
+        let mut digest = Sha256::digest(i.to_be_bytes());
+        for k in 0..200u64 {
+            text.push_str(&format!("    key{k}: \"{digest:x}\"\n"));
+            digest = Sha256::digest(digest);
+        }
+        text
+    }
+
+    fn revision(history: &[MachineRevision]) -> MachineRevision {
+        record::next(
+            history,
+            Apply {
+                time: Time(k8s_openapi::jiff::Timestamp::now()),
+                config_hash_before: None,
+                config_hash_after: "sha256:00".into(),
+                apply_mode: RevisionApplyMode::NoReboot,
+                reason: RevisionReason::Drift,
+                operation: None,
+                rollback_of: None,
+                machine_generation: Some(1),
+                cluster_generation: Some(1),
+                machine_changed_by: None,
+                cluster_changed_by: None,
+            },
+            &Drift::default(),
+        )
+    }
+
+    fn record(revision: MachineRevision, i: u64) -> RevisionRecord {
+        RevisionRecord {
+            revision,
+            machine_spec: json!({"patches": [{"inline": format!("i: {i}")}]}),
+            cluster_spec: json!({"talosVersion": "v1.13.9"}),
+            rendered_config: config(i),
+        }
+    }
+
+    /// Covers: R16.5
+    #[test]
+    fn a_thousand_applies_keep_n_records_under_a_mebibyte() {
+        let mut data = BTreeMap::new();
+        let mut history = Vec::new();
+        for i in 0..1000 {
+            let r = revision(&history);
+            record::push(&mut history, r.clone(), DEFAULT_KEPT);
+            append(&mut data, &record(r, i), DEFAULT_KEPT, MAX_BYTES).unwrap();
+        }
+        let total: usize = data.values().map(Vec::len).sum();
+        assert!(total < 1024 * 1024, "{total} bytes");
+        assert_eq!(numbers(&data), (991..=1000).collect::<Vec<_>>());
+        assert_eq!(
+            find(&data, 995).unwrap().unwrap().rendered_config,
+            config(994)
+        );
+        assert!(find(&data, 990).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_size_bound_drops_the_oldest_and_refuses_a_record_alone_too_large() {
+        let mut data = BTreeMap::new();
+        let mut history = Vec::new();
+        for i in 0..5 {
+            let r = revision(&history);
+            record::push(&mut history, r.clone(), 10);
+            append(&mut data, &record(r, i), 10, 24 * 1024).unwrap();
+        }
+        let kept = numbers(&data);
+        assert!(kept.len() < 5 && *kept.last().unwrap() == 5, "{kept:?}");
+        let before = data.clone();
+        let mut big = record(revision(&history), 9);
+        big.rendered_config = (10..20).map(config).collect();
+        let err = append(&mut data, &big, 10, 24 * 1024).unwrap_err();
+        assert!(
+            matches!(err, StoreError::TooLarge { number: 6, .. }),
+            "{err}"
+        );
+        assert_eq!(data, before);
+    }
+
+    #[test]
+    fn a_crafted_entry_fails_as_an_error() {
+        let mut data = BTreeMap::from([(key(1), b"not gzip".to_vec())]);
+        assert!(matches!(find(&data, 1), Err(StoreError::Decompress { .. })));
+        let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+        gz.write_all(b"{\"not\": \"a record\"}").unwrap();
+        data.insert(key(2), gz.finish().unwrap());
+        assert!(matches!(find(&data, 2), Err(StoreError::Decode { .. })));
+    }
+}
