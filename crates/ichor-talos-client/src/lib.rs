@@ -22,7 +22,8 @@ pub mod tls;
 
 pub use client::{
     APID_PORT, ApplyMode, ApplyRequest, ApplyResult, ClientOptions, CosiResource, EtcdMember,
-    MachineType, NodeVersion, TalosClient, WatchEvent, WatchEventType, server_fingerprint,
+    MachineType, NodeVersion, ResetRequest, TalosClient, WatchEvent, WatchEventType,
+    server_fingerprint,
 };
 pub use error::{Error, TlsError};
 pub use tls::{CertFingerprint, ClientIdentity};

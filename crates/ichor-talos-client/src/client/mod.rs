@@ -12,6 +12,7 @@ mod connect;
 mod cosi;
 mod etcd_members;
 mod machine;
+mod membership;
 mod reads;
 mod stream;
 mod upgrade;
@@ -29,6 +30,7 @@ pub use connect::server_fingerprint;
 pub use cosi::{CosiResource, WatchEvent, WatchEventType};
 pub use etcd_members::EtcdMember;
 pub use machine::{ApplyMode, ApplyRequest, ApplyResult, NodeVersion};
+pub use membership::ResetRequest;
 pub use reads::MachineType;
 
 /// apid's port, added to endpoints given without one.
