@@ -3,4 +3,5 @@
 
 mod apiserver;
 mod crds;
+mod gitops;
 mod types;
