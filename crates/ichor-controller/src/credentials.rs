@@ -39,6 +39,8 @@ struct Entry {
     identity: ClientIdentity,
     /// Changes with every mint, so clients made with an older identity are replaced.
     serial: u64,
+    /// The bundle's CA dates, for the metrics.
+    dates: crate::metrics::CaDates,
 }
 
 /// Minted identities by (namespace, Secret name).
@@ -137,9 +139,17 @@ impl Cache {
             .ok_or_else(|| bundle_error(BundleError::NoKey { key: key.clone() }))?;
         let text =
             std::str::from_utf8(&data.0).map_err(|e| bundle_error(BundleError::NotUtf8(e)))?;
-        let identity =
-            identity_from_bundle_text(text, &format!("Secret {namespace}/{secret_name}"))
-                .map_err(bundle_error)?;
+        let origin = format!("Secret {namespace}/{secret_name}");
+        let identity = identity_from_bundle_text(text, &origin).map_err(bundle_error)?;
+        // Read with the identity, so a scrape never reads a Secret.
+        let created = secret
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_second());
+        let dates = SecretsBundle::parse(text, &origin)
+            .map(|b| crate::metrics::bundle_dates(&b, created))
+            .unwrap_or_default();
         let serial = self
             .serial
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -155,9 +165,24 @@ impl Cache {
                     checked: Instant::now(),
                     identity: identity.clone(),
                     serial,
+                    dates,
                 },
             );
         Ok((identity, serial))
+    }
+}
+
+impl Cache {
+    /// The CA dates of every bundle read so far, by (namespace, Secret name).
+    pub(crate) fn bundle_dates(
+        &self,
+    ) -> std::collections::HashMap<(String, String), crate::metrics::CaDates> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, e)| (k.clone(), e.dates.clone()))
+            .collect()
     }
 }
 

@@ -31,7 +31,7 @@ async fn readyz(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
 
 async fn metrics_text(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(header::CONTENT_TYPE, crate::metrics::TEXT_CONTENT_TYPE)],
         m.render(),
     )
 }

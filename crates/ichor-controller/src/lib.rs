@@ -357,6 +357,7 @@ pub async fn run_with(
         cluster_store,
         node_store,
     ));
+    metrics.read_objects_of(&ctx);
     let machines = machine::run(Arc::clone(&ctx), cluster_writer, shutdown.clone());
     let clusters = cluster::run(
         Arc::clone(&ctx),

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use futures::StreamExt as _;
 use ichor_api::conditions::{self, reasons};
-use ichor_api::{TalosCluster, TalosMachine, TalosMachineStatus};
+use ichor_api::{MachineRole, TalosCluster, TalosMachine, TalosMachineStatus};
 use ichor_reconcile::machine::{decide_apply, held_condition, ready_condition};
 use ichor_talos_client::ClientOptions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -256,10 +256,35 @@ async fn observe_and_act(
         .await
         .map_err(|e| read::talos_error(machine, e))?;
     status.talos_version = Some(version.tag.clone());
+    if machine.spec.role == MachineRole::Controlplane {
+        read_etcd_for_metrics(machine, &talos, ctx, now).await;
+    }
     let live = read::read_live(&talos, machine).await?;
     match decide_apply(machine, cluster, &live, status, now)? {
         Some(plan) => write::apply_and_read_back(machine, &talos, ctx, &plan, status, now).await,
         None => Ok(None),
+    }
+}
+
+/// The control plane's etcd member as the metrics report it: read once per
+/// reconcile (never per scrape); a member that does not answer keeps its
+/// last reading, whose timestamp tells its age.
+async fn read_etcd_for_metrics(
+    machine: &TalosMachine,
+    talos: &ichor_talos_client::TalosClient,
+    ctx: &Context,
+    now: &Time,
+) {
+    let namespace = machine.namespace().unwrap_or_default();
+    match talos.etcd_status("").await {
+        Ok(s) => ctx.metrics.etcd_read(
+            &format!("{namespace}/{}", machine.spec.cluster_ref.name),
+            &format!("{namespace}/{}", machine.name_any()),
+            crate::metrics::EtcdReading::of(&s, now.0.as_second()),
+        ),
+        Err(e) => {
+            tracing::debug!(error = %ichor_api::error_text::chain(&e), "etcd status for the metrics");
+        }
     }
 }
 

@@ -42,8 +42,13 @@ pub(super) async fn apply_and_read_back(
         return Ok(Some(note));
     }
     let request = ApplyRequest::new(plan.desired_yaml.clone().into_bytes(), ApplyMode::NoReboot);
+    let key = format!(
+        "{}/{}",
+        machine.namespace().unwrap_or_default(),
+        machine.name_any()
+    );
     if let Err(e) = talos.apply_configuration("", &request).await {
-        ctx.metrics.applied("failed");
+        ctx.metrics.applied_to(&key, "failed", now.0.as_second());
         conditions::set(
             &mut status.conditions,
             conditions::new(
@@ -61,7 +66,7 @@ pub(super) async fn apply_and_read_back(
         );
         return Err(talos_error(machine, e));
     }
-    tracing::info!(machine = %format!("{}/{}", machine.namespace().unwrap_or_default(), machine.name_any()), paths = ?plan.paths, "applied class B drift in no-reboot mode");
+    tracing::info!(machine = %key, paths = ?plan.paths, "applied class B drift in no-reboot mode");
     let read_back = read_live(talos, machine).await?.config;
     status.inline_manifests = Some(inline_manifest_names(&read_back));
     let after = ichor_render::compare(&read_back, &plan.desired)?;
@@ -73,11 +78,12 @@ pub(super) async fn apply_and_read_back(
     let hash = status.config_hash.clone().unwrap_or_default();
     let (applied, note) =
         read_back_condition(plan, &read_back_yaml, &after, &hash, generation, now);
-    ctx.metrics.applied(if applied.status == "True" {
+    let outcome = if applied.status == "True" {
         "applied"
     } else {
         "read_back_mismatch"
-    });
+    };
+    ctx.metrics.applied_to(&key, outcome, now.0.as_second());
     conditions::set(&mut status.conditions, applied);
     Ok(note.map(|n| (reasons::APPLIED, n)))
 }

@@ -1,45 +1,263 @@
-//! Prometheus metrics, in the text exposition format, without a metrics
-//! library: a few counters and gauges are all the controller needs.
+//! Prometheus metrics through `prometheus-client` (docs/metrics.md lists
+//! them): counters and histograms this replica counts as it works, and
+//! gauges about Ichor's objects read at scrape time from the watch caches
+//! ([`objects`]), so a deleted object's series go with it.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+mod bundle;
+mod etcd;
+mod objects;
 
-/// The controller's counters and gauges.
-#[derive(Debug, Default)]
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+pub use bundle::{Ca, CaDates, bundle_dates};
+pub use etcd::EtcdReading;
+
+/// The `Content-Type` of `/metrics`: the Prometheus text format 0.0.4
+/// (Prometheus scrapes it, `promtool check metrics` reads it; in
+/// OpenMetrics the counter `ichor_operations_total` and the gauge
+/// `ichor_operations` would be one family name twice).
+pub const TEXT_CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// The upper bounds of the step-duration buckets, in seconds: a drain or a
+/// reboot takes minutes, an apply well under a second.
+const STEP_BUCKETS: [f64; 11] = [
+    0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+];
+
+/// The upper bounds of the reconcile-duration buckets, in seconds: most
+/// reconciles read and write a few objects; one that talks to a node or
+/// runs a step waits for it.
+const RECONCILE_BUCKETS: [f64; 10] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    controller: &'static str,
+    error: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindPhase {
+    kind: &'static str,
+    phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindStep {
+    kind: &'static str,
+    step: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackupResult {
+    cluster: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Version {
+    version: String,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// The controller's metrics: what it counts, and where the gauges about
+/// objects are read from at scrape time.
 pub struct Metrics {
-    reconciles: Mutex<BTreeMap<&'static str, u64>>,
-    errors: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
-    applies: Mutex<BTreeMap<&'static str, u64>>,
-    operations: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
-    steps: Mutex<BTreeMap<(&'static str, &'static str), Histogram>>,
-    running: Mutex<BTreeMap<(&'static str, &'static str), i64>>,
+    registry: Registry,
+    reconciles: Family<ControllerLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    reconcile_durations: Histograms<ControllerLabels>,
+    applies: Family<OutcomeLabels, Counter>,
+    operations: Family<KindPhase, Counter>,
+    phase_changes: Family<KindPhase, Counter>,
+    steps: Histograms<KindStep>,
+    backups: Family<BackupResult, Counter>,
+    leader: Gauge,
+    ready: AtomicBool,
+    seen: Arc<Seen>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// What the reconciles saw that the scrape-time gauges report, keyed by
+/// object (`namespace/name`), and the watch caches to join it with.
+#[derive(Default)]
+pub(crate) struct Seen {
     last_backups: Mutex<BTreeMap<String, LastBackup>>,
-    backups: Mutex<BTreeMap<(String, &'static str), u64>>,
-    leader: AtomicU64,
-    ready: AtomicU64,
+    applies: Mutex<HashMap<String, objects::Applies>>,
+    etcd: Mutex<etcd::Readings>,
+    sources: Mutex<objects::Sources>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new(concat!("v", env!("CARGO_PKG_VERSION")))
+    }
 }
 
 impl Metrics {
+    /// Every family registered, the controller's `version` in `ichor_build_info`.
+    pub fn new(version: &str) -> Self {
+        let mut registry = Registry::default();
+        let reconciles = Family::<ControllerLabels, Counter>::default();
+        registry.register(
+            "ichor_reconciles",
+            "Reconciles run, by controller",
+            reconciles.clone(),
+        );
+        let errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "ichor_reconcile_errors",
+            "Failed reconciles, by controller and error",
+            errors.clone(),
+        );
+        let reconcile_durations: Histograms<ControllerLabels> =
+            Family::new_with_constructor(|| Histogram::new(RECONCILE_BUCKETS));
+        registry.register(
+            "ichor_reconcile_duration_seconds",
+            "How long reconciles took, by controller",
+            reconcile_durations.clone(),
+        );
+        let applies = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "ichor_node_applies",
+            "Config applies to nodes, by outcome",
+            applies.clone(),
+        );
+        let operations = Family::<KindPhase, Counter>::default();
+        registry.register(
+            "ichor_operations",
+            "TalosOperations finished, by kind and phase",
+            operations.clone(),
+        );
+        let phase_changes = Family::<KindPhase, Counter>::default();
+        registry.register(
+            "ichor_operation_phase_changes",
+            "TalosOperations this replica moved into a phase, by kind and phase",
+            phase_changes.clone(),
+        );
+        let steps: Histograms<KindStep> =
+            Family::new_with_constructor(|| Histogram::new(STEP_BUCKETS));
+        registry.register(
+            "ichor_operation_step_duration_seconds",
+            "How long the steps of TalosOperations took, by kind and step",
+            steps.clone(),
+        );
+        let backups = Family::<BackupResult, Counter>::default();
+        registry.register(
+            "ichor_backups",
+            "Backups this replica took, by TalosCluster and result",
+            backups.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "ichor_leader",
+            "Whether this replica holds the leader Lease",
+            leader.clone(),
+        );
+        let build = Family::<Version, Gauge>::default();
+        build
+            .get_or_create(&Version {
+                version: version.to_owned(),
+            })
+            .set(1);
+        registry.register("ichor_build_info", "The controller's version", build);
+        let seen = Arc::new(Seen::default());
+        registry.register_collector(Box::new(objects::Collector(Arc::clone(&seen))));
+        Metrics {
+            registry,
+            reconciles,
+            errors,
+            reconcile_durations,
+            applies,
+            operations,
+            phase_changes,
+            steps,
+            backups,
+            leader,
+            ready: AtomicBool::new(false),
+            seen,
+        }
+    }
+
     /// One reconcile of `controller` (`talosmachine`, `taloscluster`).
     pub fn reconciled(&self, controller: &'static str) {
-        *lock(&self.reconciles).entry(controller).or_default() += 1;
+        self.reconciles
+            .get_or_create(&ControllerLabels { controller })
+            .inc();
+    }
+
+    /// One reconcile of an object of `kind` (`TalosMachine`, …) ended after `took`.
+    pub fn reconcile_took(&self, kind: &str, took: std::time::Duration) {
+        let controller = match kind {
+            "TalosMachine" => "talosmachine",
+            "TalosCluster" => "taloscluster",
+            "TalosOperation" => "talosoperation",
+            "TalosBackup" => "talosbackup",
+            _ => "other",
+        };
+        self.reconcile_durations
+            .get_or_create(&ControllerLabels { controller })
+            .observe(took.as_secs_f64());
     }
 
     /// One failed reconcile, by error label.
     pub fn failed(&self, controller: &'static str, label: &'static str) {
-        *lock(&self.errors).entry((controller, label)).or_default() += 1;
+        self.errors
+            .get_or_create(&ErrorLabels {
+                controller,
+                error: label,
+            })
+            .inc();
     }
 
     /// One apply to a node, by outcome (`applied`, `failed`, `read_back_mismatch`).
     pub fn applied(&self, outcome: &'static str) {
-        *lock(&self.applies).entry(outcome).or_default() += 1;
+        self.applies.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// One apply to the machine `namespace/name`, at `at_seconds` (Unix
+    /// time), by outcome: counted, and its time kept for the machine's
+    /// last-apply gauges.
+    pub fn applied_to(&self, machine: &str, outcome: &'static str, at_seconds: i64) {
+        self.applied(outcome);
+        let mut applies = lock(&self.seen.applies);
+        let entry = applies.entry(machine.to_owned()).or_default();
+        if outcome == "applied" {
+            entry.last_success = Some(at_seconds);
+        } else {
+            entry.last_failure = Some(at_seconds);
+        }
     }
 
     /// One TalosOperation finished, by kind (`talos-upgrade`, …) and phase (`Succeeded`, `Failed`).
     pub fn operation_finished(&self, kind: &'static str, phase: &'static str) {
-        *lock(&self.operations).entry((kind, phase)).or_default() += 1;
+        self.operations
+            .get_or_create(&KindPhase { kind, phase })
+            .inc();
     }
 
     /// One step of a TalosOperation done, by kind and step (`Draining`,
@@ -51,33 +269,30 @@ impl Metrics {
         step: &'static str,
         took: std::time::Duration,
     ) {
-        lock(&self.steps)
-            .entry((kind, step))
-            .or_default()
+        self.steps
+            .get_or_create(&KindStep { kind, step })
             .observe(took.as_secs_f64());
     }
 
     /// An operation of `kind` entered `phase` (`Pending`, `Running`,
-    /// `Succeeded`, `Failed`), leaving `from` if it was in one: the gauge of
-    /// operations by kind and phase as this replica saw them.
+    /// `Waiting`, `Succeeded`, `Failed`). The gauge of operations by phase
+    /// is read from the watch cache at scrape time; this counts the moves.
     pub fn operation_phase(
         &self,
         kind: &'static str,
-        from: Option<&'static str>,
+        _from: Option<&'static str>,
         phase: &'static str,
     ) {
-        let mut running = lock(&self.running);
-        if let Some(from) = from {
-            *running.entry((kind, from)).or_default() -= 1;
-        }
-        *running.entry((kind, phase)).or_default() += 1;
+        self.phase_changes
+            .get_or_create(&KindPhase { kind, phase })
+            .inc();
     }
 
     /// A succeeded backup of `cluster` (`namespace/name`) seen, finished or
     /// read back from its status: the gauges keep the newest by finish
     /// time, so they are whole again after a restart.
     pub fn backup_succeeded(&self, cluster: &str, last: LastBackup) {
-        let mut map = lock(&self.last_backups);
+        let mut map = lock(&self.seen.last_backups);
         let newer = map
             .get(cluster)
             .is_none_or(|seen| seen.finished_seconds <= last.finished_seconds);
@@ -89,116 +304,69 @@ impl Metrics {
     /// A backup of `cluster` this replica took ended, by `result`
     /// (`succeeded`, `failed`).
     pub fn backup_finished(&self, cluster: &str, result: &'static str) {
-        *lock(&self.backups)
-            .entry((cluster.to_owned(), result))
-            .or_default() += 1;
+        self.backups
+            .get_or_create(&BackupResult {
+                cluster: cluster.to_owned(),
+                result,
+            })
+            .inc();
+    }
+
+    /// What the etcd member on the control plane `machine` of `cluster`
+    /// (both `namespace/name`) answered.
+    pub fn etcd_read(&self, cluster: &str, machine: &str, reading: EtcdReading) {
+        lock(&self.seen.etcd).record(cluster, machine, reading);
     }
 
     /// Whether this replica holds the leader Lease.
     pub fn set_leader(&self, leader: bool) {
-        self.leader.store(u64::from(leader), Ordering::Relaxed);
+        self.leader.set(i64::from(leader));
     }
 
     /// Whether the servers run (for `/readyz`).
     pub fn set_ready(&self, ready: bool) {
-        self.ready.store(u64::from(ready), Ordering::Relaxed);
+        self.ready.store(ready, Ordering::Relaxed);
     }
 
     /// Whether the servers run.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed) == 1
+        self.ready.load(Ordering::Relaxed)
     }
 
     /// Failed reconciles of `controller` with error `label` so far.
     pub fn failures(&self, controller: &'static str, label: &'static str) -> u64 {
-        lock(&self.errors)
-            .get(&(controller, label))
-            .copied()
-            .unwrap_or(0)
+        self.errors
+            .get(&ErrorLabels {
+                controller,
+                error: label,
+            })
+            .map_or(0, |c| c.get())
     }
 
-    /// The text exposition format (`text/plain; version=0.0.4`).
+    /// Where the gauges about objects are read from at scrape time: the
+    /// leader's watch caches and credentials (before this, and on a replica
+    /// that does not lead, there are none).
+    pub(crate) fn read_objects_of(&self, ctx: &Arc<crate::Context>) {
+        lock(&self.seen.sources).context = Some(Arc::downgrade(ctx));
+    }
+
+    /// The TalosOperation controller's watch cache, for the operation gauges.
+    pub(crate) fn read_operations_of(
+        &self,
+        store: kube::runtime::reflector::Store<
+            kube::core::DeserializeGuard<ichor_api::TalosOperation>,
+        >,
+    ) {
+        lock(&self.seen.sources).operations = Some(store);
+    }
+
+    /// The Prometheus text format 0.0.4 (`text/plain; version=0.0.4`), which
+    /// `promtool check metrics` reads.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        out.push_str("# HELP ichor_reconciles_total Reconciles run, by controller.\n# TYPE ichor_reconciles_total counter\n");
-        for (c, n) in lock(&self.reconciles).iter() {
-            let _ = writeln!(out, "ichor_reconciles_total{{controller=\"{c}\"}} {n}");
-        }
-        out.push_str("# HELP ichor_reconcile_errors_total Failed reconciles, by controller and error.\n# TYPE ichor_reconcile_errors_total counter\n");
-        for ((c, e), n) in lock(&self.errors).iter() {
-            let _ = writeln!(
-                out,
-                "ichor_reconcile_errors_total{{controller=\"{c}\",error=\"{e}\"}} {n}"
-            );
-        }
-        out.push_str("# HELP ichor_node_applies_total Config applies to nodes, by outcome.\n# TYPE ichor_node_applies_total counter\n");
-        for (o, n) in lock(&self.applies).iter() {
-            let _ = writeln!(out, "ichor_node_applies_total{{outcome=\"{o}\"}} {n}");
-        }
-        out.push_str("# HELP ichor_operations_total TalosOperations finished, by kind and phase.\n# TYPE ichor_operations_total counter\n");
-        for ((k, p), n) in lock(&self.operations).iter() {
-            let _ = writeln!(
-                out,
-                "ichor_operations_total{{kind=\"{k}\",phase=\"{p}\"}} {n}"
-            );
-        }
-        out.push_str("# HELP ichor_operations TalosOperations by kind and the phase this replica last moved them to.\n# TYPE ichor_operations gauge\n");
-        for ((k, p), n) in lock(&self.running).iter() {
-            let _ = writeln!(out, "ichor_operations{{kind=\"{k}\",phase=\"{p}\"}} {n}");
-        }
-        out.push_str("# HELP ichor_operation_step_duration_seconds How long the steps of TalosOperations took, by kind and step.\n# TYPE ichor_operation_step_duration_seconds histogram\n");
-        for ((k, st), h) in lock(&self.steps).iter() {
-            h.render(
-                &mut out,
-                "ichor_operation_step_duration_seconds",
-                &format!("kind=\"{k}\",step=\"{st}\""),
-            );
-        }
-        self.render_backups(&mut out);
-        let _ = writeln!(
-            out,
-            "# HELP ichor_leader Whether this replica holds the leader Lease.\n# TYPE ichor_leader gauge\nichor_leader {}",
-            self.leader.load(Ordering::Relaxed)
-        );
+        // Writing to a String cannot fail; an encoder error would be a bug.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
         out
-    }
-}
-
-impl Metrics {
-    fn render_backups(&self, out: &mut String) {
-        let last = lock(&self.last_backups);
-        let gauge =
-            |out: &mut String, name: &str, help: &str, value: &dyn Fn(&LastBackup) -> String| {
-                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-                for (cluster, b) in last.iter() {
-                    let _ = writeln!(out, "{name}{{cluster=\"{cluster}\"}} {}", value(b));
-                }
-            };
-        gauge(
-            out,
-            "ichor_backup_last_success_timestamp_seconds",
-            "When the newest succeeded backup of each TalosCluster finished (Unix time).",
-            &|b| b.finished_seconds.to_string(),
-        );
-        gauge(
-            out,
-            "ichor_backup_last_size_bytes",
-            "The bytes the newest succeeded backup of each TalosCluster wrote, all parts together.",
-            &|b| b.size_bytes.to_string(),
-        );
-        gauge(
-            out,
-            "ichor_backup_last_duration_seconds",
-            "How long the newest succeeded backup of each TalosCluster took.",
-            &|b| b.duration_seconds.to_string(),
-        );
-        out.push_str("# HELP ichor_backups_total Backups this replica took, by TalosCluster and result.\n# TYPE ichor_backups_total counter\n");
-        for ((cluster, result), n) in lock(&self.backups).iter() {
-            let _ = writeln!(
-                out,
-                "ichor_backups_total{{cluster=\"{cluster}\",result=\"{result}\"}} {n}"
-            );
-        }
     }
 }
 
@@ -211,128 +379,9 @@ pub struct LastBackup {
     pub duration_seconds: f64,
 }
 
-/// The upper bounds of the step-duration buckets, in seconds: a drain or a
-/// reboot takes minutes, an apply well under a second.
-const STEP_BUCKETS: &[f64] = &[
-    0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
-];
-
-/// A Prometheus histogram over [`STEP_BUCKETS`].
-#[derive(Debug, Default, Clone)]
-struct Histogram {
-    counts: [u64; 11],
-    count: u64,
-    sum: f64,
-}
-
-impl Histogram {
-    fn observe(&mut self, v: f64) {
-        for (i, le) in STEP_BUCKETS.iter().enumerate() {
-            if v <= *le {
-                self.counts[i] += 1;
-            }
-        }
-        self.count += 1;
-        self.sum += v;
-    }
-
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
-        for (i, le) in STEP_BUCKETS.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{{labels},le=\"{le}\"}} {}",
-                self.counts[i]
-            );
-        }
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
-        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn renders_counters_with_labels() {
-        let m = Metrics::default();
-        m.reconciled("talosmachine");
-        m.reconciled("talosmachine");
-        m.failed("talosmachine", "talos");
-        m.applied("applied");
-        m.set_leader(true);
-        m.operation_finished("talos-upgrade", "Succeeded");
-        m.operation_step(
-            "talos-upgrade",
-            "Draining",
-            std::time::Duration::from_secs(20),
-        );
-        m.operation_phase("talos-upgrade", None, "Running");
-        m.operation_phase("talos-upgrade", Some("Running"), "Succeeded");
-        let text = m.render();
-        assert!(
-            text.contains("ichor_operations_total{kind=\"talos-upgrade\",phase=\"Succeeded\"} 1")
-        );
-        assert!(text.contains("ichor_operation_step_duration_seconds_bucket{kind=\"talos-upgrade\",step=\"Draining\",le=\"15\"} 0"));
-        assert!(text.contains("ichor_operation_step_duration_seconds_bucket{kind=\"talos-upgrade\",step=\"Draining\",le=\"30\"} 1"));
-        assert!(text.contains("ichor_operation_step_duration_seconds_count{kind=\"talos-upgrade\",step=\"Draining\"} 1"));
-        assert!(text.contains("ichor_operations{kind=\"talos-upgrade\",phase=\"Running\"} 0"));
-        assert!(text.contains("ichor_operations{kind=\"talos-upgrade\",phase=\"Succeeded\"} 1"));
-        assert!(text.contains("ichor_reconciles_total{controller=\"talosmachine\"} 2"));
-        assert!(text.contains(
-            "ichor_reconcile_errors_total{controller=\"talosmachine\",error=\"talos\"} 1"
-        ));
-        assert!(text.contains("ichor_node_applies_total{outcome=\"applied\"} 1"));
-        assert!(text.contains("ichor_leader 1"));
-        assert_eq!(m.failures("talosmachine", "talos"), 1);
-    }
-
-    /// Covers: R20.9
-    #[test]
-    fn backup_metrics_keep_the_newest_success_per_cluster() {
-        let m = Metrics::default();
-        let at = |finished_seconds, size_bytes, duration_seconds| LastBackup {
-            finished_seconds,
-            size_bytes,
-            duration_seconds,
-        };
-        m.backup_succeeded("ns/a", at(1_796_000_100, 2048, 12.5));
-        // An older one read back later (a restart's first look) changes nothing.
-        m.backup_succeeded("ns/a", at(1_796_000_000, 1024, 3.0));
-        m.backup_succeeded("ns/b", at(1_796_000_050, 512, 1.0));
-        m.backup_finished("ns/a", "succeeded");
-        m.backup_finished("ns/a", "failed");
-        m.backup_finished("ns/a", "failed");
-        let text = m.render();
-        let expected = "\
-# HELP ichor_backup_last_success_timestamp_seconds When the newest succeeded backup of each TalosCluster finished (Unix time).
-# TYPE ichor_backup_last_success_timestamp_seconds gauge
-ichor_backup_last_success_timestamp_seconds{cluster=\"ns/a\"} 1796000100
-ichor_backup_last_success_timestamp_seconds{cluster=\"ns/b\"} 1796000050
-# HELP ichor_backup_last_size_bytes The bytes the newest succeeded backup of each TalosCluster wrote, all parts together.
-# TYPE ichor_backup_last_size_bytes gauge
-ichor_backup_last_size_bytes{cluster=\"ns/a\"} 2048
-ichor_backup_last_size_bytes{cluster=\"ns/b\"} 512
-# HELP ichor_backup_last_duration_seconds How long the newest succeeded backup of each TalosCluster took.
-# TYPE ichor_backup_last_duration_seconds gauge
-ichor_backup_last_duration_seconds{cluster=\"ns/a\"} 12.5
-ichor_backup_last_duration_seconds{cluster=\"ns/b\"} 1
-# HELP ichor_backups_total Backups this replica took, by TalosCluster and result.
-# TYPE ichor_backups_total counter
-ichor_backups_total{cluster=\"ns/a\",result=\"failed\"} 2
-ichor_backups_total{cluster=\"ns/a\",result=\"succeeded\"} 1
-";
-        assert!(text.contains(expected), "{text}");
-        // Before any backup the families are declared, with no sample.
-        let empty = Metrics::default().render();
-        assert!(
-            empty.contains("# TYPE ichor_backups_total counter\n# HELP ichor_leader"),
-            "{empty}"
-        );
-    }
-}
+mod tests;

@@ -66,7 +66,9 @@ pub(crate) async fn run(
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
-    let drive = Controller::new(ops, watcher::Config::default())
+    let controller = Controller::new(ops, watcher::Config::default());
+    ctx.metrics.read_operations_of(controller.store());
+    let drive = controller
         .graceful_shutdown_on(shutdown)
         .run(guarded_reconcile, error_policy, ctx)
         .for_each(|r| async move {

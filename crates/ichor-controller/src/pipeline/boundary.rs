@@ -62,8 +62,22 @@ where
     F: std::future::Future<Output = Result<kube::runtime::controller::Action>>,
 {
     use futures::FutureExt as _;
+    use tracing::Instrument as _;
     let kind = K::kind(&());
-    let payload = match std::panic::AssertUnwindSafe(reconcile).catch_unwind().await {
+    // Every log line of the reconcile, and every Talos call in it, names
+    // the object through this span.
+    let span = tracing::info_span!(
+        "reconcile",
+        kind = %kind,
+        object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()),
+    );
+    let started = std::time::Instant::now();
+    let outcome = std::panic::AssertUnwindSafe(reconcile)
+        .catch_unwind()
+        .instrument(span)
+        .await;
+    ctx.metrics.reconcile_took(&kind, started.elapsed());
+    let payload = match outcome {
         Ok(result) => {
             if result.is_ok() {
                 let namespace = obj.namespace().unwrap_or_default();

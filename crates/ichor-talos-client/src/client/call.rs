@@ -45,15 +45,22 @@ impl TalosClient {
     where
         F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        match tokio::time::timeout(self.options.call_timeout, fut).await {
-            Err(_) => Err(Error::Timeout {
-                node: self.node_label(node),
-                call: call.to_string(),
-                timeout: self.options.call_timeout,
-            }),
-            Ok(Err(status)) => Err(self.diagnosed_status_error(node, call, &status).await),
-            Ok(Ok(response)) => Ok(response.into_inner()),
+        use tracing::Instrument as _;
+        // A child of the reconcile's span, which names the object.
+        let span = tracing::debug_span!("talos", call, endpoint = %self.endpoint, node);
+        async {
+            match tokio::time::timeout(self.options.call_timeout, fut).await {
+                Err(_) => Err(Error::Timeout {
+                    node: self.node_label(node),
+                    call: call.to_string(),
+                    timeout: self.options.call_timeout,
+                }),
+                Ok(Err(status)) => Err(self.diagnosed_status_error(node, call, &status).await),
+                Ok(Ok(response)) => Ok(response.into_inner()),
+            }
         }
+        .instrument(span)
+        .await
     }
 
     /// Like [`Self::status_error`], but when the connection was closed without
