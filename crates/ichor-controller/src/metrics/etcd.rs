@@ -193,6 +193,7 @@ mod tests {
         assert_eq!(r.leaders["ns/c"], (2, 1));
     }
 
+    /// Covers: R17.5
     #[test]
     fn a_deleted_machine_loses_its_member_series() {
         let mut r = Readings::default();

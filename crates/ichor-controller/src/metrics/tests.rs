@@ -127,7 +127,7 @@ fn sample(fams: &[objects::GaugeFamily], name: &str, labels: &[(&str, &str)]) ->
         .map(|s| s.value)
 }
 
-/// Covers: R17.10
+/// Covers: R17.5
 #[test]
 fn object_gauges_count_machines_by_drift_and_hold_and_forget_deleted_objects() {
     let mut s = Snapshot {

@@ -38,7 +38,7 @@ async fn health_readiness_and_metrics() {
 /// The real `promtool check metrics` (Prometheus's own lint: names, units,
 /// `_total` on counters, help text) passes on what `/metrics` serves, with
 /// every family the controller counts holding a sample.
-/// Covers: R17.11
+/// Covers: R17.4
 #[tokio::test]
 async fn the_metrics_pass_promtool_check_metrics() {
     let m = Arc::new(Metrics::default());
