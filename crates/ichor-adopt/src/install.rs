@@ -44,7 +44,7 @@ pub const HTTP_PORT: u16 = 8080;
 /// default `webhook.certValidityDays`); the controller reloads a renewed one.
 pub const WEBHOOK_CERT_VALIDITY_DAYS: u32 = 3650;
 /// The kinds Ichor's webhooks validate (lower case, as in their paths).
-pub const WEBHOOK_KINDS: [&str; 2] = ["taloscluster", "talosmachine"];
+pub const WEBHOOK_KINDS: [&str; 3] = ["taloscluster", "talosmachine", "talosoperation"];
 
 /// The controller image of Ichor `version`.
 pub fn controller_image(version: &str) -> String {
@@ -57,7 +57,11 @@ pub fn controller_image(version: &str) -> String {
 /// in any namespace and is named by the cluster's spec.
 pub fn controller_cluster_rules() -> Value {
     json!([
-        {"apiGroups": [ichor_api::GROUP], "resources": ["talosclusters", "talosmachines"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [ichor_api::GROUP], "resources": ["talosclusters"], "verbs": ["get", "list", "watch"]},
+        // TalosMachines: the membership finalizer (patch), and a replaced
+        // control plane's spec.removal and deletion once its replacement
+        // counts in etcd.
+        {"apiGroups": [ichor_api::GROUP], "resources": ["talosmachines"], "verbs": ["get", "list", "watch", "patch", "delete"]},
         {"apiGroups": [ichor_api::GROUP], "resources": ["talosclusters/status", "talosmachines/status", "ichorinstallations/status"], "verbs": ["patch"]},
         {"apiGroups": [ichor_api::GROUP], "resources": ["ichorinstallations"], "verbs": ["get", "create"]},
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
@@ -71,7 +75,8 @@ pub fn controller_cluster_rules() -> Value {
         // them; the reconciler records each one's progress in its status.
         {"apiGroups": [ichor_api::GROUP], "resources": ["talosbackups"], "verbs": ["get", "list", "watch", "create", "delete"]},
         {"apiGroups": [ichor_api::GROUP], "resources": ["talosbackups/status"], "verbs": ["patch"]},
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
+        // Nodes: cordoned before a drain; a removed machine's Node deleted.
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch", "delete"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
         {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list"]},
@@ -91,7 +96,11 @@ pub fn controller_cluster_rules() -> Value {
         // is read first (to leave a missing one to Talos and one a Helm
         // release owns to Helm), then applied with the patch rights above.
         {"apiGroups": [""], "resources": ["serviceaccounts", "configmaps", "services"], "verbs": ["get"]},
-        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]}
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]},
+        // Health checks (spec.healthChecks of a TalosOperation) read the
+        // workloads they name; another kind needs its own grant (a check
+        // that may not read its target pauses the operation saying so).
+        {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "daemonsets"], "verbs": ["get", "list"]}
     ])
 }
 

@@ -26,6 +26,8 @@ use crate::{Error, Result, WebhookCertError};
 pub const VALIDATE_TALOSCLUSTER_PATH: &str = "/validate-ichor-maesh-dev-v1alpha1-taloscluster";
 /// The path the ValidatingWebhookConfiguration calls for TalosMachines.
 pub const VALIDATE_TALOSMACHINE_PATH: &str = "/validate-ichor-maesh-dev-v1alpha1-talosmachine";
+/// The path the ValidatingWebhookConfiguration calls for TalosOperations.
+pub const VALIDATE_TALOSOPERATION_PATH: &str = "/validate-ichor-maesh-dev-v1alpha1-talosoperation";
 
 /// An `admission.k8s.io/v1` AdmissionReview (the fields Ichor reads and writes).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -127,6 +129,39 @@ pub fn review(req: AdmissionReview) -> AdmissionReview {
     })
 }
 
+/// Answers one AdmissionReview for a TalosOperation: on create, its
+/// `spec.healthChecks` (each expression compiled by the controller's own
+/// evaluator, refused when it does not parse or calls a function the
+/// evaluator and cel-go disagree on; timeouts; names unique) and its
+/// `spec.maintenanceWindows` (as the cluster's). The spec is immutable, so
+/// an update (an annotation, the finalizer) is not judged again: a rule
+/// added later must not keep an old operation's finalizer on.
+pub fn review_operation(req: AdmissionReview) -> AdmissionReview {
+    review_with(req, |old, new| {
+        if old.is_some() {
+            return Vec::new();
+        }
+        operation_problems(new)
+    })
+}
+
+/// What is wrong with a new TalosOperation's health checks and windows.
+pub fn operation_problems(new: &Value) -> Vec<String> {
+    let spec = new.get("spec");
+    let mut problems = Vec::new();
+    if let Some(list) = spec.and_then(|s| s.get("healthChecks")) {
+        // A list of another shape is the schema's to refuse.
+        if let Ok(checks) =
+            serde_json::from_value::<Vec<ichor_api::operation::HealthCheck>>(list.clone())
+            && let Err(e) = ichor_gate::compile_checks(&checks)
+        {
+            problems.push(chain(&e));
+        }
+    }
+    problems.extend(ichor_reconcile::operation::window::problems_in(spec));
+    problems
+}
+
 /// Answers one AdmissionReview for a TalosMachine.
 pub fn review_machine(req: AdmissionReview) -> AdmissionReview {
     review_with(req, |_, new| validate_talosmachine(new))
@@ -204,6 +239,14 @@ pub fn router() -> Router {
         .route(
             VALIDATE_TALOSMACHINE_PATH,
             post(|Json(r): Json<AdmissionReview>| async move { Json(review_machine(r)) }),
+        )
+        .route(
+            VALIDATE_TALOSOPERATION_PATH,
+            post(|Json(r): Json<AdmissionReview>| async move { Json(review_operation(r)) }),
+        )
+        .route(
+            crate::changed_by::MUTATE_CHANGED_BY_PATH,
+            post(crate::changed_by::handle),
         )
         .layer(axum::extract::DefaultBodyLimit::max(MAX_REVIEW_BYTES))
 }
@@ -659,5 +702,85 @@ mod endpoint_parity {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod operation_review {
+    use super::*;
+    use serde_json::json;
+
+    fn op(health_checks: Value, windows: Value) -> Value {
+        json!({
+            "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosOperation",
+            "metadata": {"name": "up", "namespace": "lab"},
+            "spec": {
+                "kind": "reboot", "target": {"clusterRef": {"name": "lab"}},
+                "healthChecks": health_checks, "maintenanceWindows": windows
+            }
+        })
+    }
+
+    fn check(expression: &str) -> Value {
+        json!([{"name": "api-up", "expression": expression,
+            "target": {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "web", "name": "api"}}])
+    }
+
+    /// Covers: R15.7
+    #[test]
+    fn a_check_that_does_not_compile_is_refused_naming_it() {
+        let ok = op(
+            check(
+                "object.status.conditions.exists(c, c.type == 'Available' && c.status == 'True')",
+            ),
+            json!([]),
+        );
+        assert_eq!(operation_problems(&ok), Vec::<String>::new());
+        let bad = operation_problems(&op(check("object.status.(("), json!([])));
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert!(
+            bad[0].starts_with("spec.healthChecks[0] (api-up): expression: the CEL expression"),
+            "{}",
+            bad[0]
+        );
+    }
+
+    /// Covers: R15.8
+    #[test]
+    fn a_window_that_cannot_be_read_is_refused_as_on_the_cluster() {
+        let bad = operation_problems(&op(
+            json!([]),
+            json!([{"cron": "0 2 * * sat", "duration": "2h", "timeZone": "Mars/Olympus"}]),
+        ));
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert!(
+            bad[0].starts_with("spec.maintenanceWindows[0].timeZone \"Mars/Olympus\""),
+            "{}",
+            bad[0]
+        );
+    }
+
+    /// An update (an annotation, the finalizer) of an operation whose spec
+    /// a newer rule would refuse is let through: the spec cannot change.
+    #[test]
+    fn an_update_is_not_judged_again() {
+        let bad = op(check("object.(("), json!([]));
+        let review = |old: Option<Value>| AdmissionReview {
+            api_version: "admission.k8s.io/v1".into(),
+            kind: "AdmissionReview".into(),
+            request: Some(AdmissionRequest {
+                uid: "u".into(),
+                operation: if old.is_some() { "UPDATE" } else { "CREATE" }.into(),
+                object: Some(bad.clone()),
+                old_object: old,
+            }),
+            response: None,
+        };
+        let created = review_operation(review(None)).response.unwrap();
+        assert!(!created.allowed);
+        let updated = review_operation(review(Some(bad.clone())))
+            .response
+            .unwrap();
+        assert!(updated.allowed);
     }
 }

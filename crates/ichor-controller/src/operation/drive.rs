@@ -50,7 +50,11 @@ impl Run<'_> {
         }
         loop {
             let cancel = self.cancel_now().await?;
-            match decide::next(status, cancel) {
+            let next = decide::next(status, cancel);
+            if let Some(action) = self.health_gate(status, &next).await? {
+                return Ok(action);
+            }
+            match next {
                 Next::Succeed => {
                     let message = decide::succeeded_message(status);
                     self.finish(

@@ -37,6 +37,7 @@ use crate::{Context, Error, Result, pipeline};
 mod backup;
 mod drain;
 mod drive;
+mod gate;
 pub mod ichor;
 mod kubernetes;
 pub mod manifests;

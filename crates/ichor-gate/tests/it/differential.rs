@@ -150,11 +150,11 @@ fn expression(r: &mut Lcg, t: usize) -> String {
         ),
         // sizes, lists, macros
         10 => format!("size(object.spec.template.spec.containers) {cmp} {m}"),
-        11 => format!("object.spec.template.spec.containers.map(c, c.name)"),
+        11 => "object.spec.template.spec.containers.map(c, c.name)".to_string(),
         12 => {
             format!("object.spec.template.spec.containers.filter(c, c.restartCount > {n}).size()")
         }
-        13 => format!("object.spec.template.spec.containers.all(c, c.ready)"),
+        13 => "object.spec.template.spec.containers.all(c, c.ready)".to_string(),
         14 => format!(
             "object.spec.template.spec.containers.exists(c, c.image.startsWith('{}'))",
             r.pick(&["ghcr.io", "registry.local", "docker.io"])
