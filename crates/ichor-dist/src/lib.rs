@@ -18,6 +18,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
+pub mod monitoring;
 pub mod values;
 
 /// The command that regenerates every file of [`repo_files`].

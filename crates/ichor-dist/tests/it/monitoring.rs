@@ -161,7 +161,7 @@ fn the_monitoring_objects_scrape_the_controller_and_carry_the_files() {
             "kube-prometheus-stack"
         );
         let want = serde_json::to_string(&rules["groups"]).unwrap().replace(
-            "https://github.com/maesh/ichor/blob/main/docs/runbooks.md",
+            ichor_dist::monitoring::RUNBOOK_URL,
             "https://wiki.example/ichor",
         );
         assert_eq!(

@@ -183,7 +183,7 @@ fn every_alert_says_what_happened_and_where_its_runbook_is() {
         let anchor = name.to_lowercase();
         assert_eq!(
             url,
-            format!("https://github.com/maesh/ichor/blob/main/docs/runbooks.md#{anchor}"),
+            format!("{}#{anchor}", ichor_dist::monitoring::RUNBOOK_URL),
             "{name}"
         );
         assert!(
@@ -191,33 +191,6 @@ fn every_alert_says_what_happened_and_where_its_runbook_is() {
             "{name}: docs/runbooks.md has no section {anchor}"
         );
     }
-}
-
-/// Each query of a dashboard panel, with Grafana's variables replaced by
-/// what Prometheus reads: `(panel title, query)`.
-pub(crate) fn dashboard_queries() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(dashboard_file()).unwrap();
-    let dashboard: Value = serde_json::from_str(&text).unwrap();
-    let mut out = Vec::new();
-    for panel in dashboard["panels"].as_array().expect("panels") {
-        for target in panel["targets"].as_array().into_iter().flatten() {
-            if let Some(expr) = target["expr"].as_str() {
-                out.push((
-                    panel["title"].as_str().unwrap_or("").to_string(),
-                    expr.to_string(),
-                ));
-            }
-        }
-    }
-    out
-}
-
-/// A dashboard query as Prometheus would get it from Grafana.
-pub(crate) fn substitute(expr: &str) -> String {
-    expr.replace("$__rate_interval", "5m")
-        .replace("$__range", "1h")
-        .replace("$cluster", ".+")
-        .replace("${cluster}", ".+")
 }
 
 /// Covers: R17.2b
@@ -252,10 +225,11 @@ fn every_dashboard_query_is_valid_promql() {
             assert_eq!(target["datasource"]["uid"], "${datasource}", "{title}");
         }
     }
-    let queries = dashboard_queries();
+    let queries = ichor_dist::monitoring::panel_queries(&dashboard);
     assert!(queries.len() >= 8, "{} queries", queries.len());
     let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
-    for (i, (title, expr)) in queries.iter().enumerate() {
+    for (i, q) in queries.iter().enumerate() {
+        let (title, expr) = (&q.panel, &q.expr);
         for f in ["rate(", "increase(", "irate("] {
             if expr.contains(f) {
                 assert!(
@@ -266,7 +240,7 @@ fn every_dashboard_query_is_valid_promql() {
         }
         rules.push_str(&format!(
             "      - record: dashboard:panel_{i}\n        expr: {}\n",
-            serde_json::to_string(&substitute(expr)).unwrap()
+            serde_json::to_string(&q.promql()).unwrap()
         ));
     }
     let dir = tempfile::tempdir().unwrap();

@@ -162,5 +162,25 @@ fn the_defaults_and_the_monitoring_switches_pass_the_schema() {
             ],
         );
         assert!(out.status.success(), "{tool:?}: {}", text(&out));
+        let home = tempfile::tempdir().unwrap();
+        let chart = chart();
+        let lint = helm(
+            tool,
+            &home,
+            &[
+                "lint",
+                "--strict",
+                chart.to_str().unwrap(),
+                "--namespace",
+                "ichor-system",
+                "--set",
+                "monitoring.podMonitor.enabled=true",
+                "--set",
+                "monitoring.prometheusRule.enabled=true",
+                "--set",
+                "monitoring.dashboards.enabled=true",
+            ],
+        );
+        assert!(lint.status.success(), "{tool:?} lint: {}", text(&lint));
     }
 }
