@@ -11,7 +11,11 @@
 //!   control planes (one etcd member each, as the emulator lists them), the
 //!   rest workers;
 //! - the node simulator ([`simulator`]), which stands in for the kubelets, the
-//!   scheduler and Cilium's operator — and says so.
+//!   scheduler and Cilium's operator — and says so;
+//! - room to grow ([`grow`]): a node added to the running lab boots in
+//!   maintenance mode, and its Node registers once a config is applied to
+//!   it; the control planes share one etcd membership whose changes the
+//!   emulator logs.
 //!
 //! What the lab is not: no container runs, no packet moves. It tells the truth
 //! about the API objects and the Talos API, nothing else.
@@ -19,9 +23,11 @@
 pub mod bootstrap_manifests;
 pub mod cilium_on_talos;
 pub mod components;
+pub mod control;
 pub mod daemonsets;
 pub mod disruption;
 pub mod etcd_loss;
+pub mod grow;
 pub mod init;
 mod nodes;
 pub mod pods;
@@ -37,6 +43,7 @@ use ichor_talos::secrets::SecretsBundle;
 use ichor_talos::talosconfig::{Role, Talosconfig};
 use ichor_testenv::TestEnv;
 
+pub use grow::{AddedNode, NewNode, NodeRole};
 pub use nodes::node_configs;
 pub(crate) use nodes::{node_names, register_nodes, wait_nodes_ready};
 pub(crate) use seed::seed_cni;
@@ -75,6 +82,14 @@ impl LabShape {
         match self {
             LabShape::V1alpha1 => "stability-v1.12",
             LabShape::Multidoc => "stability-v1.14",
+        }
+    }
+
+    /// The shape's name, as `--shape` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LabShape::V1alpha1 => "v1alpha1",
+            LabShape::Multidoc => "multidoc",
         }
     }
 
@@ -275,10 +290,13 @@ pub struct Lab {
     pub bundle: PathBuf,
     simulator: Option<tokio::task::JoinHandle<()>>,
     components: Option<tokio::task::JoinHandle<()>>,
+    /// The kubelets registering Nodes as configs are applied ([`grow`]).
+    kubelets: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Lab {
     fn drop(&mut self) {
+        self.kubelets.abort();
         if let Some(s) = self.simulator.take() {
             s.abort();
         }
@@ -480,6 +498,7 @@ impl Lab {
 
         let client = env.client().await;
         register_nodes(&client, &hostnames, &addresses, &options).await?;
+        let kubelets = grow::spawn_kubelets(client.clone(), emulator.configured(), options.clone());
         seed_cni(&client, &options).await?;
         let runner = options
             .ichor_bin
@@ -505,6 +524,7 @@ impl Lab {
             bundle: bundle_path,
             simulator,
             components,
+            kubelets,
         })
     }
 

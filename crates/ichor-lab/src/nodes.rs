@@ -126,51 +126,82 @@ pub(crate) async fn register_nodes(
     addresses: &[IpAddr],
     options: &LabOptions,
 ) -> Result<(), kube::Error> {
-    let api: Api<Node> = Api::all(client.clone());
     for (i, (name, address)) in hostnames.iter().zip(addresses).enumerate() {
-        let role_label = if i < options.control_planes {
-            "node-role.kubernetes.io/control-plane"
-        } else {
-            "node-role.kubernetes.io/worker"
-        };
-        let mut spec =
-            json!({"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]});
-        if options.pod_cidrs {
-            spec["podCIDR"] = json!(format!("10.244.{i}.0/24"));
-            spec["podCIDRs"] = json!([format!("10.244.{i}.0/24")]);
-        }
-        let mut annotations = json!({"ichor.maesh.dev/simulated": "a lab node: its kubelet is the lab's node simulator"});
-        if options.kube_prism {
-            annotations[daemonsets::KUBE_PRISM_ANNOTATION] = json!("7445");
-        }
-        let node: Node = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Node",
-            // The labels a kubelet sets on its Node (charts select on them).
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, role_label: "",
-                    "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                    "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"},
-                "annotations": annotations},
-            "spec": spec,
-        }))
-        .expect("node");
-        create_or_keep(&api, &PostParams::default(), &node).await?;
-        let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
-        api.patch_status(
+        let kubelet = Kubelet {
             name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {
-                "addresses": [{"type": "InternalIP", "address": address.to_string()}, {"type": "Hostname", "address": name}],
-                // What a Talos kubelet reports: the node's Talos version and the
-                // Kubernetes version of the cluster (the real API server's).
-                "nodeInfo": {"kubeletVersion": options.kubernetes_version, "kubeProxyVersion": "",
-                    "osImage": format!("Talos ({})", options.talos_version), "operatingSystem": "linux",
-                    "architecture": "amd64", "kernelVersion": "", "containerRuntimeVersion": "containerd://2.1.5",
-                    "machineID": "", "systemUUID": "", "bootID": ""},
-                "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
-                    "message": simulator::NO_CNI_MESSAGE, "lastHeartbeatTime": now, "lastTransitionTime": now}]}})),
-        )
-        .await?;
+            address: *address,
+            index: i,
+            control_plane: i < options.control_planes,
+            talos_version: &options.talos_version,
+        };
+        register_node(client, &kubelet, options).await?;
     }
+    Ok(())
+}
+
+/// What a node's kubelet registers.
+pub(crate) struct Kubelet<'a> {
+    pub name: &'a str,
+    pub address: IpAddr,
+    /// The node's place among the lab's nodes (its pod CIDR).
+    pub index: usize,
+    pub control_plane: bool,
+    pub talos_version: &'a str,
+}
+
+/// One node's Node object, NotReady with the kubelet's network-plugin
+/// message until a CNI runs on it, as a kubelet registers it (a Node kept
+/// from before, as a kubelet finds it, gets its status anew).
+pub(crate) async fn register_node(
+    client: &kube::Client,
+    kubelet: &Kubelet<'_>,
+    options: &LabOptions,
+) -> Result<(), kube::Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    let (name, i) = (kubelet.name, kubelet.index);
+    let role_label = if kubelet.control_plane {
+        "node-role.kubernetes.io/control-plane"
+    } else {
+        "node-role.kubernetes.io/worker"
+    };
+    let mut spec =
+        json!({"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]});
+    if options.pod_cidrs {
+        spec["podCIDR"] = json!(format!("10.244.{i}.0/24"));
+        spec["podCIDRs"] = json!([format!("10.244.{i}.0/24")]);
+    }
+    let mut annotations =
+        json!({"ichor.maesh.dev/simulated": "a lab node: its kubelet is the lab's node simulator"});
+    if options.kube_prism {
+        annotations[daemonsets::KUBE_PRISM_ANNOTATION] = json!("7445");
+    }
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        // The labels a kubelet sets on its Node (charts select on them).
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, role_label: "",
+                "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"},
+            "annotations": annotations},
+        "spec": spec,
+    }))
+    .expect("node");
+    create_or_keep(&api, &PostParams::default(), &node).await?;
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "addresses": [{"type": "InternalIP", "address": kubelet.address.to_string()}, {"type": "Hostname", "address": name}],
+            // What a Talos kubelet reports: the node's Talos version and the
+            // Kubernetes version of the cluster (the real API server's).
+            "nodeInfo": {"kubeletVersion": options.kubernetes_version, "kubeProxyVersion": "",
+                "osImage": format!("Talos ({})", kubelet.talos_version), "operatingSystem": "linux",
+                "architecture": "amd64", "kernelVersion": "", "containerRuntimeVersion": "containerd://2.1.5",
+                "machineID": "", "systemUUID": "", "bootID": ""},
+            "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                "message": simulator::NO_CNI_MESSAGE, "lastHeartbeatTime": now, "lastTransitionTime": now}]}})),
+    )
+    .await?;
     Ok(())
 }
 

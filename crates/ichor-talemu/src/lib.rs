@@ -127,6 +127,19 @@ impl NodeHandle {
     }
 }
 
+/// A node that left maintenance mode: a config was applied to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfiguredNode {
+    /// Its index among the emulator's nodes.
+    pub index: usize,
+    /// The hostname it reports now (its kubelet registers under it).
+    pub hostname: String,
+    pub address: std::net::IpAddr,
+    pub control_plane: bool,
+    /// The Talos version it runs.
+    pub talos_version: String,
+}
+
 /// One emulator process holding N nodes, each on its own listener.
 pub struct Emulator {
     pki: Pki,
@@ -386,9 +399,9 @@ impl Emulator {
         self.cluster.bootstraps.subscribe()
     }
 
-    /// The index of every node that leaves maintenance mode from now on
-    /// (a config was applied to it): where a kubelet would register.
-    pub fn configured(&self) -> tokio::sync::broadcast::Receiver<usize> {
+    /// Every node that leaves maintenance mode from now on (a config was
+    /// applied to it): when its kubelet would register.
+    pub fn configured(&self) -> tokio::sync::broadcast::Receiver<ConfiguredNode> {
         self.cluster.configured.subscribe()
     }
 

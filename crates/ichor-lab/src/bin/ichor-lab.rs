@@ -12,7 +12,7 @@ use std::process::Command;
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
-use ichor_lab::{Lab, LabOptions, LabShape};
+use ichor_lab::{Lab, LabOptions, LabShape, NodeRole};
 
 /// The local lab: a real kube-apiserver and etcd, emulated Talos nodes, and a
 /// node simulator standing in for the kubelets.
@@ -92,6 +92,31 @@ enum Cmd {
         #[arg(long, default_value = "target/lab")]
         state_dir: PathBuf,
     },
+    /// The running lab's nodes.
+    Node {
+        #[command(subcommand)]
+        command: NodeCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum NodeCmd {
+    /// Start one more emulated node, in maintenance mode (no config, the
+    /// insecure Talos API), in the lab `ichor-lab up` runs; prints its
+    /// address. Its Node registers once a config is applied to it.
+    /// Example: ichor-lab node add --role controlplane
+    Add {
+        /// The Talos the node runs, as this shape's version: v1alpha1
+        /// (Talos v1.13) or multidoc (v1.14); default: the lab's.
+        #[arg(long)]
+        shape: Option<LabShape>,
+        /// What the node is meant for: it names it (lab-cp-N or
+        /// lab-worker-N); the config applied to it decides what it runs.
+        #[arg(long, default_value = "worker")]
+        role: NodeRole,
+        #[arg(long, default_value = "target/lab")]
+        state_dir: PathBuf,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -122,24 +147,25 @@ fn main() -> anyhow::Result<()> {
                     }
                 })
                 .await?;
-                let pid_file = lab.state_dir().join("lab.pid");
-                std::fs::write(&pid_file, std::process::id().to_string())?;
-                println!("{}", lab.env_lines());
-                eprintln!(
-                    "lab: running; stop it with Ctrl-C or ichor-lab down (everything it started stops with it)"
-                );
-                let mut term =
-                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-                tokio::select! {
-                    r = tokio::signal::ctrl_c() => r?,
-                    _ = term.recv() => {}
-                }
-                let _ = std::fs::remove_file(&pid_file);
-                drop(lab);
-                eprintln!("lab: stopped");
-                Ok(())
+                serve(lab).await
             }
             Cmd::Down { state_dir } => down(&state_dir).await,
+            Cmd::Node {
+                command:
+                    NodeCmd::Add {
+                        shape,
+                        role,
+                        state_dir,
+                    },
+            } => {
+                let node = ichor_lab::control::node_add(&state_dir, role, shape).await?;
+                eprintln!(
+                    "lab: {} ({}, Talos {}) runs in maintenance mode; give it a config with: talosctl apply-config --insecure -n {} -f CONFIG",
+                    node.hostname, node.endpoint, node.talos_version, node.address
+                );
+                println!("{}", node.address);
+                Ok(())
+            }
             Cmd::Demo {
                 init: true,
                 nodes,
@@ -169,6 +195,35 @@ fn main() -> anyhow::Result<()> {
             }
         }
     })
+}
+
+/// Runs the lab until Ctrl-C or SIGTERM, answering its control socket
+/// (`ichor-lab node add`) meanwhile.
+async fn serve(mut lab: Lab) -> anyhow::Result<()> {
+    let pid_file = lab.state_dir().join("lab.pid");
+    std::fs::write(&pid_file, std::process::id().to_string())?;
+    let control = ichor_lab::control::bind(lab.state_dir())?;
+    println!("{}", lab.env_lines());
+    eprintln!(
+        "lab: running; add a node with ichor-lab node add; stop it with Ctrl-C or ichor-lab down (everything it started stops with it)"
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => { r?; break; }
+            _ = term.recv() => break,
+            accepted = control.accept() => {
+                if let Ok((stream, _)) = accepted {
+                    ichor_lab::control::answer(&mut lab, stream).await;
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&pid_file);
+    let _ = std::fs::remove_file(ichor_lab::control::socket_path(lab.state_dir()));
+    drop(lab);
+    eprintln!("lab: stopped");
+    Ok(())
 }
 
 /// Sends the running `up` SIGTERM and waits (bounded) until it is gone.

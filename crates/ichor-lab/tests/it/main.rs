@@ -3,4 +3,5 @@
 
 mod cilium_handover_prune;
 mod cilium_on_talos_real_chart;
+mod grow;
 mod talosctl_health;

@@ -37,7 +37,13 @@ impl MachineService for NodeApi {
                 if was_in_maintenance && !node.in_maintenance() {
                     let i = self.index_of(node);
                     self.serve_config_ca(i);
-                    let _ = self.cluster.configured.send(i);
+                    let _ = self.cluster.configured.send(crate::ConfiguredNode {
+                        index: i,
+                        hostname: node.hostname(),
+                        address: node.spec.address,
+                        control_plane: node.is_control_plane(),
+                        talos_version: node.talos_version(),
+                    });
                 }
                 Ok(applied)
             })

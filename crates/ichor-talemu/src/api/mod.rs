@@ -111,8 +111,8 @@ pub(crate) struct Cluster {
     pub serve_config_ca: bool,
     /// The index of every node that bootstraps etcd, as it happens.
     pub bootstraps: tokio::sync::broadcast::Sender<usize>,
-    /// The index of every node that leaves maintenance mode, as it happens.
-    pub configured: tokio::sync::broadcast::Sender<usize>,
+    /// Every node that leaves maintenance mode, as it happens.
+    pub configured: tokio::sync::broadcast::Sender<crate::ConfiguredNode>,
     /// What the nodes know of each other (members, etcd bootstrapped).
     pub discovery: Arc<Discovery>,
     /// The etcd cluster's own state: its leader and alarms.

@@ -95,7 +95,7 @@ async fn a_control_plane_added_in_maintenance_mode_joins_as_a_learner_then_votes
         let args = ["apply-config", "--insecure", "-f", file.to_str().unwrap()];
         let run = insecure(&emu, i, dir.path(), &args).await;
         assert!(run.ok, "{run}");
-        assert_eq!(configured.recv().await.unwrap(), i);
+        assert_eq!(configured.recv().await.unwrap().index, i);
     }
     assert!(!emu.in_maintenance(4) && !emu.is_control_plane(4));
 
