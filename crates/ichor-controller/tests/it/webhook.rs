@@ -718,3 +718,137 @@ async fn admission_policies_bound_the_controllers_jobs_and_the_opt_in() {
         .await
         .unwrap();
 }
+
+/// Through the real API server: the controller's mutating webhook stamps who
+/// changed a TalosMachine's spec with the user the API server authenticated
+/// (here impersonated by the admin, as a real token would be), whatever the
+/// request wrote into the annotation by hand; a request that changes only
+/// the annotation gets the old value back. Ichor did: the webhook and its
+/// patches; the test played: the three users and the
+/// MutatingWebhookConfiguration pointing at the controller.
+/// Covers: R16.4
+#[tokio::test]
+async fn the_changed_by_stamp_names_the_real_user_through_the_api_server() {
+    use ichor_api::history::{CHANGED_BY_ANNOTATION, ChangedBy};
+    use ichor_controller::changed_by::MUTATE_CHANGED_BY_PATH;
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("changed-by").await;
+    crds(&client).await;
+    let cert = serving_cert();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &tls_secret(&ns, &cert))
+        .await
+        .unwrap();
+    let port = ichor_testenv::free_port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut cfg = config(&ns, &ns);
+    cfg.webhook = Some(ichor_controller::WebhookServer::new(addr));
+    let running = start(client.clone(), cfg);
+
+    let mut mwc: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": format!("ichor-test-{ns}")},
+        "webhooks": [{
+            "name": "changed-by.ichor.maesh.dev",
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}{MUTATE_CHANGED_BY_PATH}")},
+            "rules": [{"apiGroups": ["ichor.maesh.dev"], "apiVersions": ["v1alpha1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["talosclusters", "talosmachines"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never", "timeoutSeconds": 10
+        }]
+    }))
+    .unwrap();
+    for w in mwc.webhooks.as_mut().unwrap() {
+        w.client_config.ca_bundle = Some(ByteString(cert.0.clone().into_bytes()));
+    }
+    let mwcs = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    mwcs.create(&PostParams::default(), &mwc).await.unwrap();
+
+    let rules = json!([{"apiGroups": ["ichor.maesh.dev"], "resources": ["talosmachines"],
+        "verbs": ["get", "create", "patch", "update"]}]);
+    for user in ["alice", "bob", "mallory"] {
+        grant(&client, &ns, user, rules.clone()).await;
+    }
+    let forged = serde_json::to_string(&ChangedBy {
+        user: "someone-else".into(),
+        at: "2020-01-01T00:00:00Z".into(),
+    })
+    .unwrap();
+    let machine = json!({
+        "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosMachine",
+        "metadata": {"name": "w1", "namespace": ns, "annotations": {CHANGED_BY_ANNOTATION: forged}},
+        "spec": {"clusterRef": {"name": "base"}, "role": "worker", "address": "10.5.0.9", "hold": true}
+    });
+    let machines_as = |c: kube::Client| {
+        Api::<kube::api::DynamicObject>::namespaced_with(
+            c,
+            &ns,
+            &kube::api::ApiResource::erase::<ichor_api::TalosMachine>(&()),
+        )
+    };
+    let stamped = |o: &kube::api::DynamicObject| -> Option<ChangedBy> {
+        serde_json::from_str(
+            o.metadata
+                .annotations
+                .as_ref()?
+                .get(CHANGED_BY_ANNOTATION)?,
+        )
+        .ok()
+    };
+    let alice = machines_as(as_user(env, "alice").await);
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let object: kube::api::DynamicObject = serde_json::from_value(machine).unwrap();
+    wait_for("the API server to call the mutating webhook", || async {
+        alice
+            .create(&dry, &object)
+            .await
+            .ok()
+            .and_then(|o| stamped(&o))
+            .is_some_and(|by| by.user == "alice")
+    })
+    .await;
+    let created = alice.create(&PostParams::default(), &object).await.unwrap();
+    assert_eq!(stamped(&created).unwrap().user, "alice");
+
+    let bob = machines_as(as_user(env, "bob").await);
+    let changed = bob
+        .patch(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"metadata": {"annotations": {CHANGED_BY_ANNOTATION: forged}},
+                "spec": {"hold": false}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let by_bob = stamped(&changed).unwrap();
+    assert_eq!(by_bob.user, "bob", "a spec change with a forged stamp");
+
+    let mallory = machines_as(as_user(env, "mallory").await);
+    let forged_only = mallory
+        .patch(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {CHANGED_BY_ANNOTATION: forged}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        stamped(&forged_only),
+        Some(by_bob),
+        "an annotation-only change is put back"
+    );
+
+    mwcs.delete(&format!("ichor-test-{ns}"), &DeleteParams::default())
+        .await
+        .unwrap();
+    running.stop().await.unwrap();
+}
