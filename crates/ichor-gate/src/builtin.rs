@@ -25,7 +25,8 @@ const CONTROL_PLANE_PODS: [&str; 3] = [
     "kube-scheduler",
 ];
 
-/// Every Node Ready, except those in `skip`.
+/// Every Node Ready, except those in `skip` and those no kubelet has
+/// reported on yet (no Ready condition).
 pub fn nodes_ready(nodes: &[Node], skip: &BTreeSet<String>) -> Option<GateFailure> {
     nodes.iter().find_map(|n| {
         let name = n.metadata.name.clone().unwrap_or_default();
@@ -47,7 +48,9 @@ pub fn nodes_ready(nodes: &[Node], skip: &BTreeSet<String>) -> Option<GateFailur
                     .map(|r| format!(" ({r})"))
                     .unwrap_or_default()
             ),
-            None => "no Ready condition".to_string(),
+            // Registered, but its kubelet has not reported yet: nothing to
+            // judge (a kubelet that stops reporting turns Ready Unknown).
+            None => return None,
         };
         Some(GateFailure {
             check: NODES_READY.to_string(),
