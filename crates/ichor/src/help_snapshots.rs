@@ -38,6 +38,12 @@ const COMMANDS: &[&[&str]] = &[
     &["backup", "show"],
     &["recover"],
     &["ui"],
+    &["machine"],
+    &["machine", "list"],
+    &["machine", "add"],
+    &["machine", "remove"],
+    &["machine", "replace"],
+    &["completion"],
 ];
 
 /// The long help of the command at `path`, 100 columns wide, without the

@@ -21,8 +21,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::Parser;
 
 use args::{
-    BackupCommand, Cli, ClusterCommand, CniCommand, CniHelmCommand, Command, OperationCommand,
-    SecretsCommand, UpgradeCommand,
+    BackupCommand, Cli, ClusterCommand, CniCommand, CniHelmCommand, Command, MachineCommand,
+    OperationCommand, SecretsCommand, UpgradeCommand,
 };
 
 fn main() -> ExitCode {
@@ -68,6 +68,12 @@ fn main() -> ExitCode {
             Command::Operation(OperationCommand::Status(a)) => cmd::operation::status(a).await,
             Command::Operation(OperationCommand::Cancel(a)) => cmd::operation::cancel(a).await,
             Command::Ui(a) => cmd::ui::run(a).await,
+            Command::Machine(MachineCommand::List(a)) => cmd::machine::list(a).await,
+            Command::Machine(MachineCommand::Add(a)) => cmd::machine::add(a).await,
+            Command::Machine(MachineCommand::Remove(a)) => cmd::machine::remove(a).await,
+            Command::Machine(MachineCommand::Replace(a)) => cmd::machine::replace(a).await,
+            Command::Completion(a) => cmd::completion::script(a),
+            Command::ManPages(a) => cmd::completion::man_pages(a),
         }
     });
     match result {

@@ -7,7 +7,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use ichor_api::{KubeProxyMode, Tunnel};
 
 mod backup;
+mod completion;
+mod machine;
 pub use backup::*;
+pub use completion::*;
+pub use machine::*;
 
 /// Manage Talos Linux clusters from inside Kubernetes: typed machine configs,
 /// drift detection, holds before any change reaches a node, and Cilium owned
@@ -200,6 +204,16 @@ pub enum Command {
     /// (checked by TokenReview); each action is checked by a
     /// SubjectAccessReview for the signed-in user.
     Ui(UiArgs),
+    /// The machines of a cluster: list them, add nodes from maintenance
+    /// mode, remove one, replace a control plane. The controller does the
+    /// work on the nodes.
+    #[command(subcommand)]
+    Machine(MachineCommand),
+    /// A completion script for bash, zsh, fish or PowerShell, on stdout.
+    Completion(CompletionArgs),
+    /// Write a man page per command (what `make release` ships).
+    #[command(hide = true)]
+    ManPages(ManPagesArgs),
 }
 
 /// `ichor ui`.

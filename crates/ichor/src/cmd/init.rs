@@ -17,7 +17,7 @@ use crate::cmd::adopt::cli_version;
 use crate::{hints, printer};
 
 /// `--config-patch @FILE`: the file's name and text.
-fn read_patch(arg: &str) -> anyhow::Result<PatchFile> {
+pub(crate) fn read_patch(arg: &str) -> anyhow::Result<PatchFile> {
     let Some(path) = arg.strip_prefix('@') else {
         bail!(
             "--config-patch {arg:?}: give the patch as @FILE (a YAML or JSON patch file, as talosctl takes it); nothing was written"

@@ -1,9 +1,11 @@
 pub mod adopt;
 pub mod backup;
 pub mod cni;
+pub mod completion;
 pub mod controller;
 pub mod init;
 pub mod install;
+pub mod machine;
 pub mod operation;
 pub mod reclaim;
 pub mod recover;
