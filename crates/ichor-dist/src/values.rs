@@ -278,12 +278,33 @@ pub struct Dashboards {
 
 /// `values.schema.json`: the JSON Schema of [`Values`], pretty-printed
 /// with a final newline.
+///
+/// No value is required: `helm upgrade --reuse-values` validates the
+/// previous release's values, which lack every value added since, and
+/// values.yaml gives them all anyway. The schema refuses what is there and
+/// wrong, never what is missing.
 pub fn schema_json() -> String {
     let generator = schemars::generate::SchemaSettings::draft07().into_generator();
-    let schema = generator.into_root_schema_for::<Values>();
+    let mut schema = serde_json::to_value(generator.into_root_schema_for::<Values>())
+        .expect("a JSON Schema is JSON");
+    drop_required(&mut schema);
     let mut text = serde_json::to_string_pretty(&schema).expect("a JSON Schema serialises");
     text.push('\n');
     text
+}
+
+/// Removes every `required` list of `schema`'s objects.
+fn drop_required(schema: &mut Value) {
+    match schema {
+        Value::Object(m) => {
+            if m.get("required").is_some_and(Value::is_array) {
+                m.remove("required");
+            }
+            m.values_mut().for_each(drop_required);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_required),
+        _ => {}
+    }
 }
 
 #[cfg(test)]

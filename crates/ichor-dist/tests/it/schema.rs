@@ -184,3 +184,26 @@ fn the_defaults_and_the_monitoring_switches_pass_the_schema() {
         assert!(lint.status.success(), "{tool:?} lint: {}", text(&lint));
     }
 }
+
+/// Covers: R17.3a
+///
+/// `helm upgrade --reuse-values` from a release older than the monitoring
+/// values validates and renders values without them (`--set monitoring=null`
+/// removes them the same way): no value is required, and the monitoring
+/// templates render nothing.
+#[test]
+fn values_without_the_monitoring_ones_still_render() {
+    for tool in HELMS {
+        let out = template(
+            tool,
+            &[
+                "--set",
+                "monitoring=null",
+                "--set",
+                "networkPolicy.cilium.enabled=true",
+            ],
+        );
+        assert!(out.status.success(), "{tool:?}: {}", text(&out));
+        assert!(!text(&out).contains("monitoring.coreos.com"), "{tool:?}");
+    }
+}
