@@ -136,14 +136,18 @@ impl NodeApi {
         if !self.cluster.discovery.bootstrapped() || node.is_down() {
             return Wants::Nothing;
         }
-        if let Some(member) = self.cluster.membership.member_of(node.index) {
+        let st = node.lock();
+        // A member whose data is gone (EPHEMERAL wiped) joins again, as a
+        // Talos node with an empty etcd folder does.
+        if let Some(member) = self.cluster.membership.member_of(node.index)
+            && st.etcd_data
+        {
             return if member.learner && member.added.elapsed() >= self.cluster.etcd_catch_up {
                 Wants::Promote(member.id)
             } else {
                 Wants::Nothing
             };
         }
-        let st = node.lock();
         let control_plane = node
             .facts_of(&st)
             .is_some_and(|f| f.machine_type.is_control_plane());
@@ -174,7 +178,11 @@ impl NodeApi {
                 .remove(m.id, |x| healthy.contains(&x.id))
             {
                 Ok(removed) => {
-                    self.stop_removed_member(&removed);
+                    // The joining node's own old member (its data wiped) has
+                    // no etcd left to stop.
+                    if removed.node != node.index {
+                        self.stop_removed_member(&removed);
+                    }
                     self.log_membership(MembershipChangeKind::ReplacedOnJoin, Some(&removed));
                 }
                 Err(_) => return,

@@ -237,7 +237,9 @@ async fn talosctl_etcd_leave_remove_member_and_forfeit_leadership() {
 /// --system-labels-to-wipe EPHEMERAL` on a control plane: answered at
 /// once; the node leaves etcd, is wiped, and comes back in maintenance
 /// mode with a new boot id and a new identity; one Reset in the write log.
-/// Given its config again, it joins again as a new member.
+/// Given its config again, it joins again as a new member. A reset that
+/// is not graceful and wipes EPHEMERAL alone leaves its member behind
+/// until the node, back with its config, replaces it on joining.
 /// Covers: R14.8
 #[tokio::test(flavor = "multi_thread")]
 async fn talosctl_graceful_reset_leaves_etcd_and_returns_to_maintenance() {
@@ -299,6 +301,40 @@ async fn talosctl_graceful_reset_leaves_etcd_and_returns_to_maintenance() {
     .await;
     let after = member_id(&talosctl, "cp-3").await;
     assert_ne!(after, before, "a new member, not the old one");
+
+    // Not graceful, EPHEMERAL only: cp-2's member stays behind, dead, until
+    // cp-2 boots with its config and an empty etcd folder, removes the
+    // member named like it and joins again.
+    let stale = member_id(&talosctl, "cp-2").await;
+    let run = talosctl
+        .on(
+            "127.0.0.2",
+            &[
+                "reset",
+                "--graceful=false",
+                "--reboot",
+                "--system-labels-to-wipe",
+                "EPHEMERAL",
+                "--wait=false",
+            ],
+        )
+        .await;
+    assert!(run.ok, "{run}");
+    until("cp-2's promotion", || {
+        changes(&emu).last() == Some(&(MembershipChangeKind::Promoted, "cp-2".into()))
+    })
+    .await;
+    let log = changes(&emu);
+    assert_eq!(
+        log[log.len() - 3..],
+        [
+            (MembershipChangeKind::ReplacedOnJoin, "cp-2".into()),
+            (MembershipChangeKind::LearnerAdded, "cp-2".into()),
+            (MembershipChangeKind::Promoted, "cp-2".into())
+        ]
+    );
+    assert!(!emu.in_maintenance(1), "EPHEMERAL alone keeps the config");
+    assert_ne!(member_id(&talosctl, "cp-2").await, stale);
     // Never fewer healthy voters than a majority of the voters.
     for c in emu.membership_log() {
         assert!(c.healthy_voters > c.voters / 2, "{c:?}");
