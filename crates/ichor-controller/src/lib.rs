@@ -41,6 +41,7 @@ pub mod http;
 pub mod installation;
 pub mod leader;
 pub mod machine;
+pub mod membership;
 pub mod metrics;
 pub mod operation;
 pub mod pipeline;

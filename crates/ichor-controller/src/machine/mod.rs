@@ -39,6 +39,7 @@ mod write;
 
 pub use ichor_reconcile::machine::endpoint;
 pub(crate) use inputs::RecentSuccesses;
+pub(crate) use read::talos_error;
 use inputs::{ClusterInputs, ReconcileInputs};
 
 /// The controller's name in metrics.
@@ -158,6 +159,14 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
         &mut status.conditions,
         held_condition(machine.spec.hold, generation, &now),
     );
+    // Joins, removals and replacements first (a deleted machine is
+    // removed, never reconciled for drift).
+    let cluster = read::read_cluster(machine, &ctx).await.ok();
+    if let crate::membership::Flow::Done(action) =
+        crate::membership::reconcile(machine, cluster.as_ref(), &ctx, &mut status).await?
+    {
+        return Ok(action);
+    }
 
     // Our own status writes come back as watch events, and so do the
     // cluster's status changes; a machine whose inputs did not change since

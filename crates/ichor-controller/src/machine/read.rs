@@ -66,7 +66,7 @@ pub(super) async fn read_live(talos: &TalosClient, machine: &TalosMachine) -> Re
         .map_err(|e| live_config_error(machine, e.into()))
 }
 
-pub(super) fn talos_error(machine: &TalosMachine, source: ichor_talos_client::Error) -> Error {
+pub(crate) fn talos_error(machine: &TalosMachine, source: ichor_talos_client::Error) -> Error {
     Error::Talos {
         namespace: machine.namespace().unwrap_or_default(),
         machine: machine.name_any(),

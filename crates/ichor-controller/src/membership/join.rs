@@ -1,0 +1,459 @@
+//! Joining a node that answers in maintenance mode: its config is rendered
+//! from the cluster's bundle for its role, in the shape of its Talos
+//! version, with the render `ichor init` uses (a base config from the
+//! bundle, then Ichor's paths and the machine's patches), and applied over
+//! the maintenance API. Then the join waits, saying for what, for Talos to
+//! boot, for a control plane's etcd member to count, and for the Node to be
+//! Ready. Control planes join one at a time; workers together.
+
+use std::time::Duration;
+
+use ichor_adopt::init::{BaseInput, ConfigShape, base_config};
+use ichor_api::{MachineRole, MembershipPhase, TalosCluster, TalosMachine, TalosMachineStatus};
+use ichor_reconcile::membership::join::{
+    JoinNext, JoinSeen, JoinVerdict, control_plane, join_next,
+};
+use ichor_render::RenderInput;
+use ichor_talos::config::MachineConfig;
+use ichor_talos::secrets::SecretsBundle;
+use ichor_talos::version::Version;
+use ichor_talos_client::{ApplyMode, ApplyRequest};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt as _;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+
+use super::view::{self, Maintenance};
+use super::{event, membership, reasons, set, write};
+use crate::{BundleError, Context, Error, Result};
+
+/// How soon a join looks again while it waits.
+const POLL: Duration = Duration::from_secs(2);
+
+/// The status step of a join whose config was applied.
+const APPLIED: &str = "Boot";
+
+/// Whether the machine may be a node to join: one never read, or one
+/// whose join began or was refused.
+pub(super) fn wanted(status: &TalosMachineStatus) -> bool {
+    match status.membership.as_ref().map(|m| m.phase) {
+        Some(MembershipPhase::Joining | MembershipPhase::Refused) => true,
+        None => status.talos_version.is_none(),
+        Some(_) => false,
+    }
+}
+
+/// One look at a join: `Some(action)` while it goes on (status written),
+/// `None` when the node has nothing to join or has joined (then the
+/// usual reconcile goes on, with the phase Member in `status`).
+pub(super) async fn join(
+    machine: &TalosMachine,
+    cluster: &TalosCluster,
+    ctx: &Context,
+    status: &mut TalosMachineStatus,
+) -> Result<Option<Action>> {
+    let now = (ctx.clock)();
+    let maintenance = view::maintenance(ctx, &machine.spec.address).await;
+    if maintenance.is_none() && status.membership.is_none() {
+        // A configured node (adopted, or initialised): nothing to join.
+        return Ok(None);
+    }
+    let control = machine.spec.role == MachineRole::Controlplane;
+    let others = view::cluster_machines(ctx, machine);
+    let mut seen = JoinSeen {
+        control_plane: control,
+        maintenance: maintenance.is_some(),
+        hostname: maintenance
+            .as_ref()
+            .map(|m| m.hostname.clone())
+            .unwrap_or_else(|| machine.name_any()),
+        ..JoinSeen::default()
+    };
+    let etcd = if control && (maintenance.is_none() || !machine.spec.hold) {
+        view::etcd(ctx, cluster, &others, machine).await
+    } else {
+        None
+    };
+    if maintenance.is_none() {
+        seen.booted = match view::admin(ctx, cluster, machine, &machine.spec.address).await {
+            Ok(c) => c.version("").await.is_ok(),
+            Err(_) => false,
+        };
+        seen.member = etcd
+            .as_ref()
+            .and_then(|e| e.members.iter().find(|m| m.name == seen.hostname).cloned());
+        seen.node_ready = view::node(ctx, &seen.hostname)
+            .await?
+            .is_some_and(|n| view::node_ready(&n));
+    }
+    let waited = status
+        .membership
+        .as_ref()
+        .filter(|m| m.step.as_deref() == Some(APPLIED))
+        .and_then(|m| m.since.as_ref())
+        .and_then(|since| Duration::try_from(now.0.duration_since(since.0)).ok());
+    match join_next(&seen, waited) {
+        JoinNext::Joined => {
+            set(
+                status,
+                MembershipPhase::Member,
+                format!("joined as {}", seen.hostname),
+                &now,
+            );
+            membership(status).step = None;
+            event(
+                ctx,
+                machine,
+                EventType::Normal,
+                reasons::JOINED,
+                format!(
+                    "node {} joined the cluster as a {}",
+                    seen.hostname, machine.spec.role
+                ),
+            )
+            .await;
+            Ok(None)
+        }
+        JoinNext::Wait(why) => {
+            set(status, MembershipPhase::Joining, why, &now);
+            write(ctx, machine, status).await?;
+            Ok(Some(Action::requeue(POLL)))
+        }
+        JoinNext::Apply => {
+            let node = maintenance.expect("Apply only in maintenance mode");
+            apply(
+                machine,
+                cluster,
+                ctx,
+                status,
+                &others,
+                etcd.as_ref(),
+                node,
+                &now,
+            )
+            .await
+        }
+    }
+}
+
+/// Applies the node's config when the hold and etcd allow it.
+#[allow(clippy::too_many_arguments)]
+async fn apply(
+    machine: &TalosMachine,
+    cluster: &TalosCluster,
+    ctx: &Context,
+    status: &mut TalosMachineStatus,
+    others: &[TalosMachine],
+    etcd: Option<&view::EtcdView>,
+    node: Maintenance,
+    now: &Time,
+) -> Result<Option<Action>> {
+    if machine.spec.hold {
+        set(
+            status,
+            MembershipPhase::Joining,
+            format!(
+                "node {} answers in maintenance mode; it waits for its release (spec.hold: false) to be joined",
+                node.hostname
+            ),
+            now,
+        );
+        membership(status).step = None;
+        write(ctx, machine, status).await?;
+        return Ok(Some(Action::requeue(ctx.config.resync)));
+    }
+    if machine.spec.role == MachineRole::Controlplane {
+        let Some(etcd) = etcd else {
+            set(
+                status,
+                MembershipPhase::Joining,
+                "waiting for a control plane to answer with etcd's members".into(),
+                now,
+            );
+            write(ctx, machine, status).await?;
+            return Ok(Some(Action::requeue(POLL * 5)));
+        };
+        let joining: Vec<String> = others
+            .iter()
+            .filter(|m| m.spec.role == MachineRole::Controlplane)
+            .filter(|m| {
+                m.status
+                    .as_ref()
+                    .and_then(|s| s.membership.as_ref())
+                    .is_some_and(|s| {
+                        s.phase == MembershipPhase::Joining && s.step.as_deref() == Some(APPLIED)
+                    })
+            })
+            .map(|m| m.name_any())
+            .collect();
+        let joining: Vec<&str> = joining.iter().map(String::as_str).collect();
+        match control_plane(&etcd.members, &node.hostname, &joining) {
+            JoinVerdict::Join => {}
+            JoinVerdict::Wait(why) => {
+                set(
+                    status,
+                    MembershipPhase::Joining,
+                    format!("waiting: {why}"),
+                    now,
+                );
+                write(ctx, machine, status).await?;
+                return Ok(Some(Action::requeue(POLL)));
+            }
+            JoinVerdict::Refuse(why) => {
+                set(
+                    status,
+                    MembershipPhase::Refused,
+                    format!(
+                        "not joined: {why}; give the node another hostname, or remove that member first"
+                    ),
+                    now,
+                );
+                write(ctx, machine, status).await?;
+                return Ok(Some(Action::requeue(ctx.config.resync)));
+            }
+        }
+    }
+    let bundle = read_bundle(ctx, cluster).await?;
+    let cluster_name = cluster_name(ctx, cluster, others).await;
+    let facts = NodeFacts {
+        hostname: &node.hostname,
+        talos_version: &node.talos_version,
+        disks: &node.disks,
+    };
+    let config = match join_config(&bundle, cluster, machine, &facts, &cluster_name) {
+        Ok(c) => c,
+        Err(JoinConfigError::NoDisk) => {
+            set(
+                status,
+                MembershipPhase::Refused,
+                format!("node {} lists no disk to install Talos to", node.hostname),
+                now,
+            );
+            write(ctx, machine, status).await?;
+            return Ok(Some(Action::requeue(ctx.config.resync)));
+        }
+        Err(JoinConfigError::Render(e)) => return Err(e.into()),
+    };
+    // The intent first: a control plane that has applied counts as joining
+    // for the others from now on.
+    set(
+        status,
+        MembershipPhase::Joining,
+        format!(
+            "applying the {} config of {} over the maintenance API",
+            machine.spec.role, node.hostname
+        ),
+        now,
+    );
+    let m = membership(status);
+    m.step = Some(APPLIED.into());
+    m.since = Some(now.clone());
+    write(ctx, machine, status).await?;
+    event(
+        ctx,
+        machine,
+        EventType::Normal,
+        super::reasons::JOINING,
+        format!(
+            "applying the {} config of node {} (Talos {}) over the maintenance API",
+            machine.spec.role, node.hostname, node.talos_version
+        ),
+    )
+    .await;
+    node.client
+        .apply_configuration("", &ApplyRequest::new(config.into_bytes(), ApplyMode::Auto))
+        .await
+        .map_err(|e| crate::machine::talos_error(machine, e))?;
+    tracing::info!(machine = %machine.name_any(), node = %node.hostname, "applied the join config over the maintenance API");
+    Ok(Some(Action::requeue(POLL)))
+}
+
+/// What the maintenance API told of the node.
+pub(super) struct NodeFacts<'a> {
+    pub hostname: &'a str,
+    pub talos_version: &'a str,
+    pub disks: &'a [String],
+}
+
+/// Why a join config cannot be made.
+#[derive(Debug)]
+pub(super) enum JoinConfigError {
+    NoDisk,
+    Render(ichor_render::Error),
+}
+
+/// The config of a node that joins: `ichor init`'s base config from the
+/// bundle (its role, the shape of its Talos version, the first disk), then
+/// the render of its TalosMachine over it. Pure.
+pub(super) fn join_config(
+    bundle: &SecretsBundle,
+    cluster: &TalosCluster,
+    machine: &TalosMachine,
+    node: &NodeFacts<'_>,
+    cluster_name: &str,
+) -> std::result::Result<String, JoinConfigError> {
+    let mut disks = node.disks.to_vec();
+    disks.sort();
+    let disk = disks.first().ok_or(JoinConfigError::NoDisk)?;
+    let shape = Version::parse(node.talos_version)
+        .map(|v| ConfigShape::for_version(&v))
+        .unwrap_or(ConfigShape::Legacy);
+    let base = BaseInput {
+        shape,
+        control_plane: machine.spec.role == MachineRole::Controlplane,
+        cluster_name,
+        endpoint: &cluster.spec.endpoint,
+        kubernetes_version: &cluster.spec.kubernetes_version,
+        talos_version: node.talos_version,
+        install_disk: disk,
+    };
+    let origin = format!("the base config of {}", node.hostname);
+    let name = machine.name_any();
+    let rendered_error = |source| {
+        JoinConfigError::Render(ichor_render::Error::Rendered {
+            machine: name.clone(),
+            source,
+        })
+    };
+    let live = MachineConfig::from_mappings(base_config(bundle, &base), &origin)
+        .map_err(rendered_error)?;
+    ichor_render::render(&RenderInput::from_objects(cluster, machine, &live))
+        .and_then(|r| r.yaml())
+        .map_err(JoinConfigError::Render)
+}
+
+/// The cluster's name as its control planes run it (a member's live
+/// config), else the TalosCluster's name.
+async fn cluster_name(ctx: &Context, cluster: &TalosCluster, others: &[TalosMachine]) -> String {
+    for m in others
+        .iter()
+        .filter(|m| m.spec.role == MachineRole::Controlplane)
+    {
+        let Ok(c) = view::admin(ctx, cluster, m, &m.spec.address).await else {
+            continue;
+        };
+        let Ok(bytes) = c.machine_config("").await else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        if let Ok(parsed) = ichor_talos::config::ParsedConfig::parse_with_origin(
+            &text,
+            "a control plane's live config",
+        ) && let Some(name) = parsed.config.facts().cluster_name
+        {
+            return name;
+        }
+    }
+    cluster.name_any()
+}
+
+/// The cluster's secrets bundle, from its Secret.
+async fn read_bundle(ctx: &Context, cluster: &TalosCluster) -> Result<SecretsBundle> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let secret_name = cluster.spec.secrets_ref.name.clone();
+    let key = cluster.spec.secrets_ref.key_or_default().to_owned();
+    let bundle_error = |source: BundleError| Error::Bundle {
+        namespace: namespace.clone(),
+        cluster: cluster.name_any(),
+        secret: secret_name.clone(),
+        key: key.clone(),
+        source: Box::new(source),
+    };
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &namespace)
+        .get_opt(&secret_name)
+        .await
+        .map_err(Error::kube(format!(
+            "reading Secret {namespace}/{secret_name}"
+        )))?
+        .ok_or_else(|| bundle_error(BundleError::NoSecret))?;
+    let data = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(&key))
+        .ok_or_else(|| bundle_error(BundleError::NoKey { key: key.clone() }))?;
+    let text = std::str::from_utf8(&data.0).map_err(|e| bundle_error(BundleError::NotUtf8(e)))?;
+    SecretsBundle::parse(text, &format!("Secret {namespace}/{secret_name}"))
+        .map_err(|e| bundle_error(BundleError::Read(BundleError::redacted(&e))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ichor_api::TalosClusterSpec;
+
+    fn objects(role: &str) -> (TalosCluster, TalosMachine) {
+        let cluster: TalosCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
+            "metadata": {"name": "lab", "namespace": "ichor-system"},
+            "spec": {
+                "endpoint": "https://10.5.0.2:6443", "talosVersion": "v1.13.0",
+                "kubernetesVersion": "v1.34.1",
+                "network": {"podSubnets": ["10.244.0.0/16"], "serviceSubnets": ["10.96.0.0/12"]},
+                "cni": {"preset": "cilium"},
+                "secretsRef": {"name": "lab-secrets"}
+            }
+        }))
+        .expect("a TalosCluster");
+        let _: &TalosClusterSpec = &cluster.spec;
+        let machine: TalosMachine = serde_json::from_value(serde_json::json!({
+            "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosMachine",
+            "metadata": {"name": "lab-worker-3", "namespace": "ichor-system"},
+            "spec": {"clusterRef": {"name": "lab"}, "role": role, "address": "10.5.0.20", "hold": false}
+        }))
+        .expect("a TalosMachine");
+        (cluster, machine)
+    }
+
+    fn node<'a>(version: &'a str, disks: &'a [String]) -> NodeFacts<'a> {
+        NodeFacts {
+            hostname: "lab-worker-3",
+            talos_version: version,
+            disks,
+        }
+    }
+
+    /// Covers: R14.1 (rendered as init renders, for its role and shape; its
+    /// first reconcile finds no drift)
+    #[test]
+    fn a_join_config_is_inits_render_and_shows_no_drift() {
+        let bundle = SecretsBundle::generate().expect("a bundle");
+        for (role, version) in [("worker", "v1.13.0"), ("controlplane", "v1.14.0")] {
+            let (cluster, machine) = objects(role);
+            let yaml = join_config(
+                &bundle,
+                &cluster,
+                &machine,
+                &node(version, &["/dev/vdb".to_string(), "/dev/sda".to_string()]),
+                "lab",
+            )
+            .unwrap_or_else(|e| panic!("{role}: {e:?}"));
+            let parsed =
+                ichor_talos::config::ParsedConfig::parse_with_origin(&yaml, "the join config")
+                    .expect("a Talos config");
+            let facts = parsed.config.facts();
+            assert_eq!(facts.install_disk.as_deref(), Some("/dev/sda"), "{role}");
+            assert_eq!(facts.cluster_name.as_deref(), Some("lab"), "{role}");
+            let again = ichor_render::render_machine_from(
+                &RenderInput::from_objects(&cluster, &machine, &parsed.config),
+                &parsed.mappings,
+            )
+            .expect("the first reconcile's render");
+            assert!(
+                again
+                    .drift
+                    .entries
+                    .iter()
+                    .all(|e| e.class == ichor_api::DriftClass::A),
+                "{role}: {:?}",
+                again.drift.entries
+            );
+        }
+        let (cluster, machine) = objects("worker");
+        assert!(matches!(
+            join_config(&bundle, &cluster, &machine, &node("v1.13.0", &[]), "lab"),
+            Err(JoinConfigError::NoDisk)
+        ));
+    }
+}
