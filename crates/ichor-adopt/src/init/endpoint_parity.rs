@@ -45,7 +45,9 @@ fn old_endpoint_host(endpoint: &str) -> Option<&str> {
 }
 
 /// What the old check took and the parser refuses, and why that is no
-/// address: a character that is neither printable ASCII nor a space, a
+/// address: a character that is neither printable ASCII nor a space, or a
+/// space outside the host (the old check looked for spaces only in the
+/// host, so one it took sits in the port or after a `]`), a
 /// fragment or `%` or `\` or a doubled `/`, a host that is no IP address
 /// nor DNS name (`a..b`, `[x]`, text after `]`, an unclosed `[`), a host
 /// with a `:` outside brackets (read as a port), a bare IPv6 address
@@ -53,7 +55,7 @@ fn old_endpoint_host(endpoint: &str) -> Option<&str> {
 fn no_address(endpoint: &str, problem: &EndpointProblem) -> bool {
     let authority = endpoint.trim_start_matches("https://");
     match problem {
-        EndpointProblem::Character(c) => !c.is_whitespace(),
+        EndpointProblem::Character(_) => true,
         EndpointProblem::Port(p) => p.contains(':'),
         EndpointProblem::NoPort => authority
             .trim_end_matches('/')
