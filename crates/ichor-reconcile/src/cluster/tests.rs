@@ -523,6 +523,77 @@ mod decide_tests {
         };
         assert_eq!(detected_cni(&o), DetectedCni::Other);
     }
+
+    /// `observed` with every machine Ready.
+    fn machines_ready(mut o: Observed) -> Observed {
+        for m in o.machines.iter_mut() {
+            let s = m.status.get_or_insert_with(Default::default);
+            let ready = conditions::new(
+                types::READY,
+                Status::True,
+                reasons::RECONCILED,
+                "read",
+                m.metadata.generation,
+                at(1),
+            );
+            conditions::set(&mut s.conditions, ready);
+        }
+        o
+    }
+
+    /// The decision through a hand-over, as GitOps tools read it:
+    /// Reconciling with Ready Unknown while it runs, Ready once handed
+    /// over, Stalled on values that give none, Ready False while a machine
+    /// is not Ready; Flux's checker rules hold in each.
+    /// Covers: R17.1a, R17.1b
+    #[test]
+    fn the_hand_over_is_reconciling_until_done_and_keeps_fluxs_rules() {
+        use ichor_api::conditions::flux::ichor_violations;
+        let c = cluster(include_str!("../fixtures/cluster-cilium.yaml"));
+        let daemonset_not_ready = check(Some((2, super::DESIRED)), Err("0 of 3 ready".into()));
+        let cases = [
+            (
+                machines_ready(observed(Some(Ok(check(Some((1, "old")), Ok(())))))),
+                "Unknown",
+                Some(reasons::JOB_RUNNING),
+                None,
+            ),
+            (
+                machines_ready(observed(Some(Ok(daemonset_not_ready)))),
+                "Unknown",
+                Some(reasons::WAITING_FOR_DAEMON_SET),
+                None,
+            ),
+            (
+                machines_ready(with_inline(observed(complete()), &[])),
+                "True",
+                None,
+                None,
+            ),
+            (
+                machines_ready(observed(Some(Err("the values are not a mapping".into())))),
+                "False",
+                None,
+                Some(reasons::INVALID_VALUES),
+            ),
+            (
+                observed(Some(Ok(check(Some((1, "old")), Ok(()))))),
+                "False",
+                None,
+                None,
+            ),
+        ];
+        for (o, ready, reconciling, stalled) in cases {
+            let d = decide(&c, &o, &settings(true), &at(100));
+            let cs = &d.status.conditions;
+            let reason = |type_| conditions::find(cs, type_).map(|c| c.reason.as_str());
+            assert_eq!(condition(&d, types::READY).status, ready, "{cs:?}");
+            assert_eq!(reason(types::RECONCILING), reconciling, "{cs:?}");
+            assert_eq!(reason(types::STALLED), stalled, "{cs:?}");
+            let broken = ichor_violations(c.metadata.generation, d.status.observed_generation, cs);
+            assert!(broken.is_empty(), "{broken:?} in {cs:?}");
+        }
+    }
 }
 
 mod condition_tests {
