@@ -6,11 +6,20 @@
   - ichor.maesh.dev
   resources:
   - talosclusters
+  verbs:
+  - get
+  - list
+  - watch
+- apiGroups:
+  - ichor.maesh.dev
+  resources:
   - talosmachines
   verbs:
   - get
   - list
   - watch
+  - patch
+  - delete
 - apiGroups:
   - ichor.maesh.dev
   resources:
@@ -87,6 +96,7 @@
   - list
   - watch
   - patch
+  - delete
 - apiGroups:
   - ''
   resources:
@@ -144,6 +154,15 @@
   - deployments
   verbs:
   - get
+- apiGroups:
+  - apps
+  resources:
+  - deployments
+  - statefulsets
+  - daemonsets
+  verbs:
+  - get
+  - list
 {{- end }}
 
 {{- /* The rules of the controller's Role in its own namespace, the same as the installer path's. */}}
