@@ -44,6 +44,7 @@ const COMMANDS: &[&[&str]] = &[
     &["machine", "remove"],
     &["machine", "replace"],
     &["completion"],
+    &["man-pages"],
 ];
 
 /// The long help of the command at `path`, 100 columns wide, without the

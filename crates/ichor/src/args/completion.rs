@@ -1,5 +1,5 @@
-//! `ichor completion SHELL` and the hidden `ichor man-pages`: what `make
-//! release` writes beside the binary.
+//! `ichor completion SHELL` and `ichor man-pages`: what `make release`
+//! writes beside the binary.
 
 use std::path::PathBuf;
 

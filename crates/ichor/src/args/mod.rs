@@ -211,8 +211,8 @@ pub enum Command {
     Machine(MachineCommand),
     /// A completion script for bash, zsh, fish or PowerShell, on stdout.
     Completion(CompletionArgs),
-    /// Write a man page per command (what `make release` ships).
-    #[command(hide = true)]
+    /// Write a man page per command into a folder (what `make release`
+    /// ships beside the binary).
     ManPages(ManPagesArgs),
 }
 
