@@ -68,7 +68,7 @@ pub async fn apply_objects(kube: &kube::Client, objects: &[Value]) -> Result<(),
 
 /// Applies the install manifest of Ichor `version` running `image`: every
 /// object, then the webhooks' certificate (made once, kept on a rerun), then
-/// the ValidatingWebhookConfiguration with that certificate's CA.
+/// the webhook configurations with that certificate's CA.
 pub async fn install_ichor(
     kube: &kube::Client,
     version: &str,
@@ -76,18 +76,18 @@ pub async fn install_ichor(
 ) -> Result<(), AdoptError> {
     let objects: Vec<Value> = install::install_objects(version, image)
         .into_iter()
-        .filter(|o| o["kind"] != "ValidatingWebhookConfiguration")
+        .filter(|o| !install::is_webhook_configuration(&o["kind"]))
         .collect();
     apply_objects(kube, &objects).await?;
     install_webhooks(kube, version).await
 }
 
-/// The webhooks' certificate (made once, kept) and the
-/// ValidatingWebhookConfiguration with its CA.
+/// The webhooks' certificate (made once, kept) and the validating and
+/// mutating webhook configurations with its CA.
 pub(crate) async fn install_webhooks(kube: &kube::Client, version: &str) -> Result<(), AdoptError> {
     let mut configurations: Vec<Value> = install::install_objects(version, "unused")
         .into_iter()
-        .filter(|o| o["kind"] == "ValidatingWebhookConfiguration")
+        .filter(|o| install::is_webhook_configuration(&o["kind"]))
         .collect();
     let ca = ensure_webhook_certificate(kube).await?;
     for c in &mut configurations {

@@ -36,6 +36,15 @@ pub const WEBHOOK_SERVICE: &str = "ichor-webhook";
 pub const WEBHOOK_CERT_SECRET: &str = "ichor-webhook-tls";
 /// The ValidatingWebhookConfiguration (the chart names it the same).
 pub const WEBHOOK_CONFIGURATION: &str = "ichor-validating-webhooks";
+/// The MutatingWebhookConfiguration that stamps who changed a spec (the
+/// chart names it the same).
+pub const MUTATING_WEBHOOK_CONFIGURATION: &str = "ichor-mutating-webhooks";
+
+/// Whether `kind` is one of the two webhook configuration kinds: applied
+/// after the controller serves, with the certificate's CA, and deleted first.
+pub fn is_webhook_configuration(kind: &Value) -> bool {
+    kind == "ValidatingWebhookConfiguration" || kind == "MutatingWebhookConfiguration"
+}
 /// The container port the controller serves its webhooks on.
 pub const WEBHOOK_PORT: u16 = 9443;
 /// The container port of /healthz, /readyz and /metrics.
@@ -406,6 +415,7 @@ pub fn install_objects(version: &str, image: &str) -> Vec<Value> {
     objects.push(controller_deployment(ns, &labels, image));
     objects.push(webhook_service(ns, &labels));
     objects.push(webhook_configuration(ns, &labels));
+    objects.push(mutating_webhook_configuration(ns, &labels));
     objects.extend(admission_policies(ns, image_repository(image)));
     objects
 }
@@ -577,8 +587,44 @@ pub fn webhooks(
         .collect()
 }
 
+/// The MutatingWebhookConfiguration calling the Service in `ns`.
+fn mutating_webhook_configuration(ns: &str, labels: &Value) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": MUTATING_WEBHOOK_CONFIGURATION, "labels": labels},
+        "webhooks": mutating_webhooks(ns, None, 10)
+    })
+}
+
+/// Ichor's mutating webhook: the changed-by stamp on every create and spec
+/// change of a TalosCluster or TalosMachine. It fails closed, as the
+/// validating ones do: a spec written while it is down would carry the
+/// previous writer's name (docs/adr/0022-config-history.md).
+pub fn mutating_webhooks(
+    namespace: &str,
+    ca_bundle: Option<&str>,
+    timeout_seconds: u32,
+) -> Vec<Value> {
+    let mut client_config = json!({"service": {
+        "name": WEBHOOK_SERVICE, "namespace": namespace, "path": ichor_api::history::CHANGED_BY_WEBHOOK_PATH, "port": 443}});
+    if let Some(ca) = ca_bundle {
+        client_config["caBundle"] = json!(ca);
+    }
+    vec![json!({
+        "name": format!("changed-by.{}", ichor_api::GROUP),
+        "clientConfig": client_config,
+        "rules": [{"apiGroups": [ichor_api::GROUP], "apiVersions": ["v1alpha1"],
+            "operations": ["CREATE", "UPDATE"], "resources": ["talosclusters", "talosmachines"]}],
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "failurePolicy": "Fail",
+        "reinvocationPolicy": "Never",
+        "timeoutSeconds": timeout_seconds
+    })]
+}
+
 /// Puts `ca_pem` (the webhook certificate's CA) into every webhook of a
-/// ValidatingWebhookConfiguration object.
+/// Validating- or MutatingWebhookConfiguration object.
 pub fn set_ca_bundle(configuration: &mut Value, ca_pem: &[u8]) {
     let encoded =
         serde_json::to_value(k8s_openapi::ByteString(ca_pem.to_vec())).expect("bytes serialise");

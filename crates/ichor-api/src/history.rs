@@ -12,6 +12,10 @@ use serde::{Deserialize, Serialize};
 /// so it names the writer of the spec as it stands.
 pub const CHANGED_BY_ANNOTATION: &str = "ichor.maesh.dev/changed-by";
 
+/// The path Ichor's controller serves the changed-by mutating webhook on
+/// (the install manifest and the chart call it there).
+pub const CHANGED_BY_WEBHOOK_PATH: &str = "/mutate-ichor-maesh-dev-v1alpha1-changed-by";
+
 /// The value of [`CHANGED_BY_ANNOTATION`] (JSON in the annotation).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

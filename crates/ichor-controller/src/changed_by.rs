@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The path the MutatingWebhookConfiguration calls for both kinds.
-pub const MUTATE_CHANGED_BY_PATH: &str = "/mutate-ichor-maesh-dev-v1alpha1-changed-by";
+pub use ichor_api::history::CHANGED_BY_WEBHOOK_PATH as MUTATE_CHANGED_BY_PATH;
 
 /// An `admission.k8s.io/v1` AdmissionReview, with the fields a mutating
 /// webhook reads (the user) and writes (the patch).

@@ -240,6 +240,23 @@ pub fn chart_webhooks() -> Result<String, Error> {
     Ok(text)
 }
 
+/// The installer path's mutating webhooks as a chart template body, the
+/// namespace, the CA and the timeout left to the chart's values (the failure
+/// policy is fixed: ADR 0022).
+pub fn chart_mutating_webhooks() -> Result<String, Error> {
+    let list = ichor_adopt::install::mutating_webhooks(
+        WEBHOOK_PLACEHOLDERS[0].0,
+        Some(WEBHOOK_PLACEHOLDERS[1].0),
+        WEBHOOK_PLACEHOLDERS[3].0.parse().expect("a u32"),
+    );
+    let mut text = yaml("Ichor's mutating webhooks", &list)?;
+    no_template_actions("Ichor's mutating webhooks", &text)?;
+    for (placeholder, action) in WEBHOOK_PLACEHOLDERS {
+        text = text.replace(placeholder, action);
+    }
+    Ok(text)
+}
+
 /// The placeholders of [`chart_admission_policies`] and the template
 /// actions that replace them (the arguments of `include "ichor.admissionPolicies"`).
 const POLICY_PLACEHOLDERS: [(&str, &str); 2] = [
@@ -314,6 +331,11 @@ pub fn chart_generated_tpl() -> Result<GeneratedFile, Error> {
          {}\n\
          {{{{- end }}}}\n\
          \n\
+         {{{{- /* Ichor's mutating webhook (the changed-by stamp), the same as the installer path's; called with a dict of namespace, caBundle and timeoutSeconds. */}}}}\n\
+         {{{{- define \"ichor.mutatingWebhooks\" }}}}\n\
+         {}\n\
+         {{{{- end }}}}\n\
+         \n\
          {{{{- /* Ichor's ValidatingAdmissionPolicies and their bindings, the same as the installer path's; called with a dict of namespace and repository (the controller's image repository). */}}}}\n\
          {{{{- define \"ichor.admissionPolicies\" }}}}\n\
          {}\n\
@@ -323,6 +345,7 @@ pub fn chart_generated_tpl() -> Result<GeneratedFile, Error> {
         ui_read.trim_end(),
         policies.trim_end(),
         chart_webhooks()?.trim_end(),
+        chart_mutating_webhooks()?.trim_end(),
         chart_admission_policies()?.trim_end()
     );
     Ok(GeneratedFile {

@@ -300,6 +300,58 @@ spec:
   - v1
   failurePolicy: {{ .failurePolicy }}
   timeoutSeconds: {{ .timeoutSeconds }}
+- name: talosoperation.ichor.maesh.dev
+  clientConfig:
+    service:
+      name: ichor-webhook
+      namespace: {{ .namespace }}
+      path: /validate-ichor-maesh-dev-v1alpha1-talosoperation
+      port: 443
+    caBundle: {{ .caBundle }}
+  rules:
+  - apiGroups:
+    - ichor.maesh.dev
+    apiVersions:
+    - v1alpha1
+    operations:
+    - CREATE
+    - UPDATE
+    resources:
+    - talosoperations
+  sideEffects: None
+  admissionReviewVersions:
+  - v1
+  failurePolicy: {{ .failurePolicy }}
+  timeoutSeconds: {{ .timeoutSeconds }}
+{{- end }}
+
+{{- /* Ichor's mutating webhook (the changed-by stamp), the same as the installer path's; called with a dict of namespace, caBundle and timeoutSeconds. */}}
+{{- define "ichor.mutatingWebhooks" }}
+- name: changed-by.ichor.maesh.dev
+  clientConfig:
+    service:
+      name: ichor-webhook
+      namespace: {{ .namespace }}
+      path: /mutate-ichor-maesh-dev-v1alpha1-changed-by
+      port: 443
+    caBundle: {{ .caBundle }}
+  rules:
+  - apiGroups:
+    - ichor.maesh.dev
+    apiVersions:
+    - v1alpha1
+    operations:
+    - CREATE
+    - UPDATE
+    resources:
+    - talosclusters
+    - talosmachines
+  sideEffects: None
+  admissionReviewVersions:
+  - v1
+  failurePolicy: Fail
+  reinvocationPolicy: Never
+  timeoutSeconds: {{ .timeoutSeconds }}
 {{- end }}
 
 {{- /* Ichor's ValidatingAdmissionPolicies and their bindings, the same as the installer path's; called with a dict of namespace and repository (the controller's image repository). */}}

@@ -40,7 +40,12 @@ pub(super) async fn uninstall(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
             let by_kind = |kind: &str| -> Vec<Value> {
                 all.iter().filter(|o| o["kind"] == kind).cloned().collect()
             };
-            delete_objects(r.kube, &by_kind("ValidatingWebhookConfiguration")).await?;
+            let configurations: Vec<Value> = all
+                .iter()
+                .filter(|o| install::is_webhook_configuration(&o["kind"]))
+                .cloned()
+                .collect();
+            delete_objects(r.kube, &configurations).await?;
             delete_objects(r.kube, &by_kind("Deployment")).await?;
             let pods = Api::<Pod>::namespaced(r.kube.clone(), ns);
             let selector = format!("app.kubernetes.io/name={}", install::INSTALLER_NAME_LABEL);
@@ -64,6 +69,7 @@ pub(super) async fn uninstall(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
                             "Namespace"
                                 | "CustomResourceDefinition"
                                 | "ValidatingWebhookConfiguration"
+                                | "MutatingWebhookConfiguration"
                                 | "Deployment"
                         )
                     )
