@@ -15,6 +15,7 @@ mod init_lab_e2e;
 mod lab_pods_e2e;
 mod least_privilege_e2e;
 mod machine_cli;
+mod membership_lab_e2e;
 mod operation_cli;
 mod operations_lab_e2e;
 mod reclaim_e2e;

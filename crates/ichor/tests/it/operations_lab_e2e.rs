@@ -165,7 +165,7 @@ async fn controller_node(h: &LabHarness) -> String {
 /// The pid of the lab's process for Ichor's controller pod: the `ichor
 /// controller` process whose KUBECONFIG is the one the lab wrote for a pod
 /// in `ichor-system` (the lab runs each pod as a child process so).
-fn controller_pid(h: &LabHarness) -> Option<u32> {
+pub(crate) fn controller_pid(h: &LabHarness) -> Option<u32> {
     let prefix = h.lab.state_dir().join(format!("pod-{NS}-ichor-controller"));
     let prefix = prefix.to_string_lossy().into_owned();
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {

@@ -1,0 +1,289 @@
+//! Machines come and go on the lab (3 control planes, 2 workers, Ichor
+//! adopted; the controller `ichor adopt` installed does the work, the lab
+//! only plays the nodes):
+//!
+//! - a worker and a control plane added from maintenance mode are joined
+//!   (their TalosMachines released), Member, their Nodes Ready, no drift,
+//!   and etcd counts 4 healthy voters;
+//! - a worker is removed: its drain waits on a PodDisruptionBudget that
+//!   allows nothing (named in status) until the budget goes; the
+//!   controller is SIGKILLed once the Reset is recorded, and the one it
+//!   restarts finishes: one Reset in the write log, the node back in
+//!   maintenance mode, its Node gone, the TalosMachine gone;
+//! - a control plane is replaced (`spec.replaces`): the new one joins
+//!   first, the old one is removed; the emulator's membership log never has
+//!   fewer healthy voters than a majority, and a probe loop against the
+//!   Kubernetes API counts its failures (printed).
+
+#![allow(clippy::print_stdout)]
+
+use std::time::{Duration, Instant};
+
+use ichor_api::{MembershipPhase, TalosMachine};
+use ichor_lab::{NewNode, NodeRole};
+use ichor_talemu::WriteAction;
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, PostParams};
+
+use crate::common::{LabHarness, NS, ready_pod, run, text};
+use crate::operations_lab_e2e::controller_pid;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+async fn wait_for<F, Fut>(h: &LabHarness, what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let waited = tokio::time::timeout(WAIT, async {
+        while !done().await {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "waited in vain for {what}\n{}", h.logs());
+}
+
+fn phase(m: &TalosMachine) -> Option<MembershipPhase> {
+    m.status.as_ref()?.membership.as_ref().map(|s| s.phase)
+}
+
+fn node_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// A released TalosMachine for a node added to the lab.
+fn machine(name: &str, role: &str, address: &str, replaces: Option<&str>) -> TalosMachine {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosMachine",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"clusterRef": {"name": "lab"}, "role": role, "address": address,
+            "hold": false, "replaces": replaces}
+    }))
+    .unwrap()
+}
+
+async fn add(h: &mut LabHarness, role: NodeRole, replaces: Option<&str>) -> (String, usize) {
+    let node = h
+        .lab
+        .add_node(NewNode { role, shape: None })
+        .await
+        .expect("a node in maintenance mode");
+    let m = machine(
+        &node.hostname,
+        role.as_str(),
+        &node.address.to_string(),
+        replaces,
+    );
+    Api::<TalosMachine>::namespaced(h.client().await, NS)
+        .create(&PostParams::default(), &m)
+        .await
+        .unwrap();
+    (node.hostname, node.index)
+}
+
+/// Member, its Node Ready, no drift.
+async fn joined(h: &LabHarness, name: &str) {
+    let machines = Api::<TalosMachine>::namespaced(h.client().await, NS);
+    let nodes = Api::<Node>::all(h.client().await);
+    wait_for(h, &format!("{name} joined, Ready, no drift"), || async {
+        let m = machines.get(name).await.unwrap();
+        let drift_read = m
+            .status
+            .as_ref()
+            .is_some_and(|s| s.config_hash.is_some() && s.drift.is_empty());
+        phase(&m) == Some(MembershipPhase::Member)
+            && drift_read
+            && nodes
+                .get_opt(name)
+                .await
+                .unwrap()
+                .is_some_and(|n| node_ready(&n))
+    })
+    .await;
+}
+
+async fn gone(h: &LabHarness, name: &str) {
+    let machines = Api::<TalosMachine>::namespaced(h.client().await, NS);
+    let nodes = Api::<Node>::all(h.client().await);
+    wait_for(
+        h,
+        &format!("{name}'s TalosMachine and Node gone"),
+        || async {
+            machines.get_opt(name).await.unwrap().is_none()
+                && nodes.get_opt(name).await.unwrap().is_none()
+        },
+    )
+    .await;
+}
+
+fn resets(h: &LabHarness, node: &str) -> usize {
+    h.lab
+        .emulator
+        .writes()
+        .iter()
+        .filter(|w| w.node == node && matches!(w.action, WriteAction::Reset { .. }))
+        .count()
+}
+
+/// Covers: R14.1, R14.2, R14.4, R14.11, R14.12, R14.13
+#[tokio::test(flavor = "multi_thread")]
+async fn machines_join_leave_and_a_control_plane_is_replaced_on_the_lab() {
+    let started = Instant::now();
+    let mut h = LabHarness::up(|o| {
+        o.nodes = 5;
+        o.control_planes = 3;
+    })
+    .await;
+    let out = run(h.adopt(&[]));
+    assert!(out.status.success(), "adopt failed:\n{}", text(&out));
+    let client = h.client().await;
+    let machines = Api::<TalosMachine>::namespaced(client.clone(), NS);
+    for name in ["lab-worker-1", "lab-cp-3"] {
+        machines
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"spec": {"hold": false}})),
+            )
+            .await
+            .unwrap();
+    }
+    let adopted = started.elapsed();
+
+    // Join: a worker and a control plane from maintenance mode.
+    let (worker, _) = add(&mut h, NodeRole::Worker, None).await;
+    let (cp, _) = add(&mut h, NodeRole::ControlPlane, None).await;
+    joined(&h, &worker).await;
+    joined(&h, &cp).await;
+    let last = h.lab.emulator.membership_log().last().cloned().unwrap();
+    assert_eq!((last.voters, last.healthy_voters), (4, 4), "{last:?}");
+    let joins = started.elapsed();
+
+    // Remove a worker: its pod under a budget that allows nothing.
+    let victim = "lab-worker-1";
+    let victim_index = h.lab.hostnames.iter().position(|n| n == victim).unwrap();
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "apps"}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    ready_pod(&client, "apps", "web-1", "web", victim).await;
+    let pdb: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "apps"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .unwrap();
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), "apps");
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    let gate = h.lab.emulator.hold_reboots(victim_index);
+    machines
+        .delete(victim, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(&h, "the drain to name the budget", || async {
+        machines
+            .get(victim)
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.membership)
+            .is_some_and(|m| {
+                m.phase == MembershipPhase::Leaving
+                    && m.step.as_deref() == Some("Drain")
+                    && m.plan == ["Cordon", "Drain", "Reset", "DeleteNode"]
+            })
+    })
+    .await;
+    let nodes = Api::<Node>::all(client.clone());
+    assert!(
+        nodes
+            .get(victim)
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .unschedulable
+            .unwrap_or(false)
+    );
+    pdbs.delete("web", &DeleteParams::default()).await.unwrap();
+    wait_for(&h, "the Reset recorded as sent", || async {
+        machines
+            .get(victim)
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.membership)
+            .is_some_and(|m| m.reset_sent_boot_id.is_some())
+    })
+    .await;
+    // SIGKILL the controller with the node down in its reset; the lab's
+    // kubelet starts it again and it resumes from status.
+    let pid = controller_pid(&h).expect("the controller's process");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    wait_for(&h, "the killed controller to be gone", || async {
+        controller_pid(&h) != Some(pid)
+    })
+    .await;
+    gate.open();
+    gone(&h, victim).await;
+    assert_eq!(resets(&h, victim), 1, "one Reset\n{}", h.logs());
+    assert!(
+        h.lab.emulator.in_maintenance(victim_index),
+        "back in maintenance mode"
+    );
+    let removal = started.elapsed();
+
+    // Replace lab-cp-3, with a probe loop against the Kubernetes API.
+    let log_from = h.lab.emulator.membership_log().len();
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let failed = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let probe = {
+        let (client, answered, failed) = (client.clone(), answered.clone(), failed.clone());
+        tokio::spawn(async move {
+            loop {
+                let counter = match Api::<Namespace>::all(client.clone())
+                    .get_opt("default")
+                    .await
+                {
+                    Ok(_) => &answered,
+                    Err(_) => &failed,
+                };
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let (new_cp, _) = add(&mut h, NodeRole::ControlPlane, Some("lab-cp-3")).await;
+    joined(&h, &new_cp).await;
+    gone(&h, "lab-cp-3").await;
+    probe.abort();
+    let ok = answered.load(std::sync::atomic::Ordering::Relaxed);
+    let failed = failed.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(ok > 0, "the probe ran");
+    let log = h.lab.emulator.membership_log();
+    for change in &log[log_from..] {
+        assert!(
+            change.healthy_voters >= change.voters / 2 + 1,
+            "below a majority: {change:?}\n{log:?}"
+        );
+    }
+    let last = log.last().unwrap();
+    assert_eq!((last.voters, last.healthy_voters), (4, 4), "{log:?}");
+    assert_eq!(resets(&h, "lab-cp-3"), 1);
+    println!(
+        "membership lab: adopted {adopted:?}, joined {:?}, worker removed {:?}, replaced {:?}; API probe during the replacement: {ok} answered, {failed} failed",
+        joins - adopted,
+        removal - joins,
+        started.elapsed() - removal
+    );
+}
