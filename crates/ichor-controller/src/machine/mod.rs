@@ -17,7 +17,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::StreamExt as _;
-use ichor_api::conditions::{self, reasons};
+use ichor_api::conditions::{self, gitops, reasons};
 use ichor_api::{MachineRole, TalosCluster, TalosMachine, TalosMachineStatus};
 use ichor_reconcile::machine::{decide_apply, held_condition, ready_condition};
 use ichor_talos_client::ClientOptions;
@@ -204,7 +204,12 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
         )),
     }
     .map(|(t, r, n)| (t, r.to_owned(), n));
-    conditions::set(&mut status.conditions, ready);
+    gitops::settle(
+        &mut status.conditions,
+        &gitops::machine(&ready),
+        generation,
+        &now,
+    );
     if let Some((type_, reason, note)) = event {
         publish(&ctx, &machine.metadata, type_, &reason, note).await;
     }

@@ -198,11 +198,12 @@ impl Run<'_> {
     }
 
     pub(super) async fn write(&self, status: &TalosOperationStatus) -> Result<()> {
+        let status = super::settled(status, self.op, self.now());
         pipeline::write_status::<TalosOperation>(
             &self.ctx.client,
             &self.namespace,
             &self.op.name_any(),
-            status,
+            &status,
         )
         .await
     }

@@ -107,6 +107,24 @@ fn finished(status: &TalosOperationStatus) -> bool {
     )
 }
 
+/// `status` with Ready, Reconciling and Stalled as its phase says
+/// (`ichor_api::conditions::gitops::operation`), as every write sends it.
+fn settled(
+    status: &TalosOperationStatus,
+    op: &TalosOperation,
+    now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) -> TalosOperationStatus {
+    let mut status = status.clone();
+    let summary = ichor_api::conditions::gitops::operation(&status);
+    ichor_api::conditions::gitops::settle(
+        &mut status.conditions,
+        &summary,
+        op.metadata.generation,
+        &now,
+    );
+    status
+}
+
 fn cancel_requested(op: &TalosOperation) -> bool {
     op.metadata.deletion_timestamp.is_some() || op.annotations().contains_key(CANCEL_ANNOTATION)
 }
@@ -147,6 +165,7 @@ async fn reconcile(
         clients: BTreeMap::new(),
     };
     let action = run.drive(&mut status).await;
+    let status = settled(&status, op, (ctx.clock)());
     pipeline::write_status::<TalosOperation>(&ctx.client, &namespace, &name, &status).await?;
     if finished(&status) {
         set_finalizer(&ctx, op, false).await?;
