@@ -236,17 +236,22 @@ pub struct Monitoring {
     pub dashboards: Dashboards,
 }
 
+/// A Prometheus duration or empty: the Prometheus Operator's own pattern
+/// for an endpoint's interval (it takes the empty text too).
+const DURATION: &str =
+    r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$";
+
 /// A ServiceMonitor or a PodMonitor for the controller's /metrics (one of
 /// the two, never both).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ScrapeMonitor {
     pub enabled: bool,
-    /// How often Prometheus scrapes (30s, 1m); empty: Prometheus's own.
-    #[schemars(regex(pattern = r"^(|[0-9]+(ms|s|m|h))$"))]
+    /// How often Prometheus scrapes (30s, 1m30s); empty: Prometheus's own.
+    #[schemars(regex(pattern = DURATION))]
     pub interval: String,
     /// Empty: Prometheus's own.
-    #[schemars(regex(pattern = r"^(|[0-9]+(ms|s|m|h))$"))]
+    #[schemars(regex(pattern = DURATION))]
     pub scrape_timeout: String,
     /// Labels your Prometheus selects monitors by (kube-prometheus-stack:
     /// `release: <its release name>`).

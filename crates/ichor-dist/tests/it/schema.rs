@@ -148,6 +148,8 @@ fn the_defaults_and_the_monitoring_switches_pass_the_schema() {
                 "--set",
                 "monitoring.serviceMonitor.scrapeTimeout=10s",
                 "--set",
+                "monitoring.serviceMonitor.interval=1m30s",
+                "--set",
                 "monitoring.prometheusRule.enabled=true",
                 "--set",
                 "monitoring.dashboards.enabled=true",
