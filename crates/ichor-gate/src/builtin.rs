@@ -69,11 +69,26 @@ pub struct EtcdMember {
     pub is_learner: bool,
 }
 
+/// Whether the etcd gate judges every member's health, or only that none is
+/// missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EtcdScope {
+    /// Every member started and none a learner, and none missing.
+    Full,
+    /// Only that the list reads and no member is missing: a batch of control
+    /// planes is about to start, and each one's own etcd check (bounded,
+    /// failing the operation naming the member) judges the members' health
+    /// before that node goes down.
+    MembersOnly,
+}
+
 /// etcd healthy with all members: the list could be read, as many members
-/// as the cluster has control planes, each started and none a learner.
+/// as the cluster has control planes, each started and none a learner
+/// (the last two left out under [`EtcdScope::MembersOnly`]).
 pub fn etcd_healthy(
     members: Result<&[EtcdMember], &str>,
     control_planes: usize,
+    scope: EtcdScope,
 ) -> Option<GateFailure> {
     let fail = |object: Option<String>, value: String| GateFailure {
         check: ETCD_HEALTHY.to_string(),
@@ -84,6 +99,18 @@ pub fn etcd_healthy(
         Ok(m) => m,
         Err(why) => return Some(fail(None, format!("the member list failed: {why}"))),
     };
+    if members.len() < control_planes {
+        return Some(fail(
+            None,
+            format!(
+                "{} members for {control_planes} control planes",
+                members.len()
+            ),
+        ));
+    }
+    if scope == EtcdScope::MembersOnly {
+        return None;
+    }
     if let Some(m) = members.iter().find(|m| m.name.is_empty()) {
         return Some(fail(
             Some(format!("etcd member {:x}", m.id)),
@@ -94,15 +121,6 @@ pub fn etcd_healthy(
         return Some(fail(
             Some(format!("etcd member {}", m.name)),
             "a learner".to_string(),
-        ));
-    }
-    if members.len() < control_planes {
-        return Some(fail(
-            None,
-            format!(
-                "{} members for {control_planes} control planes",
-                members.len()
-            ),
         ));
     }
     None
@@ -187,14 +205,22 @@ mod tests {
             is_learner,
         };
         let three = [m(1, "cp1", false), m(2, "cp2", false), m(3, "cp3", false)];
-        assert_eq!(etcd_healthy(Ok(&three), 3), None);
-        let f = etcd_healthy(Ok(&three[..2]), 3).unwrap();
+        let full = EtcdScope::Full;
+        assert_eq!(etcd_healthy(Ok(&three), 3, full), None);
+        let f = etcd_healthy(Ok(&three[..2]), 3, full).unwrap();
         assert_eq!(f.value.as_deref(), Some("2 members for 3 control planes"));
-        let f = etcd_healthy(Ok(&[m(1, "cp1", false), m(10, "", false)]), 2).unwrap();
+        let unstarted = [m(1, "cp1", false), m(10, "", false)];
+        let f = etcd_healthy(Ok(&unstarted), 2, full).unwrap();
         assert_eq!(f.object.as_deref(), Some("etcd member a"));
-        let f = etcd_healthy(Ok(&[m(1, "cp1", true)]), 1).unwrap();
+        let f = etcd_healthy(Ok(&[m(1, "cp1", true)]), 1, full).unwrap();
         assert_eq!(f.value.as_deref(), Some("a learner"));
-        assert!(etcd_healthy(Err("connection refused"), 1).is_some());
+        assert!(etcd_healthy(Err("connection refused"), 1, full).is_some());
+        // Before a batch of control planes, their own etcd check judges
+        // the members' health; the gate still sees one missing.
+        let only = EtcdScope::MembersOnly;
+        assert_eq!(etcd_healthy(Ok(&unstarted), 2, only), None);
+        assert!(etcd_healthy(Ok(&three[..2]), 3, only).is_some());
+        assert!(etcd_healthy(Err("connection refused"), 1, only).is_some());
     }
 
     /// Covers: R15.6

@@ -14,7 +14,7 @@ use ichor_api::machine::{MachineRole, TalosMachine};
 use ichor_api::operation::{
     HEALTH_CHECK_FAILED, HealthCheckTarget, MachineStep, OperationPhase, TalosOperationStatus,
 };
-use ichor_gate::builtin::{self, EtcdMember};
+use ichor_gate::builtin::{self, EtcdMember, EtcdScope};
 use ichor_gate::{CompiledCheck, GateDecision, GateFailure};
 use ichor_reconcile::operation::Next;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -34,6 +34,26 @@ fn gate_point(next: &Next) -> bool {
         Next::Succeed => true,
         Next::Steps(steps) => steps.iter().any(|(_, s)| *s == MachineStep::Pending),
         Next::Cancel | Next::Fail { .. } => false,
+    }
+}
+
+/// Before a batch holding a control plane, that machine's own etcd check
+/// (bounded, failing the operation naming the member) judges the members'
+/// health; the gate only sees that none is missing.
+fn etcd_scope(status: &TalosOperationStatus, next: &Next) -> EtcdScope {
+    let Next::Steps(steps) = next else {
+        return EtcdScope::Full;
+    };
+    let control_plane = steps.iter().any(|(machine, _)| {
+        status
+            .plan
+            .iter()
+            .any(|p| &p.machine == machine && p.role == MachineRole::Controlplane)
+    });
+    if control_plane {
+        EtcdScope::MembersOnly
+    } else {
+        EtcdScope::Full
     }
 }
 
@@ -66,7 +86,8 @@ impl Run<'_> {
         let (failure, timeout) = if skip {
             (None, 0)
         } else {
-            self.first_failure(&checks).await?
+            self.first_failure(&checks, etcd_scope(status, next))
+                .await?
         };
         let now = self.now();
         match ichor_gate::decide(status.health_gate.as_ref(), failure, timeout, skip, &now) {
@@ -148,6 +169,7 @@ impl Run<'_> {
     async fn first_failure(
         &mut self,
         checks: &[CompiledCheck],
+        etcd_scope: EtcdScope,
     ) -> Result<(Option<GateFailure>, u64)> {
         let none = BTreeSet::new();
         let nodes = Api::<Node>::all(self.ctx.client.clone())
@@ -159,7 +181,7 @@ impl Run<'_> {
         if let Some(f) = builtin::nodes_ready(&nodes.items, &none) {
             return Ok((Some(f), 0));
         }
-        if let Some(f) = self.etcd_gate().await? {
+        if let Some(f) = self.etcd_gate(etcd_scope).await? {
             return Ok((Some(f), 0));
         }
         let pods = Api::<Pod>::namespaced(self.ctx.client.clone(), "kube-system")
@@ -190,7 +212,7 @@ impl Run<'_> {
 
     /// etcd through the Talos API of the cluster's first control plane:
     /// as many members as control planes, all started, none a learner.
-    async fn etcd_gate(&mut self) -> Result<Option<GateFailure>> {
+    async fn etcd_gate(&mut self, scope: EtcdScope) -> Result<Option<GateFailure>> {
         let cluster = self.cluster().await?;
         let cluster_name = cluster.name_any();
         let mut control_planes: Vec<TalosMachine> =
@@ -231,6 +253,7 @@ impl Run<'_> {
         Ok(builtin::etcd_healthy(
             members.as_deref().map_err(String::as_str),
             control_planes.len(),
+            scope,
         ))
     }
 

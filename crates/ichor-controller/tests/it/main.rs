@@ -8,6 +8,7 @@ mod common;
 mod fan_out;
 mod fuzz_webhook;
 mod handover_inventory;
+mod health_gates;
 mod hold_race;
 mod http;
 mod machines;
