@@ -14,6 +14,7 @@ mod init_bad_input_e2e;
 mod init_lab_e2e;
 mod lab_pods_e2e;
 mod least_privilege_e2e;
+mod observability_lab_e2e;
 mod machine_cli;
 mod membership_lab_e2e;
 mod operation_cli;
