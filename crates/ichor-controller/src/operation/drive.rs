@@ -6,7 +6,9 @@ use ichor_api::conditions::{self, Status, reasons, types};
 use ichor_api::operation::{
     MachineStep, OperationKind, OperationPhase, TalosOperation, TalosOperationStatus,
 };
-use ichor_reconcile::operation::{self as decide, Next, OperationBounds, StepOutcome};
+use ichor_reconcile::operation::{
+    self as decide, Next, OperationBounds, StepOutcome, duration, path,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt as _;
 use kube::api::Api;
@@ -42,6 +44,10 @@ impl Run<'_> {
         if let Some(action) = self.window_first(status).await? {
             return Ok(action);
         }
+        self.keep_silence(status).await;
+        if let Some(action) = self.pre_pull_first(status).await? {
+            return Ok(action);
+        }
         if let Some(action) = self.backup_first(status).await? {
             return Ok(action);
         }
@@ -55,6 +61,12 @@ impl Run<'_> {
                 return Ok(action);
             }
             match next {
+                Next::Succeed if path::next_hop(status).is_some() => {
+                    self.next_hop(status).await?;
+                    if let Some(action) = self.pre_pull_first(status).await? {
+                        return Ok(action);
+                    }
+                }
                 Next::Succeed => {
                     let message = decide::succeeded_message(status);
                     self.finish(
@@ -160,6 +172,19 @@ impl Run<'_> {
         Ok(None)
     }
 
+    /// Every machine is done with the current hop: the next one starts
+    /// (recorded before any of its steps).
+    async fn next_hop(&self, status: &mut TalosOperationStatus) -> Result<()> {
+        let Some(hop) = path::next_hop(status) else {
+            return Ok(());
+        };
+        path::enter_hop(status, &hop, &self.now());
+        let note = format!("every machine reached the previous hop; now to {hop}");
+        status.message = Some(note.clone());
+        publish(self.ctx, self.op, EventType::Normal, "NextHop", note).await;
+        self.write(status).await
+    }
+
     /// The Skipped condition: which machines the operation left alone.
     pub(super) fn set_skipped(&self, status: &mut TalosOperationStatus, skipped: &[String]) {
         let reason = if skipped.is_empty() {
@@ -246,6 +271,10 @@ impl Run<'_> {
             .operation_phase(self.op.spec.kind.as_str(), from, phase_name);
         status.phase = Some(phase);
         status.completion_time = Some(self.now());
+        if let Some(start) = &status.start_time {
+            status.duration = Some(duration::words(duration::between(start, &self.now())));
+        }
+        self.expire_silence(status).await;
         status.next_window = None;
         status.message = Some(message.clone());
         self.set(

@@ -42,6 +42,8 @@ pub mod ichor;
 mod kubernetes;
 pub mod manifests;
 mod plan;
+mod prepull;
+mod silence;
 mod step;
 mod window;
 

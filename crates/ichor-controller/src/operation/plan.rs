@@ -2,11 +2,13 @@
 //! node), ask `ichor_reconcile::operation::plan`, and write the plan before
 //! anything is touched.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ichor_api::conditions::reasons;
 use ichor_api::operation::{OperationKind, OperationPhase, PlanEntry, TalosOperationStatus};
 use ichor_api::{TalosCluster, TalosMachine};
+use ichor_reconcile::operation::path::{self, MachinePathRefused};
 use ichor_reconcile::operation::{self as decide, MachineFacts, PlanOutcome};
 use ichor_talos_client::{ClientOptions, TalosClient};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -76,7 +78,17 @@ impl Run<'_> {
                         .await;
                     return Ok(Action::await_change());
                 }
-                Ok(self.start_plan(status, plan, &facts, &now).await)
+                let hops = match talos_hops(spec, &plan, &facts) {
+                    Ok(hops) => hops,
+                    Err(refused) => {
+                        let message = ichor_api::error_text::chain(&refused);
+                        let reason = reasons::UNSUPPORTED_VERSION_PATH;
+                        self.finish(status, OperationPhase::Failed, reason, message)
+                            .await;
+                        return Ok(Action::await_change());
+                    }
+                };
+                Ok(self.start_plan(status, plan, &facts, &hops, &now).await)
             }
         }
     }
@@ -109,18 +121,23 @@ impl Run<'_> {
         let machines = self.machines(cluster_name).await?;
         let mut facts = Vec::with_capacity(machines.len());
         for m in &machines {
-            // The Node name from the node itself; the machine's name when it does not answer.
-            let node_name = match self.client(m, cluster).await {
-                Ok(c) => c.nodename("").await.ok().map(|n| n.nodename),
-                Err(_) => None,
-            }
-            .filter(|n| !n.is_empty());
+            // The Node name and the Talos version from the node itself; the
+            // machine's name and its status when it does not answer.
+            let (node_name, running) = match self.client(m, cluster).await {
+                Ok(c) => (
+                    c.nodename("").await.ok().map(|n| n.nodename),
+                    c.version("").await.ok().map(|v| v.tag),
+                ),
+                Err(_) => (None, None),
+            };
+            let node_name = node_name.filter(|n| !n.is_empty());
             facts.push(MachineFacts {
                 name: m.name_any(),
                 role: m.spec.role,
                 held: m.spec.hold,
                 node_name: node_name.or_else(|| Some(m.name_any())),
-                talos_version: m.status.as_ref().and_then(|s| s.talos_version.clone()),
+                talos_version: running
+                    .or_else(|| m.status.as_ref().and_then(|s| s.talos_version.clone())),
             });
         }
         Ok(facts)
@@ -134,6 +151,7 @@ impl Run<'_> {
         status: &mut TalosOperationStatus,
         plan: Vec<PlanEntry>,
         facts: &[MachineFacts],
+        hops: &BTreeMap<String, Vec<String>>,
         now: &Time,
     ) -> Action {
         let spec = &self.op.spec;
@@ -144,6 +162,7 @@ impl Run<'_> {
                 .find(|f| f.name == p.machine)
                 .and_then(|f| f.node_name.clone());
         }
+        path::start_hops(status, hops, now);
         let skipped = decide::skipped_summary(&plan);
         status.plan = plan;
         let order = status
@@ -153,6 +172,10 @@ impl Run<'_> {
             .map(|e| e.machine.as_str())
             .collect::<Vec<_>>()
             .join(" → ");
+        let order = match path::hops_words(status) {
+            Some(hops) => format!("{order}; through {hops}"),
+            None => order,
+        };
         self.set_skipped(status, &skipped);
         publish(
             self.ctx,
@@ -249,4 +272,24 @@ impl Run<'_> {
                 self.namespace
             )))
     }
+}
+
+/// A talos-upgrade's hops per upgraded machine, from the versions its
+/// nodes run (none for the other kinds).
+fn talos_hops(
+    spec: &ichor_api::operation::TalosOperationSpec,
+    plan: &[PlanEntry],
+    facts: &[MachineFacts],
+) -> std::result::Result<BTreeMap<String, Vec<String>>, MachinePathRefused> {
+    let Some(target) = spec.version.as_deref() else {
+        return Ok(BTreeMap::new());
+    };
+    if spec.kind != OperationKind::TalosUpgrade {
+        return Ok(BTreeMap::new());
+    }
+    let versions = facts
+        .iter()
+        .filter_map(|f| Some((f.name.clone(), f.talos_version.clone()?)))
+        .collect();
+    path::machine_hops(target, plan, &versions)
 }

@@ -4,13 +4,14 @@
 //! machine's progress. Nothing here decides.
 
 use ichor_api::conditions::reasons;
-use ichor_api::machine::MachineRole;
-use ichor_api::operation::{MachineProgress, MachineStep, OperationKind, TalosOperationStatus};
+use ichor_api::operation::{
+    MachineProgress, MachineStep, OperationKind, TalosOperationSpec, TalosOperationStatus,
+};
 use ichor_api::{TalosCluster, TalosMachine};
 use ichor_reconcile::operation::step::{
     self, BootView, Effect, NodeStart, StartView, StepOutcome, Transition,
 };
-use ichor_reconcile::operation::{EtcdMemberView, ReturnView};
+use ichor_reconcile::operation::{EtcdMemberView, ReturnView, duration, path, pre_pull};
 use ichor_reconcile::why::Unanswered;
 use ichor_talos_client::TalosClient;
 use k8s_openapi::api::core::v1::Node;
@@ -39,21 +40,38 @@ impl Run<'_> {
             .iter()
             .position(|p| p.machine == machine)
             .expect("next() names machines of the status");
+        // The current hop's version and installer (the target's when the
+        // operation has one hop).
+        let spec = path::hop_spec(&op.spec, status);
+        let image = status.machines[index].image.as_deref();
+        let pulled_ahead = pre_pull::pulled_ahead(status, machine, image);
         let p = &mut status.machines[index];
         let Some(m) = m else {
             let gone = format!("TalosMachine {}/{machine} is gone", self.namespace);
             return Ok(step::fail(p, reasons::STEP_FAILED, gone, &now));
         };
         let role = m.spec.role;
-        let outcome = self.run_step(&m, &cluster, role, p, step, &now).await?;
+        let outcome = if step == MachineStep::Pulling && pulled_ahead {
+            StepOutcome::Advanced
+        } else {
+            self.run_step(&m, &cluster, &spec, p, step, &now).await?
+        };
         if outcome == StepOutcome::Advanced {
             let took = step::took(p.step_start_time.as_ref(), &now);
             self.ctx
                 .metrics
                 .operation_step(op.spec.kind.as_str(), step::step_name(p.step), took);
         }
-        let version = op.spec.version.as_deref();
-        if step::record(op.spec.kind, role, p, &outcome, &now, version) {
+        let version = spec.version.as_deref();
+        let done = step::record(op.spec.kind, role, p, &outcome, &now, version);
+        if done || matches!(outcome, StepOutcome::Failed(..)) {
+            p.duration = Some(duration::add(
+                p.duration.as_deref(),
+                p.start_time.as_ref(),
+                &now,
+            ));
+        }
+        if done {
             let done = format!("{machine}: done");
             publish(self.ctx, op, EventType::Normal, "MachineDone", done).await;
         }
@@ -66,18 +84,18 @@ impl Run<'_> {
         &mut self,
         m: &TalosMachine,
         cluster: &TalosCluster,
-        role: MachineRole,
+        spec: &TalosOperationSpec,
         p: &mut MachineProgress,
         step: MachineStep,
         now: &Time,
     ) -> Result<StepOutcome> {
-        let op = self.op;
+        let role = m.spec.role;
         let talos = self.client(m, cluster).await?;
         let bounds = self.bounds().clone();
         let transition = match step {
             MachineStep::Pending => {
                 let seen = self.observe_start(m, &talos).await;
-                step::start(&op.spec, p, seen, now)
+                step::start(spec, p, seen, now)
             }
             MachineStep::CheckingEtcd => {
                 step::check_etcd(p, observe_etcd(&talos).await, now, bounds.etcd)
@@ -96,11 +114,11 @@ impl Run<'_> {
                         .await
                         .map_err(|e| Unanswered(ichor_api::error_text::chain(&e))),
                 };
-                step::reboot(op.spec.kind, role, p, seen, now, bounds.node_return)
+                step::reboot(spec.kind, role, p, seen, now, bounds.node_return)
             }
             MachineStep::WaitingForReturn => {
                 let seen = self.observe_return(&talos, p).await?;
-                step::await_return(&op.spec, p, seen, now, bounds.node_return)
+                step::await_return(spec, p, seen, now, bounds.node_return)
             }
             MachineStep::Uncordoning => step::uncordon(p),
             MachineStep::Succeeded | MachineStep::Failed | MachineStep::Skipped => {

@@ -14,5 +14,6 @@ mod http;
 mod machines;
 mod malformed;
 mod operations;
+mod upgrade_paths;
 mod webhook;
 mod windows;

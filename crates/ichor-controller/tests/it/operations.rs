@@ -28,7 +28,7 @@ use serde_json::json;
 const TARGET: &str = "v1.14.0";
 const INSTALLER: &str = "ghcr.io/siderolabs/installer:v1.14.0";
 
-fn cluster(ns: &str) -> TalosCluster {
+pub(crate) fn cluster(ns: &str) -> TalosCluster {
     serde_json::from_value(json!({
         "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
         "metadata": {"name": "base", "namespace": ns},
@@ -41,26 +41,26 @@ fn cluster(ns: &str) -> TalosCluster {
 }
 
 /// One emulated machine of a test: its TalosMachine name, role and node hostname.
-struct Lab {
-    emu: Emulator,
+pub(crate) struct Lab {
+    pub(crate) emu: Emulator,
     /// (machine name, role, hostname = Node name)
-    machines: Vec<(String, &'static str, String)>,
+    pub(crate) machines: Vec<(String, &'static str, String)>,
 }
 
 impl Lab {
-    fn index(&self, machine: &str) -> usize {
+    pub(crate) fn index(&self, machine: &str) -> usize {
         self.machines
             .iter()
             .position(|(m, _, _)| m == machine)
             .expect("machine of the lab")
     }
 
-    fn host(&self, machine: &str) -> String {
+    pub(crate) fn host(&self, machine: &str) -> String {
         self.machines[self.index(machine)].2.clone()
     }
 
     /// The upgrade writes (pull, upgrade, forfeit, reboot) as `machine: action`, in order.
-    fn upgrade_writes(&self) -> Vec<String> {
+    pub(crate) fn upgrade_writes(&self) -> Vec<String> {
         self.emu
             .writes()
             .iter()
@@ -108,7 +108,7 @@ async fn lab_with(
 }
 
 /// [`lab_with`], each machine's node on the Talos version `talos` names.
-async fn lab_talos(
+pub(crate) async fn lab_talos(
     client: &kube::Client,
     ns: &str,
     machines: &[(&str, &'static str)],
@@ -190,7 +190,7 @@ async fn pod_on(client: &kube::Client, ns: &str, name: &str, node: &str, app: &s
         .unwrap();
 }
 
-fn operation(ns: &str, name: &str, kind: &str, machines: &[&str]) -> TalosOperation {
+pub(crate) fn operation(ns: &str, name: &str, kind: &str, machines: &[&str]) -> TalosOperation {
     let mut spec =
         json!({"kind": kind, "target": {"clusterRef": {"name": "base"}, "machines": machines}});
     if kind == "talos-upgrade" {
@@ -205,7 +205,7 @@ fn operation(ns: &str, name: &str, kind: &str, machines: &[&str]) -> TalosOperat
     .unwrap()
 }
 
-async fn finished(api: &Api<TalosOperation>, name: &str) -> TalosOperation {
+pub(crate) async fn finished(api: &Api<TalosOperation>, name: &str) -> TalosOperation {
     wait_for(&format!("TalosOperation {name} to finish"), || async {
         api.get(name).await.unwrap().status.is_some_and(|s| {
             matches!(
@@ -218,7 +218,7 @@ async fn finished(api: &Api<TalosOperation>, name: &str) -> TalosOperation {
     api.get(name).await.unwrap()
 }
 
-fn complete(op: &TalosOperation) -> (String, String, String) {
+pub(crate) fn complete(op: &TalosOperation) -> (String, String, String) {
     let c = conditions::find(&op.status.as_ref().unwrap().conditions, types::COMPLETE)
         .expect("Complete condition");
     (c.status.clone(), c.reason.clone(), c.message.clone())
@@ -263,7 +263,7 @@ async fn setup(
     }
 }
 
-fn quick() -> OperationBounds {
+pub(crate) fn quick() -> OperationBounds {
     OperationBounds {
         etcd: Duration::from_secs(60),
         drain: Duration::from_secs(60),
@@ -330,13 +330,18 @@ async fn talos_upgrade_in_order_skipping_the_held_worker() {
             ("w-1".into(), 3, "Upgrade runs Ichor's controller".into()),
         ]
     );
-    let mut expected = Vec::new();
+    // The installer is pulled on every planned machine before the first
+    // is touched (R15.4), then one machine after the other.
+    let mut expected: Vec<String> = ["cp-1", "cp-2", "cp-3", "w-1"]
+        .iter()
+        .map(|m| format!("{m}: pull"))
+        .collect();
     for cp in ["cp-1", "cp-2", "cp-3"] {
-        for a in ["pull", "upgrade", "forfeit", "reboot"] {
+        for a in ["upgrade", "forfeit", "reboot"] {
             expected.push(format!("{cp}: {a}"));
         }
     }
-    for a in ["pull", "upgrade", "reboot"] {
+    for a in ["upgrade", "reboot"] {
         expected.push(format!("w-1: {a}"));
     }
     assert_eq!(s.lab.upgrade_writes(), expected);
@@ -422,11 +427,12 @@ async fn a_node_back_on_its_old_version_fails_the_operation() {
     let w1 = &op.status.as_ref().unwrap().machines[0];
     assert_eq!(w1.step, MachineStep::Failed);
     assert_eq!(w1.version_after.as_deref(), Some("v1.13.9"));
-    // Stop the controller, then look: one upgrade, one reboot, nothing on w-2.
+    // Stop the controller, then look: one upgrade, one reboot, nothing on
+    // w-2 but the pull ahead of the first machine (R15.4).
     s.running.stop().await.unwrap();
     assert_eq!(
         s.lab.upgrade_writes(),
-        vec!["w-1: pull", "w-1: upgrade", "w-1: reboot"]
+        vec!["w-1: pull", "w-2: pull", "w-1: upgrade", "w-1: reboot"]
     );
     assert_eq!(op.status.unwrap().machines[1].step, MachineStep::Pending);
 }
@@ -1724,3 +1730,5 @@ async fn kind_ichor_on_an_installer_install_runs_the_installer_job() {
     }
     running.stop().await.unwrap();
 }
+
+mod kstatus;

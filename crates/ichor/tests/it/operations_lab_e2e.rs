@@ -194,7 +194,8 @@ pub(crate) fn controller_pid(h: &LabHarness) -> Option<u32> {
 ///   Ichor's node last, the held worker "skipped (held)"; the operation
 ///   Succeeded with the Skipped condition naming it, and the held worker
 ///   never written to;
-/// - the emulator's write log, exactly: per node pull, upgrade, (control
+/// - the emulator's write log, exactly: the installer pulled on every
+///   planned node, then per node upgrade, (control
 ///   planes: etcd leadership forfeited), reboot — one node after another in
 ///   plan order; each node's pod evicted (the API server's deletion) before
 ///   that node's reboot and after the previous one's;
@@ -369,10 +370,10 @@ async fn talos_upgrade_on_three_control_planes_then_stops() {
         "{c:?}"
     );
 
-    // The write log: one node after another, nothing to the held worker.
-    let mut want = Vec::new();
+    // The write log: the installer pulled on every planned node first
+    // (R15.4), then one node after another, nothing to the held worker.
+    let mut want: Vec<String> = order.iter().map(|m| format!("{m}: pull")).collect();
     for m in &order {
-        want.push(format!("{m}: pull"));
         want.push(format!("{m}: upgrade"));
         if cps.contains(m) {
             want.push(format!("{m}: forfeit"));
@@ -460,12 +461,23 @@ async fn talos_upgrade_on_three_control_planes_then_stops() {
     let fp = p.iter().find(|p| p.machine == first).unwrap();
     assert_eq!(fp.step, MachineStep::Failed);
     assert_eq!(fp.version_after.as_deref(), Some("v1.14.0"));
-    let once = vec![
-        format!("{first}: pull"),
+    // Every planned machine pulled the installer before the first was
+    // touched (R15.4); only the first was upgraded.
+    let planned: Vec<String> = op
+        .status
+        .as_ref()
+        .unwrap()
+        .plan
+        .iter()
+        .filter(|e| e.action != PlannedAction::Skip)
+        .map(|e| e.machine.clone())
+        .collect();
+    let mut once: Vec<String> = planned.iter().map(|m| format!("{m}: pull")).collect();
+    once.extend([
         format!("{first}: upgrade"),
         format!("{first}: forfeit"),
         format!("{first}: reboot"),
-    ];
+    ]);
     assert_eq!(node_writes(&h, start), once);
     // Nudge the controller (a change to the object) and look again: the
     // upgrade is never re-issued, no other node is written.
@@ -481,7 +493,10 @@ async fn talos_upgrade_on_three_control_planes_then_stops() {
     assert_eq!(node_writes(&h, start), once);
     assert_eq!(
         written_nodes(&h, start),
-        std::collections::BTreeSet::from([first.clone()])
+        planned
+            .iter()
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>()
     );
     h.lab
         .emulator

@@ -19,7 +19,8 @@ use serde_json::json;
 /// On a lab of one control plane and two workers, with the controller on
 /// the control plane and three pods under a budget of `maxUnavailable: 1`:
 /// the plan puts the workers first and Ichor's node last; the write log
-/// shows one node at a time (pull, upgrade, reboot), in that order; each
+/// shows the installer pulled on every node, then one node at a time
+/// (upgrade, reboot), in that order; each
 /// node's pods were evicted before its reboot (the budget let them go one
 /// at a time); every node comes back with a new boot id on the target
 /// version, recorded in status; the controller, evicted with its node,
@@ -143,9 +144,14 @@ async fn the_installed_controller_upgrades_talos_node_by_node() {
             Some(format!("{}: {action}", w.node))
         })
         .collect();
-    let mut want = Vec::new();
+    // The installer is pulled on every node before the first is touched
+    // (R15.4), then one node after another.
+    let mut want: Vec<String> = [&w1, &w2, &cp]
+        .iter()
+        .map(|node| format!("{node}: pull"))
+        .collect();
     for node in [&w1, &w2, &cp] {
-        for a in ["pull", "upgrade", "reboot"] {
+        for a in ["upgrade", "reboot"] {
             want.push(format!("{node}: {a}"));
         }
     }
