@@ -325,6 +325,47 @@ fn print_one(op: &TalosOperation, output: Option<OutputFormat>) -> anyhow::Resul
     Ok(())
 }
 
+/// A machine's progress after its plan line: the hops it passes when more
+/// than one, then `[step before → after in 41.007s: message]`.
+fn progress_words(p: &ichor_api::operation::MachineProgress) -> String {
+    let mut words = String::new();
+    if p.hops.len() > 1 {
+        words.push_str(&format!(" via {}", p.hops.join(" → ")));
+    }
+    words.push_str(&format!("  [{:?}", p.step));
+    if let (Some(a), Some(b)) = (&p.version_before, &p.version_after) {
+        words.push_str(&format!(" {a} → {b}"));
+    }
+    if let Some(took) = &p.duration {
+        words.push_str(&format!(" in {took}"));
+    }
+    if let Some(m) = &p.message {
+        words.push_str(&format!(": {m}"));
+    }
+    words.push(']');
+    words
+}
+
+/// `  pre-pull: cp-1 Pulled (0.012s), w-1 Failed (why)`, when the
+/// operation pulls ahead.
+fn pre_pull_lines(st: &ichor_api::operation::TalosOperationStatus) -> Vec<String> {
+    if st.pre_pull.is_empty() {
+        return Vec::new();
+    }
+    let each: Vec<String> = st
+        .pre_pull
+        .iter()
+        .map(|e| {
+            let detail = e.message.as_deref().or(e.duration.as_deref());
+            match detail {
+                Some(d) => format!("{} {:?} ({d})", e.machine, e.phase),
+                None => format!("{} {:?}", e.machine, e.phase),
+            }
+        })
+        .collect();
+    vec![format!("  pre-pull: {}", each.join(", "))]
+}
+
 /// `ns/name  kind  phase  message`.
 fn list_line(op: &TalosOperation) -> String {
     let st = op.status.clone().unwrap_or_default();
@@ -351,6 +392,16 @@ fn plan_lines(op: &TalosOperation) -> Vec<String> {
             None => "  next window: none (no window opens again)".to_string(),
         });
     }
+    if let Some(hops) = ichor_controller::operation_decide::path::hops_words(&st) {
+        let running = st.phase == Some(ichor_api::OperationPhase::Running);
+        lines.push(match st.current_hop.as_deref().filter(|_| running) {
+            Some(now) => format!("  through {hops} (now to {now})"),
+            None => format!("  through {hops}"),
+        });
+    }
+    if let Some(took) = &st.duration {
+        lines.push(format!("  took {took}"));
+    }
     for e in &st.plan {
         let progress = st.machines.iter().find(|p| p.machine == e.machine);
         let action = match e.action {
@@ -375,17 +426,11 @@ fn plan_lines(op: &TalosOperation) -> Vec<String> {
         if let Some(p) = progress
             && e.action != PlannedAction::Skip
         {
-            line.push_str(&format!("  [{:?}", p.step));
-            if let (Some(a), Some(b)) = (&p.version_before, &p.version_after) {
-                line.push_str(&format!(" {a} → {b}"));
-            }
-            if let Some(m) = &p.message {
-                line.push_str(&format!(": {m}"));
-            }
-            line.push(']');
+            line.push_str(&progress_words(p));
         }
         lines.push(line);
     }
+    lines.extend(pre_pull_lines(&st));
     if !st.components.is_empty() {
         lines.push("  component steps, in order:".to_string());
     }
@@ -489,6 +534,44 @@ mod tests {
             vec![
                 "ichor-system/up  reboot  Waiting  outside its maintenance window",
                 "  next window: 2026-12-05T02:00:00Z",
+            ]
+        );
+    }
+
+    /// A dry run to a release Talos cannot install in one step prints
+    /// every machine's hops, the operation's, and the pre-pull and times
+    /// once it runs.
+    /// Covers: R15.3, R15.4, R15.9
+    #[test]
+    fn a_plan_through_releases_shows_every_hop() {
+        let op: TalosOperation = serde_json::from_value(json!({
+            "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosOperation",
+            "metadata": {"name": "up", "namespace": "lab"},
+            "spec": {"kind": "talos-upgrade", "target": {"clusterRef": {"name": "lab"}}, "version": "v1.14.0", "dryRun": true},
+            "status": {
+                "phase": "Succeeded", "message": "dry run", "duration": "0.020s",
+                "plan": [
+                    {"machine": "cp-1", "role": "controlplane", "batch": 0, "action": "upgrade"},
+                    {"machine": "w-1", "role": "worker", "batch": 1, "action": "upgrade"}
+                ],
+                "machines": [
+                    {"machine": "cp-1", "step": "Pending", "hops": ["v1.13.9", "v1.14.0"]},
+                    {"machine": "w-1", "step": "Succeeded", "hops": ["v1.14.0"], "duration": "3.500s"}
+                ],
+                "currentHop": "v1.13.9",
+                "prePull": [{"machine": "cp-1", "image": "i:v1.13.9", "phase": "Pulled", "duration": "0.004s"}]
+            }
+        }))
+        .unwrap();
+        assert_eq!(
+            plan_lines(&op),
+            vec![
+                "lab/up  talos-upgrade  Succeeded  dry run",
+                "  through v1.13.9 → v1.14.0",
+                "  took 0.020s",
+                "    1  cp-1  controlplane  upgrade via v1.13.9 → v1.14.0  [Pending]",
+                "    2  w-1  worker  upgrade  [Succeeded in 3.500s]",
+                "  pre-pull: cp-1 Pulled (0.004s)",
             ]
         );
     }
