@@ -328,9 +328,14 @@ fn consent(command: &str, yes: bool, question: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The refusals as one error: each on its line, then that nothing was written.
+/// The refusals as one error: that nothing was written, then each on its
+/// line.
 fn refused(command: &str, lines: &[String]) -> anyhow::Error {
-    anyhow!("{}", lines.join("\n")).context(format!(
+    let text = match lines {
+        [one] => one.clone(),
+        many => format!("{} problems:\n  - {}", many.len(), many.join("\n  - ")),
+    };
+    anyhow!("{text}").context(format!(
         "ichor machine {command} refused; nothing was written"
     ))
 }
@@ -444,6 +449,12 @@ async fn join(place: &MachinePlace, r: JoinRequest<'_>, opts: &MachineJoin) -> a
     if opts.wait {
         let names: Vec<String> = planned.iter().map(|p| p.name.clone()).collect();
         follow::joined(&api, &names, opts.wait_timeout).await?;
+        if let Some(old) = replaces {
+            printer::step(&format!(
+                "waiting for the controller to remove {old}, now that its replacement counts"
+            ));
+            follow::removed(&api, old, opts.wait_timeout).await?;
+        }
     }
     Ok(())
 }

@@ -21,6 +21,9 @@ fn join_progress(m: Option<&TalosMachine>) -> (u64, String, bool) {
         return (0, "deleted while joining".into(), true);
     };
     let membership = m.status.as_ref().and_then(|s| s.membership.as_ref());
+    if membership.is_none() && !checks::is_ready(m) {
+        return (0, "waiting for the controller".into(), false);
+    }
     let say = |fallback: &str| {
         membership
             .and_then(|ms| ms.message.clone().or_else(|| ms.step.clone()))
@@ -34,14 +37,6 @@ fn join_progress(m: Option<&TalosMachine>) -> (u64, String, bool) {
         (MembershipPhase::Member, true) => (3, "Ready".into(), false),
         (MembershipPhase::Member, false) => {
             (2, say("joined; waiting for its Node to be Ready"), false)
-        }
-        (MembershipPhase::Joining, _)
-            if m.status
-                .as_ref()
-                .and_then(|s| s.membership.as_ref())
-                .is_none() =>
-        {
-            (1, "waiting for the controller".into(), false)
         }
         (MembershipPhase::Joining, _) => (1, format!("joining: {}", say("config applied")), false),
     }
@@ -107,11 +102,16 @@ pub async fn removed(api: &Api<TalosMachine>, name: &str, timeout: Duration) -> 
             .as_ref()
             .and_then(|s| ms.plan.iter().position(|p| p == s))
             .unwrap_or(0) as u64;
-        let words = match (&ms.step, &ms.message) {
-            (Some(step), Some(msg)) => format!("{step}: {msg}"),
-            (Some(step), None) => step.clone(),
-            (None, Some(msg)) => msg.clone(),
-            (None, None) => "waiting for the controller".into(),
+        let words = match (ms.phase, &ms.step, &ms.message) {
+            // The join's record until the controller writes the removal's plan.
+            (MembershipPhase::Joining | MembershipPhase::Member, _, _) => {
+                "waiting for the controller to plan the removal".to_string()
+            }
+            (_, Some(step), Some(msg)) if msg.starts_with(step.as_str()) => msg.clone(),
+            (_, Some(step), Some(msg)) => format!("{step}: {msg}"),
+            (_, Some(step), None) => step.clone(),
+            (_, None, Some(msg)) => msg.clone(),
+            (_, None, None) => "waiting for the controller".into(),
         };
         if ms.phase == MembershipPhase::Refused {
             bars.finish();
@@ -126,5 +126,50 @@ pub async fn removed(api: &Api<TalosMachine>, name: &str, timeout: Duration) -> 
             );
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ichor_api::{ClusterRef, MachineRole, MembershipStatus, TalosMachineSpec};
+
+    use super::*;
+
+    fn new_machine(membership: Option<MembershipPhase>) -> TalosMachine {
+        let mut m = TalosMachine::new(
+            "w-3",
+            TalosMachineSpec {
+                cluster_ref: ClusterRef { name: "lab".into() },
+                role: MachineRole::Worker,
+                address: "10.5.0.7".into(),
+                hold: false,
+                patches: Vec::new(),
+                removal: None,
+                replaces: None,
+            },
+        );
+        m.status = membership.map(|phase| ichor_api::TalosMachineStatus {
+            membership: Some(MembershipStatus {
+                phase,
+                message: Some("waiting for etcd to promote w-3".into()),
+                ..MembershipStatus::default()
+            }),
+            ..Default::default()
+        });
+        m
+    }
+
+    /// A machine the controller has not looked at is not "joined" yet;
+    /// a refusal ends the wait.
+    #[test]
+    fn a_join_is_followed_from_the_controller_s_record() {
+        assert_eq!(join_progress(Some(&new_machine(None))).0, 0);
+        let joining = join_progress(Some(&new_machine(Some(MembershipPhase::Joining))));
+        assert_eq!(
+            joining,
+            (1, "joining: waiting for etcd to promote w-3".into(), false)
+        );
+        assert!(join_progress(Some(&new_machine(Some(MembershipPhase::Refused)))).2);
+        assert!(join_progress(None).2);
     }
 }
