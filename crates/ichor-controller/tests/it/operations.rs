@@ -1732,5 +1732,3 @@ async fn kind_ichor_on_an_installer_install_runs_the_installer_job() {
 }
 
 mod kstatus;
-
-mod kstatus;
