@@ -133,15 +133,38 @@ impl Lab {
     }
 }
 
+/// What the lab's kubelets need to play a node configured later: its
+/// options, and (with [`LabOptions::components`]) an admin identity to read
+/// the node's Talos API for the components a control plane runs.
+pub(crate) struct Kubelets {
+    pub options: LabOptions,
+    pub admin: Option<ichor_talos_client::ClientIdentity>,
+}
+
+/// The component plays started for nodes configured later, stopped with
+/// the kubelets' task.
+#[derive(Default)]
+struct Plays(std::collections::HashMap<String, tokio::task::JoinHandle<()>>);
+
+impl Drop for Plays {
+    fn drop(&mut self) {
+        for play in self.0.values() {
+            play.abort();
+        }
+    }
+}
+
 /// Registers each node's Node as its kubelet would, when a config is
 /// applied to the node (the lab's nodes that start configured were
-/// registered when the lab came up). Runs until aborted.
+/// registered when the lab came up), and plays its components' mirror
+/// pods as the lab does for the others. Runs until aborted.
 pub(crate) fn spawn_kubelets(
     client: kube::Client,
     mut configured: tokio::sync::broadcast::Receiver<ConfiguredNode>,
-    options: LabOptions,
+    kubelets: Kubelets,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let mut plays = Plays::default();
         loop {
             let node = match configured.recv().await {
                 Ok(node) => node,
@@ -154,25 +177,51 @@ pub(crate) fn spawn_kubelets(
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             };
-            let kubelet = Kubelet {
-                name: &node.hostname,
-                address: node.address,
-                index: node.index,
-                control_plane: node.control_plane,
-                talos_version: &node.talos_version,
-            };
-            // A kubelet retries its registration until the API server takes it.
-            for attempt in 0..10u32 {
-                match register_node(&client, &kubelet, &options).await {
-                    Ok(()) => break,
+            register(&client, &node, &kubelets.options).await;
+            if let Some(admin) = &kubelets.admin
+                && !plays.0.contains_key(&node.hostname)
+            {
+                let endpoint = std::net::SocketAddr::new(node.address, 50000).to_string();
+                match ichor_talos_client::TalosClient::new(&endpoint, admin, Default::default()) {
+                    Ok(talos) => {
+                        let play = crate::components::spawn(
+                            client.clone(),
+                            vec![crate::components::LabKubelet {
+                                node: node.hostname.clone(),
+                                control_plane: node.control_plane,
+                                talos,
+                            }],
+                        );
+                        plays.0.insert(node.hostname.clone(), play);
+                    }
                     Err(e) => {
-                        tracing::warn!(node = %node.hostname, attempt, error = %ichor_api::error_text::chain(&e), "lab: registering a Node");
-                        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                        tracing::warn!(node = %node.hostname, error = %ichor_api::error_text::chain(&e), "lab: a client of the node's Talos API");
                     }
                 }
             }
         }
     })
+}
+
+/// Registers `node`'s Node, retried as a kubelet retries until the API
+/// server takes it.
+async fn register(client: &kube::Client, node: &ConfiguredNode, options: &LabOptions) {
+    let kubelet = Kubelet {
+        name: &node.hostname,
+        address: node.address,
+        index: node.index,
+        control_plane: node.control_plane,
+        talos_version: &node.talos_version,
+    };
+    for attempt in 0..10u32 {
+        match register_node(client, &kubelet, options).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::warn!(node = %node.hostname, attempt, error = %ichor_api::error_text::chain(&e), "lab: registering a Node");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

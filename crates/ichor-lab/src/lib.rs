@@ -498,7 +498,18 @@ impl Lab {
 
         let client = env.client().await;
         register_nodes(&client, &hostnames, &addresses, &options).await?;
-        let kubelets = grow::spawn_kubelets(client.clone(), emulator.configured(), options.clone());
+        let admin = options
+            .components
+            .then(|| emulator.client_identity(&ichor_talemu::ClientCertSpec::admin()))
+            .transpose()?;
+        let kubelets = grow::spawn_kubelets(
+            client.clone(),
+            emulator.configured(),
+            grow::Kubelets {
+                options: options.clone(),
+                admin,
+            },
+        );
         seed_cni(&client, &options).await?;
         let runner = options
             .ichor_bin

@@ -2,7 +2,8 @@
 //! the control socket `ichor-lab node add` uses) boot in maintenance mode;
 //! given the lab's configs over the insecure API, as `ichor init` gives
 //! them, their kubelets register their Nodes, which turn Ready with the
-//! lab's CNI, and the control plane joins the one etcd membership. The
+//! lab's CNI, the control plane's static pods show, and it joins the one
+//! etcd membership. The
 //! real talosctl resets the worker back to maintenance mode; its Node
 //! stays, the lab deletes nothing.
 
@@ -48,6 +49,7 @@ async fn nodes_added_to_a_running_lab_join_register_and_stay_registered_once_wip
     options.nodes = 2;
     options.control_planes = 1;
     options.cni = LabCni::Flannel;
+    options.components = true;
     let mut lab = ichor_lab::Lab::up(options.clone()).await.unwrap();
     let nodes: kube::Api<Node> = kube::Api::all(lab.client().await);
 
@@ -93,6 +95,16 @@ async fn nodes_added_to_a_running_lab_join_register_and_stay_registered_once_wip
         })
         .await;
     }
+    // Its kubelet runs the control plane's static pods, as the others'.
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(lab.client().await, "kube-system");
+    until("lab-cp-2's mirror pods", || async {
+        pods.get_opt("kube-apiserver-lab-cp-2")
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
     let log = until("lab-cp-2's promotion", || async {
         let log = lab.emulator.membership_log();
         log.iter()
