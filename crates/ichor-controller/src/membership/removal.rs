@@ -13,14 +13,13 @@ use ichor_api::{
 use ichor_reconcile::membership::quorum::{Leave, may_leave};
 use ichor_reconcile::membership::record::{progress_of, record};
 use ichor_reconcile::membership::removal::{self, Next, Options, Progress, Seen, Step, plan, sent};
-use ichor_talos::version::Version;
 use ichor_talos_client::{ResetRequest, TalosClient};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt as _;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
-use super::view::{self, EtcdView, STAGE_MAINTENANCE, STAGE_RESETTING};
+use super::view::{self, EtcdView, STAGE_RESETTING};
 use super::{event, membership, node, reasons, set, set_finalizer, write};
 use crate::{Context, Result};
 
@@ -34,7 +33,6 @@ struct Look {
     seen: Seen,
     /// The node's admin client, when it answers.
     talos: Option<TalosClient>,
-    talos_version: Option<String>,
     /// The node's etcd member id, and etcd as the control planes see it.
     member_id: Option<u64>,
     etcd: Option<EtcdView>,
@@ -248,12 +246,8 @@ async fn look(
 ) -> Result<Look> {
     let mut seen = Seen::default();
     let talos = match view::admin(ctx, cluster, machine, &machine.spec.address).await {
-        Ok(c) => c.version("").await.ok().map(|v| (c, v.tag)),
+        Ok(c) => c.version("").await.ok().map(|_| c),
         Err(_) => None,
-    };
-    let (talos, talos_version) = match talos {
-        Some((c, v)) => (Some(c), Some(v)),
-        None => (None, None),
     };
     if let Some(c) = &talos {
         seen.node_answers = true;
@@ -265,7 +259,6 @@ async fn look(
     } else if let Some(m) = view::maintenance(ctx, &machine.spec.address).await {
         seen.maintenance = true;
         seen.boot_id = m.client.boot_id("").await.ok();
-        let _ = STAGE_MAINTENANCE;
     }
     if let Some(n) = view::node(ctx, name).await? {
         seen.node_exists = true;
@@ -293,7 +286,6 @@ async fn look(
     Ok(Look {
         seen,
         talos,
-        talos_version,
         member_id,
         etcd,
     })
@@ -325,13 +317,10 @@ async fn act(
         }
         Step::LeaveEtcd => on_node.etcd_leave_cluster("").await.map_err(talos_error),
         Step::Reset => {
-            let v1_14 = look
-                .talos_version
-                .as_deref()
-                .and_then(|v| Version::parse(v).ok())
-                .is_some_and(|v| v.major_minor() >= (1, 14));
+            // A node whose volumes cannot be listed gets STATE and EPHEMERAL wiped.
+            let volumes = on_node.volume_labels("").await.unwrap_or_default();
             on_node
-                .reset("", &ResetRequest::back_to_maintenance(v1_14))
+                .reset("", &ResetRequest::back_to_maintenance(&volumes))
                 .await
                 .map(|_| ())
                 .map_err(talos_error)

@@ -29,12 +29,17 @@ pub struct ResetRequest {
 
 impl ResetRequest {
     /// A graceful reset that reboots into maintenance mode: STATE and
-    /// EPHEMERAL wiped, and from Talos v1.14 the dedicated volumes too.
-    pub fn back_to_maintenance(v1_14_volumes: bool) -> Self {
+    /// EPHEMERAL wiped, and the volumes Talos v1.14 may carve out of
+    /// EPHEMERAL among `volumes` (the node's, [`TalosClient::volume_labels`]):
+    /// Talos refuses a label it cannot find.
+    pub fn back_to_maintenance(volumes: &[String]) -> Self {
         let mut wipe = vec![STATE.to_string(), EPHEMERAL.to_string()];
-        if v1_14_volumes {
-            wipe.extend(DEDICATED_V1_14.iter().map(|l| l.to_string()));
-        }
+        wipe.extend(
+            DEDICATED_V1_14
+                .iter()
+                .filter(|l| volumes.iter().any(|v| v == *l))
+                .map(|l| l.to_string()),
+        );
         ResetRequest {
             graceful: true,
             reboot: true,
@@ -60,7 +65,22 @@ impl ResetRequest {
     }
 }
 
+/// The node's volumes (`VolumeStatuses.block.talos.dev`, by id).
+const VOLUME_STATUSES: (&str, &str) = ("runtime", "VolumeStatuses.block.talos.dev");
+
 impl TalosClient {
+    /// The ids of the node's volumes (`STATE`, `EPHEMERAL`, and on Talos
+    /// v1.14 `ETCD` and the others a config carved out).
+    pub async fn volume_labels(&self, node: &str) -> Result<Vec<String>, Error> {
+        let (namespace, r#type) = VOLUME_STATUSES;
+        Ok(self
+            .cosi_list(node, namespace, r#type)
+            .await?
+            .into_iter()
+            .map(|r| r.id)
+            .collect())
+    }
+
     /// `MachineService/EtcdLeaveCluster` on the control plane that leaves.
     pub async fn etcd_leave_cluster(&self, node: &str) -> Result<(), Error> {
         let call = "EtcdLeaveCluster";
@@ -100,8 +120,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn back_to_maintenance_wipes_state_and_ephemeral_and_the_v1_14_volumes() {
-        let r = ResetRequest::back_to_maintenance(false).to_proto();
+    fn back_to_maintenance_wipes_state_ephemeral_and_the_dedicated_volumes_there_are() {
+        let r = ResetRequest::back_to_maintenance(&[]).to_proto();
         assert!(r.graceful && r.reboot);
         let labels: Vec<_> = r
             .system_partitions_to_wipe
@@ -109,8 +129,15 @@ mod tests {
             .map(|p| (p.label.as_str(), p.wipe))
             .collect();
         assert_eq!(labels, [("STATE", true), ("EPHEMERAL", true)]);
-        let r = ResetRequest::back_to_maintenance(true).to_proto();
-        assert_eq!(r.system_partitions_to_wipe.len(), 6);
-        assert_eq!(r.mode, machine::reset_request::WipeMode::SystemDisk as i32);
+        let volumes: Vec<String> = ["META", "STATE", "EPHEMERAL", "ETCD", "LOG"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let r = ResetRequest::back_to_maintenance(&volumes);
+        assert_eq!(r.wipe, ["STATE", "EPHEMERAL", "ETCD", "LOG"]);
+        assert_eq!(
+            r.to_proto().mode,
+            machine::reset_request::WipeMode::SystemDisk as i32
+        );
     }
 }
