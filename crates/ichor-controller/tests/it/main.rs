@@ -14,6 +14,7 @@ mod http;
 mod machines;
 mod malformed;
 mod operations;
+mod spans;
 mod upgrade_paths;
 mod webhook;
 mod windows;
