@@ -392,6 +392,27 @@ fn plan_lines(op: &TalosOperation) -> Vec<String> {
             None => "  next window: none (no window opens again)".to_string(),
         });
     }
+    if let Some(g) = &st.health_gate {
+        let on = match (&g.object, &g.value) {
+            (Some(o), Some(v)) => format!(" on {o}: {v}"),
+            (Some(o), None) => format!(" on {o}"),
+            (None, Some(v)) => format!(": {v}"),
+            (None, None) => String::new(),
+        };
+        let since = g.since.as_ref().map(|t| format!(" (since {})", t.0));
+        lines.push(format!(
+            "  health gate {}{on}{}",
+            g.check,
+            since.unwrap_or_default()
+        ));
+        if st.phase == Some(ichor_api::OperationPhase::Paused) {
+            lines.push(format!(
+                "  paused until it passes; to go on anyway: kubectl annotate talosoperation {} {}=yes",
+                op.metadata.name.as_deref().unwrap_or_default(),
+                ichor_api::operation::SKIP_GATES_ANNOTATION
+            ));
+        }
+    }
     if let Some(hops) = ichor_controller::operation_decide::path::hops_words(&st) {
         let running = st.phase == Some(ichor_api::OperationPhase::Running);
         lines.push(match st.current_hop.as_deref().filter(|_| running) {
@@ -534,6 +555,29 @@ mod tests {
             vec![
                 "ichor-system/up  reboot  Waiting  outside its maintenance window",
                 "  next window: 2026-12-05T02:00:00Z",
+            ]
+        );
+    }
+
+    /// A paused operation names its failing gate and how to go on anyway.
+    /// Covers: R15.5
+    #[test]
+    fn a_paused_operation_names_its_gate() {
+        let op: TalosOperation = serde_json::from_value(json!({
+            "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosOperation",
+            "metadata": {"name": "up", "namespace": "lab"},
+            "spec": {"kind": "reboot", "target": {"clusterRef": {"name": "lab"}}},
+            "status": {"phase": "Paused", "message": "paused: health check api-available fails",
+                "healthGate": {"check": "api-available", "object": "Deployment web/api",
+                    "value": "false", "since": "2026-12-05T02:00:00Z"}}
+        }))
+        .unwrap();
+        assert_eq!(
+            plan_lines(&op),
+            vec![
+                "lab/up  reboot  Paused  paused: health check api-available fails",
+                "  health gate api-available on Deployment web/api: false (since 2026-12-05T02:00:00Z)",
+                "  paused until it passes; to go on anyway: kubectl annotate talosoperation up ichor.maesh.dev/skip-gates=yes",
             ]
         );
     }
