@@ -540,6 +540,21 @@ pub async fn remove(args: MachineRemoveArgs) -> anyhow::Result<()> {
             "TalosMachine {}/{} is being removed already",
             args.place.namespace, args.name
         ));
+        let forced = target.spec.removal.is_some_and(|r| r.force);
+        if args.force && !forced {
+            // A removal the controller refused because the node stopped
+            // answering goes on once forced: the advice its status gives.
+            consent("remove", args.yes, "Force this removal? [y/N] ")?;
+            let mode = target.spec.removal.map_or(RemovalMode::Wipe, |r| r.mode);
+            let removal = MachineRemoval { mode, force: true };
+            let patch = serde_json::json!({ "spec": { "removal": removal } });
+            api.patch(&args.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .with_context(|| {
+                    format!("cannot write spec.removal of TalosMachine {}", args.name)
+                })?;
+            printer::step(&format!("its removal is forced now (spec.removal.force)"));
+        }
         return follow_removal(&api, &args).await;
     }
     let answer = answers(&target.spec.address).await;

@@ -153,6 +153,7 @@ async fn machine_commands_refuse_with_nothing_written_then_write_what_the_contro
         ("cp-3", "lab", "controlplane", configured.as_str(), true),
         ("w-1", "lab", "worker", configured.as_str(), true),
         ("w-dead", "lab", "worker", DEAD, false),
+        ("w-stuck", "lab", "worker", DEAD, false),
         ("only", "solo", "controlplane", configured.as_str(), true),
     ] {
         machine(&api, name, cluster, role, address, ready).await;
@@ -164,11 +165,11 @@ async fn machine_commands_refuse_with_nothing_written_then_write_what_the_contro
     assert!(out.status.success(), "{}", text(&out));
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.starts_with("NAME"), "{table}");
-    assert_eq!(table.lines().count(), 6, "{table}");
+    assert_eq!(table.lines().count(), 7, "{table}");
     assert!(!table.contains("only"), "{table}");
     let out = ichor(env, &["machine", "list", "-n", n, "-o", "json"]).await;
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(rows.as_array().unwrap().len(), 6);
+    assert_eq!(rows.as_array().unwrap().len(), 7);
     assert_eq!(rows[0]["phase"], "Member");
 
     // add: every problem at once.
@@ -363,6 +364,24 @@ async fn machine_commands_refuse_with_nothing_written_then_write_what_the_contro
             .lines()
             .any(|l| l.starts_with("w-dead") && l.contains("Leaving")),
         "{table}"
+    );
+    // A removal refused by the controller for a node that stopped
+    // answering (a plain delete) goes on once forced from the CLI.
+    api.delete("w-stuck", &DeleteParams::default())
+        .await
+        .unwrap();
+    let out = ichor(
+        env,
+        &["machine", "remove", "w-stuck", "--force", "-n", n, "--yes"],
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out));
+    let stuck = api.get("w-stuck").await.unwrap();
+    assert!(
+        stuck
+            .spec
+            .removal
+            .is_some_and(|r| r.force && r.mode == RemovalMode::Wipe)
     );
     assert!(emu.writes().is_empty(), "the CLI never writes to a node");
 
