@@ -2,7 +2,8 @@
 //! Talos gRPC API (MachineService Version / Hostname / ApplyConfiguration /
 //! Reboot / Read / Upgrade / EtcdMemberList / EtcdForfeitLeadership /
 //! Bootstrap / Kubeconfig / EtcdStatus / EtcdSnapshot (a real snapshot of
-//! the lab's etcd), and what an operator reads with talosctl:
+//! the lab's etcd) / EtcdLeaveCluster / EtcdRemoveMemberByID / Reset, and
+//! what an operator reads with talosctl:
 //! ServiceList, EtcdAlarmList / EtcdAlarmDisarm, Dmesg, Logs,
 //! Memory, Processes, Mounts, Containers, Stats; TimeService; ImageService
 //! Pull, LifecycleService Upgrade and the COSI State service's Get / List /
@@ -16,6 +17,12 @@
 //! routing off) with Version, MachineStatus, Disks and ApplyConfiguration;
 //! with [`EmulatorOptions::serve_config_ca`] a configured node serves the
 //! Talos API CA of its config, as a real node does.
+//!
+//! The control planes share one etcd membership, as etcd keeps it: a
+//! control plane configured while the cluster runs joins as a learner and
+//! is promoted; leaving, removal by id and a graceful Reset take members
+//! out under etcd's rules; [`Emulator::membership_log`] lists every change.
+//! [`Emulator::add_node`] starts one more node while the others run.
 //!
 //! **Never use it from production code**: it exists to tell the truth about
 //! the client in tests, nothing more.

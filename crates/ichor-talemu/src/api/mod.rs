@@ -8,6 +8,8 @@
 //! - [`services`]: the services Talos runs (`talosctl services`);
 //! - [`etcd`]: etcd's members, status, alarms, leadership and snapshot;
 //! - [`etcd_recover`]: a snapshot's upload and the bootstrap that recovers from it;
+//! - [`membership`]: joining, leaving and removing members, and the loop
+//!   that joins, promotes and watches health; [`reset`]: Reset;
 //! - [`logs`]: the kernel log and the services' logs;
 //! - [`system`]: memory, processes, mounts;
 //! - [`containers`]: containers and their stats;
