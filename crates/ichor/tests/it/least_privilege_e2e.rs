@@ -92,6 +92,13 @@ const JUSTIFIED_UNUSED: &[(&str, &str, &str, &str, &str)] = &[
     (
         "ichor-controller",
         "ichor.maesh.dev",
+        "talosmachines",
+        "delete",
+        "a replaced control plane's TalosMachine is deleted once its replacement counts in etcd; this run replaces none (the replacement runs in crates/ichor/tests/it/membership_lab_e2e.rs)",
+    ),
+    (
+        "ichor-controller",
+        "ichor.maesh.dev",
         "ichorinstallations",
         "create",
         "under --deployed-by helm the controller creates the IchorInstallation; this run is the installer path, where adopt creates it",
@@ -416,7 +423,7 @@ fn every_log(h: &LabHarness) -> Vec<(String, String)> {
 /// operation, measured)
 #[tokio::test(flavor = "multi_thread")]
 async fn the_installed_ichor_uses_every_grant_it_has_and_leaks_no_secret() {
-    let h = LabHarness::up(|o: &mut LabOptions| {
+    let mut h = LabHarness::up(|o: &mut LabOptions| {
         o.cni = LabCni::Cilium;
         // Everything Ichor's processes trace, to search for markers.
         o.ichor_log = Some("debug".into());
@@ -557,6 +564,48 @@ async fn the_installed_ichor_uses_every_grant_it_has_and_leaks_no_secret() {
         h.lab.emulator.writes().len() > reboots_before,
         "the node was rebooted through the Talos API"
     );
+
+    // Day 2: machines come and go. A worker added to the lab in maintenance
+    // mode is joined by the controller (its released TalosMachine gets the
+    // membership finalizer, its config over the maintenance API), then
+    // removed: cordoned, drained, reset back to maintenance mode, its Node
+    // deleted, the finalizer dropped.
+    let added = h
+        .lab
+        .add_node(ichor_lab::NewNode::default())
+        .await
+        .expect("a node in maintenance mode");
+    let joining: TalosMachine = serde_json::from_value(serde_json::json!({
+        "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosMachine",
+        "metadata": {"name": added.hostname, "namespace": NS},
+        "spec": {"clusterRef": {"name": "lab"}, "role": "worker",
+            "address": added.address.to_string(), "hold": false}
+    }))
+    .unwrap();
+    machines
+        .create(&Default::default(), &joining)
+        .await
+        .unwrap();
+    wait_for("the added worker to join", &h, async || {
+        machines.get(&added.hostname).await.is_ok_and(|m| {
+            m.status
+                .and_then(|s| s.membership)
+                .is_some_and(|m| m.phase == ichor_api::MembershipPhase::Member)
+        })
+    })
+    .await;
+    machines
+        .delete(&added.hostname, &Default::default())
+        .await
+        .unwrap();
+    wait_for("the added worker to be removed", &h, async || {
+        machines
+            .get_opt(&added.hostname)
+            .await
+            .is_ok_and(|m| m.is_none())
+    })
+    .await;
+    assert!(h.lab.emulator.in_maintenance(added.index), "reset");
 
     // Day 2 again: `ichor upgrade ichor` to the version installed, so the
     // installer Job (the controller starts it, the lab runs it as the local

@@ -10,6 +10,8 @@
 //!   controller is SIGKILLed once the Reset is recorded, and the one it
 //!   restarts finishes: one Reset in the write log, the node back in
 //!   maintenance mode, its Node gone, the TalosMachine gone;
+//! - an unreachable worker's removal is refused without force, nothing
+//!   written to it; with `spec.removal.force` its Node is deleted;
 //! - a control plane is replaced (`spec.replaces`): the new one joins
 //!   first, the old one is removed; the emulator's membership log never has
 //!   fewer healthy voters than a majority, and a probe loop against the
@@ -143,7 +145,7 @@ async fn machines_join_leave_and_a_control_plane_is_replaced_on_the_lab() {
     assert!(out.status.success(), "adopt failed:\n{}", text(&out));
     let client = h.client().await;
     let machines = Api::<TalosMachine>::namespaced(client.clone(), NS);
-    for name in ["lab-worker-1", "lab-cp-3"] {
+    for name in ["lab-worker-1", "lab-worker-2", "lab-cp-3"] {
         machines
             .patch(
                 name,
@@ -243,6 +245,65 @@ async fn machines_join_leave_and_a_control_plane_is_replaced_on_the_lab() {
     );
     let removal = started.elapsed();
 
+    // An unreachable worker: refused without force, nothing written to it;
+    // with spec.removal.force, its Node is deleted and it is forgotten.
+    let down = "lab-worker-2";
+    let down_index = h.lab.hostnames.iter().position(|n| n == down).unwrap();
+    h.lab
+        .emulator
+        .set_fault(down_index, ichor_talemu::Fault::Down);
+    let writes_before = h
+        .lab
+        .emulator
+        .writes()
+        .iter()
+        .filter(|w| w.node == down)
+        .count();
+    machines
+        .delete(down, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(&h, "the removal of an unreachable node refused", || async {
+        machines
+            .get(down)
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.membership)
+            .is_some_and(|m| {
+                m.phase == MembershipPhase::Refused
+                    && m.message
+                        .as_deref()
+                        .is_some_and(|t| t.contains("does not answer") && t.contains("--force"))
+            })
+    })
+    .await;
+    assert!(
+        nodes.get_opt(down).await.unwrap().is_some(),
+        "its Node stays"
+    );
+    machines
+        .patch(
+            down,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"removal": {"force": true}}})),
+        )
+        .await
+        .unwrap();
+    gone(&h, down).await;
+    let writes_after = h
+        .lab
+        .emulator
+        .writes()
+        .iter()
+        .filter(|w| w.node == down)
+        .count();
+    assert_eq!(
+        writes_before, writes_after,
+        "nothing written to the unreachable node"
+    );
+    let forced = started.elapsed();
+
     // Replace lab-cp-3, with a probe loop against the Kubernetes API.
     let log_from = h.lab.emulator.membership_log().len();
     let answered = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
@@ -281,9 +342,11 @@ async fn machines_join_leave_and_a_control_plane_is_replaced_on_the_lab() {
     assert_eq!((last.voters, last.healthy_voters), (4, 4), "{log:?}");
     assert_eq!(resets(&h, "lab-cp-3"), 1);
     println!(
-        "membership lab: adopted {adopted:?}, joined {:?}, worker removed {:?}, replaced {:?}; API probe during the replacement: {ok} answered, {failed} failed",
+        "membership lab: adopted {adopted:?}, joined {:?}, worker removed {:?}, unreachable worker refused then forced {:?}, replaced {:?} (total {:?}); API probe during the replacement: {ok} answered, {failed} failed",
         joins - adopted,
         removal - joins,
-        started.elapsed() - removal
+        forced - removal,
+        started.elapsed() - forced,
+        started.elapsed()
     );
 }
