@@ -1,6 +1,7 @@
 //! Health gates: carries out what `ichor_gate` decides. Before a batch
 //! starts (so before the operation's first machine, and after each machine
-//! before the next) and after the last machine, the built-in gates (every
+//! before the next), after the last machine, and before each component
+//! step of a kubernetes-upgrade, the built-in gates (every
 //! Node Ready, etcd healthy with all members, no control-plane static pod
 //! crash-looping) and the spec's CEL checks are read and judged. A failing
 //! one waits within its timeout, then pauses the operation (phase Paused,
@@ -12,7 +13,8 @@ use std::collections::BTreeSet;
 use ichor_api::conditions::{Status, reasons, types};
 use ichor_api::machine::{MachineRole, TalosMachine};
 use ichor_api::operation::{
-    HEALTH_CHECK_FAILED, HealthCheckTarget, MachineStep, OperationPhase, TalosOperationStatus,
+    ComponentPhase, HEALTH_CHECK_FAILED, HealthCheckTarget, MachineStep, OperationPhase,
+    TalosOperationStatus,
 };
 use ichor_gate::builtin::{self, EtcdMember, EtcdScope};
 use ichor_gate::{CompiledCheck, GateDecision, GateFailure};
@@ -65,7 +67,32 @@ impl Run<'_> {
         status: &mut TalosOperationStatus,
         next: &Next,
     ) -> Result<Option<Action>> {
-        if !gate_point(next) || self.op.spec.dry_run {
+        if !gate_point(next) {
+            return Ok(None);
+        }
+        self.judge_gates(status, etcd_scope(status, next)).await
+    }
+
+    /// kubernetes-upgrade: the gates before each component step begins
+    /// (the component steps' own waits judge the step in flight).
+    pub(super) async fn component_health_gate(
+        &mut self,
+        status: &mut TalosOperationStatus,
+        phase: ComponentPhase,
+    ) -> Result<Option<Action>> {
+        if phase != ComponentPhase::Pending {
+            return Ok(None);
+        }
+        self.judge_gates(status, EtcdScope::Full).await
+    }
+
+    /// Judges every gate now and carries out the decision.
+    async fn judge_gates(
+        &mut self,
+        status: &mut TalosOperationStatus,
+        etcd_scope: EtcdScope,
+    ) -> Result<Option<Action>> {
+        if self.op.spec.dry_run {
             return Ok(None);
         }
         let checks = match ichor_gate::compile_checks(&self.op.spec.health_checks) {
@@ -86,8 +113,7 @@ impl Run<'_> {
         let (failure, timeout) = if skip {
             (None, 0)
         } else {
-            self.first_failure(&checks, etcd_scope(status, next))
-                .await?
+            self.first_failure(&checks, etcd_scope).await?
         };
         let now = self.now();
         match ichor_gate::decide(status.health_gate.as_ref(), failure, timeout, skip, &now) {

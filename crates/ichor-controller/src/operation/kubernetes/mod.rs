@@ -75,6 +75,9 @@ impl Run<'_> {
                     if let Windowed::Stop(action) = self.component_gated(status, phase).await? {
                         return Ok(action);
                     }
+                    if let Some(action) = self.component_health_gate(status, phase).await? {
+                        return Ok(action);
+                    }
                     let outcome = self.component_step(status, i).await?;
                     match self.after_component(status, i, phase, outcome).await? {
                         Some(action) => return Ok(action),
