@@ -224,12 +224,12 @@ pub(crate) fn complete(op: &TalosOperation) -> (String, String, String) {
     (c.status.clone(), c.reason.clone(), c.message.clone())
 }
 
-struct Setup {
-    client: kube::Client,
-    ns: String,
-    running: Running,
-    lab: Lab,
-    ops: Api<TalosOperation>,
+pub(crate) struct Setup {
+    pub(crate) client: kube::Client,
+    pub(crate) ns: String,
+    pub(crate) running: Running,
+    pub(crate) lab: Lab,
+    pub(crate) ops: Api<TalosOperation>,
 }
 
 async fn setup(
@@ -274,7 +274,7 @@ pub(crate) fn quick() -> OperationBounds {
     }
 }
 
-const LAB: &[(&str, &str)] = &[
+pub(crate) const LAB: &[(&str, &str)] = &[
     ("cp-1", "controlplane"),
     ("cp-2", "controlplane"),
     ("cp-3", "controlplane"),
@@ -842,7 +842,7 @@ async fn kind_ichor_on_a_helm_install_prints_the_helm_command() {
 }
 
 /// The lab's nodes run Kubernetes v1.36.0 (the fixtures' images retagged).
-fn at_v1_36(config: String) -> String {
+pub(crate) fn at_v1_36(config: String) -> String {
     config.replace(":v1.28.0", ":v1.36.0")
 }
 
@@ -1152,7 +1152,7 @@ impl Lab {
 }
 
 /// Waits for an operation to finish while playing the kubelets.
-async fn finished_playing(s: &Setup, name: &str) -> TalosOperation {
+pub(crate) async fn finished_playing(s: &Setup, name: &str) -> TalosOperation {
     let what = format!("TalosOperation {name} to finish");
     wait::until(
         what,
@@ -1178,7 +1178,12 @@ async fn finished_playing(s: &Setup, name: &str) -> TalosOperation {
     .unwrap()
 }
 
-fn kubernetes_operation(ns: &str, name: &str, version: &str, dry_run: bool) -> TalosOperation {
+pub(crate) fn kubernetes_operation(
+    ns: &str,
+    name: &str,
+    version: &str,
+    dry_run: bool,
+) -> TalosOperation {
     let mut op = operation(ns, name, "kubernetes-upgrade", &[]);
     op.spec.version = Some(version.into());
     op.spec.dry_run = dry_run;

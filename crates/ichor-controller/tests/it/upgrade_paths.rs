@@ -390,3 +390,150 @@ async fn the_silence_is_created_extended_and_expired() {
     assert_eq!(expired["status"]["state"], "expired", "{expired}");
     s.running.stop().await.unwrap();
 }
+
+/// One probe of the API server: when, and whether it answered.
+type Probe = (std::time::SystemTime, bool);
+
+/// Probes the API server (`/version`) every 50 ms until the returned
+/// sender is dropped or sent to.
+fn probe_loop(
+    client: kube::Client,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Vec<Probe>>,
+) {
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let mut probes = Vec::new();
+        loop {
+            let ok = tokio::time::timeout(Duration::from_secs(2), client.apiserver_version())
+                .await
+                .is_ok_and(|r| r.is_ok());
+            probes.push((std::time::SystemTime::now(), ok));
+            tokio::select! {
+                _ = &mut stopped => return probes,
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+    });
+    (stop, task)
+}
+
+/// Probes that failed inside one of `spans` (start, end).
+fn failed_within(
+    probes: &[Probe],
+    spans: &[(k8s_openapi::jiff::Timestamp, k8s_openapi::jiff::Timestamp)],
+) -> (usize, usize) {
+    let inside: Vec<&Probe> = probes
+        .iter()
+        .filter(|(at, _)| {
+            let at = k8s_openapi::jiff::Timestamp::try_from(*at).expect("time");
+            spans.iter().any(|(a, b)| *a <= at && at <= *b)
+        })
+        .collect();
+    (inside.iter().filter(|(_, ok)| !ok).count(), inside.len())
+}
+
+/// The published upgrade figures (docs/benchmarks.md): on the emulated lab
+/// of 3 control planes and 2 workers, a talos-upgrade v1.13.9 → v1.14.0,
+/// then a kubernetes-upgrade v1.36.0 → v1.37.0, each end to end with the
+/// controller's test bounds (poll 100 ms), while a probe loop asks the API
+/// server for its version every 50 ms. Prints each machine's time, the
+/// total, and the probes that failed during the control-plane steps.
+/// Run: `cargo test -p ichor-controller --test it -- --ignored --nocapture upgrade_figures`.
+/// Covers: R15.9, R15.11
+#[tokio::test]
+#[ignore = "a benchmark: run on demand, figures go to docs/benchmarks.md"]
+async fn upgrade_figures() {
+    use crate::operations::{LAB, at_v1_36, finished_playing, kubernetes_operation};
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("op-bench").await;
+    crds(&client).await;
+    bundle_secret(&client, &ns).await;
+    Api::<TalosCluster>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &crate::operations::cluster(&ns))
+        .await
+        .unwrap();
+    let lab = lab_talos(&client, &ns, LAB, &[], at_v1_36, |_| "v1.13.9").await;
+    let mut config = config(&ns, &ns);
+    config.operation_bounds = quick();
+    let running = start(client.clone(), config);
+    let s = crate::operations::Setup {
+        ops: Api::namespaced(client.clone(), &ns),
+        client: client.clone(),
+        ns,
+        running,
+        lab,
+    };
+    let mut report = vec![
+        "| operation | machine | role | time |".to_string(),
+        "|---|---|---|---|".to_string(),
+    ];
+    let runs = [
+        (
+            "talos-upgrade v1.13.9 → v1.14.0",
+            operation(&s.ns, "bench-talos", "talos-upgrade", &[]),
+        ),
+        (
+            "kubernetes-upgrade v1.36.0 → v1.37.0",
+            kubernetes_operation(&s.ns, "bench-k8s", "v1.37.0", false),
+        ),
+    ];
+    let mut probes_line = Vec::new();
+    for (what, op) in runs {
+        let name = op.metadata.name.clone().unwrap();
+        let (stop, probes) = probe_loop(client.clone());
+        s.ops.create(&PostParams::default(), &op).await.unwrap();
+        let done = finished_playing(&s, &name).await;
+        let _ = stop.send(());
+        let probes = probes.await.unwrap();
+        let (status, reason, message) = complete(&done);
+        assert_eq!(status, "True", "{what}: {reason}: {message}");
+        let st = done.status.unwrap();
+        let role_of = |m: &str| {
+            st.plan
+                .iter()
+                .find(|e| e.machine == m)
+                .map(|e| e.role.as_str())
+                .unwrap_or_default()
+        };
+        let mut cp_spans = Vec::new();
+        for p in &st.machines {
+            // A kubernetes-upgrade's machine time: its component steps.
+            let (time, span) = match (&p.start_time, &p.completion_time) {
+                (Some(a), Some(b)) => (
+                    p.duration.clone().unwrap_or_else(|| {
+                        ichor_controller::operation_decide::duration::words(
+                            ichor_controller::operation_decide::duration::between(a, b),
+                        )
+                    }),
+                    Some((a.0, b.0)),
+                ),
+                _ => (p.duration.clone().unwrap_or_default(), None),
+            };
+            if role_of(&p.machine) == "controlplane"
+                && let Some(span) = span
+            {
+                cp_spans.push(span);
+            }
+            report.push(format!(
+                "| {what} | {} | {} | {time} |",
+                p.machine,
+                role_of(&p.machine)
+            ));
+        }
+        report.push(format!(
+            "| {what} | **total** | | **{}** |",
+            st.duration.unwrap_or_default()
+        ));
+        let (failed, during) = failed_within(&probes, &cp_spans);
+        let all_failed = probes.iter().filter(|(_, ok)| !ok).count();
+        probes_line.push(format!(
+            "{what}: {failed} of {during} probes failed during the control-plane steps ({all_failed} of {} in all)",
+            probes.len()
+        ));
+    }
+    s.running.stop().await.unwrap();
+    println!("\n{}\n\n{}\n", report.join("\n"), probes_line.join("\n"));
+}
