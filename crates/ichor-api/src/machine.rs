@@ -254,4 +254,9 @@ pub struct TalosMachineStatus {
     /// Its join or removal: phase, plan, current step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub membership: Option<MembershipStatus>,
+    /// The newest revisions, oldest first: one per apply Ichor made to the
+    /// node, with who and why and the changed paths (no values; the inputs
+    /// are kept in the machine's history Secret, docs/adr/0022).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revisions: Vec<crate::history::MachineRevision>,
 }

@@ -174,6 +174,7 @@
   verbs:
   - list
   - watch
+  - patch
 - apiGroups:
   - batch
   resources:

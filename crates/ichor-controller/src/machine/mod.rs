@@ -33,14 +33,15 @@ use kube::runtime::{Controller, WatchStreamExt as _, watcher};
 use crate::pipeline;
 use crate::{Context, Error, Result};
 
+mod history;
 mod inputs;
 mod read;
 mod write;
 
 pub use ichor_reconcile::machine::endpoint;
 pub(crate) use inputs::RecentSuccesses;
-pub(crate) use read::talos_error;
 use inputs::{ClusterInputs, ReconcileInputs};
+pub(crate) use read::talos_error;
 
 /// The controller's name in metrics.
 pub const CONTROLLER: &str = "talosmachine";
@@ -275,7 +276,9 @@ async fn observe_and_act(
     }
     let live = read::read_live(&talos, machine).await?;
     match decide_apply(machine, cluster, &live, status, now)? {
-        Some(plan) => write::apply_and_read_back(machine, &talos, ctx, &plan, status, now).await,
+        Some(plan) => {
+            write::apply_and_read_back(machine, cluster, &talos, ctx, &plan, status, now).await
+        }
         None => Ok(None),
     }
 }

@@ -3,7 +3,7 @@
 //! written by the reconcile itself.)
 
 use ichor_api::conditions::{self, Status, reasons, types};
-use ichor_api::{TalosMachine, TalosMachineStatus};
+use ichor_api::{TalosCluster, TalosMachine, TalosMachineStatus};
 use ichor_reconcile::machine::{
     ApplyPlan, drifted, inline_manifest_names, read_back_condition, still_released,
 };
@@ -21,6 +21,7 @@ use crate::{Context, Result};
 /// reconcile's read means no apply ([`still_released`]).
 pub(super) async fn apply_and_read_back(
     machine: &TalosMachine,
+    cluster: &TalosCluster,
     talos: &TalosClient,
     ctx: &Context,
     plan: &ApplyPlan,
@@ -67,6 +68,9 @@ pub(super) async fn apply_and_read_back(
         return Err(talos_error(machine, e));
     }
     tracing::info!(machine = %key, paths = ?plan.paths, "applied class B drift in no-reboot mode");
+    let (revision, kept) =
+        super::history::record_apply(ctx, machine, cluster, plan, status, now).await;
+    let revision_note = revision_words(&revision, kept.err());
     let read_back = read_live(talos, machine).await?.config;
     status.inline_manifests = Some(inline_manifest_names(&read_back));
     let after = ichor_render::compare(&read_back, &plan.desired)?;
@@ -85,5 +89,36 @@ pub(super) async fn apply_and_read_back(
     };
     ctx.metrics.applied_to(&key, outcome, now.0.as_second());
     conditions::set(&mut status.conditions, applied);
-    Ok(note.map(|n| (reasons::APPLIED, n)))
+    let note = match note {
+        Some(n) => format!("{n}; {revision_note}"),
+        None => revision_note,
+    };
+    Ok(Some((reasons::APPLIED, note)))
+}
+
+/// The Event's words for a revision: its number, why, who, and the paths
+/// (never values), and whether its inputs could not be kept.
+fn revision_words(
+    revision: &ichor_api::history::MachineRevision,
+    not_kept: Option<crate::Error>,
+) -> String {
+    let who = revision
+        .changed_by
+        .as_ref()
+        .map_or("no spec change named a writer".to_owned(), |b| {
+            format!("spec changed by {}", b.user)
+        });
+    let mut words = format!(
+        "revision {} ({:?}, {who}): {}",
+        revision.number,
+        revision.reason,
+        revision.changed_paths.join(", ")
+    );
+    if let Some(e) = not_kept {
+        words.push_str(&format!(
+            "; its inputs could not be kept for a rollback: {}",
+            ichor_api::error_text::chain(&e)
+        ));
+    }
+    words
 }

@@ -248,6 +248,29 @@ async fn scenario(shape: &Shape) {
     );
     let st = w1.status.clone().unwrap();
     assert!(st.drift.is_empty(), "{:#?}", st.drift);
+    // The apply is revision 1 (R16.1): why, the paths (no values), the hash
+    // applied; its inputs and the rendered config in the history Secret.
+    assert_eq!(st.revisions.len(), 1, "{:#?}", st.revisions);
+    let revision = &st.revisions[0];
+    assert_eq!(revision.number, 1);
+    assert_eq!(revision.reason, ichor_api::history::RevisionReason::Drift);
+    assert!(!revision.changed_paths.is_empty());
+    assert_eq!(Some(&revision.config_hash_after), st.config_hash.as_ref());
+    let history = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns)
+        .get(&ichor_reconcile::history::store::secret_name(&ns, "w-1"))
+        .await
+        .unwrap();
+    let data = history
+        .data
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    let record = ichor_reconcile::history::store::find(&data, 1)
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.rendered_config, expected);
+    assert_eq!(record.machine_spec["hold"], false);
     assert_eq!(cond(&w1, types::DRIFTED).unwrap().reason, reasons::NO_DRIFT);
     assert!(
         cond(&w1, types::APPLIED)
@@ -399,14 +422,15 @@ async fn futures_get(api: &Api<TalosMachine>, names: &[&str]) -> Vec<TalosMachin
 /// no-reboot mode, and the read-back equals the render; class C stays
 /// unapplied with a condition; spec and generation never change by the
 /// controller's hand.
-/// Covers: R1.7a, R1.5e, R1.5f, R1.6
+/// The apply becomes revision 1, its inputs kept in the history Secret.
+/// Covers: R1.7a, R1.5e, R1.5f, R1.6, R16.1
 #[tokio::test]
 async fn v112_held_drift_then_release_applies_only_that_node() {
     scenario(&V112).await;
 }
 
 /// The same on v1.14-shaped (multi-document) nodes.
-/// Covers: R1.7a, R1.5e, R1.5f, R1.6
+/// Covers: R1.7a, R1.5e, R1.5f, R1.6, R16.1
 #[tokio::test]
 async fn v114_held_drift_then_release_applies_only_that_node() {
     scenario(&V114).await;

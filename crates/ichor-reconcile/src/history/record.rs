@@ -29,9 +29,13 @@ pub struct Apply {
 }
 
 /// The revision an apply makes: numbered after the highest one kept, naming
-/// the newer of the two spec writers, with the paths the apply changes (the
-/// drift it resolves, class A excluded: Ichor does not apply for those).
-pub fn next(history: &[MachineRevision], apply: Apply, drift: &Drift) -> MachineRevision {
+/// the newer of the two spec writers, with the paths the apply changes
+/// ([`changed_paths`] of the drift it resolves).
+pub fn next(
+    history: &[MachineRevision],
+    apply: Apply,
+    changed_paths: Vec<String>,
+) -> MachineRevision {
     let number = history.iter().map(|r| r.number).max().unwrap_or(0) + 1;
     let outcome = if apply.apply_mode == RevisionApplyMode::Try {
         RevisionOutcome::Trying
@@ -50,12 +54,13 @@ pub fn next(history: &[MachineRevision], apply: Apply, drift: &Drift) -> Machine
         machine_generation: apply.machine_generation,
         cluster_generation: apply.cluster_generation,
         changed_by: newer(apply.machine_changed_by, apply.cluster_changed_by),
-        changed_paths: changed_paths(drift),
+        changed_paths,
         outcome,
     }
 }
 
-/// The paths an apply of the desired config changes on the node.
+/// The paths an apply of the desired config changes on the node (class A
+/// excluded: Ichor does not apply for those).
 pub fn changed_paths(drift: &Drift) -> Vec<String> {
     drift
         .entries
@@ -131,12 +136,16 @@ mod tests {
                 entry("machine.sysctls", DriftClass::B),
             ],
         };
-        let r = next(&[], apply(RevisionApplyMode::NoReboot), &drift);
+        let r = next(
+            &[],
+            apply(RevisionApplyMode::NoReboot),
+            changed_paths(&drift),
+        );
         assert_eq!(r.number, 1);
         assert_eq!(r.changed_by.unwrap().user, "bob");
         assert_eq!(r.changed_paths, vec!["machine.sysctls".to_owned()]);
         assert_eq!(r.outcome, RevisionOutcome::Applied);
-        let r = next(&[], apply(RevisionApplyMode::Try), &drift);
+        let r = next(&[], apply(RevisionApplyMode::Try), changed_paths(&drift));
         assert_eq!(r.outcome, RevisionOutcome::Trying);
     }
 
@@ -145,21 +154,13 @@ mod tests {
     fn status_keeps_the_newest_revisions_numbered_on() {
         let mut history = Vec::new();
         for _ in 0..1000 {
-            let r = next(
-                &history,
-                apply(RevisionApplyMode::NoReboot),
-                &Drift::default(),
-            );
+            let r = next(&history, apply(RevisionApplyMode::NoReboot), Vec::new());
             push(&mut history, r, DEFAULT_KEPT);
         }
         assert_eq!(history.len(), DEFAULT_KEPT);
         assert_eq!(history.first().unwrap().number, 991);
         assert_eq!(history.last().unwrap().number, 1000);
-        let r = next(
-            &history,
-            apply(RevisionApplyMode::NoReboot),
-            &Drift::default(),
-        );
+        let r = next(&history, apply(RevisionApplyMode::NoReboot), Vec::new());
         push(&mut history, r, 0);
         assert_eq!(history.len(), 1);
         assert_eq!(history[0].number, 1001);

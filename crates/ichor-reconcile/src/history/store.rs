@@ -62,6 +62,20 @@ pub enum StoreError {
     },
 }
 
+/// The history Secret of the machine `namespace/name`, in Ichor's own
+/// namespace: `ichor-history.<namespace>.<name>`, or, past the 253
+/// characters a Secret's name may have, its start and a digest of the whole.
+pub fn secret_name(namespace: &str, name: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let full = format!("ichor-history.{namespace}.{name}");
+    if full.len() <= 253 {
+        return full;
+    }
+    let digest = Sha256::digest(full.as_bytes());
+    let head = full[..200].trim_end_matches(['.', '-']);
+    format!("{head}.{:x}", digest)[..253.min(head.len() + 65)].to_owned()
+}
+
 /// The Secret data key of a revision's record (zero-padded, so keys sort
 /// as numbers do).
 pub fn key(number: u64) -> String {
@@ -145,7 +159,6 @@ mod tests {
     use super::*;
     use crate::history::record::{self, Apply, DEFAULT_KEPT};
     use ichor_api::history::{RevisionApplyMode, RevisionReason};
-    use ichor_render::drift::Drift;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use serde_json::json;
@@ -180,7 +193,7 @@ mod tests {
                 machine_changed_by: None,
                 cluster_changed_by: None,
             },
-            &Drift::default(),
+            Vec::new(),
         )
     }
 
@@ -233,6 +246,24 @@ mod tests {
             "{err}"
         );
         assert_eq!(data, before);
+    }
+
+    #[test]
+    fn secret_names_are_valid_and_distinct() {
+        assert_eq!(
+            secret_name("ichor-system", "cp-1"),
+            "ichor-history.ichor-system.cp-1"
+        );
+        let long_a = "a".repeat(253);
+        let mut long_b = long_a.clone();
+        long_b.replace_range(252.., "b");
+        let (a, b) = (secret_name("ns", &long_a), secret_name("ns", &long_b));
+        assert!(a.len() <= 253 && b.len() <= 253, "{} {}", a.len(), b.len());
+        assert_ne!(a, b);
+        assert!(
+            a.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
+        );
     }
 
     #[test]
