@@ -13,7 +13,8 @@
 //! - an unreachable worker's removal is refused without force, nothing
 //!   written to it; with `spec.removal.force` its Node is deleted;
 //! - a control plane is replaced (`spec.replaces`): the new one joins
-//!   first, the old one is removed; the emulator's membership log never has
+//!   first, the old one is removed (the controller SIGKILLed again once its
+//!   Reset is recorded); the emulator's membership log never has
 //!   fewer healthy voters than a majority, and a probe loop against the
 //!   Kubernetes API counts its failures (printed).
 
@@ -324,8 +325,38 @@ async fn machines_join_leave_and_a_control_plane_is_replaced_on_the_lab() {
             }
         })
     };
+    let old_index = h
+        .lab
+        .hostnames
+        .iter()
+        .position(|n| n == "lab-cp-3")
+        .unwrap();
+    let gate = h.lab.emulator.hold_reboots(old_index);
     let (new_cp, _) = add(&mut h, NodeRole::ControlPlane, Some("lab-cp-3")).await;
     joined(&h, &new_cp).await;
+    // SIGKILL the controller again with the old control plane down in its
+    // reset, after it left etcd.
+    wait_for(&h, "lab-cp-3's Reset recorded as sent", || async {
+        machines
+            .get_opt("lab-cp-3")
+            .await
+            .unwrap()
+            .and_then(|m| m.status)
+            .and_then(|s| s.membership)
+            .is_some_and(|m| m.reset_sent_boot_id.is_some())
+    })
+    .await;
+    let pid = controller_pid(&h).expect("the controller's process");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    wait_for(&h, "the killed controller to be gone", || async {
+        controller_pid(&h) != Some(pid)
+    })
+    .await;
+    gate.open();
     gone(&h, "lab-cp-3").await;
     probe.abort();
     let ok = answered.load(std::sync::atomic::Ordering::Relaxed);
