@@ -101,6 +101,7 @@ fn object(r: &mut Lcg, i: usize) -> Value {
             "readyReplicas": r.below(replicas + 1),
             "observedGeneration": r.below(9) + 1,
             "phase": *r.pick(&["Running", "Pending", "Succeeded", "Failed"]),
+            "ceph": {"health": *r.pick(&["HEALTH_OK", "HEALTH_WARN", "HEALTH_ERR"])},
             "ratio": ratio,
         },
         "big": big,
@@ -250,14 +251,29 @@ fn expression(r: &mut Lcg, t: usize) -> String {
     }
 }
 
+/// Health checks as tuppr's documentation writes them (there the object is
+/// the root; here it is `object`), with double quotes and a line break as
+/// YAML block scalars carry them: each is evaluated on every object.
+const TUPPR_STYLE: [&str; 5] = [
+    "object.status.conditions.exists(c, c.type == \"Ready\" && c.status == \"True\")",
+    "object.status.conditions.filter(c, c.type == \"Ready\").all(c, c.status == \"True\")\n",
+    "object.status.readyReplicas == object.status.replicas",
+    "object.status.ceph.health in [\"HEALTH_OK\"]",
+    "has(object.status.ceph) &&\n  object.status.ceph.health != \"HEALTH_ERR\"",
+];
+
 /// The corpus: distinct expressions, each with its objects.
 fn corpus() -> Vec<(String, Value)> {
     let mut r = Lcg(0x1c40_2026);
     let objects: Vec<Value> = (0..24).map(|i| object(&mut r, i)).collect();
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
+    for e in TUPPR_STYLE {
+        seen.insert(e.to_string());
+        out.extend(objects.iter().map(|o| (e.to_string(), o.clone())));
+    }
     let mut t = 0;
-    while seen.len() < EXPRESSIONS {
+    while seen.len() < EXPRESSIONS + TUPPR_STYLE.len() {
         let e = expression(&mut r, t);
         t += 1;
         if seen.insert(e.clone()) {
