@@ -1417,3 +1417,125 @@ async fn plaintext_sessions_keep_the_unprefixed_cookie_name() {
     let https_ok = send(&app, Method::GET, "/machines", Some(&id), None, "").await;
     get_ok(&https_ok, "the session under its HTTPS name");
 }
+
+/// Covers: R14.24 (Remove is offered only to a user a SubjectAccessReview allows delete on talosmachines; a forged POST without it gets 403 and nothing is deleted; the delete needs the confirmation and is made with the user's token; the page then shows the removal)
+#[tokio::test]
+async fn remove_is_offered_and_made_only_with_delete_on_talosmachines() {
+    let env = TestEnv::shared();
+    let lab = crate::common::lab(env, "ui-remove").await;
+    let ns = &lab.ns;
+    let remover = crate::common::token(&lab.client, ns, "remover").await;
+    crate::common::grant(
+        &lab.client,
+        ns,
+        "remover",
+        json!([
+            {"apiGroups": ["ichor.maesh.dev"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["ichor.maesh.dev"], "resources": ["talosmachines"], "verbs": ["delete"]}
+        ]),
+    )
+    .await;
+    let (app, _cache) = app(env, &lab.client, Settings::default(), ns).await;
+    let op = sign_in(&app, &lab.operator_token).await;
+    let remover = sign_in(&app, &remover).await;
+    let machines = Api::<TalosMachine>::namespaced(lab.client.clone(), ns);
+    // A finalizer stands for the controller's: the removal is seen under way.
+    let keep = json!({"metadata": {"finalizers": ["test.ichor.maesh.dev/keep"]}});
+    machines
+        .patch(
+            "w-1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&keep),
+        )
+        .await
+        .unwrap();
+    let machine_url = format!("/machines/{ns}/w-1");
+
+    // The operator may patch but not delete: no button, and a forged POST is refused.
+    let page = send(&app, Method::GET, &machine_url, Some(&op), None, "").await;
+    assert!(!page.body.contains("id=\"remove\""), "{}", page.body);
+    let forged = send(
+        &app,
+        Method::POST,
+        &format!("{machine_url}/remove"),
+        Some(&op),
+        Some(ORIGIN),
+        "confirm=yes",
+    )
+    .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN, "{}", forged.body);
+    assert!(forged.body.contains("may not delete talosmachines"));
+    assert!(
+        machines
+            .get("w-1")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_none()
+    );
+
+    // The remover sees the button; without the confirmation nothing is written.
+    let page = send(&app, Method::GET, &machine_url, Some(&remover), None, "").await;
+    assert!(page.body.contains("id=\"remove\""), "{}", page.body);
+    let unconfirmed = send(
+        &app,
+        Method::POST,
+        &format!("{machine_url}/remove"),
+        Some(&remover),
+        Some(ORIGIN),
+        "confirm=no",
+    )
+    .await;
+    assert_eq!(unconfirmed.status, StatusCode::BAD_REQUEST);
+    assert!(
+        machines
+            .get("w-1")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_none()
+    );
+    let a = send(
+        &app,
+        Method::POST,
+        &format!("{machine_url}/remove"),
+        Some(&remover),
+        Some(ORIGIN),
+        "confirm=yes",
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    assert_eq!(location(&a), machine_url);
+    assert!(
+        machines
+            .get("w-1")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    let users = audited_user(env, "delete", "talosmachines", ns, "w-1").await;
+    assert_eq!(users, [format!("system:serviceaccount:{ns}:remover")]);
+
+    // Once the cache sees it, the page shows the removal and no more Remove.
+    let what = "the machine page to show the removal";
+    wait::until(what, SETTLE, POLL, || async {
+        let page = send(&app, Method::GET, &machine_url, Some(&remover), None, "").await;
+        (page.body.contains("id=\"membership\"") && !page.body.contains("id=\"remove\""))
+            .then_some(())
+    })
+    .await
+    .unwrap();
+
+    let unkeep = json!({"metadata": {"finalizers": null}});
+    let _ = machines
+        .patch(
+            "w-1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&unkeep),
+        )
+        .await;
+}
