@@ -6,7 +6,9 @@
 use crate::common::*;
 use http_body_util::BodyExt as _;
 use ichor_api::TalosCluster;
-use ichor_controller::webhook::{self, VALIDATE_TALOSCLUSTER_PATH, VALIDATE_TALOSMACHINE_PATH};
+use ichor_controller::webhook::{
+    self, VALIDATE_TALOSCLUSTER_PATH, VALIDATE_TALOSMACHINE_PATH, VALIDATE_TALOSOPERATION_PATH,
+};
 use ichor_testenv::TestEnv;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -73,6 +75,52 @@ async fn admission_review_round_trip_in_process() {
     assert_eq!(out["response"]["uid"], "u-2");
 }
 
+/// Through the API server, the TalosOperation webhook refuses a health
+/// check whose expression does not parse, naming the check, and a window
+/// that cannot be read; nothing is stored. A good one is stored.
+/// Covers: R15.7, R15.8
+async fn an_operation_with_a_check_that_does_not_compile_is_refused(
+    client: &kube::Client,
+    ns: &str,
+) {
+    let ops = Api::<ichor_api::operation::TalosOperation>::namespaced(client.clone(), ns);
+    let op = |name: &str, expression: &str, time_zone: &str| {
+        serde_json::from_value(json!({
+            "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosOperation",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"kind": "reboot", "target": {"clusterRef": {"name": "good"}}, "dryRun": true,
+                "maintenanceWindows": [{"cron": "0 2 * * *", "duration": "2h", "timeZone": time_zone}],
+                "healthChecks": [{"name": "api-up", "expression": expression,
+                    "target": {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": ns, "name": "api"}}]}
+        }))
+        .unwrap()
+    };
+    let err = ops
+        .create(
+            &PostParams::default(),
+            &op("bad-check", "object.status.((", "Mars/Olympus"),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("spec.healthChecks[0] (api-up): expression")
+            && err.contains("spec.maintenanceWindows[0].timeZone"),
+        "{err}"
+    );
+    assert!(ops.get_opt("bad-check").await.unwrap().is_none());
+    ops.create(
+        &PostParams::default(),
+        &op(
+            "good-check",
+            "has(object.status) && object.status.readyReplicas > 0",
+            "UTC",
+        ),
+    )
+    .await
+    .unwrap();
+}
+
 /// Through the real API server: the CRD's CEL and enum rules refuse a
 /// changed tunnel and an unknown preset; the webhook, called by the API
 /// server over TLS with the serving certificate from a Secret, refuses
@@ -125,6 +173,13 @@ async fn webhook_refuses_through_the_api_server_and_nothing_is_stored() {
             "clientConfig": {"url": format!("https://127.0.0.1:{port}{VALIDATE_TALOSMACHINE_PATH}")},
             "rules": [{"apiGroups": ["ichor.maesh.dev"], "apiVersions": ["v1alpha1"],
                 "operations": ["CREATE", "UPDATE"], "resources": ["talosmachines"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail", "timeoutSeconds": 10
+        }, {
+            "name": "talosoperation.ichor.maesh.dev",
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}{VALIDATE_TALOSOPERATION_PATH}")},
+            "rules": [{"apiGroups": ["ichor.maesh.dev"], "apiVersions": ["v1alpha1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["talosoperations"]}],
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
             "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail", "timeoutSeconds": 10
         }]
@@ -246,6 +301,7 @@ async fn webhook_refuses_through_the_api_server_and_nothing_is_stored() {
         assert!(err.contains(field), "{field}: {err}");
     }
     assert!(clusters.get_opt("bad-windows").await.unwrap().is_none());
+    an_operation_with_a_check_that_does_not_compile_is_refused(&client, &ns).await;
 
     // A changed tunnel: refused with the reason, the stored object unchanged.
     let good = clusters
