@@ -365,7 +365,7 @@ async fn machines_join_leave_and_a_control_plane_is_replaced_on_the_lab() {
     let log = h.lab.emulator.membership_log();
     for change in &log[log_from..] {
         assert!(
-            change.healthy_voters >= change.voters / 2 + 1,
+            change.healthy_voters >= ichor_reconcile::membership::majority(change.voters),
             "below a majority: {change:?}\n{log:?}"
         );
     }
