@@ -171,6 +171,98 @@ fn is_object_name(name: &str) -> bool {
         && name.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
+/// What the plan checks each node against: the namespace's machines, and
+/// what the nodes before it took.
+struct Ledger {
+    /// The first machine of an address names it (machines are listed by name).
+    machine_addresses: HashMap<Endpoint, String>,
+    machine_names: BTreeSet<String>,
+    addresses_given: HashSet<Endpoint>,
+    names_given: BTreeSet<String>,
+}
+
+impl Ledger {
+    fn of(machines: &[TalosMachine]) -> Ledger {
+        let mut machine_addresses = HashMap::new();
+        for m in machines {
+            if let Some(ep) = dialled(&m.spec.address) {
+                machine_addresses.entry(ep).or_insert_with(|| m.name_any());
+            }
+        }
+        Ledger {
+            machine_addresses,
+            machine_names: machines.iter().map(|m| m.name_any()).collect(),
+            addresses_given: HashSet::new(),
+            names_given: BTreeSet::new(),
+        }
+    }
+
+    /// The address's refusals; `false` when nothing more about this node
+    /// is worth saying (it is no address, or given already).
+    fn address(&mut self, address: &str, refusals: &mut Vec<AddRefusal>) -> bool {
+        let address = address.to_string();
+        match Endpoint::parse(&address, TALOS_API_PORT) {
+            Err(e) => {
+                refusals.push(AddRefusal::BadAddress {
+                    address,
+                    problem: e.problem.to_string(),
+                });
+                false
+            }
+            Ok(ep) if !self.addresses_given.insert(ep.clone()) => {
+                refusals.push(AddRefusal::GivenTwice { address });
+                false
+            }
+            Ok(ep) => {
+                if let Some(machine) = self.machine_addresses.get(&ep) {
+                    refusals.push(AddRefusal::AlreadyAMachine {
+                        address,
+                        machine: machine.clone(),
+                    });
+                }
+                true
+            }
+        }
+    }
+
+    /// The name's refusals; `false` when it cannot name a machine at all.
+    fn name(&mut self, name: &str, address: &str, refusals: &mut Vec<AddRefusal>) -> bool {
+        if !is_object_name(name) {
+            refusals.push(AddRefusal::BadName { name: name.into() });
+            return false;
+        }
+        if self.machine_names.contains(name) {
+            refusals.push(AddRefusal::NameTaken {
+                name: name.into(),
+                address: address.into(),
+            });
+        } else if !self.names_given.insert(name.to_string()) {
+            refusals.push(AddRefusal::NameTwice { name: name.into() });
+        }
+        true
+    }
+}
+
+/// The node's hostname and Talos version when it is in maintenance mode;
+/// else its refusal.
+fn fresh<'p>(probe: &'p Probe) -> Result<(&'p str, &'p str), AddRefusal> {
+    let address = probe.address.clone();
+    match &probe.reading {
+        NodeReading::Unreachable { error } => Err(AddRefusal::Unreachable {
+            address,
+            error: error.clone(),
+        }),
+        NodeReading::Configured { detail } => Err(AddRefusal::Configured {
+            address,
+            detail: detail.clone(),
+        }),
+        NodeReading::Maintenance {
+            hostname,
+            talos_version,
+        } => Ok((hostname, talos_version)),
+    }
+}
+
 /// The machines to create, or every reason not to.
 pub fn plan_add(
     req: &AddRequest<'_>,
@@ -183,90 +275,36 @@ pub fn plan_add(
             addresses: probes.len(),
         });
     }
-    // The first machine of an address names it (machines are listed by name).
-    let mut taken_addresses: HashMap<Endpoint, String> = HashMap::new();
-    for m in req.machines {
-        if let Some(ep) = dialled(&m.spec.address) {
-            taken_addresses.entry(ep).or_insert_with(|| m.name_any());
-        }
-    }
-    let taken_names: BTreeSet<String> = req.machines.iter().map(|m| m.name_any()).collect();
-    let mut seen = HashSet::new();
-    let mut names_given = BTreeSet::new();
+    let mut ledger = Ledger::of(req.machines);
     let mut planned = Vec::new();
     for (i, probe) in probes.iter().enumerate() {
-        let address = probe.address.clone();
-        match Endpoint::parse(&address, TALOS_API_PORT) {
-            Err(e) => {
-                refusals.push(AddRefusal::BadAddress {
-                    address,
-                    problem: e.problem.to_string(),
-                });
-                continue;
-            }
-            Ok(ep) => {
-                if !seen.insert(ep.clone()) {
-                    refusals.push(AddRefusal::GivenTwice { address });
-                    continue;
-                }
-                if let Some(machine) = taken_addresses.get(&ep) {
-                    refusals.push(AddRefusal::AlreadyAMachine {
-                        address: address.clone(),
-                        machine: machine.clone(),
-                    });
-                }
-            }
+        if !ledger.address(&probe.address, &mut refusals) {
+            continue;
         }
-        let (hostname, version) = match &probe.reading {
-            NodeReading::Unreachable { error } => {
-                refusals.push(AddRefusal::Unreachable {
-                    address,
-                    error: error.clone(),
-                });
+        let (hostname, version) = match fresh(probe) {
+            Ok(found) => found,
+            Err(r) => {
+                refusals.push(r);
                 continue;
             }
-            NodeReading::Configured { detail } => {
-                refusals.push(AddRefusal::Configured {
-                    address,
-                    detail: detail.clone(),
-                });
-                continue;
-            }
-            NodeReading::Maintenance {
-                hostname,
-                talos_version,
-            } => (hostname, talos_version),
         };
         if !req.cluster_versions.contains(version) {
             refusals.push(AddRefusal::Version {
-                address: address.clone(),
-                version: version.clone(),
+                address: probe.address.clone(),
+                version: version.to_string(),
                 cluster: req.cluster.to_string(),
                 runs: req.cluster_versions.iter().cloned().collect(),
             });
         }
-        let name = req
-            .names
-            .get(i)
-            .cloned()
-            .unwrap_or_else(|| hostname.clone());
-        if !is_object_name(&name) {
-            refusals.push(AddRefusal::BadName { name });
+        let name = req.names.get(i).map_or(hostname, String::as_str);
+        if !ledger.name(name, &probe.address, &mut refusals) {
             continue;
         }
-        if taken_names.contains(&name) {
-            refusals.push(AddRefusal::NameTaken {
-                name: name.clone(),
-                address: address.clone(),
-            });
-        } else if !names_given.insert(name.clone()) {
-            refusals.push(AddRefusal::NameTwice { name: name.clone() });
-        }
         planned.push(PlannedMachine {
-            name,
-            address,
+            name: name.to_string(),
+            address: probe.address.clone(),
             role: req.role,
-            talos_version: version.clone(),
+            talos_version: version.to_string(),
             hold: req.hold,
             replaces: req.replaces.map(str::to_string),
         });
