@@ -41,14 +41,7 @@ impl Run<'_> {
         if status.plan.is_empty() {
             return self.make_plan(status).await;
         }
-        if let Some(action) = self.window_first(status).await? {
-            return Ok(action);
-        }
-        self.keep_silence(status).await;
-        if let Some(action) = self.pre_pull_first(status).await? {
-            return Ok(action);
-        }
-        if let Some(action) = self.backup_first(status).await? {
+        if let Some(action) = self.before_machines(status).await? {
             return Ok(action);
         }
         if self.op.spec.kind == OperationKind::KubernetesUpgrade {
@@ -170,6 +163,23 @@ impl Run<'_> {
             );
         }
         Ok(None)
+    }
+
+    /// What comes before any machine's step on each pass: the window, the
+    /// silence kept, the pre-pull and the backup. `Some(action)` when the
+    /// pass stops there.
+    async fn before_machines(
+        &mut self,
+        status: &mut TalosOperationStatus,
+    ) -> Result<Option<Action>> {
+        if let Some(action) = self.window_first(status).await? {
+            return Ok(Some(action));
+        }
+        self.keep_silence(status).await;
+        if let Some(action) = self.pre_pull_first(status).await? {
+            return Ok(Some(action));
+        }
+        self.backup_first(status).await
     }
 
     /// Every machine is done with the current hop: the next one starts

@@ -325,6 +325,53 @@ fn print_one(op: &TalosOperation, output: Option<OutputFormat>) -> anyhow::Resul
     Ok(())
 }
 
+/// The lines under an operation's first: its next window while Waiting,
+/// its health gate, the hops it passes, how long it took.
+fn header_lines(
+    op: &TalosOperation,
+    st: &ichor_api::operation::TalosOperationStatus,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    if st.phase == Some(ichor_api::OperationPhase::Waiting) {
+        lines.push(match &st.next_window {
+            Some(next) => format!("  next window: {}", next.0),
+            None => "  next window: none (no window opens again)".to_string(),
+        });
+    }
+    if let Some(g) = &st.health_gate {
+        let on = match (&g.object, &g.value) {
+            (Some(o), Some(v)) => format!(" on {o}: {v}"),
+            (Some(o), None) => format!(" on {o}"),
+            (None, Some(v)) => format!(": {v}"),
+            (None, None) => String::new(),
+        };
+        let since = g.since.as_ref().map(|t| format!(" (since {})", t.0));
+        lines.push(format!(
+            "  health gate {}{on}{}",
+            g.check,
+            since.unwrap_or_default()
+        ));
+        if st.phase == Some(ichor_api::OperationPhase::Paused) {
+            lines.push(format!(
+                "  paused until it passes; to go on anyway: kubectl annotate talosoperation {} {}=yes",
+                op.metadata.name.as_deref().unwrap_or_default(),
+                ichor_api::operation::SKIP_GATES_ANNOTATION
+            ));
+        }
+    }
+    if let Some(hops) = ichor_controller::operation_decide::path::hops_words(st) {
+        let running = st.phase == Some(ichor_api::OperationPhase::Running);
+        lines.push(match st.current_hop.as_deref().filter(|_| running) {
+            Some(now) => format!("  through {hops} (now to {now})"),
+            None => format!("  through {hops}"),
+        });
+    }
+    if let Some(took) = &st.duration {
+        lines.push(format!("  took {took}"));
+    }
+    lines
+}
+
 /// A machine's progress after its plan line: the hops it passes when more
 /// than one, then `[step before → after in 41.007s: message]`.
 fn progress_words(p: &ichor_api::operation::MachineProgress) -> String {
@@ -386,43 +433,7 @@ fn list_line(op: &TalosOperation) -> String {
 fn plan_lines(op: &TalosOperation) -> Vec<String> {
     let st = op.status.clone().unwrap_or_default();
     let mut lines = vec![list_line(op)];
-    if st.phase == Some(ichor_api::OperationPhase::Waiting) {
-        lines.push(match &st.next_window {
-            Some(next) => format!("  next window: {}", next.0),
-            None => "  next window: none (no window opens again)".to_string(),
-        });
-    }
-    if let Some(g) = &st.health_gate {
-        let on = match (&g.object, &g.value) {
-            (Some(o), Some(v)) => format!(" on {o}: {v}"),
-            (Some(o), None) => format!(" on {o}"),
-            (None, Some(v)) => format!(": {v}"),
-            (None, None) => String::new(),
-        };
-        let since = g.since.as_ref().map(|t| format!(" (since {})", t.0));
-        lines.push(format!(
-            "  health gate {}{on}{}",
-            g.check,
-            since.unwrap_or_default()
-        ));
-        if st.phase == Some(ichor_api::OperationPhase::Paused) {
-            lines.push(format!(
-                "  paused until it passes; to go on anyway: kubectl annotate talosoperation {} {}=yes",
-                op.metadata.name.as_deref().unwrap_or_default(),
-                ichor_api::operation::SKIP_GATES_ANNOTATION
-            ));
-        }
-    }
-    if let Some(hops) = ichor_controller::operation_decide::path::hops_words(&st) {
-        let running = st.phase == Some(ichor_api::OperationPhase::Running);
-        lines.push(match st.current_hop.as_deref().filter(|_| running) {
-            Some(now) => format!("  through {hops} (now to {now})"),
-            None => format!("  through {hops}"),
-        });
-    }
-    if let Some(took) = &st.duration {
-        lines.push(format!("  took {took}"));
-    }
+    lines.extend(header_lines(op, &st));
     for e in &st.plan {
         let progress = st.machines.iter().find(|p| p.machine == e.machine);
         let action = match e.action {
