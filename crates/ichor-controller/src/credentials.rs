@@ -141,15 +141,6 @@ impl Cache {
             std::str::from_utf8(&data.0).map_err(|e| bundle_error(BundleError::NotUtf8(e)))?;
         let origin = format!("Secret {namespace}/{secret_name}");
         let identity = identity_from_bundle_text(text, &origin).map_err(bundle_error)?;
-        // Read with the identity, so a scrape never reads a Secret.
-        let created = secret
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0.as_second());
-        let dates = SecretsBundle::parse(text, &origin)
-            .map(|b| crate::metrics::bundle_dates(&b, created))
-            .unwrap_or_default();
         let serial = self
             .serial
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -165,7 +156,7 @@ impl Cache {
                     checked: Instant::now(),
                     identity: identity.clone(),
                     serial,
-                    dates,
+                    dates: ca_dates(&secret, text, &origin),
                 },
             );
         Ok((identity, serial))
@@ -184,6 +175,20 @@ impl Cache {
             .map(|(k, e)| (k.clone(), e.dates.clone()))
             .collect()
     }
+}
+
+/// The CA dates of the bundle `text` of `secret`, for the metrics: read
+/// with the identity, so a scrape never reads a Secret (none when it does
+/// not parse: the identity's error says why).
+fn ca_dates(secret: &Secret, text: &str, origin: &str) -> crate::metrics::CaDates {
+    let created = secret
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second());
+    SecretsBundle::parse(text, origin)
+        .map(|b| crate::metrics::bundle_dates(&b, created))
+        .unwrap_or_default()
 }
 
 /// Whether a cached identity is used without reading its Secret: read

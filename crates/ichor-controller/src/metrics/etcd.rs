@@ -62,6 +62,53 @@ impl Readings {
     }
 }
 
+/// A per-member gauge: its name, help, and value of a reading.
+type MemberGauge = (&'static str, &'static str, fn(&EtcdReading) -> i64);
+
+/// The per-member gauges after `ichor_etcd_member_info`, in order.
+const MEMBER_GAUGES: [MemberGauge; 8] = [
+    (
+        "ichor_etcd_member_has_leader",
+        "Whether the etcd member knows a leader",
+        |m| i64::from(m.leader != 0),
+    ),
+    (
+        "ichor_etcd_member_is_leader",
+        "Whether the etcd member is the leader",
+        |m| i64::from(m.leader != 0 && m.leader == m.member_id),
+    ),
+    (
+        "ichor_etcd_member_learner",
+        "Whether the etcd member is a learner",
+        |m| i64::from(m.is_learner),
+    ),
+    (
+        "ichor_etcd_member_db_size_bytes",
+        "The size of the etcd member's database",
+        |m| m.db_size,
+    ),
+    (
+        "ichor_etcd_member_db_size_in_use_bytes",
+        "The part of the etcd member's database in use",
+        |m| m.db_size_in_use,
+    ),
+    (
+        "ichor_etcd_member_alarms",
+        "Errors and alarms the etcd member reports",
+        |m| i64::try_from(m.alarms).unwrap_or(i64::MAX),
+    ),
+    (
+        "ichor_etcd_member_raft_term",
+        "The etcd member's Raft term (one more at each election)",
+        |m| i64::try_from(m.raft_term).unwrap_or(i64::MAX),
+    ),
+    (
+        "ichor_etcd_status_timestamp_seconds",
+        "When the etcd member's status was read (Unix time)",
+        |m| m.at_seconds,
+    ),
+];
+
 /// The etcd families: members that are still in `machines` (all of them
 /// when not `watching`), and the leader changes of their clusters.
 pub(crate) fn families(
@@ -73,42 +120,10 @@ pub(crate) fn families(
         "ichor_etcd_member_info",
         "One per control plane whose etcd member answered, with its member id",
     );
-    let mut has_leader = gauge(
-        "ichor_etcd_member_has_leader",
-        "Whether the etcd member knows a leader",
-    );
-    let mut is_leader = gauge(
-        "ichor_etcd_member_is_leader",
-        "Whether the etcd member is the leader",
-    );
-    let mut learner = gauge(
-        "ichor_etcd_member_learner",
-        "Whether the etcd member is a learner",
-    );
-    let mut db = gauge(
-        "ichor_etcd_member_db_size_bytes",
-        "The size of the etcd member's database",
-    );
-    let mut in_use = gauge(
-        "ichor_etcd_member_db_size_in_use_bytes",
-        "The part of the etcd member's database in use",
-    );
-    let mut alarms = gauge(
-        "ichor_etcd_member_alarms",
-        "Errors and alarms the etcd member reports",
-    );
-    let mut term = gauge(
-        "ichor_etcd_member_raft_term",
-        "The etcd member's Raft term (one more at each election)",
-    );
-    let mut read_at = gauge(
-        "ichor_etcd_status_timestamp_seconds",
-        "When the etcd member's status was read (Unix time)",
-    );
-    let mut changes = counter(
-        "ichor_etcd_leader_changes",
-        "etcd leader changes this replica saw between reads of a cluster's members",
-    );
+    let mut gauges: Vec<GaugeFamily> = MEMBER_GAUGES
+        .iter()
+        .map(|(name, help, _)| gauge(name, help))
+        .collect();
     let mut clusters = HashSet::new();
     for (machine, (cluster, m)) in &r.members {
         if watching && !machines.contains(machine) {
@@ -127,24 +142,22 @@ pub(crate) fn families(
         let mut labels = key();
         labels.push(("member_id", format!("{:x}", m.member_id)));
         info.push(labels, Value::Int(1));
-        has_leader.push(key(), Value::Int(i64::from(m.leader != 0)));
-        is_leader.push(
-            key(),
-            Value::Int(i64::from(m.leader != 0 && m.leader == m.member_id)),
-        );
-        learner.push(key(), Value::Int(i64::from(m.is_learner)));
-        db.push(key(), Value::Int(m.db_size));
-        in_use.push(key(), Value::Int(m.db_size_in_use));
-        alarms.push(
-            key(),
-            Value::Int(i64::try_from(m.alarms).unwrap_or(i64::MAX)),
-        );
-        term.push(
-            key(),
-            Value::Int(i64::try_from(m.raft_term).unwrap_or(i64::MAX)),
-        );
-        read_at.push(key(), Value::Int(m.at_seconds));
+        for (family, (_, _, value)) in gauges.iter_mut().zip(MEMBER_GAUGES.iter()) {
+            family.push(key(), Value::Int(value(m)));
+        }
     }
+    let mut out = vec![info];
+    out.append(&mut gauges);
+    out.push(leader_changes(r, &clusters));
+    out
+}
+
+/// `ichor_etcd_leader_changes_total` of the `clusters` whose members are reported.
+fn leader_changes(r: &Readings, clusters: &HashSet<String>) -> GaugeFamily {
+    let mut changes = counter(
+        "ichor_etcd_leader_changes",
+        "etcd leader changes this replica saw between reads of a cluster's members",
+    );
     for (cluster, (_, n)) in &r.leaders {
         if !clusters.contains(cluster) {
             continue;
@@ -158,9 +171,7 @@ pub(crate) fn families(
             Value::Int(i64::try_from(*n).unwrap_or(i64::MAX)),
         );
     }
-    vec![
-        info, has_leader, is_leader, learner, db, in_use, alarms, term, read_at, changes,
-    ]
+    changes
 }
 
 #[cfg(test)]

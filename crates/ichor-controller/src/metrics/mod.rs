@@ -121,85 +121,67 @@ impl Default for Metrics {
 impl Metrics {
     /// Every family registered, the controller's `version` in `ichor_build_info`.
     pub fn new(version: &str) -> Self {
-        let mut registry = Registry::default();
-        let reconciles = Family::<ControllerLabels, Counter>::default();
-        registry.register(
-            "ichor_reconciles",
-            "Reconciles run, by controller",
-            reconciles.clone(),
-        );
-        let errors = Family::<ErrorLabels, Counter>::default();
-        registry.register(
-            "ichor_reconcile_errors",
-            "Failed reconciles, by controller and error",
-            errors.clone(),
-        );
-        let reconcile_durations: Histograms<ControllerLabels> =
-            Family::new_with_constructor(|| Histogram::new(RECONCILE_BUCKETS));
-        registry.register(
-            "ichor_reconcile_duration_seconds",
-            "How long reconciles took, by controller",
-            reconcile_durations.clone(),
-        );
-        let applies = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
-            "ichor_node_applies",
-            "Config applies to nodes, by outcome",
-            applies.clone(),
-        );
-        let operations = Family::<KindPhase, Counter>::default();
-        registry.register(
-            "ichor_operations",
-            "TalosOperations finished, by kind and phase",
-            operations.clone(),
-        );
-        let phase_changes = Family::<KindPhase, Counter>::default();
-        registry.register(
-            "ichor_operation_phase_changes",
-            "TalosOperations this replica moved into a phase, by kind and phase",
-            phase_changes.clone(),
-        );
-        let steps: Histograms<KindStep> =
-            Family::new_with_constructor(|| Histogram::new(STEP_BUCKETS));
-        registry.register(
-            "ichor_operation_step_duration_seconds",
-            "How long the steps of TalosOperations took, by kind and step",
-            steps.clone(),
-        );
-        let backups = Family::<BackupResult, Counter>::default();
-        registry.register(
-            "ichor_backups",
-            "Backups this replica took, by TalosCluster and result",
-            backups.clone(),
-        );
-        let leader = Gauge::default();
-        registry.register(
-            "ichor_leader",
-            "Whether this replica holds the leader Lease",
-            leader.clone(),
-        );
+        let mut r = Registry::default();
         let build = Family::<Version, Gauge>::default();
         build
             .get_or_create(&Version {
                 version: version.to_owned(),
             })
             .set(1);
-        registry.register("ichor_build_info", "The controller's version", build);
         let seen = Arc::new(Seen::default());
-        registry.register_collector(Box::new(objects::Collector(Arc::clone(&seen))));
-        Metrics {
-            registry,
-            reconciles,
-            errors,
-            reconcile_durations,
-            applies,
-            operations,
-            phase_changes,
-            steps,
-            backups,
-            leader,
+        let metrics = Metrics {
+            reconciles: registered(&mut r, "ichor_reconciles", "Reconciles run, by controller"),
+            errors: registered(
+                &mut r,
+                "ichor_reconcile_errors",
+                "Failed reconciles, by controller and error",
+            ),
+            reconcile_durations: registered_with(
+                &mut r,
+                "ichor_reconcile_duration_seconds",
+                "How long reconciles took, by controller",
+                Family::new_with_constructor(|| Histogram::new(RECONCILE_BUCKETS)),
+            ),
+            applies: registered(
+                &mut r,
+                "ichor_node_applies",
+                "Config applies to nodes, by outcome",
+            ),
+            operations: registered(
+                &mut r,
+                "ichor_operations",
+                "TalosOperations finished, by kind and phase",
+            ),
+            phase_changes: registered(
+                &mut r,
+                "ichor_operation_phase_changes",
+                "TalosOperations this replica moved into a phase, by kind and phase",
+            ),
+            steps: registered_with(
+                &mut r,
+                "ichor_operation_step_duration_seconds",
+                "How long the steps of TalosOperations took, by kind and step",
+                Family::new_with_constructor(|| Histogram::new(STEP_BUCKETS)),
+            ),
+            backups: registered(
+                &mut r,
+                "ichor_backups",
+                "Backups this replica took, by TalosCluster and result",
+            ),
+            leader: registered(
+                &mut r,
+                "ichor_leader",
+                "Whether this replica holds the leader Lease",
+            ),
             ready: AtomicBool::new(false),
-            seen,
+            seen: Arc::clone(&seen),
+            registry: Registry::default(),
+        };
+        r.register("ichor_build_info", "The controller's version", build);
+        r.register_collector(Box::new(objects::Collector(seen)));
+        Metrics {
+            registry: r,
+            ..metrics
         }
     }
 
@@ -377,6 +359,23 @@ pub struct LastBackup {
     pub finished_seconds: i64,
     pub size_bytes: i64,
     pub duration_seconds: f64,
+}
+
+/// A new metric registered under `name`, and the handle to count with.
+fn registered<M>(registry: &mut Registry, name: &str, help: &str) -> M
+where
+    M: prometheus_client::registry::Metric + Clone + Default,
+{
+    registered_with(registry, name, help, M::default())
+}
+
+/// `metric` registered under `name`, and the handle to count with.
+fn registered_with<M>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M
+where
+    M: prometheus_client::registry::Metric + Clone,
+{
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

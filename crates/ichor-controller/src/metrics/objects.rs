@@ -208,10 +208,6 @@ const CLASSES: [DriftClass; 3] = [DriftClass::A, DriftClass::B, DriftClass::C];
 type CountsByState = BTreeMap<(&'static str, bool), i64>;
 
 fn machine_families(s: &Snapshot) -> Vec<GaugeFamily> {
-    let mut counts = gauge(
-        "ichor_machines",
-        "TalosMachines by cluster, worst drift class (none, A, B, C) and hold",
-    );
     let mut info = gauge(
         "ichor_machine_info",
         "One per TalosMachine: its cluster, role and the Talos version the node reported",
@@ -232,7 +228,6 @@ fn machine_families(s: &Snapshot) -> Vec<GaugeFamily> {
         "ichor_machine_last_apply_failure_timestamp_seconds",
         "When an apply to the machine last failed (Unix time)",
     );
-    let mut by_cluster: BTreeMap<(String, String), CountsByState> = BTreeMap::new();
     for m in &s.machines {
         let namespace = m.namespace().unwrap_or_default();
         let cluster = m.spec.cluster_ref.name.clone();
@@ -244,16 +239,6 @@ fn machine_families(s: &Snapshot) -> Vec<GaugeFamily> {
             ]
         };
         let drift = m.status.as_ref().map(|s| s.drift.as_slice()).unwrap_or(&[]);
-        let worst = drift
-            .iter()
-            .map(|d| d.class)
-            .max()
-            .map_or("none", class_name);
-        *by_cluster
-            .entry((namespace.clone(), cluster.clone()))
-            .or_default()
-            .entry((worst, m.spec.hold))
-            .or_default() += 1;
         let mut labels = key();
         labels.push(("role", role_name(m.spec.role).to_owned()));
         let version = m.status.as_ref().and_then(|s| s.talos_version.clone());
@@ -274,6 +259,40 @@ fn machine_families(s: &Snapshot) -> Vec<GaugeFamily> {
             failed.push(key(), Value::Int(at));
         }
     }
+    vec![
+        machine_counts(&s.machines),
+        info,
+        held,
+        paths,
+        applied,
+        failed,
+    ]
+}
+
+/// `ichor_machines`: every combination of worst drift class and hold for
+/// each cluster that has machines, 0 when none.
+fn machine_counts(machines: &[TalosMachine]) -> GaugeFamily {
+    let mut counts = gauge(
+        "ichor_machines",
+        "TalosMachines by cluster, worst drift class (none, A, B, C) and hold",
+    );
+    let mut by_cluster: BTreeMap<(String, String), CountsByState> = BTreeMap::new();
+    for m in machines {
+        let drift = m.status.as_ref().map(|s| s.drift.as_slice()).unwrap_or(&[]);
+        let worst = drift
+            .iter()
+            .map(|d| d.class)
+            .max()
+            .map_or("none", class_name);
+        *by_cluster
+            .entry((
+                m.namespace().unwrap_or_default(),
+                m.spec.cluster_ref.name.clone(),
+            ))
+            .or_default()
+            .entry((worst, m.spec.hold))
+            .or_default() += 1;
+    }
     for ((namespace, cluster), seen) in by_cluster {
         for drift in ["none", "A", "B", "C"] {
             for hold in [false, true] {
@@ -289,7 +308,7 @@ fn machine_families(s: &Snapshot) -> Vec<GaugeFamily> {
             }
         }
     }
-    vec![counts, info, held, paths, applied, failed]
+    counts
 }
 
 fn role_name(r: MachineRole) -> &'static str {
