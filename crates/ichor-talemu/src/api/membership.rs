@@ -68,7 +68,11 @@ impl NodeApi {
             return false;
         }
         let st = node.lock();
-        st.stage == 4 && node.etcd_runs(&st)
+        st.stage == 4
+            && st.runs_control_plane
+            && st.etcd_data
+            && !st.etcd_unhealthy
+            && self.cluster.discovery.bootstrapped()
     }
 
     /// Logs a membership change with the counts after it.
@@ -148,10 +152,7 @@ impl NodeApi {
                 Wants::Nothing
             };
         }
-        let control_plane = node
-            .facts_of(&st)
-            .is_some_and(|f| f.machine_type.is_control_plane());
-        if control_plane && st.stage == 4 && !st.etcd_unhealthy && !st.etcd_left {
+        if st.runs_control_plane && st.stage == 4 && !st.etcd_unhealthy && !st.etcd_left {
             Wants::Join
         } else {
             Wants::Nothing

@@ -127,6 +127,7 @@ impl Node {
                 journal: Journal::boot(),
                 discovery_seen: 0,
                 etcd_left: false,
+                runs_control_plane: false,
                 identity: crate::discovery::node_id(&spec.hostname),
             }),
             spec,
@@ -301,6 +302,9 @@ impl Node {
     /// sends watch events.
     pub fn refresh(&self, st: &mut NodeState) {
         let facts = self.facts_of(st);
+        st.runs_control_plane = facts
+            .as_ref()
+            .is_some_and(|f| f.machine_type.is_control_plane());
         let talos_version = self.talos_version();
         self.publish(st, facts.as_ref(), &talos_version);
         let members = facts

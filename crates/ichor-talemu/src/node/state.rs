@@ -60,6 +60,10 @@ pub(crate) struct NodeState {
     /// The node's etcd left the cluster (or its member was removed): the
     /// service stays stopped until the node boots again.
     pub etcd_left: bool,
+    /// Whether the active config is a control plane's, as of the last
+    /// [`super::Node::refresh`] (the etcd service's loop reads it without
+    /// parsing the config again).
+    pub runs_control_plane: bool,
     /// The node's identity (Talos keeps it in STATE: a wipe of STATE makes
     /// a new one).
     pub identity: String,
