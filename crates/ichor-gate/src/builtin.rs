@@ -82,11 +82,19 @@ pub enum EtcdScope {
     MembersOnly,
 }
 
+/// The etcd member list as read, or why it could not be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EtcdRead {
+    Members(Vec<EtcdMember>),
+    /// The error, with its causes.
+    Unreadable(String),
+}
+
 /// etcd healthy with all members: the list could be read, as many members
 /// as the cluster has control planes, each started and none a learner
 /// (the last two left out under [`EtcdScope::MembersOnly`]).
 pub fn etcd_healthy(
-    members: Result<&[EtcdMember], &str>,
+    read: &EtcdRead,
     control_planes: usize,
     scope: EtcdScope,
 ) -> Option<GateFailure> {
@@ -95,9 +103,11 @@ pub fn etcd_healthy(
         object,
         value: Some(value),
     };
-    let members = match members {
-        Ok(m) => m,
-        Err(why) => return Some(fail(None, format!("the member list failed: {why}"))),
+    let members = match read {
+        EtcdRead::Members(m) => m,
+        EtcdRead::Unreadable(why) => {
+            return Some(fail(None, format!("the member list failed: {why}")));
+        }
     };
     if members.len() < control_planes {
         return Some(fail(
@@ -206,21 +216,31 @@ mod tests {
         };
         let three = [m(1, "cp1", false), m(2, "cp2", false), m(3, "cp3", false)];
         let full = EtcdScope::Full;
-        assert_eq!(etcd_healthy(Ok(&three), 3, full), None);
-        let f = etcd_healthy(Ok(&three[..2]), 3, full).unwrap();
+        assert_eq!(
+            etcd_healthy(&EtcdRead::Members(three.to_vec()), 3, full),
+            None
+        );
+        let f = etcd_healthy(&EtcdRead::Members(three[..2].to_vec()), 3, full).unwrap();
         assert_eq!(f.value.as_deref(), Some("2 members for 3 control planes"));
         let unstarted = [m(1, "cp1", false), m(10, "", false)];
-        let f = etcd_healthy(Ok(&unstarted), 2, full).unwrap();
+        let f = etcd_healthy(&EtcdRead::Members(unstarted.to_vec()), 2, full).unwrap();
         assert_eq!(f.object.as_deref(), Some("etcd member a"));
-        let f = etcd_healthy(Ok(&[m(1, "cp1", true)]), 1, full).unwrap();
+        let f = etcd_healthy(&EtcdRead::Members(vec![m(1, "cp1", true)]), 1, full).unwrap();
         assert_eq!(f.value.as_deref(), Some("a learner"));
-        assert!(etcd_healthy(Err("connection refused"), 1, full).is_some());
+        assert!(
+            etcd_healthy(&EtcdRead::Unreadable("connection refused".into()), 1, full).is_some()
+        );
         // Before a batch of control planes, their own etcd check judges
         // the members' health; the gate still sees one missing.
         let only = EtcdScope::MembersOnly;
-        assert_eq!(etcd_healthy(Ok(&unstarted), 2, only), None);
-        assert!(etcd_healthy(Ok(&three[..2]), 3, only).is_some());
-        assert!(etcd_healthy(Err("connection refused"), 1, only).is_some());
+        assert_eq!(
+            etcd_healthy(&EtcdRead::Members(unstarted.to_vec()), 2, only),
+            None
+        );
+        assert!(etcd_healthy(&EtcdRead::Members(three[..2].to_vec()), 3, only).is_some());
+        assert!(
+            etcd_healthy(&EtcdRead::Unreadable("connection refused".into()), 1, only).is_some()
+        );
     }
 
     /// Covers: R15.6

@@ -107,14 +107,14 @@ impl Expression {
         })
     }
 
-    /// Whether `object` passes: the expression is `true` on it. Otherwise
-    /// the value it had (or why it had none), in words.
-    pub fn judge(&self, object: &serde_json::Value) -> Result<(), String> {
+    /// `None` when `object` passes (the expression is `true` on it);
+    /// otherwise the value it had (or why it had none), in words.
+    pub fn failing_value(&self, object: &serde_json::Value) -> Option<String> {
         match self.evaluate(object) {
-            Ok(Value::Bool(true)) => Ok(()),
-            Ok(Value::Bool(false)) => Err("false".to_string()),
-            Ok(other) => Err(format!("{} (not a bool)", render(&other))),
-            Err(e) => Err(format!("error: {}", e.source)),
+            Ok(Value::Bool(true)) => None,
+            Ok(Value::Bool(false)) => Some("false".to_string()),
+            Ok(other) => Some(format!("{} (not a bool)", render(&other))),
+            Err(e) => Some(format!("error: {}", e.source)),
         }
     }
 }
@@ -243,9 +243,9 @@ mod tests {
         .unwrap();
         let up = json!({"status": {"conditions": [{"type": "Available", "status": "True"}]}});
         let down = json!({"status": {"conditions": [{"type": "Available", "status": "False"}]}});
-        assert_eq!(e.judge(&up), Ok(()));
-        assert_eq!(e.judge(&down), Err("false".to_string()));
-        let missing = e.judge(&json!({"spec": {}})).unwrap_err();
+        assert_eq!(e.failing_value(&up), None);
+        assert_eq!(e.failing_value(&down), Some("false".to_string()));
+        let missing = e.failing_value(&json!({"spec": {}})).unwrap();
         assert!(missing.starts_with("error: "), "{missing}");
     }
 
@@ -253,7 +253,7 @@ mod tests {
     fn numbers_read_as_kubernetes_reads_them() {
         let e = Expression::compile("object.spec.replicas == 3 && object.big > 0u").unwrap();
         let o = json!({"spec": {"replicas": 3}, "big": 18446744073709551615u64});
-        assert_eq!(e.judge(&o), Ok(()));
+        assert_eq!(e.failing_value(&o), None);
         assert_eq!(canonical(&to_cel(&json!(3))), json!({"int": "3"}));
         assert_eq!(
             canonical(&to_cel(&json!(1.5))),
@@ -273,8 +273,8 @@ mod tests {
     fn a_value_that_is_no_bool_fails_naming_it() {
         let e = Expression::compile("object.spec.replicas").unwrap();
         assert_eq!(
-            e.judge(&json!({"spec": {"replicas": 2}})),
-            Err("2 (not a bool)".to_string())
+            e.failing_value(&json!({"spec": {"replicas": 2}})),
+            Some("2 (not a bool)".to_string())
         );
     }
 }

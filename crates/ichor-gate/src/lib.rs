@@ -109,7 +109,7 @@ pub fn judge_check(
         });
     }
     objects.iter().find_map(|(name, o)| {
-        check.expression.judge(o).err().map(|value| GateFailure {
+        check.expression.failing_value(o).map(|value| GateFailure {
             check: check.name.clone(),
             object: Some(name.clone()),
             value: Some(value),

@@ -16,7 +16,7 @@ use ichor_api::operation::{
     ComponentPhase, HEALTH_CHECK_FAILED, HealthCheckTarget, MachineStep, OperationPhase,
     TalosOperationStatus,
 };
-use ichor_gate::builtin::{self, EtcdMember, EtcdScope};
+use ichor_gate::builtin::{self, EtcdMember, EtcdRead, EtcdScope};
 use ichor_gate::{CompiledCheck, GateDecision, GateFailure};
 use ichor_reconcile::operation::Next;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -28,6 +28,20 @@ use kube::runtime::events::EventType;
 
 use super::{Run, publish};
 use crate::{Error, Result};
+
+/// A check's target in words: `Deployment web/api`, `Pod web -l app=api`.
+fn target_words(t: &HealthCheckTarget) -> String {
+    let place = match (&t.namespace, &t.name) {
+        (Some(ns), Some(n)) => format!("{ns}/{n}"),
+        (None, Some(n)) => n.clone(),
+        (Some(ns), None) => ns.clone(),
+        (None, None) => "(all namespaces)".to_string(),
+    };
+    match &t.label_selector {
+        Some(sel) => format!("{} {place} -l {sel}", t.kind),
+        None => format!("{} {place}", t.kind),
+    }
+}
 
 /// Whether `next` is a point the gates are judged at: a batch about to
 /// start a machine, or the end.
@@ -220,13 +234,16 @@ impl Run<'_> {
             return Ok((Some(f), 0));
         }
         for (check, spec) in checks.iter().zip(&self.op.spec.health_checks) {
-            let (what, selected) = self.select(&spec.target).await;
-            let failure = match selected {
+            let what = target_words(&spec.target);
+            let failure = match self.select(&spec.target).await {
                 Ok(objects) => ichor_gate::judge_check(check, &what, &objects),
-                Err(why) => Some(GateFailure {
+                Err(e) => Some(GateFailure {
                     check: check.name.clone(),
                     object: Some(what),
-                    value: Some(format!("reading failed: {why}")),
+                    value: Some(format!(
+                        "reading failed: {}",
+                        ichor_api::error_text::chain(&e)
+                    )),
                 }),
             };
             if failure.is_some() {
@@ -260,91 +277,59 @@ impl Run<'_> {
         let Some(first) = control_planes.first() else {
             return Ok(None);
         };
-        let listed = match self.client(first, &cluster).await {
-            Ok(talos) => talos
-                .etcd_members("")
-                .await
-                .map_err(|e| ichor_api::error_text::chain(&e)),
-            Err(e) => Err(ichor_api::error_text::chain(&e)),
+        let read = match self.client(first, &cluster).await {
+            Ok(talos) => match talos.etcd_members("").await {
+                Ok(ms) => EtcdRead::Members(
+                    ms.into_iter()
+                        .map(|m| EtcdMember {
+                            id: m.id,
+                            name: m.name,
+                            is_learner: m.is_learner,
+                        })
+                        .collect(),
+                ),
+                Err(e) => EtcdRead::Unreadable(ichor_api::error_text::chain(&e)),
+            },
+            Err(e) => EtcdRead::Unreadable(ichor_api::error_text::chain(&e)),
         };
-        let members: std::result::Result<Vec<EtcdMember>, String> = listed.map(|ms| {
-            ms.into_iter()
-                .map(|m| EtcdMember {
-                    id: m.id,
-                    name: m.name,
-                    is_learner: m.is_learner,
-                })
-                .collect()
-        });
-        Ok(builtin::etcd_healthy(
-            members.as_deref().map_err(String::as_str),
-            control_planes.len(),
-            scope,
-        ))
+        Ok(builtin::etcd_healthy(&read, control_planes.len(), scope))
     }
 
-    /// The objects a check's target selects, with the words naming the
-    /// target; a read that fails is the check's failure, named.
+    /// The objects a check's target selects, each with the words naming it.
     async fn select(
         &self,
         t: &HealthCheckTarget,
-    ) -> (
-        String,
-        std::result::Result<Vec<(String, serde_json::Value)>, String>,
-    ) {
-        let place = match (&t.namespace, &t.name) {
-            (Some(ns), Some(n)) => format!("{ns}/{n}"),
-            (None, Some(n)) => n.clone(),
-            (Some(ns), None) => ns.clone(),
-            (None, None) => "(all namespaces)".to_string(),
+    ) -> std::result::Result<Vec<(String, serde_json::Value)>, kube::Error> {
+        let (group, version) = match t.api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", t.api_version.as_str()),
         };
-        let what = match &t.label_selector {
-            Some(sel) => format!("{} {place} -l {sel}", t.kind),
-            None => format!("{} {place}", t.kind),
+        let gvk = kube::api::GroupVersionKind::gvk(group, version, &t.kind);
+        let (resource, caps) = discovery::pinned_kind(&self.ctx.client, &gvk).await?;
+        let client = self.ctx.client.clone();
+        let api: Api<DynamicObject> = match (&caps.scope, &t.namespace) {
+            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client, ns, &resource),
+            _ => Api::all_with(client, &resource),
         };
-        let read = async {
-            let (group, version) = match t.api_version.split_once('/') {
-                Some((g, v)) => (g, v),
-                None => ("", t.api_version.as_str()),
-            };
-            let gvk = kube::api::GroupVersionKind::gvk(group, version, &t.kind);
-            let (resource, caps) = discovery::pinned_kind(&self.ctx.client, &gvk)
-                .await
-                .map_err(|e| ichor_api::error_text::chain(&e))?;
-            let client = self.ctx.client.clone();
-            let api: Api<DynamicObject> = match (&caps.scope, &t.namespace) {
-                (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client, ns, &resource),
-                _ => Api::all_with(client, &resource),
-            };
-            let objects = match &t.name {
-                Some(name) => api
-                    .get_opt(name)
-                    .await
-                    .map_err(|e| ichor_api::error_text::chain(&e))?
-                    .into_iter()
-                    .collect::<Vec<_>>(),
-                None => {
-                    let mut lp = ListParams::default();
-                    if let Some(sel) = &t.label_selector {
-                        lp = lp.labels(sel);
-                    }
-                    api.list(&lp)
-                        .await
-                        .map_err(|e| ichor_api::error_text::chain(&e))?
-                        .items
+        let objects = match &t.name {
+            Some(name) => api.get_opt(name).await?.into_iter().collect::<Vec<_>>(),
+            None => {
+                let mut lp = ListParams::default();
+                if let Some(sel) = &t.label_selector {
+                    lp = lp.labels(sel);
                 }
-            };
-            Ok(objects
-                .into_iter()
-                .map(|o| {
-                    let name = match o.namespace() {
-                        Some(ns) => format!("{} {ns}/{}", t.kind, o.name_any()),
-                        None => format!("{} {}", t.kind, o.name_any()),
-                    };
-                    (name, serde_json::to_value(&o).unwrap_or_default())
-                })
-                .collect())
+                api.list(&lp).await?.items
+            }
         };
-        (what, read.await)
+        Ok(objects
+            .into_iter()
+            .map(|o| {
+                let name = match o.namespace() {
+                    Some(ns) => format!("{} {ns}/{}", t.kind, o.name_any()),
+                    None => format!("{} {}", t.kind, o.name_any()),
+                };
+                (name, serde_json::to_value(&o).unwrap_or_default())
+            })
+            .collect())
     }
 }

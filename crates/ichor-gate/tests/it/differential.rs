@@ -323,18 +323,14 @@ fn cel_go(corpus: &[(String, Value)]) -> Vec<Value> {
 fn ours(expr: &str, object: &Value) -> Value {
     // Evaluated as written, refused or not: the comparison is of the
     // evaluators; refusal is judged afterwards.
-    let program = match cel_program(expr) {
+    let program = match Expression::compile(expr) {
         Ok(p) => p,
-        Err(e) => return json!({"error": e}),
+        Err(e) => return json!({"error": e.to_string()}),
     };
     match program.evaluate(object) {
         Ok(v) => json!({"value": canonical(&v)}),
         Err(e) => json!({"error": e.source.to_string()}),
     }
-}
-
-fn cel_program(expr: &str) -> Result<Expression, String> {
-    Expression::compile(expr).map_err(|e| e.to_string())
 }
 
 /// Covers: R15.7
