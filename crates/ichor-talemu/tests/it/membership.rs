@@ -65,7 +65,8 @@ fn changes(emu: &Emulator) -> Vec<(MembershipChangeKind, String)> {
 /// insecure API joins the running cluster's etcd as a learner and is
 /// promoted once caught up; `etcd members` lists the four. A worker added
 /// the same way is configured and is no member. Every node's etcd calls
-/// answer from the one membership.
+/// answer from the one membership. A node in maintenance mode takes a
+/// reset over the insecure API.
 /// Covers: R14.5, R14.6
 #[tokio::test(flavor = "multi_thread")]
 async fn a_control_plane_added_in_maintenance_mode_joins_as_a_learner_then_votes() {
@@ -132,6 +133,23 @@ async fn a_control_plane_added_in_maintenance_mode_joins_as_a_learner_then_votes
     );
     assert_eq!(w1.hostname, "worker-1");
     assert_eq!(cp4.endpoint(), emu.endpoint(3));
+
+    // A node still in maintenance mode takes a reset over its insecure API.
+    emu.add_node(NodeSpec::maintenance("spare").with_address(IpAddr::from([127, 0, 0, 6])))
+        .await
+        .unwrap();
+    let boot = emu.boot_id(5);
+    let args = ["reset", "--insecure", "--reboot", "--wait=false"];
+    let run = insecure(&emu, 5, dir.path(), &args).await;
+    assert!(run.ok, "{run}");
+    until("spare's reboot", || emu.boot_id(5) != boot).await;
+    assert!(emu.in_maintenance(5));
+    let resets = emu
+        .writes()
+        .into_iter()
+        .filter(|w| matches!(w.action, WriteAction::Reset { .. }))
+        .count();
+    assert_eq!(resets, 1);
 }
 
 /// `etcd forfeit-leadership` hands the leadership on; with one node down,
