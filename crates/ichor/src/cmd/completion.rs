@@ -33,10 +33,31 @@ pub fn man_pages(args: ManPagesArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
     let mut cmd = Cli::command();
     cmd.build();
-    clap_mangen::generate_to(cmd, &args.out_dir)
-        .with_context(|| format!("cannot write the man pages to {}", args.out_dir.display()))?;
-    printer::step(&format!("man pages written to {}", args.out_dir.display()));
+    let count = write_pages(&cmd, &args.out_dir)?;
+    printer::step(&format!(
+        "{count} man pages written to {}",
+        args.out_dir.display()
+    ));
     Ok(())
+}
+
+/// The page of `cmd` (named after its path, `ichor-machine-add.1`, as the
+/// built command's display name says) and of each of its commands; none
+/// for clap's own `help` commands, which only repeat the others.
+fn write_pages(cmd: &clap::Command, dir: &std::path::Path) -> anyhow::Result<usize> {
+    // The footer names the program, not the command's last word.
+    let man =
+        clap_mangen::Man::new(cmd.clone()).source(concat!("ichor v", env!("CARGO_PKG_VERSION")));
+    man.generate_to(dir)
+        .with_context(|| format!("cannot write {}", dir.join(man.get_filename()).display()))?;
+    let mut count = 1;
+    for sub in cmd
+        .get_subcommands()
+        .filter(|s| s.get_name() != "help" && !s.is_hide_set())
+    {
+        count += write_pages(sub, dir)?;
+    }
+    Ok(count)
 }
 
 #[cfg(test)]
@@ -88,5 +109,9 @@ mod tests {
         }
         let root = std::fs::read_to_string(dir.path().join("man1/ichor.1")).unwrap();
         assert!(root.contains(".TH ichor 1"), "{root}");
+        assert!(!names.iter().any(|n| n.contains("-help")), "{names:?}");
+        let add = std::fs::read_to_string(dir.path().join("man1/ichor-machine-add.1")).unwrap();
+        assert!(add.contains(".TH ichor-machine-add 1  \"ichor v"), "{add}");
+        assert!(add.contains("ichor machine add"), "{add}");
     }
 }
