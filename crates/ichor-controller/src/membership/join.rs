@@ -60,19 +60,59 @@ pub(super) async fn join(
         // A configured node (adopted, or initialised): nothing to join.
         return Ok(None);
     }
-    let control = machine.spec.role == MachineRole::Controlplane;
     let others = view::cluster_machines(ctx, machine);
+    let (seen, etcd) = observe(machine, cluster, ctx, maintenance.as_ref(), &others).await?;
+    let waited = status
+        .membership
+        .as_ref()
+        .filter(|m| m.step.as_deref() == Some(APPLIED))
+        .and_then(|m| m.since.as_ref())
+        .and_then(|since| Duration::try_from(now.0.duration_since(since.0)).ok());
+    match join_next(&seen, waited) {
+        JoinNext::Joined => {
+            let (host, role) = (&seen.hostname, machine.spec.role);
+            set(
+                status,
+                MembershipPhase::Member,
+                format!("joined as {host}"),
+                &now,
+            );
+            membership(status).step = None;
+            let note = format!("node {host} joined the cluster as a {role}");
+            event(ctx, machine, EventType::Normal, reasons::JOINED, note).await;
+            Ok(None)
+        }
+        JoinNext::Wait(why) => {
+            set(status, MembershipPhase::Joining, why, &now);
+            write(ctx, machine, status).await?;
+            Ok(Some(Action::requeue(POLL)))
+        }
+        JoinNext::Apply => {
+            let node = maintenance.expect("Apply only in maintenance mode");
+            let etcd = etcd.as_ref();
+            apply(machine, cluster, ctx, status, &others, etcd, node, &now).await
+        }
+    }
+}
+
+/// What the join sees of the node: in maintenance mode, booted with its
+/// config, its etcd member (a control plane), its Node Ready.
+async fn observe(
+    machine: &TalosMachine,
+    cluster: &TalosCluster,
+    ctx: &Context,
+    maintenance: Option<&Maintenance>,
+    others: &[TalosMachine],
+) -> Result<(JoinSeen, Option<view::EtcdView>)> {
+    let control = machine.spec.role == MachineRole::Controlplane;
     let mut seen = JoinSeen {
         control_plane: control,
         maintenance: maintenance.is_some(),
-        hostname: maintenance
-            .as_ref()
-            .map(|m| m.hostname.clone())
-            .unwrap_or_else(|| machine.name_any()),
+        hostname: maintenance.map_or_else(|| machine.name_any(), |m| m.hostname.clone()),
         ..JoinSeen::default()
     };
     let etcd = if control && (maintenance.is_none() || !machine.spec.hold) {
-        view::etcd(ctx, cluster, &others, machine).await
+        view::etcd(ctx, cluster, others, machine).await
     } else {
         None
     };
@@ -88,53 +128,73 @@ pub(super) async fn join(
             .await?
             .is_some_and(|n| view::node_ready(&n));
     }
-    let waited = status
-        .membership
-        .as_ref()
-        .filter(|m| m.step.as_deref() == Some(APPLIED))
-        .and_then(|m| m.since.as_ref())
-        .and_then(|since| Duration::try_from(now.0.duration_since(since.0)).ok());
-    match join_next(&seen, waited) {
-        JoinNext::Joined => {
-            set(
-                status,
-                MembershipPhase::Member,
-                format!("joined as {}", seen.hostname),
-                &now,
-            );
-            membership(status).step = None;
-            event(
-                ctx,
-                machine,
-                EventType::Normal,
-                reasons::JOINED,
-                format!(
-                    "node {} joined the cluster as a {}",
-                    seen.hostname, machine.spec.role
-                ),
-            )
-            .await;
-            Ok(None)
-        }
-        JoinNext::Wait(why) => {
-            set(status, MembershipPhase::Joining, why, &now);
-            write(ctx, machine, status).await?;
-            Ok(Some(Action::requeue(POLL)))
-        }
-        JoinNext::Apply => {
-            let node = maintenance.expect("Apply only in maintenance mode");
-            apply(
-                machine,
-                cluster,
-                ctx,
-                status,
-                &others,
-                etcd.as_ref(),
-                node,
-                &now,
-            )
-            .await
-        }
+    Ok((seen, etcd))
+}
+
+/// Writes `why` with `phase` and looks again `after`.
+async fn stay(
+    ctx: &Context,
+    machine: &TalosMachine,
+    status: &mut TalosMachineStatus,
+    (phase, why, after): (MembershipPhase, String, Duration),
+    now: &Time,
+) -> Result<Option<Action>> {
+    set(status, phase, why, now);
+    membership(status).step = None;
+    write(ctx, machine, status).await?;
+    Ok(Some(Action::requeue(after)))
+}
+
+/// Why the node may not have its config now: the hold, or etcd (control
+/// planes one at a time, a hostname that names a live member); with the
+/// phase to show and when to look again. `None`: apply.
+fn gate(
+    machine: &TalosMachine,
+    others: &[TalosMachine],
+    etcd: Option<&view::EtcdView>,
+    hostname: &str,
+    resync: Duration,
+) -> Option<(MembershipPhase, String, Duration)> {
+    if machine.spec.hold {
+        return Some((
+            MembershipPhase::Joining,
+            format!(
+                "node {hostname} answers in maintenance mode; it waits for its release (spec.hold: false) to be joined"
+            ),
+            resync,
+        ));
+    }
+    if machine.spec.role != MachineRole::Controlplane {
+        return None;
+    }
+    let Some(etcd) = etcd else {
+        let why = "waiting for a control plane to answer with etcd's members".to_string();
+        return Some((MembershipPhase::Joining, why, POLL * 5));
+    };
+    let joining: Vec<String> = others
+        .iter()
+        .filter(|m| m.spec.role == MachineRole::Controlplane)
+        .filter(|m| {
+            m.status
+                .as_ref()
+                .and_then(|s| s.membership.as_ref())
+                .is_some_and(|s| {
+                    s.phase == MembershipPhase::Joining && s.step.as_deref() == Some(APPLIED)
+                })
+        })
+        .map(|m| m.name_any())
+        .collect();
+    let joining: Vec<&str> = joining.iter().map(String::as_str).collect();
+    match control_plane(&etcd.members, hostname, &joining) {
+        JoinVerdict::Join => None,
+        JoinVerdict::Wait(why) => Some((MembershipPhase::Joining, format!("waiting: {why}"), POLL)),
+        JoinVerdict::Refuse(why) => Some((
+            MembershipPhase::Refused,
+            format!(
+                "not joined: {why}; give the node another hostname, or remove that member first"
+            ),
+            resync,
+        )),
     }
 }
 
@@ -150,70 +210,8 @@ async fn apply(
     node: Maintenance,
     now: &Time,
 ) -> Result<Option<Action>> {
-    if machine.spec.hold {
-        set(
-            status,
-            MembershipPhase::Joining,
-            format!(
-                "node {} answers in maintenance mode; it waits for its release (spec.hold: false) to be joined",
-                node.hostname
-            ),
-            now,
-        );
-        membership(status).step = None;
-        write(ctx, machine, status).await?;
-        return Ok(Some(Action::requeue(ctx.config.resync)));
-    }
-    if machine.spec.role == MachineRole::Controlplane {
-        let Some(etcd) = etcd else {
-            set(
-                status,
-                MembershipPhase::Joining,
-                "waiting for a control plane to answer with etcd's members".into(),
-                now,
-            );
-            write(ctx, machine, status).await?;
-            return Ok(Some(Action::requeue(POLL * 5)));
-        };
-        let joining: Vec<String> = others
-            .iter()
-            .filter(|m| m.spec.role == MachineRole::Controlplane)
-            .filter(|m| {
-                m.status
-                    .as_ref()
-                    .and_then(|s| s.membership.as_ref())
-                    .is_some_and(|s| {
-                        s.phase == MembershipPhase::Joining && s.step.as_deref() == Some(APPLIED)
-                    })
-            })
-            .map(|m| m.name_any())
-            .collect();
-        let joining: Vec<&str> = joining.iter().map(String::as_str).collect();
-        match control_plane(&etcd.members, &node.hostname, &joining) {
-            JoinVerdict::Join => {}
-            JoinVerdict::Wait(why) => {
-                set(
-                    status,
-                    MembershipPhase::Joining,
-                    format!("waiting: {why}"),
-                    now,
-                );
-                write(ctx, machine, status).await?;
-                return Ok(Some(Action::requeue(POLL)));
-            }
-            JoinVerdict::Refuse(why) => {
-                set(
-                    status,
-                    MembershipPhase::Refused,
-                    format!(
-                        "not joined: {why}; give the node another hostname, or remove that member first"
-                    ),
-                    now,
-                );
-                write(ctx, machine, status).await?;
-                return Ok(Some(Action::requeue(ctx.config.resync)));
-            }
-        }
+    if let Some(why) = gate(machine, others, etcd, &node.hostname, ctx.config.resync) {
+        return stay(ctx, machine, status, why, now).await;
     }
     let bundle = read_bundle(ctx, cluster).await?;
     let cluster_name = cluster_name(ctx, cluster, others).await;
@@ -225,48 +223,38 @@ async fn apply(
     let config = match join_config(&bundle, cluster, machine, &facts, &cluster_name) {
         Ok(c) => c,
         Err(JoinConfigError::NoDisk) => {
-            set(
-                status,
-                MembershipPhase::Refused,
-                format!("node {} lists no disk to install Talos to", node.hostname),
-                now,
-            );
-            write(ctx, machine, status).await?;
-            return Ok(Some(Action::requeue(ctx.config.resync)));
+            let why = format!("node {} lists no disk to install Talos to", node.hostname);
+            let refused = (MembershipPhase::Refused, why, ctx.config.resync);
+            return stay(ctx, machine, status, refused, now).await;
         }
         Err(JoinConfigError::Render(e)) => return Err(e.into()),
     };
     // The intent first: a control plane that has applied counts as joining
     // for the others from now on.
-    set(
-        status,
-        MembershipPhase::Joining,
-        format!(
-            "applying the {} config of {} over the maintenance API",
-            machine.spec.role, node.hostname
-        ),
-        now,
-    );
+    let (role, host) = (machine.spec.role, &node.hostname);
+    let why = format!("applying the {role} config of {host} over the maintenance API");
+    set(status, MembershipPhase::Joining, why, now);
     let m = membership(status);
     m.step = Some(APPLIED.into());
     m.since = Some(now.clone());
     write(ctx, machine, status).await?;
+    let note = format!(
+        "applying the {role} config of node {host} (Talos {}) over the maintenance API",
+        node.talos_version
+    );
     event(
         ctx,
         machine,
         EventType::Normal,
         super::reasons::JOINING,
-        format!(
-            "applying the {} config of node {} (Talos {}) over the maintenance API",
-            machine.spec.role, node.hostname, node.talos_version
-        ),
+        note,
     )
     .await;
     node.client
         .apply_configuration("", &ApplyRequest::new(config.into_bytes(), ApplyMode::Auto))
         .await
         .map_err(|e| crate::machine::talos_error(machine, e))?;
-    tracing::info!(machine = %machine.name_any(), node = %node.hostname, "applied the join config over the maintenance API");
+    tracing::info!(machine = %machine.name_any(), node = %host, "applied the join config over the maintenance API");
     Ok(Some(Action::requeue(POLL)))
 }
 

@@ -44,153 +44,190 @@ pub(super) async fn remove(
     ctx: &Context,
     status: &mut TalosMachineStatus,
 ) -> Result<Action> {
-    let now = (ctx.clock)();
-    let name = machine.name_any();
-    let control = machine.spec.role == MachineRole::Controlplane;
-    let mut look = look(machine, cluster, ctx, &name).await?;
-    let mut progress = match status.membership.as_ref().and_then(progress_of) {
-        Some(p) => p,
-        None => match planned(machine, &look, control) {
-            Ok(p) => p,
-            Err(why) => {
-                set(status, MembershipPhase::Refused, why.clone(), &now);
-                write(ctx, machine, status).await?;
-                event(
-                    ctx,
-                    machine,
-                    EventType::Warning,
-                    reasons::REMOVAL_REFUSED,
-                    why,
-                )
-                .await;
-                return Ok(Action::requeue(Duration::from_secs(30)));
-            }
-        },
+    let run = Run {
+        machine,
+        cluster,
+        ctx,
+        name: machine.name_any(),
     };
-    if status.membership.as_ref().map(|m| m.phase) != Some(MembershipPhase::Leaving) {
-        let steps: Vec<&str> = progress.plan.iter().map(|s| s.as_str()).collect();
-        event(
-            ctx,
-            machine,
-            EventType::Normal,
-            reasons::LEAVING,
-            format!("removing node {name}: {}", steps.join(", ")),
-        )
-        .await;
-    }
-    let mut dirty = true;
-    let mut acted = Vec::new();
-    for _ in 0..32 {
-        let now = (ctx.clock)();
-        match removal::next(&progress, &look.seen, &now, STEP_BOUND) {
-            Next::Record(p) => {
-                progress = p;
-                dirty = true;
-            }
-            Next::Act(step) if acted.contains(&step) => {
-                // Sent this pass; its effect is looked for on the next one.
-                keep(
-                    status,
-                    &progress,
-                    &format!("{step}: waiting for its effect"),
-                    &now,
-                );
-                write(ctx, machine, status).await?;
-                return Ok(Action::requeue(POLL));
-            }
-            Next::Act(Step::Reset) => {
-                // Recorded as sent before it is sent: a controller killed
-                // between the two never sends a second one.
-                progress = sent(&progress, Step::Reset);
-                keep(
-                    status,
-                    &progress,
-                    "Reset: sent; waiting for the node to come back in maintenance mode",
-                    &now,
-                );
-                write(ctx, machine, status).await?;
-                if let Err(e) = act(Step::Reset, machine, cluster, ctx, &look, &name).await {
-                    if refused(&e) {
-                        membership(status).reset_sent_boot_id = None;
-                        write(ctx, machine, status).await?;
-                    }
-                    return Err(e);
+    let look = run.look().await?;
+    let progress = match status.membership.as_ref().and_then(progress_of) {
+        Some(p) => p,
+        None => {
+            let control = machine.spec.role == MachineRole::Controlplane;
+            match planned(machine, &look, control) {
+                Ok(p) => {
+                    let steps: Vec<&str> = p.plan.iter().map(|s| s.as_str()).collect();
+                    let note = format!("removing node {}: {}", run.name, steps.join(", "));
+                    event(ctx, machine, EventType::Normal, reasons::LEAVING, note).await;
+                    p
                 }
-                event(
-                    ctx,
-                    machine,
-                    EventType::Normal,
-                    reasons::RESET_SENT,
-                    format!(
-                        "graceful reset sent to node {name} (boot id {})",
-                        look.seen.boot_id.as_deref().unwrap_or("unknown")
-                    ),
-                )
-                .await;
-                acted.push(Step::Reset);
-                dirty = false;
-                look = self::look(machine, cluster, ctx, &name).await?;
-            }
-            Next::Act(step) => {
-                if dirty {
-                    keep(status, &progress, &format!("{step}: running"), &now);
-                    write(ctx, machine, status).await?;
-                    dirty = false;
-                }
-                act(step, machine, cluster, ctx, &look, &name).await?;
-                progress = sent(&progress, step);
-                acted.push(step);
-                look = self::look(machine, cluster, ctx, &name).await?;
-            }
-            Next::Wait(why) => {
-                keep(status, &progress, &why, &now);
-                write(ctx, machine, status).await?;
-                return Ok(Action::requeue(POLL));
-            }
-            Next::Fail(why) => {
-                keep(
-                    status,
-                    &progress,
-                    &format!(
-                        "stopped: {why}; the node stays as it is; fix the cause and delete the TalosMachine's status.membership.step to try again"
-                    ),
-                    &now,
-                );
-                write(ctx, machine, status).await?;
-                event(
-                    ctx,
-                    machine,
-                    EventType::Warning,
-                    reasons::REMOVAL_REFUSED,
-                    why,
-                )
-                .await;
-                return Ok(Action::requeue(Duration::from_secs(60)));
-            }
-            Next::Done => {
-                set(
-                    status,
-                    MembershipPhase::Removed,
-                    format!("node {name} removed"),
-                    &now,
-                );
-                write(ctx, machine, status).await?;
-                event(
-                    ctx,
-                    machine,
-                    EventType::Normal,
-                    reasons::REMOVED,
-                    format!("node {name} removed from the cluster"),
-                )
-                .await;
-                set_finalizer(ctx, machine, false).await?;
-                return Ok(Action::await_change());
+                Err(why) => return run.refuse(status, why).await,
             }
         }
+    };
+    run.drive(status, progress, look).await
+}
+
+/// One removal's reads and writes.
+struct Run<'a> {
+    machine: &'a TalosMachine,
+    cluster: &'a TalosCluster,
+    ctx: &'a Context,
+    name: String,
+}
+
+impl Run<'_> {
+    async fn look(&self) -> Result<Look> {
+        look(self.machine, self.cluster, self.ctx, &self.name).await
     }
-    keep(status, &progress, "working", &(ctx.clock)());
-    write(ctx, machine, status).await?;
-    Ok(Action::requeue(POLL))
+
+    /// Steps through the removal until it waits, stops or ends.
+    async fn drive(
+        &self,
+        status: &mut TalosMachineStatus,
+        mut progress: Progress,
+        mut look: Look,
+    ) -> Result<Action> {
+        let (mut dirty, mut acted) = (true, Vec::new());
+        for _ in 0..32 {
+            let now = (self.ctx.clock)();
+            match removal::next(&progress, &look.seen, &now, STEP_BOUND) {
+                Next::Record(p) => {
+                    progress = p;
+                    dirty = true;
+                }
+                Next::Act(step) if acted.contains(&step) => {
+                    // Sent this pass; its effect is looked for on the next one.
+                    let why = format!("{step}: waiting for its effect");
+                    return self.pause(status, &progress, &why, &now).await;
+                }
+                Next::Act(Step::Reset) => {
+                    progress = self.reset(status, &progress, &look, &now).await?;
+                    (dirty, look) = (false, self.look().await?);
+                    acted.push(Step::Reset);
+                }
+                Next::Act(step) => {
+                    if dirty {
+                        keep(status, &progress, &format!("{step}: running"), &now);
+                        write(self.ctx, self.machine, status).await?;
+                        dirty = false;
+                    }
+                    act(
+                        step,
+                        self.machine,
+                        self.cluster,
+                        self.ctx,
+                        &look,
+                        &self.name,
+                    )
+                    .await?;
+                    progress = sent(&progress, step);
+                    acted.push(step);
+                    look = self.look().await?;
+                }
+                Next::Wait(why) => return self.pause(status, &progress, &why, &now).await,
+                Next::Fail(why) => return self.fail(status, &progress, why, &now).await,
+                Next::Done => return self.done(status, &now).await,
+            }
+        }
+        self.pause(status, &progress, "working", &(self.ctx.clock)())
+            .await
+    }
+
+    /// The Reset, recorded as sent before it is sent: a controller killed
+    /// between the two never sends a second one.
+    async fn reset(
+        &self,
+        status: &mut TalosMachineStatus,
+        progress: &Progress,
+        look: &Look,
+        now: &Time,
+    ) -> Result<Progress> {
+        let progress = sent(progress, Step::Reset);
+        let why = "Reset: sent; waiting for the node to come back in maintenance mode";
+        keep(status, &progress, why, now);
+        write(self.ctx, self.machine, status).await?;
+        let (m, c, ctx) = (self.machine, self.cluster, self.ctx);
+        if let Err(e) = act(Step::Reset, m, c, ctx, look, &self.name).await {
+            if refused(&e) {
+                membership(status).reset_sent_boot_id = None;
+                write(ctx, m, status).await?;
+            }
+            return Err(e);
+        }
+        let boot = look.seen.boot_id.as_deref().unwrap_or("unknown");
+        let note = format!("graceful reset sent to node {} (boot id {boot})", self.name);
+        event(ctx, m, EventType::Normal, reasons::RESET_SENT, note).await;
+        Ok(progress)
+    }
+
+    async fn pause(
+        &self,
+        status: &mut TalosMachineStatus,
+        progress: &Progress,
+        why: &str,
+        now: &Time,
+    ) -> Result<Action> {
+        keep(status, progress, why, now);
+        write(self.ctx, self.machine, status).await?;
+        Ok(Action::requeue(POLL))
+    }
+
+    /// A step that did not finish within its bound: the node stays as it
+    /// is, the status says why, and the step is tried again, bounded anew.
+    async fn fail(
+        &self,
+        status: &mut TalosMachineStatus,
+        progress: &Progress,
+        why: String,
+        now: &Time,
+    ) -> Result<Action> {
+        let message = format!(
+            "stopped: {why}; the node stays as it is; Ichor tries the step again in a minute"
+        );
+        keep(status, progress, &message, now);
+        membership(status).since = Some(now.clone());
+        write(self.ctx, self.machine, status).await?;
+        let (m, ctx) = (self.machine, self.ctx);
+        event(ctx, m, EventType::Warning, reasons::REMOVAL_REFUSED, why).await;
+        Ok(Action::requeue(Duration::from_secs(60)))
+    }
+
+    async fn refuse(&self, status: &mut TalosMachineStatus, why: String) -> Result<Action> {
+        set(
+            status,
+            MembershipPhase::Refused,
+            why.clone(),
+            &(self.ctx.clock)(),
+        );
+        write(self.ctx, self.machine, status).await?;
+        let (m, ctx) = (self.machine, self.ctx);
+        event(ctx, m, EventType::Warning, reasons::REMOVAL_REFUSED, why).await;
+        Ok(Action::requeue(Duration::from_secs(30)))
+    }
+
+    async fn done(&self, status: &mut TalosMachineStatus, now: &Time) -> Result<Action> {
+        let name = &self.name;
+        set(
+            status,
+            MembershipPhase::Removed,
+            format!("node {name} removed"),
+            now,
+        );
+        write(self.ctx, self.machine, status).await?;
+        let note = format!("node {name} removed from the cluster");
+        event(
+            self.ctx,
+            self.machine,
+            EventType::Normal,
+            reasons::REMOVED,
+            note,
+        )
+        .await;
+        set_finalizer(self.ctx, self.machine, false).await?;
+        Ok(Action::await_change())
+    }
 }
 
 /// Writes the progress and a message into status (phase Leaving).
