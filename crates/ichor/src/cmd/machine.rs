@@ -553,7 +553,7 @@ pub async fn remove(args: MachineRemoveArgs) -> anyhow::Result<()> {
                 .with_context(|| {
                     format!("cannot write spec.removal of TalosMachine {}", args.name)
                 })?;
-            printer::step(&format!("its removal is forced now (spec.removal.force)"));
+            printer::step("its removal is forced now (spec.removal.force)");
         }
         return follow_removal(&api, &args).await;
     }

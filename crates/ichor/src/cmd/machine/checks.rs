@@ -245,7 +245,7 @@ impl Ledger {
 
 /// The node's hostname and Talos version when it is in maintenance mode;
 /// else its refusal.
-fn fresh<'p>(probe: &'p Probe) -> Result<(&'p str, &'p str), AddRefusal> {
+fn fresh(probe: &Probe) -> Result<(&str, &str), AddRefusal> {
     let address = probe.address.clone();
     match &probe.reading {
         NodeReading::Unreachable { error } => Err(AddRefusal::Unreachable {
