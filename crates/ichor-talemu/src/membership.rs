@@ -124,8 +124,9 @@ pub(crate) struct Membership {
 struct Inner {
     members: Vec<Member>,
     log: Vec<MembershipChange>,
-    /// The healthy voters of the last entry (a change of it is logged).
-    last_healthy: Option<usize>,
+    /// The healthy voters of the last entry (a change of it is logged;
+    /// none before the first entry).
+    last_healthy: usize,
 }
 
 impl Membership {
@@ -206,7 +207,7 @@ impl Membership {
             voters: voters.len(),
             healthy_voters,
         };
-        inner.last_healthy = Some(healthy_voters);
+        inner.last_healthy = healthy_voters;
         inner.log.push(entry);
     }
 
@@ -220,7 +221,7 @@ impl Membership {
                 .iter()
                 .filter(|m| !m.learner && healthy(m))
                 .count();
-            (inner.last_healthy != Some(count)).then_some(count)
+            (inner.last_healthy != count).then_some(count)
         };
         if now.is_some() {
             self.log(MembershipChangeKind::Health, None, healthy);
@@ -286,6 +287,9 @@ mod tests {
     #[test]
     fn the_log_counts_after_each_change_and_notes_health_changes_once() {
         let m = Membership::default();
+        // No member, nothing to say.
+        m.log_health(|_| true);
+        assert!(m.changes().is_empty());
         m.add(member(1, false)).unwrap();
         m.add(member(2, false)).unwrap();
         m.log(MembershipChangeKind::Started, None, |_| true);
