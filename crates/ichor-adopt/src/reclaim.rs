@@ -2,9 +2,9 @@
 //! what the inspection read, the plan says what reclaim will write to disk,
 //! delete and hand back, or why it refuses, before consent and without I/O.
 //!
-//! Reclaim never writes to a node: the TalosMachines and TalosClusters have
-//! no finalizer (nothing runs when they go), the machines are held before
-//! they are deleted so the controller applies nothing meanwhile, and what
+//! Reclaim never writes to a node: the machines are held before they are
+//! deleted so the controller applies nothing meanwhile, their membership
+//! finalizer is dropped first (no removal runs when they go), and what
 //! Ichor holds for talosctl (the secrets bundle, a talosconfig) is written
 //! to the output folder before anything is deleted.
 

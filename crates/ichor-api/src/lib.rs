@@ -42,8 +42,8 @@ pub mod cni;
 pub mod conditions;
 pub mod crds;
 pub mod endpoint;
-pub mod history;
 pub mod error_text;
+pub mod history;
 pub mod installation;
 pub mod machine;
 pub mod operation;
@@ -67,9 +67,8 @@ pub use installation::{
     SINGLETON_NAME as INSTALLATION_NAME,
 };
 pub use machine::{
-    ClusterRef, DriftClass, DriftEntry, MachinePatch, MachineRemoval, MachineRole,
-    MembershipPhase, MembershipStatus, RemovalMode, TalosMachine, TalosMachineSpec,
-    TalosMachineStatus,
+    ClusterRef, DriftClass, DriftEntry, MachinePatch, MachineRemoval, MachineRole, MembershipPhase,
+    MembershipStatus, RemovalMode, TalosMachine, TalosMachineSpec, TalosMachineStatus,
 };
 pub use operation::{
     ComponentPhase, ComponentProgress, KubernetesComponent, MachineProgress, MachineStep,

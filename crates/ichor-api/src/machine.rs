@@ -5,6 +5,10 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The finalizer on every released TalosMachine: its deletion runs the
+/// membership removal (drain, leave etcd, reset, Node deleted) first.
+pub const MEMBERSHIP_FINALIZER: &str = "ichor.maesh.dev/membership";
+
 /// One Talos node: which cluster it belongs to, its role and address, whether
 /// Ichor may write to it (hold), and the user's config patches.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]

@@ -106,7 +106,8 @@ async fn controller_running(kube: &kube::Client) -> Result<bool, ReclaimError> {
 
 /// Phase `objects`: the finished TalosOperations, the TalosMachines, then
 /// the TalosClusters and their bundle Secrets (on disk since the files
-/// phase). None has a finalizer: nothing runs when they go.
+/// phase). A machine's membership finalizer is dropped first: nothing runs
+/// when they go.
 pub(super) async fn objects(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
     for op in &r.plan.operations {
         let (ns, name) = op.split_once('/').unwrap_or(("", op));
@@ -120,6 +121,7 @@ pub(super) async fn objects(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
     for c in &r.plan.clusters {
         let machines = Api::<TalosMachine>::namespaced(r.kube.clone(), &c.namespace);
         for m in &c.machines {
+            forget_membership(&machines, &m.name).await?;
             delete_named(&machines, &m.name, "TalosMachine").await?;
         }
         delete_named(
@@ -175,6 +177,41 @@ pub(super) async fn objects(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
 
 /// Deletes `name`; gone already, or already being deleted (409, a
 /// terminating namespace), is fine (a rerun).
+/// Drops the membership finalizer of a released machine, so its deletion
+/// runs no removal: reclaim hands the node back as it is, and a controller
+/// that no longer runs would keep the machine for ever.
+async fn forget_membership(machines: &Api<TalosMachine>, name: &str) -> Result<(), ReclaimError> {
+    let finalizer = ichor_api::machine::MEMBERSHIP_FINALIZER;
+    let Some(m) = machines
+        .get_opt(name)
+        .await
+        .map_err(failed(format!("reading TalosMachine {name}")))?
+    else {
+        return Ok(());
+    };
+    let Some(list) = m
+        .metadata
+        .finalizers
+        .as_ref()
+        .filter(|l| l.iter().any(|f| f == finalizer))
+    else {
+        return Ok(());
+    };
+    let kept: Vec<&String> = list.iter().filter(|f| *f != finalizer).collect();
+    let patch =
+        json!({"metadata": {"finalizers": kept, "resourceVersion": m.metadata.resource_version}});
+    match machines
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(failed(format!(
+            "dropping the membership finalizer of TalosMachine {name}"
+        ))(e)),
+    }
+}
+
 pub(super) async fn delete_named<K>(
     api: &Api<K>,
     name: &str,

@@ -28,7 +28,7 @@ use kube::runtime::events::EventType;
 use crate::{Context, Error, Result};
 
 /// The finalizer on every released TalosMachine.
-pub const FINALIZER: &str = "ichor.maesh.dev/membership";
+pub const FINALIZER: &str = ichor_api::machine::MEMBERSHIP_FINALIZER;
 
 /// Event reasons.
 pub mod reasons {
