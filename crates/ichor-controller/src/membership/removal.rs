@@ -62,7 +62,7 @@ pub(super) async fn remove(
                     event(ctx, machine, EventType::Normal, reasons::LEAVING, note).await;
                     p
                 }
-                Err(why) => return run.refuse(status, why).await,
+                Err(why) => return run.refuse(status, why.text()).await,
             }
         }
     };
@@ -240,12 +240,33 @@ fn keep(status: &mut TalosMachineStatus, progress: &Progress, message: &str, now
     m.message = Some(message.to_string());
 }
 
-/// The removal's plan, or why it is refused (nothing written to the node).
-fn planned(
-    machine: &TalosMachine,
-    look: &Look,
-    control: bool,
-) -> std::result::Result<Progress, String> {
+/// Why a removal is refused (nothing written to the node).
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    #[error("not removed: {0}")]
+    Quorum(#[from] ichor_reconcile::membership::quorum::QuorumRefusal),
+    #[error("not removed: {0}")]
+    Plan(#[from] ichor_reconcile::membership::removal::PlanRefusal),
+    #[error(
+        "not removed: no control plane answers with etcd's members, so whether {name} may leave cannot be judged"
+    )]
+    NoEtcd { name: String },
+}
+
+impl Refusal {
+    /// The refusal and what to do, for the status.
+    fn text(&self) -> String {
+        let help = match self {
+            Refusal::Quorum(r) => r.help(),
+            Refusal::Plan(r) => r.help(),
+            Refusal::NoEtcd { .. } => "bring a control plane back",
+        };
+        format!("{self}; {help}")
+    }
+}
+
+/// The removal's plan, or why it is refused.
+fn planned(machine: &TalosMachine, look: &Look, control: bool) -> Result<Progress, Refusal> {
     let removal = machine.spec.removal.unwrap_or_default();
     let name = machine.name_any();
     // A node back in maintenance mode has nothing left to drain or reset.
@@ -257,22 +278,18 @@ fn planned(
     };
     let leave = if control {
         let Some(etcd) = &look.etcd else {
-            return Err(format!(
-                "not removed: no control plane answers with etcd's members, so whether {name} may leave cannot be judged; bring a control plane back"
-            ));
+            return Err(Refusal::NoEtcd { name });
         };
-        may_leave(&etcd.members, &name, answers)
-            .map_err(|r| format!("not removed: {r}; {}", r.help()))?
+        may_leave(&etcd.members, &name, answers)?
     } else {
         Leave::NotAMember
     };
-    plan(&name, options, answers, &leave)
-        .map(|plan| Progress {
-            plan,
-            done: 0,
-            intent: None,
-        })
-        .map_err(|r| format!("not removed: {r}; {}", r.help()))
+    let plan = plan(&name, options, answers, &leave)?;
+    Ok(Progress {
+        plan,
+        done: 0,
+        intent: None,
+    })
 }
 
 async fn look(

@@ -32,8 +32,10 @@ pub(super) async fn replace_old(
     };
     let others = view::cluster_machines(ctx, machine);
     let verdict = match view::etcd(ctx, cluster, &others, machine).await {
-        Some(etcd) => old_may_go(&etcd.members, &machine.name_any(), old_name),
-        None => Err("no control plane answers with etcd's members".into()),
+        Some(etcd) => {
+            old_may_go(&etcd.members, &machine.name_any(), old_name).map_err(|why| why.to_string())
+        }
+        None => Err("no control plane answers with etcd's members".to_string()),
     };
     let message = match verdict {
         Err(why) => format!("replaces {old_name} once etcd counts it: {why}"),

@@ -5,14 +5,24 @@
 
 use super::Member;
 
+/// Why the old control plane stays for now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotYet {
+    #[error("etcd does not list {new} yet")]
+    NotListed { new: String },
+    #[error("etcd member {new} is not a healthy voter yet; {old} stays until it is")]
+    NotCounting { new: String, old: String },
+}
+
 /// Whether the machine that replaces `old` (member name `new`) may have
-/// `old` removed now; why not, in words for the status.
-pub fn old_may_go(members: &[Member], new: &str, old: &str) -> Result<(), String> {
+/// `old` removed now.
+pub fn old_may_go(members: &[Member], new: &str, old: &str) -> Result<(), NotYet> {
     match members.iter().find(|m| m.name == new) {
-        None => Err(format!("etcd does not list {new} yet")),
-        Some(m) if !m.counts() => Err(format!(
-            "etcd member {new} is not a healthy voter yet; {old} stays until it is"
-        )),
+        None => Err(NotYet::NotListed { new: new.into() }),
+        Some(m) if !m.counts() => Err(NotYet::NotCounting {
+            new: new.into(),
+            old: old.into(),
+        }),
         Some(_) => Ok(()),
     }
 }
