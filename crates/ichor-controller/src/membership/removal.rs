@@ -244,9 +244,9 @@ fn keep(status: &mut TalosMachineStatus, progress: &Progress, message: &str, now
 #[derive(Debug, thiserror::Error)]
 enum Refusal {
     #[error("not removed: {0}")]
-    Quorum(#[from] ichor_reconcile::membership::quorum::QuorumRefusal),
+    Quorum(ichor_reconcile::membership::quorum::QuorumRefusal),
     #[error("not removed: {0}")]
-    Plan(#[from] ichor_reconcile::membership::removal::PlanRefusal),
+    Plan(ichor_reconcile::membership::removal::PlanRefusal),
     #[error(
         "not removed: no control plane answers with etcd's members, so whether {name} may leave cannot be judged"
     )]
@@ -280,11 +280,11 @@ fn planned(machine: &TalosMachine, look: &Look, control: bool) -> Result<Progres
         let Some(etcd) = &look.etcd else {
             return Err(Refusal::NoEtcd { name });
         };
-        may_leave(&etcd.members, &name, answers)?
+        may_leave(&etcd.members, &name, answers).map_err(Refusal::Quorum)?
     } else {
         Leave::NotAMember
     };
-    let plan = plan(&name, options, answers, &leave)?;
+    let plan = plan(&name, options, answers, &leave).map_err(Refusal::Plan)?;
     Ok(Progress {
         plan,
         done: 0,
