@@ -217,8 +217,8 @@ pub fn ui_objects(version: &str, image: &str, read_only: bool) -> Vec<Value> {
 /// live, so no other namespace's Jobs can borrow them.
 pub fn controller_namespace_rules() -> Value {
     json!([
-        // patch: the machines' history Secrets, written by server-side apply (ADR 0022).
-        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch", "patch"]},
+        // create, update: the machines' history Secrets (ADR 0022).
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch", "create", "update"]},
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "create", "delete"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
     ])

@@ -34,6 +34,7 @@
 
 pub mod backoff;
 pub mod backup;
+pub mod changed_by;
 pub mod cluster;
 pub mod credentials;
 mod error;

@@ -174,7 +174,8 @@
   verbs:
   - list
   - watch
-  - patch
+  - create
+  - update
 - apiGroups:
   - batch
   resources:

@@ -12,12 +12,10 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt as _;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, PostParams};
 use serde_json::json;
 
 use crate::{Context, Error, Result};
-
-const FIELD_MANAGER: &str = "ichor-controller-history";
 
 /// Records the apply of `plan` as the machine's next revision: in `status`
 /// (bounded), and its inputs in the history Secret. Returns the revision.
@@ -81,6 +79,9 @@ async fn keep_inputs(
         move |source| Error::Kube { what, source }
     };
     let existing = secrets.get_opt(&name).await.map_err(failed("reading"))?;
+    let resource_version = existing
+        .as_ref()
+        .and_then(|s| s.metadata.resource_version.clone());
     let mut data: BTreeMap<String, Vec<u8>> = existing
         .and_then(|s| s.data)
         .unwrap_or_default()
@@ -114,19 +115,28 @@ async fn keep_inputs(
     if let Some(owner) = owner {
         metadata["ownerReferences"] = owner;
     }
-    // Apply replaces the data as a whole: keys dropped by the bound go too.
-    let secret = json!({
+    // The data is written whole, so keys dropped by the bound go too; the
+    // resourceVersion read makes a concurrent writer's change a conflict
+    // (retried by the next reconcile), never a lost record.
+    if let Some(version) = &resource_version {
+        metadata["resourceVersion"] = json!(version);
+    }
+    let secret: Secret = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Secret", "type": "ichor.maesh.dev/history",
         "metadata": metadata,
         "data": data.into_iter().map(|(k, v)| (k, ByteString(v))).collect::<BTreeMap<_, _>>(),
-    });
-    secrets
-        .patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&secret),
-        )
-        .await
-        .map_err(failed("writing"))?;
+    }))
+    .expect("a history Secret deserialises");
+    if resource_version.is_some() {
+        secrets
+            .replace(&name, &PostParams::default(), &secret)
+            .await
+            .map_err(failed("writing"))?;
+    } else {
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .map_err(failed("creating"))?;
+    }
     Ok(())
 }
