@@ -4,9 +4,7 @@
 
 use std::time::Duration;
 
-use ichor_api::selector::selects;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
 
@@ -52,7 +50,9 @@ pub(super) async fn pods_left(ctx: &Context, node: &str) -> Result<Vec<(String, 
     let mut left = Vec::new();
     for pod in pods.items.iter().filter(|p| evictable(p)) {
         let ns = pod.namespace().unwrap_or_default();
-        let pdb = blocking_pdb(ctx, pod).await?.map(|b| format!("{ns}/{b}"));
+        let pdb = crate::operation::drain::blocking_pdb(ctx, pod)
+            .await?
+            .map(|b| format!("{ns}/{b}"));
         left.push((format!("{ns}/{}", pod.name_any()), pdb));
     }
     Ok(left)
@@ -84,40 +84,6 @@ pub(super) async fn evict(
         }
     }
     Ok(())
-}
-
-/// The PodDisruptionBudget that selects the pod and allows no disruption
-/// now (or has not been processed since its last change).
-async fn blocking_pdb(ctx: &Context, pod: &Pod) -> Result<Option<String>> {
-    let ns = pod.namespace().unwrap_or_default();
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(ctx.client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .map_err(Error::kube(format!(
-            "listing the PodDisruptionBudgets of {ns}"
-        )))?;
-    let labels = pod.labels();
-    Ok(pdbs
-        .items
-        .iter()
-        .filter(|pdb| {
-            pdb.spec
-                .as_ref()
-                .and_then(|s| s.selector.as_ref())
-                .is_some_and(|sel| selects(sel, labels))
-        })
-        .find(|pdb| {
-            let processed = pdb.status.as_ref().is_some_and(|s| {
-                s.observed_generation.unwrap_or(0) >= pdb.metadata.generation.unwrap_or(0)
-            });
-            let allowed = pdb
-                .status
-                .as_ref()
-                .and_then(|s| s.disruptions_allowed)
-                .unwrap_or(0);
-            !processed || allowed < 1
-        })
-        .map(|pdb| pdb.name_any()))
 }
 
 /// Not DaemonSet pods (they come back at once), mirror pods (the

@@ -93,35 +93,7 @@ impl Run<'_> {
     /// The PodDisruptionBudget that selects the pod and allows no
     /// disruption now (or has not been processed since its last change).
     async fn blocking_pdb(&self, pod: &Pod) -> Result<Option<String>> {
-        let ns = pod.namespace().unwrap_or_default();
-        let pdbs = Api::<PodDisruptionBudget>::namespaced(self.ctx.client.clone(), &ns)
-            .list(&ListParams::default())
-            .await
-            .map_err(Error::kube(format!(
-                "listing the PodDisruptionBudgets of {ns}"
-            )))?;
-        let labels = pod.labels();
-        Ok(pdbs
-            .items
-            .iter()
-            .filter(|pdb| {
-                pdb.spec
-                    .as_ref()
-                    .and_then(|s| s.selector.as_ref())
-                    .is_some_and(|sel| selects(sel, labels))
-            })
-            .find(|pdb| {
-                let processed = pdb.status.as_ref().is_some_and(|s| {
-                    s.observed_generation.unwrap_or(0) >= pdb.metadata.generation.unwrap_or(0)
-                });
-                let allowed = pdb
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.disruptions_allowed)
-                    .unwrap_or(0);
-                !processed || allowed < 1
-            })
-            .map(|pdb| pdb.name_any()))
+        blocking_pdb(self.ctx, pod).await
     }
 }
 
@@ -141,4 +113,39 @@ fn evictable(pod: &Pod) -> bool {
         .and_then(|s| s.phase.as_deref())
         .is_some_and(|p| p == "Succeeded" || p == "Failed");
     !daemon && !mirror && !done
+}
+
+/// The PodDisruptionBudget that refuses evicting `pod` now (or has not been
+/// processed since its last change), if any: named in the status of a drain
+/// that waits (an operation's or a removal's).
+pub(crate) async fn blocking_pdb(ctx: &crate::Context, pod: &Pod) -> Result<Option<String>> {
+    let ns = pod.namespace().unwrap_or_default();
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(ctx.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube(format!(
+            "listing the PodDisruptionBudgets of {ns}"
+        )))?;
+    let labels = pod.labels();
+    Ok(pdbs
+        .items
+        .iter()
+        .filter(|pdb| {
+            pdb.spec
+                .as_ref()
+                .and_then(|s| s.selector.as_ref())
+                .is_some_and(|sel| selects(sel, labels))
+        })
+        .find(|pdb| {
+            let processed = pdb.status.as_ref().is_some_and(|s| {
+                s.observed_generation.unwrap_or(0) >= pdb.metadata.generation.unwrap_or(0)
+            });
+            let allowed = pdb
+                .status
+                .as_ref()
+                .and_then(|s| s.disruptions_allowed)
+                .unwrap_or(0);
+            !processed || allowed < 1
+        })
+        .map(|pdb| pdb.name_any()))
 }

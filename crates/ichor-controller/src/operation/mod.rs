@@ -35,7 +35,7 @@ use kube::runtime::{Controller, watcher};
 use crate::{Context, Error, Result, pipeline};
 
 mod backup;
-mod drain;
+pub(crate) mod drain;
 mod drive;
 mod gate;
 pub mod ichor;
