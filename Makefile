@@ -48,15 +48,17 @@ test-build:
 # all test time) beside every other crate's tests. Most of a lab test's time
 # is spent waiting on bounded timers and API watches, not on the CPU, so two
 # cores carry four such tests; cargo releases its build lock before running
-# tests, so the lanes do not wait on each other. Lines stay whole (-Oline).
+# tests, so the lanes do not wait on each other. Their lines interleave as
+# tests finish, each marked with its lane (make's --output-sync would hold a
+# lane's output until it ends).
 cargo-test:
-	@$(MAKE) --no-print-directory -j2 -Oline cargo-test-cli cargo-test-rest
+	@$(MAKE) --no-print-directory -j2 cargo-test-cli cargo-test-rest
 
 cargo-test-cli:
-	$(CARGO) test -p ichor --locked --no-fail-fast -- --test-threads=2
+	set -o pipefail; $(CARGO) test -p ichor --locked --no-fail-fast -- --test-threads=2 2>&1 | sed -u 's/^/[cli] /'
 
 cargo-test-rest:
-	$(CARGO) test --workspace --exclude ichor --locked --no-fail-fast -- --test-threads=2
+	set -o pipefail; $(CARGO) test --workspace --exclude ichor --locked --no-fail-fast -- --test-threads=2 2>&1 | sed -u 's/^/[rest] /'
 
 ## fuzz: FUZZ_CASES=N — the property-based fuzz targets with N cases each (CI runs 256)
 # The parsers fed by users and nodes (R8.4): machine config round trip,
