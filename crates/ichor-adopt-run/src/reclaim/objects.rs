@@ -18,6 +18,9 @@ pub(super) async fn hold(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
     if r.plan.clusters.iter().all(|c| c.machines.is_empty()) {
         return Ok(());
     }
+    if !controller_running(r.kube).await? {
+        unreachable_webhooks_removed(r).await?;
+    }
     for c in &r.plan.clusters {
         let machines = Api::<TalosMachine>::namespaced(r.kube.clone(), &c.namespace);
         for m in c.machines.iter().filter(|m| !m.held) {
@@ -85,6 +88,39 @@ fn hold_seen(m: &TalosMachine) -> bool {
 }
 
 /// Whether a controller of Ichor's (either path's Deployment) has a ready pod.
+/// Ichor's webhook configurations, when no controller runs to serve them:
+/// they fail closed, so every write to a TalosMachine (its hold, dropping
+/// its finalizer) would be refused. Ichor is leaving; a Helm release
+/// restores them on its next upgrade.
+async fn unreachable_webhooks_removed(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    let gone = |e: &kube::Error| matches!(e, kube::Error::Api(a) if a.code == 404);
+    let name = install::WEBHOOK_CONFIGURATION;
+    if let Err(e) = Api::<ValidatingWebhookConfiguration>::all(r.kube.clone())
+        .delete(name, &DeleteParams::default())
+        .await
+        && !gone(&e)
+    {
+        return Err(failed(format!(
+            "deleting the ValidatingWebhookConfiguration {name}"
+        ))(e));
+    }
+    let name = install::MUTATING_WEBHOOK_CONFIGURATION;
+    if let Err(e) = Api::<MutatingWebhookConfiguration>::all(r.kube.clone())
+        .delete(name, &DeleteParams::default())
+        .await
+        && !gone(&e)
+    {
+        return Err(failed(format!(
+            "deleting the MutatingWebhookConfiguration {name}"
+        ))(e));
+    }
+    r.say("Ichor's controller is not running, so its webhooks cannot answer: their configurations are deleted first");
+    Ok(())
+}
+
 async fn controller_running(kube: &kube::Client) -> Result<bool, ReclaimError> {
     let selector = format!(
         "app.kubernetes.io/name in ({},{})",

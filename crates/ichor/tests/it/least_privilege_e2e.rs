@@ -325,14 +325,15 @@ fn assert_least_privilege(what: &str, objects: &[serde_json::Value], requests: &
     }
     // Secrets: the controller reads one by name across the cluster (the
     // bundle beside its TalosCluster) and lists and watches only in its own
-    // namespace (its Cilium release's records); it never writes one.
+    // namespace (its Cilium release's records); it writes only there (the
+    // machines' history Secrets, ADR 0022).
     for g in grants
         .iter()
         .filter(|g| g.identity == controller() && g.resource == "secrets")
     {
         match (&g.scope, g.verb.as_str()) {
             (rbac::Scope::Cluster, "get") => {}
-            (rbac::Scope::Namespace(ns), "list" | "watch") if ns == NS => {}
+            (rbac::Scope::Namespace(ns), "list" | "watch" | "create" | "update") if ns == NS => {}
             _ => panic!("{what}: a Secrets grant wider than the controller needs: {g}"),
         }
     }

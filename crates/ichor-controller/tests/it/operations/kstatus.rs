@@ -88,8 +88,10 @@ async fn kstatus_judges_what_the_controller_writes() {
     );
 
     seed_cilium(&s.client, &base, 1, &s.ns, &s.ns).await;
-    mark_daemonset_ready(&s.client, &s.ns).await;
+    // Played again at each look: the controller may write the DaemonSet
+    // after a first mark (a new generation no status has observed).
     wait_for("the hand-over done and base Ready", || async {
+        mark_daemonset_ready(&s.client, &s.ns).await;
         clusters.get("base").await.unwrap().status.is_some_and(|s| {
             conditions::is_true(&s.conditions, types::CNI_HANDOVER)
                 && conditions::is_true(&s.conditions, types::READY)
