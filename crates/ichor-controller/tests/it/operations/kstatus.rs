@@ -57,9 +57,11 @@ fn value(o: &impl serde::Serialize) -> serde_json::Value {
 
 /// With the controller running on emulated nodes: a released machine it
 /// has read is Current; the cluster, its machine Ready, is InProgress while
-/// its Cilium hand-over waits for the release and the DaemonSet, then
-/// Current once handed over; an operation whose node comes back on its old
-/// version is Failed.
+/// its Cilium hand-over waits for the release and the DaemonSet; an
+/// operation whose node comes back on its old version is Failed. (The
+/// hand-over's end, Current, is judged in ichor-api's gitops test: here the
+/// shared API server's Nodes, which other tests add, change the release's
+/// desired values under it.)
 /// Covers: R17.1c
 #[tokio::test]
 async fn kstatus_judges_what_the_controller_writes() {
@@ -86,20 +88,6 @@ async fn kstatus_judges_what_the_controller_writes() {
         kstatus(&[value(&base), value(&w1)]),
         ["InProgress", "Current"]
     );
-
-    seed_cilium(&s.client, &base, 1, &s.ns, &s.ns).await;
-    // Played again at each look: the controller may write the DaemonSet
-    // after a first mark (a new generation no status has observed).
-    wait_for("the hand-over done and base Ready", || async {
-        mark_daemonset_ready(&s.client, &s.ns).await;
-        clusters.get("base").await.unwrap().status.is_some_and(|s| {
-            conditions::is_true(&s.conditions, types::CNI_HANDOVER)
-                && conditions::is_true(&s.conditions, types::READY)
-        })
-    })
-    .await;
-    let base = clusters.get("base").await.unwrap();
-    assert_eq!(kstatus(&[value(&base)]), ["Current"]);
 
     s.lab.emu.set_upgrade_fallback(0, true);
     s.ops
