@@ -28,6 +28,7 @@ use crate::phases::{Operator, Outcome};
 
 mod phases;
 mod probe;
+pub use probe::looks_unreachable;
 
 use phases::{
     apply, bootstrap, files, install, kube_api, kubeconfig, objects, webhooks, write_private,

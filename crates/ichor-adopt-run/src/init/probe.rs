@@ -126,7 +126,7 @@ async fn maintenance_answer(
 }
 
 /// Nothing listens there (as opposed to a node that answers, but not insecurely).
-fn looks_unreachable(e: &ichor_talos_client::Error) -> bool {
+pub fn looks_unreachable(e: &ichor_talos_client::Error) -> bool {
     if matches!(e, ichor_talos_client::Error::Timeout { .. }) {
         return true;
     }

@@ -187,7 +187,9 @@ async fn probe(address: String) -> Probe {
 async fn read_maintenance(c: &TalosClient) -> NodeReading {
     let version = match c.version("").await {
         Ok(v) => v.tag,
-        Err(e) if looks_unreachable(&e) => return NodeReading::Unreachable { error: chain(&e) },
+        Err(e) if ichor_adopt_run::init::looks_unreachable(&e) => {
+            return NodeReading::Unreachable { error: chain(&e) };
+        }
         Err(e) => {
             return NodeReading::Configured {
                 detail: format!("its insecure API refuses: {}", chain(&e)),
@@ -214,23 +216,6 @@ async fn read_maintenance(c: &TalosClient) -> NodeReading {
         },
         Err(e) => NodeReading::Unreachable { error: chain(&e) },
     }
-}
-
-/// Nothing listens there (as opposed to a node that answers, but not insecurely).
-fn looks_unreachable(e: &ichor_talos_client::Error) -> bool {
-    if matches!(e, ichor_talos_client::Error::Timeout { .. }) {
-        return true;
-    }
-    let text = chain(e).to_lowercase();
-    [
-        "connection refused",
-        "tcp connect",
-        "no route to host",
-        "timed out",
-        "deadline",
-    ]
-    .iter()
-    .any(|m| text.contains(m))
 }
 
 /// Every address read at once, in the order given.
