@@ -430,12 +430,26 @@ async fn operations_take_their_backup_first(h: &LabHarness, client: &kube::Clien
         backed_up.0 <= machine_started.0,
         "the backup ({backed_up:?}) finished before the first control plane started ({machine_started:?})"
     );
-    // Stop it before its next step; the lab goes with the test.
-    ops.patch(
-        "up",
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {ichor_api::CANCEL_ANNOTATION: "true"}}})),
-    )
-    .await
-    .expect("cancel");
+    // Stop it before its next step; the lab goes with the test. The drain
+    // of the first control plane evicts the controller's pod, and until its
+    // replacement is Ready the validating webhook has no endpoints: the API
+    // server refuses the write then, as a real cluster does, so it is tried
+    // again.
+    let cancel = Patch::Merge(
+        serde_json::json!({"metadata": {"annotations": {ichor_api::CANCEL_ANNOTATION: "true"}}}),
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        match ops.patch("up", &PatchParams::default(), &cancel).await {
+            Ok(_) => break,
+            Err(kube::Error::Api(e)) if e.code == 500 && Instant::now() < deadline => {
+                assert!(
+                    e.message.contains("failed calling webhook"),
+                    "cancel: {e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("cancel: {e:?}\n{}", h.logs()),
+        }
+    }
 }
