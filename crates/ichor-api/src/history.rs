@@ -16,6 +16,21 @@ pub const CHANGED_BY_ANNOTATION: &str = "ichor.maesh.dev/changed-by";
 /// (the install manifest and the chart call it there).
 pub const CHANGED_BY_WEBHOOK_PATH: &str = "/mutate-ichor-maesh-dev-v1alpha1-changed-by";
 
+/// Asks the controller to roll a TalosMachine back: the value is the number
+/// of the revision whose inputs (the machine's spec, kept in the history
+/// Secret that only the controller reads) are written back. The controller
+/// writes that spec, removes the annotation, and the change then takes the
+/// usual hold-and-apply path as a new revision with reason `Rollback`.
+/// Setting it needs `update` (or `patch`) on the machine: whoever may change
+/// the spec may ask for an earlier one.
+pub const ROLLBACK_ANNOTATION: &str = "ichor.maesh.dev/rollback-to";
+
+/// The revision number a [`ROLLBACK_ANNOTATION`] value asks for; None when
+/// it is not a positive decimal number.
+pub fn rollback_target(value: &str) -> Option<u64> {
+    value.trim().parse().ok().filter(|n| *n > 0)
+}
+
 /// The value of [`CHANGED_BY_ANNOTATION`] (JSON in the annotation).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
