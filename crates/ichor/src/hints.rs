@@ -39,8 +39,9 @@ fn help_of(cause: &(dyn Error + 'static)) -> Option<String> {
     use ichor_talos::{config::ConfigError, patch::PatchError, secrets::SecretsError};
     // Each: `None` when the cause is not of its type, else its help.
     type HelpOf = fn(&(dyn Error + 'static)) -> Option<Option<String>>;
-    let helps: [HelpOf; 10] = [
+    let helps: [HelpOf; 11] = [
         |c| c.downcast_ref::<RenderError>().map(RenderError::help),
+        |c| c.downcast_ref::<kube::Error>().map(webhook_unavailable),
         |c| {
             c.downcast_ref::<ichor_helm::Error>()
                 .map(ichor_helm::Error::help)
@@ -70,4 +71,49 @@ fn help_of(cause: &(dyn Error + 'static)) -> Option<String> {
         },
     ];
     helps.iter().find_map(|help| help(cause)).flatten()
+}
+
+/// The help for a write the API server refused because Ichor's own
+/// admission webhook did not answer: its pod is not Ready (for one, while
+/// a drain moves it), and nothing is wrong with the request.
+fn webhook_unavailable(e: &kube::Error) -> Option<String> {
+    let kube::Error::Api(status) = e else {
+        return None;
+    };
+    let ours = status.message.contains("failed calling webhook")
+        && status.message.contains(".ichor.maesh.dev");
+    ours.then(|| {
+        "Ichor's admission webhook did not answer, so the API server refused the change; it answers once the controller's pod in ichor-system is Ready again (`kubectl -n ichor-system get pods`). Run the command again then".to_string()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(message: &str) -> anyhow::Error {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 500, "reason": "InternalError", "message": message,
+        }))
+        .expect("a Status");
+        anyhow::Error::new(kube::Error::Api(Box::new(status))).context("cancel operation up")
+    }
+
+    #[test]
+    fn a_refusal_by_ichors_unanswered_webhook_says_to_wait_for_the_controller() {
+        let e = refused(
+            "Internal error occurred: failed calling webhook \"talosoperation.ichor.maesh.dev\": failed to call webhook: no endpoints available for service \"ichor-webhook\"",
+        );
+        let help = help_for(&e).expect("a help");
+        assert!(help.contains("ichor-system"), "{help}");
+    }
+
+    #[test]
+    fn another_webhooks_failure_or_another_error_gets_no_such_help() {
+        let other = refused(
+            "Internal error occurred: failed calling webhook \"validate.kyverno.svc\": no endpoints",
+        );
+        assert_eq!(help_for(&other), None);
+        assert_eq!(help_for(&refused("etcdserver: request timed out")), None);
+    }
 }
