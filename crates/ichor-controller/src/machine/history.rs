@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use ichor_api::history::{MachineRevision, RevisionApplyMode, RevisionReason};
 use ichor_api::{TalosCluster, TalosMachine, TalosMachineStatus};
-use ichor_reconcile::history::{actor, record, store};
+use ichor_reconcile::history::{actor, record, rollback, store};
 use ichor_reconcile::machine::ApplyPlan;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -29,6 +29,13 @@ pub(super) async fn record_apply(
     status: &mut TalosMachineStatus,
     now: &Time,
 ) -> (MachineRevision, Result<()>) {
+    // A spec `ichor machine rollback` wrote back carries its mark.
+    let rollback_of = rollback::rollback_of(
+        machine.metadata.annotations.as_ref().map(json_of).as_ref(),
+        machine.metadata.generation,
+        cluster.metadata.generation,
+        &status.revisions,
+    );
     let revision = record::next(
         &status.revisions,
         record::Apply {
@@ -36,9 +43,13 @@ pub(super) async fn record_apply(
             config_hash_before: status.revisions.last().map(|r| r.config_hash_after.clone()),
             config_hash_after: status.config_hash.clone().unwrap_or_default(),
             apply_mode: RevisionApplyMode::NoReboot,
-            reason: RevisionReason::Drift,
+            reason: if rollback_of.is_some() {
+                RevisionReason::Rollback
+            } else {
+                RevisionReason::Drift
+            },
             operation: None,
-            rollback_of: None,
+            rollback_of,
             machine_generation: machine.metadata.generation,
             cluster_generation: cluster.metadata.generation,
             machine_changed_by: actor::changed_by(&annotations_of(machine)),
@@ -53,6 +64,10 @@ pub(super) async fn record_apply(
     );
     let kept = keep_inputs(ctx, machine, cluster, plan, &revision).await;
     (revision, kept)
+}
+
+fn json_of(annotations: &BTreeMap<String, String>) -> serde_json::Value {
+    json!(annotations)
 }
 
 /// The part of an object the changed-by stamp is read from.

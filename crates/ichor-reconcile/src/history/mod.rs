@@ -4,5 +4,7 @@
 //! (docs/adr/0022-config-history.md).
 
 pub mod actor;
+pub mod diff;
 pub mod record;
+pub mod rollback;
 pub mod store;
