@@ -7,8 +7,8 @@ use ichor_api::DriftClass;
 use maud::{DOCTYPE, Markup, html};
 
 use crate::view::{
-    ApplyMode, ClusterPage, ClustersPage, MachinePage, MachinesPage, MembershipView, OperationPage,
-    OperationRow, ReleasePreview, StepState, class_name,
+    ApplyMode, ClusterPage, ClustersPage, HistoryPage, MachinePage, MachinesPage, MembershipView,
+    OperationPage, OperationRow, ReleasePreview, StepState, class_name,
 };
 
 /// The vendored htmx file, served at [`HTMX_PATH`].
@@ -340,6 +340,7 @@ pub fn machine(page: &MachinePage, viewer: &Viewer) -> Markup {
             dt { "Address" } dd { (r.address) }
             dt { "Hold" } dd #hold { @if r.held { span.badge.held { "held" } " Ichor writes nothing to this machine." } @else { "released" } }
             dt { "Talos" } dd { (r.talos_version.as_deref().unwrap_or("not reported yet")) }
+            dt { "History" } dd { a #history-link href={ (url) "/history" } { "Every config Ichor applied to this node" } }
         }
         @if let Some(m) = &page.membership { (membership_section(m)) }
         (drift_section(page))
@@ -465,6 +466,61 @@ fn hold_actions(page: &MachinePage, url: &str) -> Markup {
             }
         }
     }
+}
+
+/// A config hash as the history shows it: its start, the whole in the title.
+fn short_hash(hash: &str) -> Markup {
+    let short: String = hash.chars().take(19).collect();
+    html! { code title=(hash) { (short) @if short.len() < hash.len() { "…" } } }
+}
+
+/// A machine's history page: its revisions, newest first, and the rollback
+/// the viewer may ask for.
+pub fn history(page: &HistoryPage, viewer: &Viewer) -> Markup {
+    let machine_url = format!("/machines/{}/{}", page.namespace, page.name);
+    let url = format!("{machine_url}/history");
+    let body = html! {
+        h1 { "History of machine " (page.namespace) "/" (page.name) }
+        p { a href=(machine_url) { "Back to the machine" } " · cluster "
+            a href={ "/clusters/" (page.namespace) "/" (page.cluster) } { (page.cluster) } }
+        p.small { "One revision per config Ichor applied to the node. The changed paths are shown, never their values: the inputs and the rendered config of each revision are kept in a Secret that only Ichor's controller reads." }
+        @if let Some(r) = page.rollback_requested {
+            p.notice #rollback-requested { "A rollback to revision " (r) " is asked for: the controller writes that revision's machine spec back, then the change takes the usual hold-and-apply path as a new revision." }
+        }
+        @if page.revisions.is_empty() { p #no-revisions { "Ichor has applied no config to this node yet." } }
+        @else {
+            table #revisions {
+                thead { tr { th { "Revision" } th { "When" } th { "Who" } th { "Why" } th { "Apply mode" } th { "Config hash" } th { "Changed paths" } th {} } }
+                tbody {
+                    @for r in &page.revisions {
+                        tr id={ "revision-" (r.number) } {
+                            td { (r.number) div.small { (r.outcome) } }
+                            td { (r.time) }
+                            td { @match &r.who {
+                                Some((user, at)) => { (user) div.small { "changed the spec at " (at) } }
+                                None => span.small { "no spec change (the node drifted)" },
+                            } }
+                            td { (r.why) }
+                            td { (r.apply_mode) }
+                            td { @match &r.hash_before { Some(h) => (short_hash(h)), None => "—" } " → " (short_hash(&r.hash_after)) }
+                            td { @if r.changed_paths.is_empty() { "—" } @else { ul { @for p in &r.changed_paths { li { code { (p) } } } } } }
+                            td { @if r.can_roll_back {
+                                form method="post" action={ (url) "/rollback" } {
+                                    input type="hidden" name="revision" value=(r.number);
+                                    button id={ "rollback-" (r.number) } type="submit" { "Roll back to this revision" }
+                                }
+                            } }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    layout(
+        &format!("History of {}/{}", page.namespace, page.name),
+        viewer,
+        live(&url, body),
+    )
 }
 
 fn operation_table(rows: &[OperationRow]) -> Markup {
@@ -593,6 +649,17 @@ mod tests {
             signin(Some("x")).into_string(),
             operations(&[], &viewer).into_string(),
             message("t", "m").into_string(),
+            history(
+                &HistoryPage {
+                    namespace: "ns".into(),
+                    name: "m".into(),
+                    cluster: "c".into(),
+                    revisions: Vec::new(),
+                    rollback_requested: Some(1),
+                },
+                &viewer,
+            )
+            .into_string(),
         ] {
             assert!(!text.contains(" style="), "{text}");
             assert!(!text.contains("<style"), "{text}");

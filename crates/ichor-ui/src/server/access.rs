@@ -243,6 +243,31 @@ impl AppState {
         })
     }
 
+    /// Whether the viewer may do `verb` on the one object `ns/name` of
+    /// `kind`: false when read-only or anonymous, so no action is offered.
+    pub(super) async fn may_on(
+        &self,
+        who: &Who,
+        verb: &'static str,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+    ) -> Result<bool, Response> {
+        let Who::User(u) = who else {
+            return Ok(false);
+        };
+        if self.settings.read_only {
+            return Ok(false);
+        }
+        let access = Access {
+            verb,
+            resource: kind.resource(),
+            namespace: Some(ns),
+            name: Some(name),
+        };
+        self.decide(u, access).await
+    }
+
     pub(super) fn viewer(&self, who: &Who, reads_nothing: bool) -> Viewer {
         Viewer {
             user: match who {

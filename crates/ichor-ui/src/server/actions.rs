@@ -1,5 +1,8 @@
-//! The actions: take or release a hold, start or cancel an operation, each
+//! The actions: take or release a hold, remove a machine, ask for its
+//! rollback, start or cancel an operation, each
 //! reviewed for the signed-in user and made with their own token.
+
+use ichor_api::history::{ROLLBACK_ANNOTATION, rollback_target};
 
 use super::*;
 
@@ -148,6 +151,71 @@ pub(super) async fn remove_machine(
     match api.delete(&name, &kube::api::DeleteParams::default()).await {
         Ok(_) => Redirect::to(&format!("/machines/{ns}/{name}")).into_response(),
         Err(e) => api_error(&format!("removing TalosMachine {ns}/{name}"), e),
+    }
+}
+
+/// Asks the controller to roll a machine back to an earlier revision: sets
+/// [`ROLLBACK_ANNOTATION`] on the TalosMachine. The revision's inputs are in
+/// a Secret only the controller reads; it writes that spec back, and the
+/// change takes the usual hold-and-apply path as a new revision. Checked
+/// and made as `update` (a read and a replace with the user's token, so a
+/// change since the read is a conflict, not overwritten).
+pub(super) async fn roll_back(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((ns, name)): Path<(String, String)>,
+    Form(pairs): Form<FormPairs>,
+) -> Response {
+    let access = Access {
+        verb: "update",
+        resource: "talosmachines",
+        namespace: Some(&ns),
+        name: Some(&name),
+    };
+    let client = match authorise(&state, &caller, access).await {
+        Ok((_, client)) => client,
+        Err(r) => return r,
+    };
+    let Some(number) = form_value(&pairs, "revision").and_then(rollback_target) else {
+        return page(
+            StatusCode::BAD_REQUEST,
+            "No revision",
+            &format!(
+                "Name the revision of TalosMachine {ns}/{name} to roll back to; nothing was written."
+            ),
+        );
+    };
+    let api: Api<TalosMachine> = Api::namespaced(client, &ns);
+    let mut machine = match api.get(&name).await {
+        Ok(m) => m,
+        Err(e) => return api_error(&format!("reading TalosMachine {ns}/{name}"), e),
+    };
+    let kept = machine
+        .status
+        .as_ref()
+        .is_some_and(|s| s.revisions.iter().any(|r| r.number == number));
+    if !kept {
+        return page(
+            StatusCode::BAD_REQUEST,
+            "No such revision",
+            &format!(
+                "TalosMachine {ns}/{name} keeps no revision {number} in its history; nothing was written."
+            ),
+        );
+    }
+    machine
+        .annotations_mut()
+        .insert(ROLLBACK_ANNOTATION.to_owned(), number.to_string());
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PostParams::default()
+    };
+    match api.replace(&name, &pp, &machine).await {
+        Ok(_) => Redirect::to(&format!("/machines/{ns}/{name}/history")).into_response(),
+        Err(e) => api_error(
+            &format!("asking for the rollback of TalosMachine {ns}/{name} to revision {number}"),
+            e,
+        ),
     }
 }
 

@@ -69,12 +69,14 @@ pub use layers::{read_only_layer, security_headers};
 pub use signin::is_bearer_token;
 
 use access::{Decision, Kind, not_found};
-use actions::{cancel_operation, release_hold, remove_machine, start_operation, take_hold};
+use actions::{
+    cancel_operation, release_hold, remove_machine, roll_back, start_operation, take_hold,
+};
 use caller::{SignedIn, Who, set_cookie};
 use forms::{FormPairs, form_value};
 use pages::{
-    cluster_page, clusters_page, css, htmx, machine_page, machines_page, operation_page,
-    operations_page,
+    cluster_page, clusters_page, css, history_page, htmx, machine_page, machines_page,
+    operation_page, operations_page,
 };
 use signin::{signin, signin_page, signout};
 
@@ -211,6 +213,7 @@ pub fn routes(state: AppState) -> Router {
         .route("/clusters/{ns}/{name}", get(cluster_page))
         .route("/machines", get(machines_page))
         .route("/machines/{ns}/{name}", get(machine_page))
+        .route("/machines/{ns}/{name}/history", get(history_page))
         .route("/operations", get(operations_page))
         .route("/operations/{ns}/{name}", get(operation_page));
     if !state.settings.read_only {
@@ -218,6 +221,7 @@ pub fn routes(state: AppState) -> Router {
             .route("/machines/{ns}/{name}/release", post(release_hold))
             .route("/machines/{ns}/{name}/hold", post(take_hold))
             .route("/machines/{ns}/{name}/remove", post(remove_machine))
+            .route("/machines/{ns}/{name}/history/rollback", post(roll_back))
             .route("/clusters/{ns}/{name}/operations", post(start_operation))
             .route("/operations/{ns}/{name}/cancel", post(cancel_operation));
     }

@@ -71,6 +71,25 @@ pub(super) async fn machine_page(
     )
 }
 
+/// A machine's history: its revisions, and a rollback offered when the
+/// viewer may `update` this TalosMachine.
+pub(super) async fn history_page(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<Response, Response> {
+    let d = state.detail(&caller, Kind::Machine, &ns, &name).await?;
+    let may_update = state
+        .may_on(&d.who, "update", Kind::Machine, &ns, &name)
+        .await?;
+    Ok(
+        match view::history_page(&d.inventory, &ns, &name, may_update) {
+            Some(p) => ok_html(html::history(&p, &state.viewer(&d.who, false))),
+            None => not_found(Kind::Machine, &ns, &name),
+        },
+    )
+}
+
 pub(super) async fn operations_page(
     State(state): State<AppState>,
     caller: Caller,

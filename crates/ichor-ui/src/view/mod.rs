@@ -4,17 +4,19 @@
 
 //!
 //! One page a module: [`clusters`] (with Ichor's own install), [`cluster`],
-//! [`machines`], [`machine`] and [`operations`] (with one operation's page);
+//! [`machines`], [`machine`] (and its [`history`]) and [`operations`] (with one operation's page);
 //! what every page reads and may read is here.
 
 mod cluster;
 mod clusters;
+mod history;
 mod machine;
 mod machines;
 mod operations;
 
 pub use cluster::*;
 pub use clusters::*;
+pub use history::*;
 pub use machine::*;
 pub use machines::*;
 pub use operations::*;
