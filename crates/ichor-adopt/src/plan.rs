@@ -218,6 +218,9 @@ impl Plan {
                 secrets_ref: secrets,
                 backup: None,
                 maintenance_windows: Vec::new(),
+                alertmanager: None,
+                apply_mode: None,
+                try_timeout: None,
             },
         );
         cluster.metadata.namespace = Some(self.namespace.clone());
@@ -248,6 +251,8 @@ pub fn held_machine(cluster: &str, node: &TalosNode) -> TalosMachine {
             patches: vec![],
             removal: None,
             replaces: None,
+            apply_mode: None,
+            try_timeout: None,
         },
     );
     m.metadata.labels = Some(BTreeMap::from([(

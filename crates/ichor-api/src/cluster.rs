@@ -77,6 +77,23 @@ pub struct TalosClusterSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     pub maintenance_windows: Vec<crate::window::MaintenanceWindow>,
+    /// The Alertmanager this cluster's operations silence their nodes in
+    /// while they work, unless an operation sets its own
+    /// `spec.alertmanager`. Unset: no silence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alertmanager: Option<crate::operation::AlertmanagerSilence>,
+    /// How Ichor applies class B changes to this cluster's nodes (a
+    /// machine's own `applyMode` wins): noReboot (the default), or try
+    /// (Talos reverts the change after `tryTimeout` unless Ichor confirms
+    /// it once the node's health checks pass).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_mode: Option<crate::apply::ApplyMode>,
+    /// How long a try-mode apply runs unconfirmed before Talos reverts it
+    /// (`45s`, `2m`; 1s to 10m). Unset: 1m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new(crate::apply::TRY_TIMEOUT_RULE).message("tryTimeout must be a duration from 1s to 10m, such as 45s, 2m or 1m30s"))]
+    pub try_timeout: Option<String>,
 }
 
 /// Pod and service networks of the cluster (CIDRs).

@@ -35,6 +35,7 @@
 // repeated `type_ = "string"` inside them as duplicated attributes.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod apply;
 pub mod backup;
 pub mod cilium;
 pub mod cluster;

@@ -79,6 +79,18 @@ pub struct TalosMachineSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub replaces: Option<String>,
+    /// How Ichor applies class B changes to this node: noReboot, or try
+    /// (Talos reverts the change after `tryTimeout` unless Ichor confirms
+    /// it once the node's health checks pass). Unset: the cluster's
+    /// `applyMode`, else noReboot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_mode: Option<crate::apply::ApplyMode>,
+    /// How long a try-mode apply runs unconfirmed before Talos reverts it
+    /// (`45s`, `2m`; 1s to 10m). Unset: the cluster's `tryTimeout`, else 1m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new(crate::apply::TRY_TIMEOUT_RULE).message("tryTimeout must be a duration from 1s to 10m, such as 45s, 2m or 1m30s"))]
+    pub try_timeout: Option<String>,
 }
 
 /// How a machine is removed.
@@ -263,4 +275,8 @@ pub struct TalosMachineStatus {
     /// are kept in the machine's history Secret, docs/adr/0022).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub revisions: Vec<crate::history::MachineRevision>,
+    /// A try-mode apply in flight, or the reverted one that holds the
+    /// machine (reason TryReverted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub try_apply: Option<crate::apply::TryApply>,
 }

@@ -125,6 +125,9 @@ fn main() {
         },
         backup: None,
         maintenance_windows: Vec::new(),
+        alertmanager: None,
+        apply_mode: None,
+        try_timeout: None,
     };
     for f in files {
         let text = std::fs::read_to_string(&f).expect("read fixture");
@@ -149,6 +152,8 @@ fn main() {
             }],
             removal: None,
             replaces: None,
+            apply_mode: None,
+            try_timeout: None,
         };
         let input = RenderInput {
             machine_name: "bench",

@@ -31,6 +31,8 @@ fn machine(i: usize) -> Arc<TalosMachine> {
             patches: vec![],
             removal: None,
             replaces: None,
+            apply_mode: None,
+            try_timeout: None,
         },
     );
     m.metadata.namespace = Some("fleet".into());

@@ -661,6 +661,9 @@ pub fn talos_cluster(
             },
             backup: None,
             maintenance_windows: Vec::new(),
+            alertmanager: None,
+            apply_mode: None,
+            try_timeout: None,
         },
     );
     cluster.metadata.namespace = Some(ichor_api::SYSTEM_NAMESPACE.to_string());
@@ -685,6 +688,8 @@ pub fn init_machine(cluster: &str, name: &str, address: &str, role: MachineRole)
             patches: vec![],
             removal: None,
             replaces: None,
+            apply_mode: None,
+            try_timeout: None,
         },
     );
     m.metadata.namespace = Some(ichor_api::SYSTEM_NAMESPACE.to_string());

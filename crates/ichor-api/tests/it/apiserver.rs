@@ -32,6 +32,9 @@ fn cluster(name: &str) -> TalosCluster {
             },
             backup: None,
             maintenance_windows: Vec::new(),
+            alertmanager: None,
+            apply_mode: None,
+            try_timeout: None,
         },
     )
 }

@@ -93,6 +93,8 @@ fn machine(
             patches: vec![],
             removal: None,
             replaces: None,
+            apply_mode: None,
+            try_timeout: None,
         },
     );
     m.metadata.namespace = Some("lab".into());

@@ -1,4 +1,5 @@
-//! `ichor machine list|add|remove|replace`: TalosMachines are read,
+//! `ichor machine list|add|remove|replace` (and `history|diff|rollback`,
+//! in [`history`]): TalosMachines are read,
 //! created, marked for removal and deleted here; the controller joins and
 //! removes the nodes. Nothing here writes to a node: `add` and `replace`
 //! only read the new nodes over the insecure maintenance API, and `remove`
@@ -6,6 +7,7 @@
 
 mod checks;
 mod follow;
+pub mod history;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead as _, IsTerminal as _};
@@ -361,6 +363,8 @@ fn machine_of(cluster: &str, p: &PlannedMachine, patches: &[MachinePatch]) -> Ta
             patches: patches.to_vec(),
             removal: None,
             replaces: p.replaces.clone(),
+            apply_mode: None,
+            try_timeout: None,
         },
     )
 }

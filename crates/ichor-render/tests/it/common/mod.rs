@@ -35,6 +35,9 @@ pub fn cluster(preset: CniPreset, kube_proxy: KubeProxyMode) -> TalosClusterSpec
         },
         backup: None,
         maintenance_windows: Vec::new(),
+        alertmanager: None,
+        apply_mode: None,
+        try_timeout: None,
     }
 }
 
@@ -55,6 +58,8 @@ pub fn machine(role: MachineRole, patches: &[(&str, &str)]) -> TalosMachineSpec 
             .collect(),
         removal: None,
         replaces: None,
+        apply_mode: None,
+        try_timeout: None,
     }
 }
 

@@ -146,6 +146,8 @@ mod tests {
                 patches: Vec::new(),
                 removal: None,
                 replaces: None,
+                apply_mode: None,
+                try_timeout: None,
             },
         );
         m.status = membership.map(|phase| ichor_api::TalosMachineStatus {

@@ -16,6 +16,8 @@ fn machine(name: &str, role: MachineRole, address: &str, ready: bool) -> TalosMa
             patches: Vec::new(),
             removal: None,
             replaces: None,
+            apply_mode: None,
+            try_timeout: None,
         },
     );
     m.status = Some(TalosMachineStatus {
