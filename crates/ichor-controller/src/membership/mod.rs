@@ -2,7 +2,8 @@
 //! in maintenance mode is joined ([`join`]); a deleted one is removed step
 //! by step, each step's intent in its status before the step runs
 //! ([`removal`]); a control plane with `spec.replaces` has the old machine
-//! removed once it counts in etcd ([`replace`]). The decisions are
+//! removed once it counts in etcd, or first when the old one has failed
+//! ([`replace`]). The decisions are
 //! `ichor_reconcile::membership`'s; here the reads and the writes.
 //!
 //! A released machine carries the finalizer [`FINALIZER`], so its deletion
@@ -77,6 +78,12 @@ pub(crate) async fn reconcile(
     let Some(cluster) = cluster else {
         return Ok(Flow::Continue);
     };
+    // A failed control plane being replaced goes before its replacement joins.
+    if join::wanted(status)
+        && let Some(action) = replace::before_join(machine, cluster, ctx, status).await?
+    {
+        return Ok(Flow::Done(action));
+    }
     if join::wanted(status)
         && let Some(action) = join::join(machine, cluster, ctx, status).await?
     {

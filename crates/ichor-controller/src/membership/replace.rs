@@ -1,17 +1,32 @@
-//! A control plane that replaces another (`spec.replaces`): once it has
-//! joined and etcd lists its member as a healthy voter beside the old one,
-//! the old TalosMachine gets `spec.removal` (Wipe unless set) and is
-//! deleted, so its removal runs. Before that the old node stays as it is.
+//! A control plane that replaces another (`spec.replaces`).
+//!
+//! A healthy old one: once the new one has joined and etcd lists its
+//! member as a healthy voter beside the old one, the old TalosMachine gets
+//! `spec.removal` (Wipe unless set) and is deleted, so its removal runs.
+//! Before that the old node stays as it is.
+//!
+//! A failed old one (its member listed but not a healthy voter): before
+//! the new one joins, the old TalosMachine gets `spec.removal` (forced when
+//! its node does not answer) and is deleted, so its removal has a peer
+//! remove its member by id and deletes its Node; no Reset is sent to a
+//! node that does not answer. The new one waits in maintenance mode until
+//! etcd no longer lists the old member, then joins.
 
-use ichor_api::{MachineRemoval, TalosCluster, TalosMachine, TalosMachineStatus};
-use ichor_reconcile::membership::replace::old_may_go;
+use std::time::Duration;
+
+use ichor_api::{MachineRemoval, MembershipPhase, TalosCluster, TalosMachine, TalosMachineStatus};
+use ichor_reconcile::membership::replace::{Failed, Order, old_may_go, order};
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
 use super::view;
-use super::{event, membership, reasons, write};
+use super::{event, membership, reasons, set, write};
 use crate::{Context, Error, Result};
+
+/// How soon a join that waits on the old control plane looks again.
+const POLL: Duration = Duration::from_secs(2);
 
 pub(super) async fn replace_old(
     machine: &TalosMachine,
@@ -22,11 +37,7 @@ pub(super) async fn replace_old(
     let Some(old_name) = machine.spec.replaces.as_deref() else {
         return Ok(());
     };
-    let namespace = machine.namespace().unwrap_or_default();
-    let api = Api::<TalosMachine>::namespaced(ctx.client.clone(), &namespace);
-    let old = api.get_opt(old_name).await.map_err(Error::kube(format!(
-        "reading TalosMachine {namespace}/{old_name}"
-    )))?;
+    let old = read_old(ctx, machine, old_name).await?;
     let Some(old) = old.filter(|o| o.metadata.deletion_timestamp.is_none()) else {
         return Ok(());
     };
@@ -39,20 +50,10 @@ pub(super) async fn replace_old(
     };
     let message = match verdict {
         Err(why) => format!("replaces {old_name} once etcd counts it: {why}"),
+        Ok(()) if old.spec.hold => held(old_name),
         Ok(()) => {
-            if old.spec.removal.is_none() {
-                let patch = serde_json::json!({ "spec": { "removal": MachineRemoval::default() } });
-                api.patch(old_name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map_err(Error::kube(format!(
-                        "setting spec.removal of TalosMachine {namespace}/{old_name}"
-                    )))?;
-            }
-            api.delete(old_name, &DeleteParams::default())
-                .await
-                .map_err(Error::kube(format!(
-                    "deleting TalosMachine {namespace}/{old_name}"
-                )))?;
+            let removal = old.spec.removal.unwrap_or_default();
+            start_removal(ctx, machine, &old, removal).await?;
             event(
                 ctx,
                 machine,
@@ -69,4 +70,148 @@ pub(super) async fn replace_old(
     };
     membership(status).message = Some(message);
     write(ctx, machine, status).await
+}
+
+/// Before a replacing control plane joins: a failed old one is removed
+/// first. `Some(action)` while the join waits on it (status written);
+/// `None` when the join may go on (the old one counts, or is gone from
+/// etcd).
+pub(super) async fn before_join(
+    machine: &TalosMachine,
+    cluster: &TalosCluster,
+    ctx: &Context,
+    status: &mut TalosMachineStatus,
+) -> Result<Option<Action>> {
+    let Some(old_name) = machine.spec.replaces.as_deref() else {
+        return Ok(None);
+    };
+    // Nothing is decided for a held machine, nor for one whose node is not
+    // waiting in maintenance mode (its join is not this reconcile's).
+    if machine.spec.hold
+        || view::maintenance(ctx, &machine.spec.address)
+            .await
+            .is_none()
+    {
+        return Ok(None);
+    }
+    let Some(old) = read_old(ctx, machine, old_name).await? else {
+        return Ok(None);
+    };
+    let others = view::cluster_machines(ctx, machine);
+    let Some(etcd) = view::etcd(ctx, cluster, &others, machine).await else {
+        // The join waits for etcd's members itself, and says so.
+        return Ok(None);
+    };
+    let listed = etcd.members.iter().any(|m| m.name == old_name);
+    let now = (ctx.clock)();
+    let name = machine.name_any();
+    let why = if old.metadata.deletion_timestamp.is_some() {
+        if !listed {
+            return Ok(None);
+        }
+        let old_says = old
+            .status
+            .as_ref()
+            .and_then(|s| s.membership.as_ref())
+            .and_then(|m| m.message.clone())
+            .unwrap_or_else(|| "its removal has not begun".into());
+        format!("waiting for {old_name}, which it replaces, to leave etcd first: {old_says}")
+    } else {
+        let answers = match view::admin(ctx, cluster, &old, &old.spec.address).await {
+            Ok(c) => c.version("").await.is_ok(),
+            Err(_) => false,
+        };
+        match order(&etcd.members, old_name, answers) {
+            Order::JoinFirst => return Ok(None),
+            Order::RemoveOldFirst { failed } if old.spec.hold => {
+                format!("{failed}; {}", held(old_name))
+            }
+            Order::RemoveOldFirst { failed } => {
+                remove_failed(ctx, machine, &old, &failed).await?;
+                format!(
+                    "{failed}: it is removed first (a peer removes its member by id, its Node is deleted); {name} joins once etcd no longer lists it"
+                )
+            }
+        }
+    };
+    set(status, MembershipPhase::Joining, why, &now);
+    membership(status).step = None;
+    write(ctx, machine, status).await?;
+    Ok(Some(Action::requeue(POLL)))
+}
+
+/// The old TalosMachine, `None` when it is gone.
+async fn read_old(
+    ctx: &Context,
+    machine: &TalosMachine,
+    old_name: &str,
+) -> Result<Option<TalosMachine>> {
+    let namespace = machine.namespace().unwrap_or_default();
+    Api::<TalosMachine>::namespaced(ctx.client.clone(), &namespace)
+        .get_opt(old_name)
+        .await
+        .map_err(Error::kube(format!(
+            "reading TalosMachine {namespace}/{old_name}"
+        )))
+}
+
+fn held(old_name: &str) -> String {
+    format!(
+        "{old_name}, which it replaces, is held: release it (spec.hold: false) so that its removal runs; deleting a held machine only forgets it and would leave its etcd member behind"
+    )
+}
+
+/// Starts a failed old control plane's removal: forced when its node does
+/// not answer (its member removed by id from a peer, its Node deleted,
+/// nothing written to it).
+async fn remove_failed(
+    ctx: &Context,
+    machine: &TalosMachine,
+    old: &TalosMachine,
+    failed: &Failed,
+) -> Result<()> {
+    let asked = old.spec.removal.unwrap_or_default();
+    let removal = MachineRemoval {
+        force: asked.force || failed.force(),
+        ..asked
+    };
+    start_removal(ctx, machine, old, removal).await?;
+    let note = format!(
+        "{failed}: it is removed before {} joins (its member by id from a peer, then its Node){}",
+        machine.name_any(),
+        if failed.force() {
+            "; nothing is written to its node"
+        } else {
+            ""
+        }
+    );
+    event(ctx, machine, EventType::Warning, reasons::LEAVING, note).await;
+    Ok(())
+}
+
+/// Writes `spec.removal` on the old machine when it differs, then deletes
+/// it: its finalizer runs the removal.
+async fn start_removal(
+    ctx: &Context,
+    machine: &TalosMachine,
+    old: &TalosMachine,
+    removal: MachineRemoval,
+) -> Result<()> {
+    let namespace = machine.namespace().unwrap_or_default();
+    let old_name = old.name_any();
+    let api = Api::<TalosMachine>::namespaced(ctx.client.clone(), &namespace);
+    if old.spec.removal != Some(removal) {
+        let patch = serde_json::json!({ "spec": { "removal": removal } });
+        api.patch(&old_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::kube(format!(
+                "setting spec.removal of TalosMachine {namespace}/{old_name}"
+            )))?;
+    }
+    api.delete(&old_name, &DeleteParams::default())
+        .await
+        .map_err(Error::kube(format!(
+            "deleting TalosMachine {namespace}/{old_name}"
+        )))?;
+    Ok(())
 }
