@@ -24,17 +24,17 @@ use tower::ServiceExt as _;
 const HOST: &str = "ui.test:8443";
 /// How long the cache, the audit log or a listener may take to catch up
 /// (the bound only turns a hang into a failure).
-const SETTLE: Duration = Duration::from_secs(10);
-const ORIGIN: &str = "https://ui.test:8443";
+pub(crate) const SETTLE: Duration = Duration::from_secs(10);
+pub(crate) const ORIGIN: &str = "https://ui.test:8443";
 
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: String,
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: String,
 }
 
 /// One request; `session` is the session cookie's value (a session id).
-async fn send(
+pub(crate) async fn send(
     app: &Router,
     method: Method,
     uri: &str,
@@ -87,7 +87,7 @@ fn get_ok(a: &Answer, uri: &str) {
     assert_eq!(a.status, StatusCode::OK, "GET {uri}: {}", a.body);
 }
 
-fn location(a: &Answer) -> &str {
+pub(crate) fn location(a: &Answer) -> &str {
     a.headers
         .get(header::LOCATION)
         .and_then(|v| v.to_str().ok())
@@ -113,7 +113,7 @@ fn session_of(a: &Answer) -> String {
 }
 
 /// Signs in with `token` and returns the session id.
-async fn sign_in(app: &Router, token: &str) -> String {
+pub(crate) async fn sign_in(app: &Router, token: &str) -> String {
     let a = send(
         app,
         Method::POST,
@@ -152,7 +152,7 @@ async fn cache(client: &kube::Client, ns: &str, machines: usize) -> Cache {
     cache
 }
 
-async fn app(
+pub(crate) async fn app(
     env: &TestEnv,
     client: &kube::Client,
     settings: Settings,
@@ -165,7 +165,7 @@ async fn app(
 
 /// Waits until the API server's audit log has a `verb` of `resource`
 /// `ns/name` that succeeded, and returns who made it.
-async fn audited_user(
+pub(crate) async fn audited_user(
     env: &TestEnv,
     verb: &str,
     resource: &str,

@@ -5,4 +5,5 @@ mod browser_e2e;
 mod chart_rbac;
 mod common;
 mod handlers;
+mod history;
 mod tls;
