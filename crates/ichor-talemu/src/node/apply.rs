@@ -34,6 +34,13 @@ impl Node {
         if !in_maintenance && !is_admin {
             return Err(Status::permission_denied("not authorized"));
         }
+        // As machined does, first thing: any apply but a try (a dry run or
+        // one refused below too) confirms a pending try, so the timer goes.
+        if requested_mode_is_not_try(req.mode)
+            && let Some(h) = st.rollback.take()
+        {
+            h.abort();
+        }
         validate_applied_documents(&req.data, in_maintenance)?;
         let v14 = self.multidoc_kubernetes();
         let requested = requested_apply_mode(req.mode, in_maintenance, v14)?;
@@ -51,11 +58,6 @@ impl Node {
             return Ok(dry_run_summary(&current, &req.data, mode, &details));
         }
 
-        if mode != Mode::Try
-            && let Some(h) = st.rollback.take()
-        {
-            h.abort();
-        }
         let try_timeout = req
             .try_mode_timeout
             .and_then(|d| Duration::try_from(d).ok())
@@ -132,7 +134,8 @@ impl Node {
                     "\nThe config is applied in 'try' mode and will be automatically reverted back in {}",
                     go_duration(timeout)
                 ));
-                self.schedule_try_rollback(st, timeout);
+                let previous = st.active.clone();
+                self.schedule_try_rollback(st, previous, timeout);
                 st.active = Some(data);
             }
             Mode::NoReboot => {
@@ -157,9 +160,16 @@ impl Node {
         }
     }
 
-    /// Replaces any pending rollback with one that restores the persistent
-    /// config once the 'try' `timeout` has passed.
-    fn schedule_try_rollback(self: &Arc<Self>, st: &mut NodeState, timeout: Duration) {
+    /// Replaces any pending rollback with one that puts `previous` (the
+    /// config active when the try came: machined's rollback target, which
+    /// after an unconfirmed try is that try's config, not the persisted
+    /// one) back once the 'try' `timeout` has passed.
+    fn schedule_try_rollback(
+        self: &Arc<Self>,
+        st: &mut NodeState,
+        previous: Option<Vec<u8>>,
+        timeout: Duration,
+    ) {
         if let Some(h) = st.rollback.take() {
             h.abort();
         }
@@ -167,7 +177,7 @@ impl Node {
         st.rollback = Some(tokio::spawn(async move {
             tokio::time::sleep(timeout).await;
             let mut st = node.lock();
-            st.active = st.persistent.clone();
+            st.active = previous.or_else(|| st.persistent.clone());
             st.rollback = None;
             st.journal.talos(format!(
                 "the configuration applied in try mode was rolled back after {}",
@@ -204,6 +214,12 @@ fn validate_applied_documents(data: &[u8], in_maintenance: bool) -> Result<(), S
         }
     }
     Ok(())
+}
+
+/// Whether a request's mode is anything but TRY (an unknown mode too: it is
+/// refused later, after machined cancelled the timer).
+fn requested_mode_is_not_try(mode: i32) -> bool {
+    mode != machine::apply_configuration_request::Mode::Try as i32
 }
 
 /// The requested apply mode: REBOOT becomes NO_REBOOT in maintenance mode

@@ -265,6 +265,118 @@ async fn talosctl_apply_config_and_reboot() {
     assert_eq!(emu.active_config(0).unwrap(), changed);
 }
 
+/// The write log's modes and rollbacks, in order (no config bytes).
+fn write_names(emu: &Emulator) -> Vec<String> {
+    emu.writes()
+        .iter()
+        .map(|w| match &w.action {
+            WriteAction::ApplyConfiguration { mode, .. } => format!("apply {mode}"),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+/// Waits (bounded) until node 0's active config is `want`.
+async fn active_becomes(emu: &Emulator, want: &[u8], within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if emu.active_config(0).unwrap() == want {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// Talos's try mode, driven by the real talosctl: `apply-config --mode try
+/// --timeout 2s` runs the config until its timer puts back the config that
+/// was active when the try came (machined's `RollbackToConfigAfter`); a
+/// no-reboot apply of the same config within the timeout confirms it (any
+/// apply but a try cancels machined's timer), so nothing is put back; a
+/// second try before the first was confirmed reverts to the first try's
+/// config, as machined's does.
+/// Covers: R16.6
+#[tokio::test(flavor = "multi_thread")]
+async fn talosctl_try_reverts_on_its_timer_unless_confirmed() {
+    let (emu, dir, admin) = setup().await;
+    let base = crate::common::cp_v112();
+    let tried = crate::common::edit(&base, "port: 7445", "port: 7446");
+    let file = dir.path().join("tried.yaml");
+    std::fs::write(&file, &tried).unwrap();
+    let file = file.to_str().unwrap();
+    let try_args = [
+        "apply-config",
+        "--mode",
+        "try",
+        "--timeout",
+        "2s",
+        "-f",
+        file,
+    ];
+
+    // Unconfirmed: reverted by the timer.
+    let run = talosctl(&emu, &admin, &try_args).await;
+    assert!(run.ok, "{run}");
+    assert!(
+        run.stderr
+            .contains("will be automatically reverted back in 2s"),
+        "{run}"
+    );
+    assert_eq!(emu.active_config(0).unwrap(), tried);
+    assert_eq!(emu.persistent_config(0).unwrap(), base);
+    assert!(
+        active_becomes(&emu, &base, Duration::from_secs(10)).await,
+        "the try is reverted after its timeout"
+    );
+    assert_eq!(write_names(&emu), ["apply try", "TryRollback"]);
+
+    // Confirmed by a no-reboot apply of the same config within the timeout.
+    let run = talosctl(&emu, &admin, &try_args).await;
+    assert!(run.ok, "{run}");
+    let run = talosctl(
+        &emu,
+        &admin,
+        &["apply-config", "--mode", "no-reboot", "-f", file],
+    )
+    .await;
+    assert!(run.ok, "{run}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(emu.active_config(0).unwrap(), tried, "confirmed: kept");
+    assert_eq!(emu.persistent_config(0).unwrap(), tried);
+    assert_eq!(
+        write_names(&emu),
+        ["apply try", "TryRollback", "apply try", "apply no_reboot"]
+    );
+
+    // A try over an unconfirmed try: the timer puts back the first try's config.
+    let first = crate::common::edit(&tried, "port: 7446", "port: 7447");
+    let second = crate::common::edit(&tried, "port: 7446", "port: 7448");
+    for (name, config, timeout) in [("first", &first, "1m"), ("second", &second, "2s")] {
+        let path = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&path, config).unwrap();
+        let run = talosctl(
+            &emu,
+            &admin,
+            &[
+                "apply-config",
+                "--mode",
+                "try",
+                "--timeout",
+                timeout,
+                "-f",
+                path.to_str().unwrap(),
+            ],
+        )
+        .await;
+        assert!(run.ok, "{run}");
+    }
+    assert!(
+        active_becomes(&emu, &first, Duration::from_secs(10)).await,
+        "the second try reverts to the first try's config"
+    );
+    assert_eq!(emu.persistent_config(0).unwrap(), tried);
+}
+
 /// A reader talosconfig can read versions but not the sensitive machine config.
 #[tokio::test(flavor = "multi_thread")]
 async fn talosctl_reader_cannot_read_machineconfig() {
