@@ -31,6 +31,16 @@ pub fn rollback_target(value: &str) -> Option<u64> {
     value.trim().parse().ok().filter(|n| *n > 0)
 }
 
+/// On a machine's history Secret (in Ichor's namespace): the machine it
+/// belongs to, `namespace/name` (a name may be longer than a label value).
+pub const HISTORY_OF_ANNOTATION: &str = "ichor.maesh.dev/history-of";
+
+/// The finalizer on a TalosMachine outside Ichor's namespace whose history
+/// Secret exists: an owner reference cannot cross namespaces, so the
+/// controller deletes the Secret before it lets the machine go (`ichor
+/// reclaim` does both when no controller runs).
+pub const HISTORY_FINALIZER: &str = "ichor.maesh.dev/history";
+
 /// The value of [`CHANGED_BY_ANNOTATION`] (JSON in the annotation).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -6,6 +6,7 @@ use ichor_api::history::{
 };
 use ichor_render::drift::Drift;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_yaml_ng::Mapping;
 
 /// How many revisions a machine's status keeps unless the cluster says
 /// otherwise; the history Secret keeps the inputs of as many.
@@ -68,6 +69,36 @@ pub fn changed_paths(drift: &Drift) -> Vec<String> {
         .filter(|e| e.class != DriftClass::A)
         .map(|e| e.path.clone())
         .collect()
+}
+
+/// What an apply of a whole config (a join's, an operation step's) changes
+/// on the node: paths and digests, never values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// The digest of the config the node ran (`None`: it ran none, a node
+    /// in maintenance mode).
+    pub config_hash_before: Option<String>,
+    /// The digest of the config applied, as `status.configHash` has it.
+    pub config_hash_after: String,
+    /// Every path that differs, whatever its class: the whole config is
+    /// applied.
+    pub paths: Vec<String>,
+}
+
+/// The [`Change`] from the node's config `live` (`None` in maintenance
+/// mode) to `desired`, both as documents.
+pub fn change(live: Option<&[Mapping]>, desired: &[Mapping]) -> Change {
+    let before: &[Mapping] = live.unwrap_or_default();
+    let drift = ichor_render::drift::compare_documents(
+        before,
+        desired,
+        &ichor_render::redact::Redactor::default(),
+    );
+    Change {
+        config_hash_before: live.map(ichor_render::config_digest),
+        config_hash_after: ichor_render::config_digest(desired),
+        paths: drift.entries.into_iter().map(|e| e.path).collect(),
+    }
 }
 
 /// The later of two spec writers (RFC 3339 UTC times compare as text).
@@ -147,6 +178,39 @@ mod tests {
         assert_eq!(r.outcome, RevisionOutcome::Applied);
         let r = next(&[], apply(RevisionApplyMode::Try), changed_paths(&drift));
         assert_eq!(r.outcome, RevisionOutcome::Trying);
+    }
+
+    fn documents(text: &str) -> Vec<Mapping> {
+        ichor_talos::config::ParsedConfig::parse_with_origin(text, "a Talos fixture")
+            .expect("a Talos config")
+            .mappings
+    }
+
+    /// A join's config (the node ran none) and an operation step's (one
+    /// image changed): the digests of both sides, the paths without values.
+    /// Covers: R16.1
+    #[test]
+    fn a_whole_config_apply_changes_the_paths_it_differs_on() {
+        let text =
+            include_str!("../../../../testdata/talos/stability-v1.14/base-controlplane.yaml");
+        let live = documents(text);
+        let joined = change(None, &live);
+        assert_eq!(joined.config_hash_before, None);
+        assert_eq!(joined.config_hash_after, ichor_render::config_digest(&live));
+        assert!(!joined.paths.is_empty());
+        let stepped = documents(&text.replace(
+            "image: ghcr.io/siderolabs/kubelet:v1.28.0",
+            "image: ghcr.io/siderolabs/kubelet:v1.29.0",
+        ));
+        let step = change(Some(&live), &stepped);
+        assert_eq!(
+            step.config_hash_before,
+            Some(joined.config_hash_after.clone())
+        );
+        assert_ne!(step.config_hash_after, joined.config_hash_after);
+        assert_eq!(step.paths.len(), 1, "{:?}", step.paths);
+        assert!(step.paths[0].contains("image"), "{:?}", step.paths);
+        assert!(!step.paths[0].contains("v1.29.0"), "{:?}", step.paths);
     }
 
     /// Covers: R16.1

@@ -9,18 +9,25 @@ use flate2::Compression;
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use ichor_api::history::MachineRevision;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 
-/// The largest total kept: well under a Secret's 1 MiB, leaving room for the
-/// object's metadata.
-pub const MAX_BYTES: usize = 768 * 1024;
+/// The largest total kept: under a Secret's 1 MiB even as the API server
+/// receives it (JSON, the data in base64: 4 bytes for 3), with room for the
+/// keys and the object's metadata.
+pub const MAX_BYTES: usize = 760 * 1024;
 
 /// A decompressed record larger than this is refused (a crafted entry must
 /// not inflate without end).
 const MAX_RECORD_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The type of every history Secret.
+pub const SECRET_TYPE: &str = "ichor.maesh.dev/history";
 
 const KEY_PREFIX: &str = "revision-";
 const KEY_SUFFIX: &str = ".json.gz";
@@ -145,6 +152,55 @@ pub fn append(
     Ok(())
 }
 
+/// Where a history Secret lives and whose it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretOf<'a> {
+    /// Ichor's namespace, where every history Secret lives.
+    pub system_namespace: &'a str,
+    pub machine_namespace: &'a str,
+    pub machine_name: &'a str,
+    pub machine_uid: &'a str,
+    /// The resourceVersion read, when the Secret exists: it is replaced
+    /// whole with it, so a concurrent writer's change is a conflict.
+    pub resource_version: Option<String>,
+}
+
+/// The history Secret holding `data`. Owned by the machine when both live
+/// in Ichor's namespace (an owner in another namespace would make the
+/// garbage collector delete the Secret at once); otherwise the machine's
+/// [`HISTORY_FINALIZER`] stands for the owner reference.
+///
+/// [`HISTORY_FINALIZER`]: ichor_api::history::HISTORY_FINALIZER
+pub fn secret(of: &SecretOf<'_>, data: BTreeMap<String, Vec<u8>>) -> Secret {
+    let owner = (of.machine_namespace == of.system_namespace).then(|| OwnerReference {
+        api_version: format!("{}/v1alpha1", ichor_api::GROUP),
+        kind: "TalosMachine".into(),
+        name: of.machine_name.into(),
+        uid: of.machine_uid.into(),
+        ..OwnerReference::default()
+    });
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(secret_name(of.machine_namespace, of.machine_name)),
+            namespace: Some(of.system_namespace.into()),
+            labels: Some(BTreeMap::from([
+                ("app.kubernetes.io/part-of".into(), "ichor".into()),
+                ("app.kubernetes.io/component".into(), "history".into()),
+            ])),
+            annotations: Some(BTreeMap::from([(
+                ichor_api::history::HISTORY_OF_ANNOTATION.into(),
+                format!("{}/{}", of.machine_namespace, of.machine_name),
+            )])),
+            owner_references: owner.map(|o| vec![o]),
+            resource_version: of.resource_version.clone(),
+            ..ObjectMeta::default()
+        },
+        type_: Some(SECRET_TYPE.into()),
+        data: Some(data.into_iter().map(|(k, v)| (k, ByteString(v))).collect()),
+        ..Secret::default()
+    }
+}
+
 /// The record of one revision, if the data still holds it.
 pub fn find(
     data: &BTreeMap<String, Vec<u8>>,
@@ -224,6 +280,142 @@ mod tests {
             config(994)
         );
         assert!(find(&data, 990).unwrap().is_none());
+    }
+
+    /// A control plane's config as Talos generates one (the v1.14
+    /// stability fixture), every key and certificate in it replaced by
+    /// bytes that differ at each apply (keys rotated at every apply: the
+    /// worst case for compression), with a node label naming the apply.
+    fn fixture_config(i: u64) -> String {
+        const BASE64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let text =
+            include_str!("../../../../testdata/talos/stability-v1.14/base-controlplane.yaml");
+        let mut digest = Sha256::digest(i.to_be_bytes());
+        let mut random = std::iter::from_fn(move || {
+            digest = Sha256::digest(digest);
+            Some(digest.to_vec())
+        })
+        .flatten()
+        .map(|b| BASE64[usize::from(b) % 64] as char);
+        let mut out = String::with_capacity(text.len() + 64);
+        for line in text.lines() {
+            let indent = &line[..line.len() - line.trim_start().len()];
+            let (head, value) = match line.trim_start().split_once(": ") {
+                Some((key, value)) => (format!("{indent}{key}: "), value),
+                None => (indent.to_owned(), line.trim_start()),
+            };
+            let material =
+                value.len() >= 40 && value.bytes().all(|b| BASE64.contains(&b) || b == b'=');
+            out.push_str(&head);
+            if material {
+                out.extend(random.by_ref().take(value.len()));
+            } else {
+                out.push_str(value);
+            }
+            out.push('\n');
+        }
+        out.replace(
+            "kind: HostnameConfig",
+            &format!("kind: HostnameConfig\n# apply {i}"),
+        )
+    }
+
+    /// 1,000 applies of a real control plane's config (keys that never
+    /// repeat) on one machine: the history Secret, as the controller writes
+    /// it and as the API server receives it (JSON, its data in base64), keeps
+    /// the newest N records and stays under 1 MiB.
+    /// Covers: R16.5
+    #[test]
+    fn a_thousand_real_configs_keep_an_encoded_secret_under_a_mebibyte() {
+        assert_ne!(fixture_config(1), fixture_config(2));
+        let mut data = BTreeMap::new();
+        let mut history = Vec::new();
+        for i in 0..1000 {
+            let r = revision(&history);
+            record::push(&mut history, r.clone(), DEFAULT_KEPT);
+            let mut rec = record(r, i);
+            rec.rendered_config = fixture_config(i);
+            rec.machine_spec = json!({
+                "clusterRef": {"name": "lab"}, "role": "controlplane", "address": "10.5.0.2",
+                "hold": false, "patches": [{"inline": format!("machine:\n  nodeLabels:\n    apply: \"{i}\"\n")}],
+            });
+            append(&mut data, &rec, DEFAULT_KEPT, MAX_BYTES).unwrap();
+        }
+        assert_eq!(numbers(&data), (991..=1000).collect::<Vec<_>>());
+        let raw: usize = data.values().map(Vec::len).sum();
+        let secret = secret(
+            &SecretOf {
+                system_namespace: "ichor-system",
+                machine_namespace: "team-a",
+                machine_name: "lab-cp-1",
+                machine_uid: "0b0e9c4e-5d43-4f5e-9a53-3f1f1c6f3c11",
+                resource_version: Some("123456".into()),
+            },
+            data,
+        );
+        let encoded = serde_json::to_vec(&secret).unwrap().len();
+        assert!(encoded < 1024 * 1024, "{encoded} bytes encoded");
+        assert!(raw * 4 / 3 <= encoded, "{raw} raw, {encoded} encoded");
+        assert!(secret.metadata.owner_references.is_none());
+    }
+
+    /// Records so large that the byte bound, not the count, decides what
+    /// is kept: the Secret as sent still stays under 1 MiB.
+    /// Covers: R16.5
+    #[test]
+    fn the_byte_bound_keeps_the_encoded_secret_under_a_mebibyte() {
+        let mut data = BTreeMap::new();
+        let mut history = Vec::new();
+        for i in 0..40 {
+            let r = revision(&history);
+            record::push(&mut history, r.clone(), DEFAULT_KEPT);
+            let mut rec = record(r, i);
+            // About 130 KiB compressed each: keys that never repeat.
+            rec.rendered_config = (0..30).map(|k| fixture_config(i * 100 + k)).collect();
+            append(&mut data, &rec, DEFAULT_KEPT, MAX_BYTES).unwrap();
+        }
+        let kept = numbers(&data);
+        assert!(
+            kept.len() < DEFAULT_KEPT && kept.last() == Some(&40),
+            "{kept:?}"
+        );
+        let of = SecretOf {
+            system_namespace: "ichor-system",
+            machine_namespace: "ichor-system",
+            machine_name: &"m".repeat(200),
+            machine_uid: "0b0e9c4e-5d43-4f5e-9a53-3f1f1c6f3c11",
+            resource_version: Some("123456789".into()),
+        };
+        let encoded = serde_json::to_vec(&secret(&of, data)).unwrap().len();
+        assert!(encoded < 1024 * 1024, "{encoded} bytes encoded");
+    }
+
+    /// A machine in Ichor's namespace owns its history Secret; one
+    /// elsewhere cannot (its finalizer stands for it).
+    /// Covers: R16.5
+    #[test]
+    fn a_history_secret_is_owned_by_its_machine_in_ichors_namespace_only() {
+        let of = |ns| SecretOf {
+            system_namespace: "ichor-system",
+            machine_namespace: ns,
+            machine_name: "cp-1",
+            machine_uid: "uid-1",
+            resource_version: None,
+        };
+        let own = secret(&of("ichor-system"), BTreeMap::new());
+        let owner = &own.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("TalosMachine", "uid-1")
+        );
+        assert_eq!(own.metadata.namespace.as_deref(), Some("ichor-system"));
+        let other = secret(&of("team-a"), BTreeMap::new());
+        assert!(other.metadata.owner_references.is_none());
+        assert_eq!(
+            other.metadata.annotations.unwrap()[ichor_api::history::HISTORY_OF_ANNOTATION],
+            "team-a/cp-1"
+        );
+        assert_eq!(other.type_.as_deref(), Some(SECRET_TYPE));
     }
 
     #[test]
