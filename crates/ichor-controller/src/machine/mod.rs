@@ -36,6 +36,7 @@ use crate::{Context, Error, Result};
 mod history;
 mod inputs;
 mod read;
+mod rollback;
 mod write;
 
 pub use ichor_reconcile::machine::endpoint;
@@ -167,6 +168,13 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
         crate::membership::reconcile(machine, cluster.as_ref(), &ctx, &mut status).await?
     {
         return Ok(action);
+    }
+    // A rollback asked for on the machine: its spec is written back first;
+    // that write brings the next reconcile, which renders and applies it.
+    if let (Some(_), Some(cluster)) = (rollback::requested(machine), cluster.as_ref()) {
+        let (type_, reason, note) = rollback::carry_out(machine, cluster, &ctx).await?;
+        publish(&ctx, &machine.metadata, type_, reason, note).await;
+        return Ok(Action::requeue(ctx.config.resync));
     }
 
     // Our own status writes come back as watch events, and so do the
