@@ -378,6 +378,28 @@ debian_package() { # name version -> folder holding the unpacked package
 }
 debian_package prometheus "$PROMETHEUS_DEB_VERSION"
 debian_package prometheus-alertmanager "$ALERTMANAGER_DEB_VERSION"
+# Debian's Alertmanager opens its default templates (default.tmpl,
+# email.tmpl) in the absolute /usr/share/prometheus/alertmanager at every
+# config load, before the config's own `templates:`, and no flag moves that
+# folder: without root or a mount namespace a test cannot provide it. A copy
+# of the binary names the folder relatively instead (a string of the same
+# length, usr/share/prometheus/alertmanager/; nothing else changes), so run
+# from the unpacked package's root it finds the package's own templates.
+am_dir="$cache/deb-prometheus-alertmanager-$ALERTMANAGER_DEB_VERSION"
+am_bin="$am_dir/usr/bin/prometheus-alertmanager"
+am_relative="$am_bin.relative-share"
+if [ ! -x "$am_relative" ]; then
+  LC_ALL=C sed 's|/usr/share/prometheus/alertmanager|usr/share/prometheus/alertmanager/|g' "$am_bin" > "$am_relative.tmp"
+  if [ "$(stat -c %s "$am_relative.tmp")" != "$(stat -c %s "$am_bin")" ] ||
+    LC_ALL=C grep -qa /usr/share/prometheus/alertmanager "$am_relative.tmp" ||
+    ! LC_ALL=C grep -qa usr/share/prometheus/alertmanager/ "$am_relative.tmp"; then
+    rm -f "$am_relative.tmp"
+    log "testbin: could not make $am_relative (the path to replace was not found as expected)"
+    exit 1
+  fi
+  chmod +x "$am_relative.tmp" && mv "$am_relative.tmp" "$am_relative"
+  log "testbin: made $am_relative (its templates folder relative to the package root)"
+fi
 
 # prometheus-operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule and
 # the rest of monitoring.coreos.com/v1), which the chart's monitoring objects

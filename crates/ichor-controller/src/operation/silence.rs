@@ -1,5 +1,6 @@
-//! Quiet alerts while an operation works (`spec.alertmanager`): a silence
-//! in the Alertmanager (its API v2) matching the operation's nodes,
+//! Quiet alerts while an operation works (its `spec.alertmanager`, else its
+//! TalosCluster's): a silence in the Alertmanager (its API v2) matching the
+//! operation's nodes,
 //! created when the machines start, extended while the operation runs once
 //! less than half of it is left, and expired when the operation ends. An
 //! Alertmanager that does not answer never stops the operation: a Warning
@@ -79,25 +80,52 @@ fn after(now: &Time, d: Duration) -> Time {
     Time(now.0.checked_add(d).unwrap_or(Timestamp::MAX))
 }
 
+/// The Alertmanager an operation silences its nodes in: its own
+/// `spec.alertmanager` wins over its cluster's default.
+pub fn effective(
+    operation: Option<&AlertmanagerSilence>,
+    cluster: Option<AlertmanagerSilence>,
+) -> Option<AlertmanagerSilence> {
+    operation.cloned().or(cluster)
+}
+
 impl Run<'_> {
+    /// The operation's Alertmanager ([`effective`]); the cluster is read
+    /// only when the operation names none. A cluster that cannot be read
+    /// is said in a Warning Event and leaves the silence for the next pass.
+    async fn alertmanager(&self) -> Option<AlertmanagerSilence> {
+        if let Some(own) = &self.op.spec.alertmanager {
+            return Some(own.clone());
+        }
+        match self.cluster().await {
+            Ok(cluster) => effective(None, cluster.spec.alertmanager),
+            Err(e) => {
+                let words = ichor_api::error_text::chain(&e);
+                let note = format!("the cluster's Alertmanager could not be read: {words}");
+                publish(self.ctx, self.op, EventType::Warning, "SilenceFailed", note).await;
+                None
+            }
+        }
+    }
+
     /// While the operation runs: the silence exists and has at least half
     /// its length left.
     pub(super) async fn keep_silence(&self, status: &mut TalosOperationStatus) {
-        let Some(spec) = self.op.spec.alertmanager.as_ref() else {
-            return;
-        };
         if self.op.spec.dry_run || status.phase != Some(OperationPhase::Running) {
             return;
         }
+        let Some(spec) = self.alertmanager().await else {
+            return;
+        };
         let now = self.now();
-        let length = length_of(spec);
+        let length = length_of(&spec);
         let current = status.silence.as_ref().filter(|s| !s.expired);
         if current.is_some_and(|s| !extend_now(s.ends_at.as_ref(), &now, length)) {
             return;
         }
         let ends_at = after(&now, length);
         let id = current.map(|s| s.id.clone());
-        match self.post_silence(spec, status, id, &now, &ends_at).await {
+        match self.post_silence(&spec, status, id, &now, &ends_at).await {
             Ok(id) => {
                 status.silence = Some(SilenceStatus {
                     id,
@@ -115,14 +143,17 @@ impl Run<'_> {
 
     /// When the operation ends: its silence expires.
     pub(super) async fn expire_silence(&self, status: &mut TalosOperationStatus) {
-        let (Some(spec), Some(silence)) =
-            (self.op.spec.alertmanager.as_ref(), status.silence.as_mut())
-        else {
-            return;
-        };
-        if silence.expired {
+        if status.silence.as_ref().is_none_or(|s| s.expired) {
             return;
         }
+        // The cluster's default is read again: a URL changed meanwhile is
+        // asked, fails, and the silence ends by itself at its end time.
+        let Some(spec) = self.alertmanager().await else {
+            return;
+        };
+        let Some(silence) = status.silence.as_mut() else {
+            return;
+        };
         let url = format!(
             "{}/api/v2/silence/{}",
             spec.url.trim_end_matches('/'),
@@ -250,5 +281,26 @@ mod tests {
         assert!(extend_now(Some(&at(600)), &at(301), length));
         assert!(extend_now(Some(&at(600)), &at(900), length));
         assert_eq!(after(&at(10), length), at(610));
+    }
+
+    /// The operation's own Alertmanager wins over its cluster's default;
+    /// either alone is used; neither, no silence.
+    /// Covers: R15.10
+    #[test]
+    fn the_operations_alertmanager_wins_over_the_clusters() {
+        let am = |url: &str| AlertmanagerSilence {
+            url: url.to_string(),
+            node_label: None,
+            length: None,
+        };
+        let own = am("http://own:9093");
+        let cluster = am("http://cluster:9093");
+        assert_eq!(
+            effective(Some(&own), Some(cluster.clone())),
+            Some(own.clone())
+        );
+        assert_eq!(effective(None, Some(cluster.clone())), Some(cluster));
+        assert_eq!(effective(Some(&own), None), Some(own));
+        assert_eq!(effective(None, None), None);
     }
 }

@@ -272,26 +272,25 @@ async fn alertmanager() -> Alertmanager {
     )
     .unwrap();
     let port = ichor_testenv::free_port();
-    let binary = Tool::Alertmanager.path();
-    // Debian's build reads its default template from the absolute
-    // /usr/share/prometheus/alertmanager; the unpacked package's usr/share
-    // is mounted there, in a mount namespace of this process alone.
-    let share = binary
-        .parent()
-        .and_then(|bin| bin.parent())
-        .expect("usr/bin/prometheus-alertmanager")
-        .join("share");
-    let child = std::process::Command::new("unshare")
-        .args([
-            "--user",
-            "--map-root-user",
-            "--mount",
-            "--propagation",
-            "private",
-        ])
-        .args(["sh", "-c", r#"mount --bind "$0" /usr/share && exec "$@""#])
-        .arg(&share)
-        .arg(&binary)
+    // Debian's build opens its default templates in the absolute
+    // /usr/share/prometheus/alertmanager at every config load, whatever
+    // the config's `templates:` say; tools/testbin.sh keeps a copy of the
+    // binary naming that folder relatively, run here from the unpacked
+    // package's root (no root, no user namespace).
+    let binary = Tool::Alertmanager
+        .path()
+        .with_file_name("prometheus-alertmanager.relative-share");
+    assert!(
+        binary.is_file(),
+        "{} is missing: run tools/testbin.sh",
+        binary.display()
+    );
+    let package_root = binary
+        .ancestors()
+        .nth(3)
+        .expect("<package>/usr/bin/prometheus-alertmanager");
+    let child = std::process::Command::new(&binary)
+        .current_dir(package_root)
         .arg(format!("--config.file={}", config.display()))
         .arg(format!(
             "--storage.path={}",
@@ -387,6 +386,59 @@ async fn the_silence_is_created_extended_and_expired() {
     let last = op.status.unwrap().silence.unwrap();
     assert!(last.expired);
     let expired = silence(&am, &last.id).await;
+    assert_eq!(expired["status"]["state"], "expired", "{expired}");
+    s.running.stop().await.unwrap();
+}
+
+/// The TalosCluster's `spec.alertmanager` is the default of its
+/// operations: an operation that names none silences its nodes there, with
+/// the cluster's node label, and expires the silence at its end.
+/// Covers: R15.10
+#[tokio::test]
+async fn the_clusters_alertmanager_is_the_default() {
+    let am = alertmanager().await;
+    let machines = &[("w-1", "worker")];
+    let s = setup("op-silence-default", machines, |_| "v1.13.9", quick()).await;
+    Api::<TalosCluster>::namespaced(s.ops.clone().into_client(), &s.ns)
+        .patch(
+            "base",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"spec": {"alertmanager": {"url": am.url, "nodeLabel": "instance"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let gate = s.lab.emu.hold_reboots(s.lab.index("w-1"));
+    s.ops
+        .create(
+            &PostParams::default(),
+            &operation(&s.ns, "rb", "reboot", &[]),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, gate.reached())
+        .await
+        .expect("w-1 reboots");
+    let id = s
+        .ops
+        .get("rb")
+        .await
+        .unwrap()
+        .status
+        .and_then(|st| st.silence)
+        .expect("a silence once the machines started")
+        .id;
+    let created = silence(&am, &id).await;
+    assert_eq!(created["status"]["state"], "active", "{created}");
+    assert_eq!(created["matchers"][0]["name"], "instance", "{created}");
+    assert_eq!(created["matchers"][0]["value"], s.lab.host("w-1"));
+    gate.open();
+    let op = finished(&s.ops, "rb").await;
+    assert_eq!(complete(&op).0, "True");
+    let last = op.status.unwrap().silence.unwrap();
+    assert!(last.expired && last.id == id, "{last:?}");
+    let expired = silence(&am, &id).await;
     assert_eq!(expired["status"]["state"], "expired", "{expired}");
     s.running.stop().await.unwrap();
 }
