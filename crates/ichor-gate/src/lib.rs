@@ -43,6 +43,19 @@ pub enum CheckError {
     },
     #[error("spec.healthChecks[{index}]: the name {name:?} is used twice")]
     DuplicateName { index: usize, name: String },
+    #[error(
+        "spec.healthChecks[{index}] ({name}): a health check may not read Secrets (the controller may read every Secret, and status would show what the expression found)"
+    )]
+    SecretTarget { index: usize, name: String },
+}
+
+/// Whether a target names core Secrets, which no check may read: the
+/// controller's ServiceAccount may get any Secret (the secrets bundle lives
+/// beside its cluster in any namespace), and a check's failing value, or
+/// its verdict alone, would hand their contents to whoever may create a
+/// TalosOperation.
+pub fn reads_secrets(target: &ichor_api::operation::HealthCheckTarget) -> bool {
+    target.api_version == "v1" && target.kind.eq_ignore_ascii_case("Secret")
 }
 
 /// A spec check, read: its expression compiled, its timeout in seconds.
@@ -60,6 +73,12 @@ pub fn compile_checks(checks: &[HealthCheck]) -> Result<Vec<CompiledCheck>, Chec
     for (index, c) in checks.iter().enumerate() {
         if out.iter().any(|o| o.name == c.name) {
             return Err(CheckError::DuplicateName {
+                index,
+                name: c.name.clone(),
+            });
+        }
+        if reads_secrets(&c.target) {
+            return Err(CheckError::SecretTarget {
                 index,
                 name: c.name.clone(),
             });

@@ -122,6 +122,26 @@ fn checks_that_cannot_be_read_are_refused_naming_them() {
     );
 }
 
+/// A check may not read Secrets: the controller may get every one, and the
+/// value (or the verdict alone) would show their contents in status.
+/// Covers: R15.5
+#[test]
+fn a_check_on_secrets_is_refused() {
+    let mut c = check("leak", "object.data.token == 'x'", None);
+    c.target.api_version = "v1".into();
+    c.target.kind = "Secret".into();
+    let e = compile_checks(&[c]).unwrap_err();
+    assert!(
+        matches!(e, CheckError::SecretTarget { index: 0, .. }),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .starts_with("spec.healthChecks[0] (leak): a health check may not read Secrets"),
+        "{e}"
+    );
+}
+
 #[test]
 fn the_first_failure_in_order() {
     let f = |c: &str| {
