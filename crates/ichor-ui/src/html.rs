@@ -498,7 +498,7 @@ pub fn history(page: &HistoryPage, viewer: &Viewer) -> Markup {
                             td { (r.time) }
                             td { @match &r.who {
                                 Some((user, at)) => { (user) div.small { "changed the spec at " (at) } }
-                                None => span.small { "no spec change (the node drifted)" },
+                                None => span.small { "no spec change named a writer" },
                             } }
                             td { (r.why) }
                             td { (r.apply_mode) }

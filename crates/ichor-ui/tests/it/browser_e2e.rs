@@ -104,7 +104,7 @@ async fn serve_ui(
     format!("https://127.0.0.1:{port}")
 }
 
-/// Covers: R12.2, R12.3, the UI's end-to-end test in docs/ui.md (Chromium against the lab: sign in with a ServiceAccount token, a held machine's drift, release and watch it apply, a reboot operation's progress, read-only shows no action and a POST gets 405, a user without patch talosmachines sees no release button and gets 403), R5.3 settings.readOnly
+/// Covers: R12.2, R12.3, the UI's end-to-end test in docs/ui.md (Chromium against the lab: sign in with a ServiceAccount token, a held machine's drift, release and watch it apply, a reboot operation's progress, read-only shows no action and a POST gets 405, a user without patch talosmachines sees no release button and gets 403), R5.3 settings.readOnly, R16.8 (the history page after an apply)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chromium_drives_the_ui_against_the_lab() {
     let (chromium, chromedriver) = browser();
@@ -268,6 +268,13 @@ async fn chromium_drives_the_ui_against_the_lab() {
     page_shows(&c, "released").await;
     page_shows(&c, "The node runs the desired config.").await;
     screenshot(&c, "machine-applied").await;
+    // Its history: the release's apply as a revision, with the path it
+    // changed; the only revision, so no rollback is offered.
+    c.goto(&format!("{w_url}/history")).await.unwrap();
+    let src = page_shows(&c, "id=\"revision-1\"").await;
+    assert!(src.contains("machine.nodeLabels"), "{src}");
+    assert!(!src.contains("id=\"rollback-"), "{src}");
+    screenshot(&c, "machine-history").await;
     let w = machines.get("node-w").await.unwrap();
     assert!(!w.spec.hold);
     let applied = ichor_api::conditions::find(&w.status.unwrap().conditions, types::APPLIED)
