@@ -295,7 +295,7 @@ async fn active_becomes(emu: &Emulator, want: &[u8], within: Duration) -> bool {
 /// apply but a try cancels machined's timer), so nothing is put back; a
 /// second try before the first was confirmed reverts to the first try's
 /// config, as machined's does.
-/// Covers: R16.6
+/// Covers: R16.3a
 #[tokio::test(flavor = "multi_thread")]
 async fn talosctl_try_reverts_on_its_timer_unless_confirmed() {
     let (emu, dir, admin) = setup().await;
