@@ -43,6 +43,9 @@ const COMMANDS: &[&[&str]] = &[
     &["machine", "add"],
     &["machine", "remove"],
     &["machine", "replace"],
+    &["machine", "history"],
+    &["machine", "diff"],
+    &["machine", "rollback"],
     &["completion"],
     &["man-pages"],
 ];

@@ -72,6 +72,11 @@ fn main() -> ExitCode {
             Command::Machine(MachineCommand::Add(a)) => cmd::machine::add(a).await,
             Command::Machine(MachineCommand::Remove(a)) => cmd::machine::remove(a).await,
             Command::Machine(MachineCommand::Replace(a)) => cmd::machine::replace(a).await,
+            Command::Machine(MachineCommand::History(a)) => cmd::machine::history::list(a).await,
+            Command::Machine(MachineCommand::Diff(a)) => cmd::machine::history::diff(a).await,
+            Command::Machine(MachineCommand::Rollback(a)) => {
+                cmd::machine::history::rollback(a).await
+            }
             Command::Completion(a) => cmd::completion::script(a),
             Command::ManPages(a) => cmd::completion::man_pages(a),
         }

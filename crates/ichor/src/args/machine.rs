@@ -1,5 +1,6 @@
-//! `ichor machine list|add|remove|replace`: the machines of a cluster come
-//! and go through TalosMachines; the controller does the work on the nodes.
+//! `ichor machine list|add|remove|replace|history|diff|rollback`: the
+//! machines of a cluster come and go through TalosMachines; the controller
+//! does the work on the nodes.
 
 use clap::{Args, Subcommand, ValueEnum};
 
@@ -85,6 +86,105 @@ pub enum MachineCommand {
     /// leaves the old node in place.
     #[command(after_long_help = MACHINE_REPLACE_EXAMPLES)]
     Replace(MachineReplaceArgs),
+    /// The revisions of a machine: each apply Ichor made to its node, when,
+    /// why, who made the spec change it carried out, and the paths it
+    /// changed.
+    #[command(after_long_help = MACHINE_HISTORY_EXAMPLES)]
+    History(MachineHistoryArgs),
+    /// The config paths two revisions of a machine differ in, values
+    /// redacted as drift values are.
+    ///
+    /// The values come from the machine's history Secret in ichor-system;
+    /// without the right to read it, diff lists the paths the machine's
+    /// status keeps. --show-secrets shows values unredacted, and only to
+    /// someone who may read that Secret.
+    #[command(after_long_help = MACHINE_DIFF_EXAMPLES)]
+    Diff(MachineDiffArgs),
+    /// Write an earlier revision's inputs back: the machine's spec, and the
+    /// cluster's with --include-cluster.
+    ///
+    /// Rollback reads the revision's inputs from the machine's history
+    /// Secret in ichor-system (so it needs the right to read it), prints
+    /// the fields it writes back, and asks for consent. The controller then
+    /// renders, holds or applies the result as for any spec change; its
+    /// apply is a new revision with reason Rollback.
+    #[command(after_long_help = MACHINE_ROLLBACK_EXAMPLES)]
+    Rollback(MachineRollbackArgs),
+}
+
+/// `ichor machine history --help`'s examples.
+const MACHINE_HISTORY_EXAMPLES: &str = "\
+Examples:
+  ichor machine history lab-worker-1
+  ichor machine history lab-worker-1 -o yaml
+Afterwards:
+  ichor machine diff lab-worker-1";
+
+/// `ichor machine diff --help`'s examples.
+const MACHINE_DIFF_EXAMPLES: &str = "\
+Examples:
+  ichor machine diff lab-worker-1   # the latest revision against the one before
+  ichor machine diff lab-worker-1 --from 1 --to 3 -o json
+  ichor machine diff lab-worker-1 --show-secrets";
+
+/// `ichor machine rollback --help`'s examples.
+const MACHINE_ROLLBACK_EXAMPLES: &str = "\
+Examples:
+  ichor machine rollback lab-worker-1 --to 1
+  ichor machine rollback lab-worker-1 --to 1 --include-cluster --yes
+Afterwards:
+  ichor machine history lab-worker-1";
+
+#[derive(Debug, Args)]
+pub struct MachineHistoryArgs {
+    #[command(flatten)]
+    pub place: MachinePlace,
+    /// The TalosMachine.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Print the revisions as data.
+    #[arg(short, long, value_enum)]
+    pub output: Option<OutputFormat>,
+}
+
+#[derive(Debug, Args)]
+pub struct MachineDiffArgs {
+    #[command(flatten)]
+    pub place: MachinePlace,
+    /// The TalosMachine.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The revision compared from (default: the one before --to).
+    #[arg(long, value_name = "REVISION")]
+    pub from: Option<u64>,
+    /// The revision compared to (default: the latest).
+    #[arg(long, value_name = "REVISION")]
+    pub to: Option<u64>,
+    /// Show secret values unredacted (needs get on the history Secret).
+    #[arg(long)]
+    pub show_secrets: bool,
+    /// Print the differences as data.
+    #[arg(short, long, value_enum)]
+    pub output: Option<OutputFormat>,
+}
+
+#[derive(Debug, Args)]
+pub struct MachineRollbackArgs {
+    #[command(flatten)]
+    pub place: MachinePlace,
+    /// The TalosMachine.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The revision whose inputs are written back.
+    #[arg(long, value_name = "REVISION")]
+    pub to: u64,
+    /// Write back the TalosCluster's fields too (they are listed first);
+    /// they are every machine's of the cluster.
+    #[arg(long)]
+    pub include_cluster: bool,
+    /// Do not ask for consent.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
 }
 
 /// Where the machines are.
