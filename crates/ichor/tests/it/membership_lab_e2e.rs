@@ -381,3 +381,170 @@ async fn machines_join_leave_and_a_control_plane_is_replaced_on_the_lab() {
         started.elapsed()
     );
 }
+
+fn writes_to(h: &LabHarness, node: &str) -> usize {
+    h.lab
+        .emulator
+        .writes()
+        .iter()
+        .filter(|w| w.node == node)
+        .count()
+}
+
+fn index_of(h: &LabHarness, node: &str) -> usize {
+    h.lab.hostnames.iter().position(|n| n == node).unwrap()
+}
+
+/// The machine's membership message once its phase is `phase` and the
+/// message has each of `has`.
+async fn message_in(h: &LabHarness, name: &str, phase: MembershipPhase, has: &[&str]) -> String {
+    let machines = Api::<TalosMachine>::namespaced(h.client().await, NS);
+    let read = || async {
+        let m = machines.get_opt(name).await.unwrap();
+        m.and_then(|m| m.status)
+            .and_then(|s| s.membership)
+            .map(|s| (s.phase, s.message.unwrap_or_default()))
+    };
+    wait_for(h, &format!("{name} {phase:?} saying {has:?}"), || async {
+        read()
+            .await
+            .is_some_and(|(p, m)| p == phase && has.iter().all(|t| m.contains(t)))
+    })
+    .await;
+    read().await.map(|(_, m)| m).unwrap_or_default()
+}
+
+/// An Event of `reason` on TalosMachine `name` whose note has `has`.
+async fn event_on(h: &LabHarness, name: &str, reason: &str, has: &str) {
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(h.client().await, NS);
+    wait_for(h, &format!("a {reason} Event on {name}"), || async {
+        events.list(&Default::default()).await.is_ok_and(|l| {
+            l.items.iter().any(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                    && e.note.as_deref().is_some_and(|n| n.contains(has))
+            })
+        })
+    })
+    .await;
+}
+
+/// In the multi-document shape (Talos v1.14), on a lab of 3 control
+/// planes with Ichor adopted: a worker joins; a control plane whose node
+/// went down is replaced (`spec.replaces`): its member is removed by id
+/// from a healthy peer first, its Node deleted, nothing written to it (no
+/// Reset), then the new control plane joins; the emulator's membership log
+/// never has fewer healthy voters than a majority. Then, with another
+/// control plane down, removing a healthy one is refused by the controller
+/// (status Refused, a RemovalRefused Event with the reason), nothing
+/// written to its node.
+///
+/// Covers: R14.1, R14.3, R14.13, R14.14, R14.15
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_control_plane_is_replaced_in_the_multidoc_shape() {
+    let started = Instant::now();
+    let mut h = LabHarness::up(|o| {
+        *o = o.clone().with_shape(ichor_lab::LabShape::Multidoc);
+        o.nodes = 3;
+        o.control_planes = 3;
+    })
+    .await;
+    let out = run(h.adopt(&[]));
+    assert!(out.status.success(), "adopt failed:\n{}", text(&out));
+    let machines = Api::<TalosMachine>::namespaced(h.client().await, NS);
+    for name in ["lab-cp-1", "lab-cp-2", "lab-cp-3"] {
+        machines
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"spec": {"hold": false}})),
+            )
+            .await
+            .unwrap();
+    }
+    let adopted = started.elapsed();
+
+    // lab-cp-3's node goes down; a worker and its replacement are added.
+    let log_from = h.lab.emulator.membership_log().len();
+    let failed = "lab-cp-3";
+    h.lab
+        .emulator
+        .set_fault(index_of(&h, failed), ichor_talemu::Fault::Down);
+    let failed_writes = writes_to(&h, failed);
+    let (worker, _) = add(&mut h, NodeRole::Worker, None).await;
+    let (new_cp, _) = add(&mut h, NodeRole::ControlPlane, Some(failed)).await;
+    event_on(&h, &new_cp, "Leaving", "has failed").await;
+    joined(&h, &worker).await;
+    gone(&h, failed).await;
+    joined(&h, &new_cp).await;
+    let replaced = started.elapsed();
+    assert_eq!(
+        writes_to(&h, failed),
+        failed_writes,
+        "nothing written to the failed node"
+    );
+    let log = h.lab.emulator.membership_log();
+    let changes = &log[log_from..];
+    for change in changes {
+        assert!(
+            change.healthy_voters >= ichor_reconcile::membership::majority(change.voters),
+            "below a majority: {change:?}\n{log:?}"
+        );
+    }
+    let kinds: Vec<(ichor_talemu::MembershipChangeKind, &str)> = changes
+        .iter()
+        .filter(|c| c.kind != ichor_talemu::MembershipChangeKind::Health)
+        .map(|c| (c.kind, c.hostname.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (ichor_talemu::MembershipChangeKind::RemovedById, failed),
+            (
+                ichor_talemu::MembershipChangeKind::LearnerAdded,
+                new_cp.as_str()
+            ),
+            (
+                ichor_talemu::MembershipChangeKind::Promoted,
+                new_cp.as_str()
+            ),
+        ],
+        "{changes:#?}"
+    );
+    let last = log.last().unwrap();
+    assert_eq!((last.voters, last.healthy_voters), (3, 3), "{log:?}");
+
+    // lab-cp-1 goes down too: removing lab-cp-2 would leave 1 healthy of
+    // 2 voters, so the controller refuses it and writes nothing.
+    h.lab
+        .emulator
+        .set_fault(index_of(&h, "lab-cp-1"), ichor_talemu::Fault::Down);
+    let kept = "lab-cp-2";
+    let kept_writes = writes_to(&h, kept);
+    machines
+        .delete(kept, &DeleteParams::default())
+        .await
+        .unwrap();
+    let why = message_in(&h, kept, MembershipPhase::Refused, &["majority"]).await;
+    assert!(
+        why.contains("1 healthy of 2 etcd voters"),
+        "the refusal says why: {why}"
+    );
+    event_on(&h, kept, "RemovalRefused", "majority").await;
+    assert_eq!(
+        writes_to(&h, kept),
+        kept_writes,
+        "nothing written to {kept}"
+    );
+    let node = Api::<Node>::all(h.client().await).get(kept).await.unwrap();
+    assert!(
+        !node.spec.unwrap().unschedulable.unwrap_or(false),
+        "{kept} is not cordoned"
+    );
+    println!(
+        "membership lab (multidoc): adopted {adopted:?}, failed control plane replaced and a worker joined {:?}, quorum refusal {:?} (total {:?})",
+        replaced - adopted,
+        started.elapsed() - replaced,
+        started.elapsed()
+    );
+}
