@@ -115,6 +115,12 @@ pub mod reasons {
     pub const HOLD_TAKEN_BACK: &str = "HoldTakenBack";
     /// The TalosMachine changed (or was replaced) between its read and the apply: nothing was written.
     pub const SPEC_CHANGED: &str = "SpecChanged";
+    /// A try-mode apply runs on the node; Ichor confirms it once the node's
+    /// health checks pass, else Talos puts the previous config back.
+    pub const TRYING: &str = "Trying";
+    /// A try-mode apply's health checks failed and Talos put the previous
+    /// config back; the machine is held until its spec changes.
+    pub const TRY_REVERTED: &str = "TryReverted";
 
     // Complete (TalosOperation)
     /// The operation finished successfully.
