@@ -31,6 +31,7 @@ pub mod grow;
 pub mod init;
 mod nodes;
 pub mod pods;
+pub mod readiness;
 mod seed;
 pub mod simulator;
 
