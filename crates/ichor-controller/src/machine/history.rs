@@ -29,6 +29,28 @@ pub(super) async fn record_apply(
     status: &mut TalosMachineStatus,
     now: &Time,
 ) -> (MachineRevision, Result<()>) {
+    record_apply_in(
+        ctx,
+        machine,
+        cluster,
+        plan,
+        status,
+        now,
+        RevisionApplyMode::NoReboot,
+    )
+    .await
+}
+
+/// [`record_apply`] of an apply made in `apply_mode`.
+pub(super) async fn record_apply_in(
+    ctx: &Context,
+    machine: &TalosMachine,
+    cluster: &TalosCluster,
+    plan: &ApplyPlan,
+    status: &mut TalosMachineStatus,
+    now: &Time,
+    apply_mode: RevisionApplyMode,
+) -> (MachineRevision, Result<()>) {
     // A spec `ichor machine rollback` wrote back carries its mark.
     let rollback_of = rollback::rollback_of(
         machine.metadata.annotations.as_ref().map(json_of).as_ref(),
@@ -42,7 +64,7 @@ pub(super) async fn record_apply(
             time: now.clone(),
             config_hash_before: status.revisions.last().map(|r| r.config_hash_after.clone()),
             config_hash_after: status.config_hash.clone().unwrap_or_default(),
-            apply_mode: RevisionApplyMode::NoReboot,
+            apply_mode,
             reason: if rollback_of.is_some() {
                 RevisionReason::Rollback
             } else {

@@ -37,6 +37,7 @@ mod history;
 mod inputs;
 mod read;
 mod rollback;
+mod try_mode;
 mod write;
 
 pub use ichor_reconcile::machine::endpoint;
@@ -204,6 +205,9 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
         &now,
     );
     let event = match &outcome {
+        Ok(Some((reason, note))) if *reason == reasons::TRY_REVERTED => {
+            Some((EventType::Warning, *reason, note.clone()))
+        }
         Ok(Some((reason, note))) => Some((EventType::Normal, *reason, note.clone())),
         Ok(None) => None,
         Err(e) => Some((
@@ -227,6 +231,10 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
     pipeline::write_status::<TalosMachine>(&ctx.client, &namespace, &machine.name_any(), &status)
         .await?;
     match (outcome, key) {
+        // A try in flight is looked at again soon, whatever its inputs.
+        (Ok(_), _) if try_mode::look_again(&status).is_some() => Ok(Action::requeue(
+            try_mode::look_again(&status).unwrap_or(ctx.config.resync),
+        )),
         (Ok(_), Some(key)) => {
             ctx.recent_successes.mark(key);
             Ok(Action::requeue(ctx.config.resync))
@@ -283,11 +291,30 @@ async fn observe_and_act(
         read_etcd_for_metrics(machine, &talos, ctx, now).await;
     }
     let live = read::read_live(&talos, machine).await?;
-    match decide_apply(machine, cluster, &live, status, now)? {
-        Some(plan) => {
+    let plan = decide_apply(machine, cluster, &live, status, now)?;
+    if try_mode::look_again(status).is_some() {
+        return try_mode::follow(machine, cluster, &talos, ctx, &live, status, now).await;
+    }
+    if try_mode::held_by_revert(machine, status) {
+        try_mode::hold_conditions(machine, status, now);
+        return Ok(None);
+    }
+    let Some(plan) = plan else {
+        return Ok(None);
+    };
+    let (mode, timeout) = ichor_api::apply::effective(
+        machine.spec.apply_mode,
+        machine.spec.try_timeout.as_deref(),
+        cluster.spec.apply_mode,
+        cluster.spec.try_timeout.as_deref(),
+    );
+    match mode {
+        ichor_api::apply::ApplyMode::Try => {
+            try_mode::start(machine, cluster, &talos, ctx, &plan, timeout, status, now).await
+        }
+        ichor_api::apply::ApplyMode::NoReboot => {
             write::apply_and_read_back(machine, cluster, &talos, ctx, &plan, status, now).await
         }
-        None => Ok(None),
     }
 }
 

@@ -29,17 +29,7 @@ pub(super) async fn apply_and_read_back(
     now: &Time,
 ) -> Result<Option<Note>> {
     let generation = machine.metadata.generation;
-    let current = read_machine_now(machine, ctx).await?;
-    if let Some(refused) = still_released(machine, &current, now) {
-        let note = (
-            if refused.reason == reasons::HOLD_TAKEN_BACK {
-                reasons::HOLD_TAKEN_BACK
-            } else {
-                reasons::SPEC_CHANGED
-            },
-            refused.message.clone(),
-        );
-        conditions::set(&mut status.conditions, refused);
+    if let Some(note) = refused_since_read(machine, ctx, status, now).await? {
         return Ok(Some(note));
     }
     let request = ApplyRequest::new(plan.desired_yaml.clone().into_bytes(), ApplyMode::NoReboot);
@@ -96,9 +86,34 @@ pub(super) async fn apply_and_read_back(
     Ok(Some((reasons::APPLIED, note)))
 }
 
+/// Reads the machine again right before an apply: a hold taken back (or a
+/// spec changed) since the reconcile's read means no apply
+/// ([`still_released`]); the condition and the Event's note say why.
+pub(super) async fn refused_since_read(
+    machine: &TalosMachine,
+    ctx: &Context,
+    status: &mut TalosMachineStatus,
+    now: &Time,
+) -> Result<Option<Note>> {
+    let current = read_machine_now(machine, ctx).await?;
+    let Some(refused) = still_released(machine, &current, now) else {
+        return Ok(None);
+    };
+    let note = (
+        if refused.reason == reasons::HOLD_TAKEN_BACK {
+            reasons::HOLD_TAKEN_BACK
+        } else {
+            reasons::SPEC_CHANGED
+        },
+        refused.message.clone(),
+    );
+    conditions::set(&mut status.conditions, refused);
+    Ok(Some(note))
+}
+
 /// The Event's words for a revision: its number, why, who, and the paths
 /// (never values), and whether its inputs could not be kept.
-fn revision_words(
+pub(super) fn revision_words(
     revision: &ichor_api::history::MachineRevision,
     not_kept: Option<crate::Error>,
 ) -> String {

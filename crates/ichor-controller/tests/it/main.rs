@@ -15,6 +15,7 @@ mod machines;
 mod malformed;
 mod operations;
 mod spans;
+mod try_mode;
 mod upgrade_paths;
 mod webhook;
 mod windows;
