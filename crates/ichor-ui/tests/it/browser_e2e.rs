@@ -26,6 +26,8 @@ use ichor_testenv::wait::{self, Seen};
 use ichor_testenv::{TestEnv, fixtures};
 use ichor_ui::{AppState, Cache, Listeners, Settings};
 use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::ResourceExt as _;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -104,7 +106,68 @@ async fn serve_ui(
     format!("https://127.0.0.1:{port}")
 }
 
-/// Covers: R12.2, R12.3, the UI's end-to-end test in docs/ui.md (Chromium against the lab: sign in with a ServiceAccount token, a held machine's drift, release and watch it apply, a reboot operation's progress, read-only shows no action and a POST gets 405, a user without patch talosmachines sees no release button and gets 403), R5.3 settings.readOnly, R16.8 (the history page after an apply)
+/// A second spec applied as revision 2, then "Roll back to this revision"
+/// on revision 1: the controller writes revision 1's patches back from the
+/// history Secret, and the apply that follows is revision 3, a rollback of 1.
+async fn roll_back_from_the_history_page(
+    c: &fantoccini::Client,
+    machines: &Api<TalosMachine>,
+    w_url: &str,
+    operator_token: &str,
+    ns: &str,
+) {
+    let env = TestEnv::shared();
+    crate::common::authorized(
+        env,
+        operator_token,
+        "update",
+        "talosmachines",
+        ns,
+        Some("node-w"),
+    )
+    .await;
+    let first = machines.get("node-w").await.unwrap().spec.patches;
+    let green = LABELS.replace("blue", "green");
+    machines
+        .patch(
+            "node-w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"patches": [{"name": "zone", "inline": green}]}})),
+        )
+        .await
+        .unwrap();
+    c.goto(&format!("{w_url}/history")).await.unwrap();
+    page_shows(c, "id=\"revision-2\"").await;
+    c.find(Locator::Id("rollback-1"))
+        .await
+        .expect("the operator, who may update node-w, sees the rollback of revision 1")
+        .click()
+        .await
+        .unwrap();
+    let src = page_shows(c, "id=\"revision-3\"").await;
+    assert!(src.contains("<td>rollback to revision 1</td>"), "{src}");
+    screenshot(c, "machine-history-rollback").await;
+    let w = machines.get("node-w").await.unwrap();
+    assert_eq!(w.spec.patches, first, "revision 1's patches are back");
+    assert!(
+        !w.annotations()
+            .contains_key(ichor_api::history::ROLLBACK_ANNOTATION),
+        "the request was carried out and removed"
+    );
+    let revisions = w.status.unwrap().revisions;
+    let last = revisions.last().expect("revision 3");
+    assert_eq!(
+        (last.number, last.reason, last.rollback_of),
+        (3, ichor_api::history::RevisionReason::Rollback, Some(1)),
+        "{revisions:?}"
+    );
+    assert_eq!(
+        last.config_hash_after, revisions[0].config_hash_after,
+        "the node runs revision 1's config again"
+    );
+}
+
+/// Covers: R12.2, R12.3, the UI's end-to-end test in docs/ui.md (Chromium against the lab: sign in with a ServiceAccount token, a held machine's drift, release and watch it apply, a reboot operation's progress, read-only shows no action and a POST gets 405, a user without patch talosmachines sees no release button and gets 403), R5.3 settings.readOnly, R16.8 (the history page after an apply, and a rollback from it carried out by the controller as revision 3), R16.2
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chromium_drives_the_ui_against_the_lab() {
     let (chromium, chromedriver) = browser();
@@ -112,6 +175,31 @@ async fn chromium_drives_the_ui_against_the_lab() {
     let lab = crate::common::users(env, "ui-e2e").await;
     let client = lab.client.clone();
     let ns = lab.ns.clone();
+    // The operator may also update node-w: the history page's rollback.
+    let rbac = json!([
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "rollback-node-w"},
+         "rules": [{"apiGroups": ["ichor.maesh.dev"], "resources": ["talosmachines"],
+                    "resourceNames": ["node-w"], "verbs": ["update"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "rollback-node-w"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "rollback-node-w"},
+         "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": ns}]}
+    ]);
+    Api::<Role>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(rbac[0].clone()).unwrap(),
+        )
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(rbac[1].clone()).unwrap(),
+        )
+        .await
+        .unwrap();
 
     // The lab's Talos side: a control plane and a worker, emulated, with
     // their Nodes Ready.
@@ -275,6 +363,7 @@ async fn chromium_drives_the_ui_against_the_lab() {
     assert!(src.contains("machine.nodeLabels"), "{src}");
     assert!(!src.contains("id=\"rollback-"), "{src}");
     screenshot(&c, "machine-history").await;
+    roll_back_from_the_history_page(&c, &machines, &w_url, &lab.operator_token, &ns).await;
     let w = machines.get("node-w").await.unwrap();
     assert!(!w.spec.hold);
     let applied = ichor_api::conditions::find(&w.status.unwrap().conditions, types::APPLIED)
