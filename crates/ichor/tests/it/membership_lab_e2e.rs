@@ -414,19 +414,22 @@ async fn message_in(h: &LabHarness, name: &str, phase: MembershipPhase, has: &[&
     read().await.map(|(_, m)| m).unwrap_or_default()
 }
 
-/// An Event of `reason` on TalosMachine `name` whose note has `has`.
-async fn event_on(h: &LabHarness, name: &str, reason: &str, has: &str) {
+/// An Event of `reason` on TalosMachine `name` whose note has `has`: its note.
+async fn event_on(h: &LabHarness, name: &str, reason: &str, has: &str) -> String {
     let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(h.client().await, NS);
-    wait_for(h, &format!("a {reason} Event on {name}"), || async {
-        events.list(&Default::default()).await.is_ok_and(|l| {
-            l.items.iter().any(|e| {
-                e.reason.as_deref() == Some(reason)
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                    && e.note.as_deref().is_some_and(|n| n.contains(has))
-            })
+    let find = || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find_map(|e| {
+            let on = e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name);
+            let note = e.note.filter(|n| n.contains(has))?;
+            (on && e.reason.as_deref() == Some(reason)).then_some(note)
         })
+    };
+    wait_for(h, &format!("a {reason} Event on {name}"), || async {
+        find().await.is_some()
     })
     .await;
+    find().await.unwrap_or_default()
 }
 
 /// In the multi-document shape (Talos v1.14), on a lab of 3 control
@@ -473,7 +476,7 @@ async fn a_failed_control_plane_is_replaced_in_the_multidoc_shape() {
     let failed_writes = writes_to(&h, failed);
     let (worker, _) = add(&mut h, NodeRole::Worker, None).await;
     let (new_cp, _) = add(&mut h, NodeRole::ControlPlane, Some(failed)).await;
-    event_on(&h, &new_cp, "Leaving", "has failed").await;
+    let failed_note = event_on(&h, &new_cp, "Leaving", "has failed").await;
     joined(&h, &worker).await;
     gone(&h, failed).await;
     joined(&h, &new_cp).await;
@@ -530,7 +533,7 @@ async fn a_failed_control_plane_is_replaced_in_the_multidoc_shape() {
         why.contains("1 healthy of 2 etcd voters"),
         "the refusal says why: {why}"
     );
-    event_on(&h, kept, "RemovalRefused", "majority").await;
+    let refused = event_on(&h, kept, "RemovalRefused", "majority").await;
     assert_eq!(
         writes_to(&h, kept),
         kept_writes,
@@ -541,6 +544,7 @@ async fn a_failed_control_plane_is_replaced_in_the_multidoc_shape() {
         !node.spec.unwrap().unschedulable.unwrap_or(false),
         "{kept} is not cordoned"
     );
+    println!("{new_cp} Leaving Event: {failed_note}\n{kept} RemovalRefused Event: {refused}");
     println!(
         "membership lab (multidoc): adopted {adopted:?}, failed control plane replaced and a worker joined {:?}, quorum refusal {:?} (total {:?})",
         replaced - adopted,
