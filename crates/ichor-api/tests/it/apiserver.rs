@@ -482,3 +482,38 @@ async fn a_backups_spec_is_immutable() {
         "message: {msg}"
     );
 }
+
+/// `applyMode` and `tryTimeout` as the API server stores and refuses them:
+/// a Go duration from 1s to 10m; anything else is refused naming the field.
+/// Covers: R16.3b
+#[tokio::test]
+async fn try_timeout_is_bounded_by_the_api_server() {
+    let client = client_with_crds().await;
+    let ns = ichor_testenv::TestEnv::shared()
+        .namespace("ichor-api-try")
+        .await;
+    let api: Api<TalosCluster> = Api::namespaced(client, &ns);
+    for (i, ok) in ["1s", "45s", "2m", "1m30s", "10m"].iter().enumerate() {
+        let mut c = cluster(&format!("try-ok-{i}"));
+        c.spec.apply_mode = Some(ichor_api::apply::ApplyMode::Try);
+        c.spec.try_timeout = Some((*ok).into());
+        let stored = api
+            .create(&PostParams::default(), &c)
+            .await
+            .unwrap_or_else(|e| panic!("tryTimeout {ok} is stored: {e}"));
+        assert_eq!(stored.spec.try_timeout.as_deref(), Some(*ok));
+    }
+    for (i, bad) in ["0s", "11m", "1h", "soon", "", "5"].iter().enumerate() {
+        let mut c = cluster(&format!("try-bad-{i}"));
+        c.spec.try_timeout = Some((*bad).into());
+        let err = api
+            .create(&PostParams::default(), &c)
+            .await
+            .expect_err("an out-of-bounds tryTimeout is refused");
+        let msg = refusal(err);
+        assert!(
+            msg.contains("tryTimeout must be a duration from 1s to 10m"),
+            "{bad}: {msg}"
+        );
+    }
+}
