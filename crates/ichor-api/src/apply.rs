@@ -33,8 +33,7 @@ pub const MAX_TRY_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The CEL rule of a `tryTimeout` field (a Go duration in whole seconds or
 /// minutes, from 1s to [`MAX_TRY_TIMEOUT`]).
-pub const TRY_TIMEOUT_RULE: &str =
-    "self.matches('^([0-9]+m)?([0-9]+s)?$') && self != '' && duration(self) >= duration('1s') && duration(self) <= duration('10m')";
+pub const TRY_TIMEOUT_RULE: &str = "self.matches('^([0-9]+m)?([0-9]+s)?$') && self != '' && duration(self) >= duration('1s') && duration(self) <= duration('10m')";
 
 /// The mode and timeout that hold for one machine: the machine's setting,
 /// else its cluster's, else the defaults. A timeout that cannot be read
