@@ -13,6 +13,7 @@ mod hold_race;
 mod http;
 mod machines;
 mod malformed;
+mod membership;
 mod operations;
 mod spans;
 mod try_mode;
