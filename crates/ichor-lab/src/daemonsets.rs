@@ -40,6 +40,11 @@ const GENERATION_ANNOTATION: &str = "ichor.maesh.dev/daemonset-generation";
 pub const KUBE_PRISM_ANNOTATION: &str = "ichor.maesh.dev/lab-kubeprism-port";
 /// The taint a NotReady node carries.
 pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+/// Set on a lab Node (any value) by a test: its kubelet has stopped
+/// posting status. The simulator then reports the node's Ready condition
+/// Unknown, as the node lifecycle controller does for a silent kubelet,
+/// until the annotation is removed.
+pub const KUBELET_STOPPED_ANNOTATION: &str = "ichor.maesh.dev/lab-kubelet-stopped";
 
 /// The tolerations the DaemonSet controller adds to every daemon pod
 /// (`AddOrUpdateDaemonPodTolerations`), plus `network-unavailable` for pods
@@ -514,19 +519,31 @@ async fn set_node_ready(
 ) -> Result<(), kube::Error> {
     let api: Api<Node> = Api::all(client.clone());
     let name = node.metadata.name.as_deref().unwrap_or_default();
+    let stopped = node
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(KUBELET_STOPPED_ANNOTATION));
+    let ready = ready && !stopped;
     let current = node
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .map(|c| c.status == "True");
-    if current != Some(ready) {
+        .map(|c| c.status.as_str());
+    let (status, reason, message) = if stopped {
+        (
+            "Unknown",
+            "NodeStatusUnknown",
+            "Kubelet stopped posting node status.",
+        )
+    } else if ready {
+        ("True", "KubeletReady", crate::simulator::READY_MESSAGE)
+    } else {
+        ("False", "KubeletNotReady", crate::simulator::NO_CNI_MESSAGE)
+    };
+    if current != Some(status) {
         let now = now();
-        let (status, reason, message) = if ready {
-            ("True", "KubeletReady", crate::simulator::READY_MESSAGE)
-        } else {
-            ("False", "KubeletNotReady", crate::simulator::NO_CNI_MESSAGE)
-        };
         api.patch_status(
             name,
             &PatchParams::default(),

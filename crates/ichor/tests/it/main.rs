@@ -7,6 +7,7 @@ mod cilium_on_talos_e2e;
 mod cni_e2e;
 mod common;
 mod completion_cli;
+mod gates_lab_e2e;
 mod health_e2e;
 mod helm_e2e;
 mod image;
