@@ -178,8 +178,8 @@ pub struct MachineRollbackArgs {
     /// The revision whose inputs are written back.
     #[arg(long, value_name = "REVISION")]
     pub to: u64,
-    /// Write back the TalosCluster's fields too (they are listed first);
-    /// they are every machine's of the cluster.
+    /// Write back the TalosCluster's fields too, listed in the plan: every
+    /// machine of the cluster is rendered from them.
     #[arg(long)]
     pub include_cluster: bool,
     /// Do not ask for consent.

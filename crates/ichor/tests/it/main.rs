@@ -10,6 +10,8 @@ mod completion_cli;
 mod gates_lab_e2e;
 mod health_e2e;
 mod helm_e2e;
+mod history_cli;
+mod history_lab_e2e;
 mod image;
 mod init_bad_input_e2e;
 mod init_lab_e2e;

@@ -413,6 +413,30 @@ fn plan_lines(
     lines
 }
 
+/// The config paths the newest record kept has and `record`'s config has
+/// not: writing `record`'s inputs back leaves them, since the render
+/// starts from the node's config.
+fn added_since(
+    data: &BTreeMap<String, Vec<u8>>,
+    record: &RevisionRecord,
+    machine: &str,
+) -> anyhow::Result<Vec<String>> {
+    let newest = store::numbers(data).into_iter().max();
+    let Some(latest) = newest.filter(|n| *n != record.revision.number) else {
+        return Ok(Vec::new());
+    };
+    let Some(latest) = self::record(data, latest, machine)? else {
+        return Ok(Vec::new());
+    };
+    let entries = ichor_reconcile::history::diff::diff(record, &latest, false)
+        .with_context(|| format!("cannot compare revisions of TalosMachine {machine}"))?;
+    Ok(entries
+        .into_iter()
+        .filter(|e| e.live.is_none())
+        .map(|e| e.path)
+        .collect())
+}
+
 pub async fn rollback(args: MachineRollbackArgs) -> anyhow::Result<()> {
     let t = target(&args.place, &args.name).await?;
     let full = format!("{}/{}", args.place.namespace, args.name);
@@ -470,6 +494,14 @@ pub async fn rollback(args: MachineRollbackArgs) -> anyhow::Result<()> {
     }
     for line in plan_lines(&full, &cluster_full, &record, &plan) {
         printer::step(&line);
+    }
+    let added = added_since(&data, &record, &full)?;
+    if !added.is_empty() {
+        printer::step(&format!(
+            "  {} came after revision {} and stay: Ichor renders over the node's config, and that revision's inputs do not set them",
+            added.join(", "),
+            args.to
+        ));
     }
     consent("rollback", args.yes, "Roll this machine back? [y/N] ")?;
     let cluster_generation = match plan.cluster.as_ref().filter(|c| !c.fields.is_empty()) {
