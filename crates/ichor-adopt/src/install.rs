@@ -217,8 +217,9 @@ pub fn ui_objects(version: &str, image: &str, read_only: bool) -> Vec<Value> {
 /// live, so no other namespace's Jobs can borrow them.
 pub fn controller_namespace_rules() -> Value {
     json!([
-        // create, update: the machines' history Secrets (ADR 0022).
-        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch", "create", "update"]},
+        // create, update, delete: the machines' history Secrets (ADR 0022;
+        // deleted with a machine outside this namespace).
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch", "create", "update", "delete"]},
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "create", "delete"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
     ])

@@ -86,18 +86,8 @@ impl Cache {
         client: &kube::Client,
         cluster: &TalosCluster,
     ) -> Result<(ClientIdentity, u64)> {
-        let namespace = cluster.namespace().unwrap_or_default();
-        let cluster_name = cluster.name_any();
-        let secret_name = cluster.spec.secrets_ref.name.clone();
-        let key = cluster.spec.secrets_ref.key_or_default().to_owned();
-        let bundle_error = |source: BundleError| Error::Bundle {
-            namespace: namespace.clone(),
-            cluster: cluster_name.clone(),
-            secret: secret_name.clone(),
-            key: key.clone(),
-            source: Box::new(source),
-        };
-        let cache_key = (namespace.clone(), secret_name.clone());
+        let source = BundleSource::of(cluster);
+        let cache_key = (source.namespace.clone(), source.secret.clone());
         let fresh = || {
             let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             entries
@@ -114,13 +104,7 @@ impl Cache {
         if let Some(found) = fresh() {
             return Ok(found);
         }
-        let secret = Api::<Secret>::namespaced(client.clone(), &namespace)
-            .get_opt(&secret_name)
-            .await
-            .map_err(Error::kube(format!(
-                "reading Secret {namespace}/{secret_name}"
-            )))?
-            .ok_or_else(|| bundle_error(BundleError::NoSecret))?;
+        let secret = source.read(client).await?;
         let rv = secret.resource_version().unwrap_or_default();
         {
             let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
@@ -132,15 +116,9 @@ impl Cache {
                 return Ok((e.identity.clone(), e.serial));
             }
         }
-        let data = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(&key))
-            .ok_or_else(|| bundle_error(BundleError::NoKey { key: key.clone() }))?;
-        let text =
-            std::str::from_utf8(&data.0).map_err(|e| bundle_error(BundleError::NotUtf8(e)))?;
-        let origin = format!("Secret {namespace}/{secret_name}");
-        let identity = identity_from_bundle_text(text, &origin).map_err(bundle_error)?;
+        let text = source.text(&secret)?;
+        let origin = source.origin();
+        let identity = identity_from_bundle_text(text, &origin).map_err(|e| source.error(e))?;
         let serial = self
             .serial
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -189,6 +167,76 @@ fn ca_dates(secret: &Secret, text: &str, origin: &str) -> crate::metrics::CaDate
     SecretsBundle::parse(text, origin)
         .map(|b| crate::metrics::bundle_dates(&b, created))
         .unwrap_or_default()
+}
+
+/// Where a cluster keeps its secrets bundle: the Secret beside it and the
+/// key in it. Every read of a bundle goes through here.
+struct BundleSource {
+    namespace: String,
+    cluster: String,
+    secret: String,
+    key: String,
+}
+
+impl BundleSource {
+    fn of(cluster: &TalosCluster) -> Self {
+        BundleSource {
+            namespace: cluster.namespace().unwrap_or_default(),
+            cluster: cluster.name_any(),
+            secret: cluster.spec.secrets_ref.name.clone(),
+            key: cluster.spec.secrets_ref.key_or_default().to_owned(),
+        }
+    }
+
+    /// `source` as the cluster's error, naming the Secret and the key.
+    fn error(&self, source: BundleError) -> Error {
+        Error::Bundle {
+            namespace: self.namespace.clone(),
+            cluster: self.cluster.clone(),
+            secret: self.secret.clone(),
+            key: self.key.clone(),
+            source: Box::new(source),
+        }
+    }
+
+    fn origin(&self) -> String {
+        format!("Secret {}/{}", self.namespace, self.secret)
+    }
+
+    async fn read(&self, client: &kube::Client) -> Result<Secret> {
+        Api::<Secret>::namespaced(client.clone(), &self.namespace)
+            .get_opt(&self.secret)
+            .await
+            .map_err(Error::kube(format!("reading {}", self.origin())))?
+            .ok_or_else(|| self.error(BundleError::NoSecret))
+    }
+
+    /// The bundle's text in `secret`.
+    fn text<'a>(&self, secret: &'a Secret) -> Result<&'a str> {
+        let data = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(&self.key))
+            .ok_or_else(|| {
+                self.error(BundleError::NoKey {
+                    key: self.key.clone(),
+                })
+            })?;
+        std::str::from_utf8(&data.0).map_err(|e| self.error(BundleError::NotUtf8(e)))
+    }
+}
+
+/// The cluster's secrets bundle, read from its Secret now (no cache: the
+/// identity cache keeps no bundle). A parse error's quoted values are
+/// redacted.
+pub(crate) async fn read_bundle(
+    client: &kube::Client,
+    cluster: &TalosCluster,
+) -> Result<SecretsBundle> {
+    let source = BundleSource::of(cluster);
+    let secret = source.read(client).await?;
+    SecretsBundle::parse(source.text(&secret)?, &source.origin())
+        .map_err(|e| source.error(BundleError::Read(BundleError::redacted(&e))))
 }
 
 /// Whether a cached identity is used without reading its Secret: read

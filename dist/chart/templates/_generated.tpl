@@ -176,6 +176,7 @@
   - watch
   - create
   - update
+  - delete
 - apiGroups:
   - batch
   resources:

@@ -160,6 +160,7 @@ pub(super) async fn objects(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
             forget_membership(&machines, &m.name).await?;
             delete_named(&machines, &m.name, "TalosMachine").await?;
         }
+        forget_history(r.kube, c).await?;
         delete_named(
             &Api::<TalosCluster>::namespaced(r.kube.clone(), &c.namespace),
             &c.name,
@@ -215,9 +216,13 @@ pub(super) async fn objects(r: &Reclaim<'_>) -> Result<(), ReclaimError> {
 /// terminating namespace), is fine (a rerun).
 /// Drops the membership finalizer of a released machine, so its deletion
 /// runs no removal: reclaim hands the node back as it is, and a controller
-/// that no longer runs would keep the machine for ever.
+/// that no longer runs would keep the machine for ever. Its history
+/// finalizer goes too ([`forget_history`] deletes what it kept).
 async fn forget_membership(machines: &Api<TalosMachine>, name: &str) -> Result<(), ReclaimError> {
-    let finalizer = ichor_api::machine::MEMBERSHIP_FINALIZER;
+    let ours = [
+        ichor_api::machine::MEMBERSHIP_FINALIZER,
+        ichor_api::history::HISTORY_FINALIZER,
+    ];
     let Some(m) = machines
         .get_opt(name)
         .await
@@ -229,11 +234,14 @@ async fn forget_membership(machines: &Api<TalosMachine>, name: &str) -> Result<(
         .metadata
         .finalizers
         .as_ref()
-        .filter(|l| l.iter().any(|f| f == finalizer))
+        .filter(|l| l.iter().any(|f| ours.contains(&f.as_str())))
     else {
         return Ok(());
     };
-    let kept: Vec<&String> = list.iter().filter(|f| *f != finalizer).collect();
+    let kept: Vec<&String> = list
+        .iter()
+        .filter(|f| !ours.contains(&f.as_str()))
+        .collect();
     let patch =
         json!({"metadata": {"finalizers": kept, "resourceVersion": m.metadata.resource_version}});
     match machines
@@ -246,6 +254,44 @@ async fn forget_membership(machines: &Api<TalosMachine>, name: &str) -> Result<(
             "dropping the membership finalizer of TalosMachine {name}"
         ))(e)),
     }
+}
+
+/// Deletes the history Secrets of the cluster's machines (in Ichor's
+/// namespace, found by the machine they name): a machine in Ichor's
+/// namespace takes its own with it, one elsewhere cannot.
+async fn forget_history(
+    kube: &kube::Client,
+    c: &ichor_adopt::reclaim::ClusterReclaim,
+) -> Result<(), ReclaimError> {
+    let selector = "app.kubernetes.io/part-of=ichor,app.kubernetes.io/component=history";
+    let secrets = Api::<Secret>::all(kube.clone())
+        .list(&ListParams::default().labels(selector))
+        .await
+        .map_err(failed("listing Ichor's history Secrets"))?;
+    let wanted: Vec<String> = c
+        .machines
+        .iter()
+        .map(|m| format!("{}/{}", c.namespace, m.name))
+        .collect();
+    for s in secrets.items {
+        let of = s
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ichor_api::history::HISTORY_OF_ANNOTATION));
+        if !of.is_some_and(|of| wanted.contains(of)) {
+            continue;
+        }
+        let namespace = s.metadata.namespace.clone().unwrap_or_default();
+        let name = s.metadata.name.clone().unwrap_or_default();
+        delete_named(
+            &Api::<Secret>::namespaced(kube.clone(), &namespace),
+            &name,
+            "Secret",
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 pub(super) async fn delete_named<K>(

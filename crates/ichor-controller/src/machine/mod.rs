@@ -33,7 +33,7 @@ use kube::runtime::{Controller, WatchStreamExt as _, watcher};
 use crate::pipeline;
 use crate::{Context, Error, Result};
 
-mod history;
+pub(crate) mod history;
 mod inputs;
 mod read;
 mod rollback;
@@ -205,10 +205,7 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
         &now,
     );
     let event = match &outcome {
-        Ok(Some((reason, note))) if *reason == reasons::TRY_REVERTED => {
-            Some((EventType::Warning, *reason, note.clone()))
-        }
-        Ok(Some((reason, note))) => Some((EventType::Normal, *reason, note.clone())),
+        Ok(Some((reason, note))) => Some((try_mode::event_type(reason), *reason, note.clone())),
         Ok(None) => None,
         Err(e) => Some((
             EventType::Warning,
@@ -230,11 +227,10 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
     let namespace = machine.namespace().unwrap_or_default();
     pipeline::write_status::<TalosMachine>(&ctx.client, &namespace, &machine.name_any(), &status)
         .await?;
+    if let (Ok(_), Some(after)) = (&outcome, try_mode::look_again(&status)) {
+        return Ok(Action::requeue(after));
+    }
     match (outcome, key) {
-        // A try in flight is looked at again soon, whatever its inputs.
-        (Ok(_), _) if try_mode::look_again(&status).is_some() => Ok(Action::requeue(
-            try_mode::look_again(&status).unwrap_or(ctx.config.resync),
-        )),
         (Ok(_), Some(key)) => {
             ctx.recent_successes.mark(key);
             Ok(Action::requeue(ctx.config.resync))

@@ -9,25 +9,26 @@
 use std::time::Duration;
 
 use ichor_adopt::init::{BaseInput, ConfigShape, base_config};
+use ichor_api::history::{RevisionApplyMode, RevisionReason};
 use ichor_api::{MachineRole, MembershipPhase, TalosCluster, TalosMachine, TalosMachineStatus};
+use ichor_reconcile::history::record;
 use ichor_reconcile::membership::join::{
     JoinNext, JoinSeen, JoinVerdict, control_plane, join_next,
 };
 use ichor_render::RenderInput;
-use ichor_talos::config::MachineConfig;
+use ichor_talos::config::{MachineConfig, ParsedConfig};
 use ichor_talos::secrets::SecretsBundle;
 use ichor_talos::version::Version;
 use ichor_talos_client::{ApplyMode, ApplyRequest};
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt as _;
-use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
 use super::view::{self, Maintenance};
 use super::{event, membership, reasons, set, write};
-use crate::{BundleError, Context, Error, Result};
+use crate::machine::history::{self, WholeApply};
+use crate::{Context, Result};
 
 /// How soon a join looks again while it waits.
 const POLL: Duration = Duration::from_secs(2);
@@ -213,7 +214,7 @@ async fn apply(
     if let Some(why) = gate(machine, others, etcd, &node.hostname, ctx.config.resync) {
         return stay(ctx, machine, status, why, now).await;
     }
-    let bundle = read_bundle(ctx, cluster).await?;
+    let bundle = crate::credentials::read_bundle(&ctx.client, cluster).await?;
     let cluster_name = cluster_name(ctx, cluster, others).await;
     let facts = NodeFacts {
         hostname: &node.hostname,
@@ -250,12 +251,37 @@ async fn apply(
         note,
     )
     .await;
+    let change = join_change(machine, &config)?;
     node.client
-        .apply_configuration("", &ApplyRequest::new(config.into_bytes(), ApplyMode::Auto))
+        .apply_configuration(
+            "",
+            &ApplyRequest::new(config.clone().into_bytes(), ApplyMode::Auto),
+        )
         .await
         .map_err(|e| crate::machine::talos_error(machine, e))?;
     tracing::info!(machine = %machine.name_any(), node = %host, "applied the join config over the maintenance API");
+    let apply = WholeApply {
+        reason: RevisionReason::Join,
+        operation: None,
+        mode: RevisionApplyMode::Maintenance,
+        change,
+        rendered: &config,
+    };
+    history::record_whole(ctx, machine, cluster, apply, status, now).await;
+    write(ctx, machine, status).await?;
     Ok(Some(Action::requeue(POLL)))
+}
+
+/// What the join config changes on a node that runs none: every document
+/// is new.
+fn join_change(machine: &TalosMachine, config: &str) -> Result<record::Change> {
+    let parsed = ParsedConfig::parse_with_origin(config, "the join config").map_err(|source| {
+        ichor_render::Error::Rendered {
+            machine: machine.name_any(),
+            source,
+        }
+    })?;
+    Ok(record::change(None, &parsed.mappings))
 }
 
 /// What the maintenance API told of the node.
@@ -335,35 +361,6 @@ async fn cluster_name(ctx: &Context, cluster: &TalosCluster, others: &[TalosMach
         }
     }
     cluster.name_any()
-}
-
-/// The cluster's secrets bundle, from its Secret.
-async fn read_bundle(ctx: &Context, cluster: &TalosCluster) -> Result<SecretsBundle> {
-    let namespace = cluster.namespace().unwrap_or_default();
-    let secret_name = cluster.spec.secrets_ref.name.clone();
-    let key = cluster.spec.secrets_ref.key_or_default().to_owned();
-    let bundle_error = |source: BundleError| Error::Bundle {
-        namespace: namespace.clone(),
-        cluster: cluster.name_any(),
-        secret: secret_name.clone(),
-        key: key.clone(),
-        source: Box::new(source),
-    };
-    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &namespace)
-        .get_opt(&secret_name)
-        .await
-        .map_err(Error::kube(format!(
-            "reading Secret {namespace}/{secret_name}"
-        )))?
-        .ok_or_else(|| bundle_error(BundleError::NoSecret))?;
-    let data = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(&key))
-        .ok_or_else(|| bundle_error(BundleError::NoKey { key: key.clone() }))?;
-    let text = std::str::from_utf8(&data.0).map_err(|e| bundle_error(BundleError::NotUtf8(e)))?;
-    SecretsBundle::parse(text, &format!("Secret {namespace}/{secret_name}"))
-        .map_err(|e| bundle_error(BundleError::Read(BundleError::redacted(&e))))
 }
 
 #[cfg(test)]

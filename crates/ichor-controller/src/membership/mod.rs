@@ -60,6 +60,8 @@ pub(crate) async fn reconcile(
     let has_finalizer = machine.finalizers().iter().any(|f| f == FINALIZER);
     if machine.metadata.deletion_timestamp.is_some() {
         if !has_finalizer {
+            // Nothing else keeps the machine: its history goes with it.
+            crate::machine::history::forget(ctx, machine).await?;
             return Ok(Flow::Done(Action::await_change()));
         }
         let Some(cluster) = cluster.filter(|_| !machine.spec.hold) else {

@@ -10,12 +10,14 @@
 //! (kubelet). What each phase does with what was read is decided in
 //! `ichor_reconcile::operation::component`; here the reads and the writes.
 
-use ichor_api::TalosMachine;
 use ichor_api::conditions::{Status, reasons, types};
+use ichor_api::history::{RevisionApplyMode, RevisionReason};
 use ichor_api::operation::{
     ComponentPhase, ComponentProgress, KubernetesComponent, OperationKind, OperationPhase,
     TalosOperationStatus,
 };
+use ichor_api::{TalosCluster, TalosMachine};
+use ichor_reconcile::history::record;
 use ichor_reconcile::operation::component::{self, ComponentEffect};
 use ichor_reconcile::operation::step::took;
 use ichor_reconcile::operation::{self as decide, NextComponent, StepOutcome};
@@ -32,6 +34,7 @@ use kube::runtime::controller::Action;
 use super::Run;
 use super::step::talos_error;
 use super::window::Windowed;
+use crate::machine::history::{self, WholeApply};
 use crate::{Error, Result};
 
 mod checks;
@@ -200,7 +203,7 @@ impl Run<'_> {
                 Ok(component::start(c, before, &version, &now))
             }
             ComponentPhase::Applying => {
-                self.apply_component(m, &talos, c, &version, &node, &now)
+                self.apply_component((m, &cluster), &talos, c, &version, &node, &now)
                     .await
             }
             ComponentPhase::Waiting => {
@@ -221,7 +224,7 @@ impl Run<'_> {
     /// transition names in no-reboot mode.
     async fn apply_component(
         &self,
-        m: &TalosMachine,
+        (m, cluster): (&TalosMachine, &TalosCluster),
         talos: &TalosClient,
         c: &mut ComponentProgress,
         version: &str,
@@ -247,10 +250,26 @@ impl Run<'_> {
             return Ok(outcome);
         };
         let yaml = config.to_yaml().map_err(bad)?;
-        let request = ApplyRequest::new(yaml.into_bytes(), ApplyMode::NoReboot);
+        let change = record::change(
+            Some(&live.to_mappings().map_err(bad)?),
+            &config.to_mappings().map_err(bad)?,
+        );
+        let request = ApplyRequest::new(yaml.clone().into_bytes(), ApplyMode::NoReboot);
         let refused = match talos.apply_configuration("", &request).await {
             Ok(_) => {
                 tracing::info!(machine = %machine, component = c.component.as_str(), %image, "kubernetes-upgrade: applied in no-reboot mode");
+                let apply = WholeApply {
+                    reason: RevisionReason::Operation,
+                    operation: self.op.metadata.name.as_deref(),
+                    mode: RevisionApplyMode::NoReboot,
+                    change,
+                    rendered: &yaml,
+                };
+                // The step is written: a revision that cannot be recorded
+                // must not make it run again.
+                if let Err(e) = history::record_whole_on(self.ctx, m, cluster, apply, now).await {
+                    tracing::warn!(machine = %machine, error = %ichor_api::error_text::chain(&e), "kubernetes-upgrade: the step's revision is not recorded");
+                }
                 None
             }
             Err(e) => Some(ichor_api::error_text::chain(&talos_error(m, e))),
