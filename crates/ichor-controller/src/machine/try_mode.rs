@@ -121,13 +121,23 @@ pub(super) fn judge(t: &TryApply, seen: &Seen, now: &Time) -> Step {
     }
 }
 
-/// When to look at the machine again: soon while a try is in flight.
+/// When to look at the machine again: soon while a try is in flight,
+/// whatever its inputs (no waiting for the resync).
 pub(super) fn look_again(status: &TalosMachineStatus) -> Option<Duration> {
     status
         .try_apply
         .as_ref()
         .filter(|t| t.phase == TryPhase::Trying)
         .map(poll)
+}
+
+/// The type of a reconcile's Event: a try reverted is a Warning.
+pub(super) fn event_type(reason: &str) -> kube::runtime::events::EventType {
+    if reason == reasons::TRY_REVERTED {
+        kube::runtime::events::EventType::Warning
+    } else {
+        kube::runtime::events::EventType::Normal
+    }
 }
 
 /// Whether a reverted try holds the machine: the same spec (generation)
