@@ -170,12 +170,9 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
     {
         return Ok(action);
     }
-    // A rollback asked for on the machine: its spec is written back first;
-    // that write brings the next reconcile, which renders and applies it.
-    if let (Some(_), Some(cluster)) = (rollback::requested(machine), cluster.as_ref()) {
-        let (type_, reason, note) = rollback::carry_out(machine, cluster, &ctx).await?;
-        publish(&ctx, &machine.metadata, type_, reason, note).await;
-        return Ok(Action::requeue(ctx.config.resync));
+    // A rollback asked for on the machine: its spec is written back first.
+    if let Some(action) = rollback::if_requested(machine, cluster.as_ref(), &ctx).await? {
+        return Ok(action);
     }
 
     // Our own status writes come back as watch events, and so do the

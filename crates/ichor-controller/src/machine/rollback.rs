@@ -14,6 +14,7 @@ use ichor_reconcile::history::store;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt as _;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::{Value, json};
 
@@ -90,27 +91,34 @@ pub fn patch(
     patch
 }
 
-/// Carries out the machine's rollback request against `cluster`: the
-/// revision's machine spec written back, or, when it cannot be (not a
-/// revision number, its inputs no longer kept or unreadable), the request
-/// removed. Returns the Event to publish.
-pub(super) async fn carry_out(
+/// Carries out the machine's rollback request, if it carries one and its
+/// cluster is known, and publishes the Event; the action that ends the
+/// reconcile then (the write brings the next one, which renders and applies
+/// the spec written back).
+pub(super) async fn if_requested(
     machine: &TalosMachine,
-    cluster: &TalosCluster,
+    cluster: Option<&TalosCluster>,
     ctx: &Context,
-) -> Result<(EventType, &'static str, String)> {
+) -> Result<Option<Action>> {
+    let (Some(_), Some(cluster)) = (requested(machine), cluster) else {
+        return Ok(None);
+    };
+    let (type_, reason, note) = carry_out(machine, cluster, ctx).await?;
+    super::publish(ctx, &machine.metadata, type_, reason, note).await;
+    Ok(Some(Action::requeue(ctx.config.resync)))
+}
+
+/// Where the revision a request names stands in the history Secret.
+enum Lookup {
+    Kept(Box<store::RevisionRecord>),
+    /// Why it cannot be written back.
+    Refused(String),
+}
+
+/// The record of revision `number` of `machine`, read from its history
+/// Secret (which only the controller reads).
+async fn lookup(machine: &TalosMachine, number: u64, ctx: &Context) -> Result<Lookup> {
     let (namespace, name) = (machine.namespace().unwrap_or_default(), machine.name_any());
-    let raw = requested(machine).unwrap_or_default();
-    let refused = |why: String| async move {
-        write(machine, ctx, None, None).await?;
-        Ok((EventType::Warning, ROLLBACK_REFUSED, why))
-    };
-    let Some(number) = rollback_target(raw) else {
-        return refused(format!(
-            "{ROLLBACK_ANNOTATION}: {raw:?} is not a revision number; the request was removed"
-        ))
-        .await;
-    };
     let secret_name = store::secret_name(&namespace, &name);
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ctx.config.system_namespace);
     let secret = secrets
@@ -129,21 +137,45 @@ pub(super) async fn carry_out(
         .into_iter()
         .map(|(k, v)| (k, v.0))
         .collect();
-    let record = match store::find(&data, number) {
-        Ok(Some(record)) => record,
-        Ok(None) => {
-            return refused(format!(
-                "revision {number}'s inputs are no longer kept in the history Secret (it keeps the newest ones only); the request was removed"
-            ))
-            .await;
-        }
-        Err(e) => {
-            return refused(format!(
-                "revision {number}'s inputs cannot be read: {}; the request was removed",
-                ichor_api::error_text::chain(&e)
-            ))
-            .await;
-        }
+    Ok(match store::find(&data, number) {
+        Ok(Some(record)) => Lookup::Kept(Box::new(record)),
+        Ok(None) => Lookup::Refused(format!(
+            "revision {number}'s inputs are no longer kept in the history Secret (it keeps the newest ones only)"
+        )),
+        Err(e) => Lookup::Refused(format!(
+            "revision {number}'s inputs cannot be read: {}",
+            ichor_api::error_text::chain(&e)
+        )),
+    })
+}
+
+/// Carries out the machine's rollback request against `cluster`: the
+/// revision's machine spec written back, or, when it cannot be (not a
+/// revision number, its inputs no longer kept or unreadable), the request
+/// removed. Returns the Event to publish.
+async fn carry_out(
+    machine: &TalosMachine,
+    cluster: &TalosCluster,
+    ctx: &Context,
+) -> Result<(EventType, &'static str, String)> {
+    let raw = requested(machine).unwrap_or_default();
+    let refused = |why: String| async move {
+        write(machine, ctx, None, None).await?;
+        Ok((
+            EventType::Warning,
+            ROLLBACK_REFUSED,
+            format!("{why}; the request was removed"),
+        ))
+    };
+    let Some(number) = rollback_target(raw) else {
+        return refused(format!(
+            "{ROLLBACK_ANNOTATION}: {raw:?} is not a revision number"
+        ))
+        .await;
+    };
+    let record = match lookup(machine, number, ctx).await? {
+        Lookup::Kept(record) => record,
+        Lookup::Refused(why) => return refused(why).await,
     };
     let plan = rollback::plan(
         &record,
