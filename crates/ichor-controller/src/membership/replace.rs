@@ -53,7 +53,7 @@ pub(super) async fn replace_old(
         Ok(()) if old.spec.hold => held(old_name),
         Ok(()) => {
             let removal = old.spec.removal.unwrap_or_default();
-            start_removal(ctx, machine, &old, removal).await?;
+            start_removal(ctx, &old, removal, true).await?;
             event(
                 ctx,
                 machine,
@@ -103,35 +103,40 @@ pub(super) async fn before_join(
         return Ok(None);
     };
     let listed = etcd.members.iter().any(|m| m.name == old_name);
-    let now = (ctx.clock)();
-    let name = machine.name_any();
-    let why = if old.metadata.deletion_timestamp.is_some() {
-        if !listed {
-            return Ok(None);
+    let deleting = old.metadata.deletion_timestamp.is_some();
+    if deleting && !listed {
+        return Ok(None);
+    }
+    let answers = match view::admin(ctx, cluster, &old, &old.spec.address).await {
+        Ok(c) => c.version("").await.is_ok(),
+        Err(_) => false,
+    };
+    let (now, name) = ((ctx.clock)(), machine.name_any());
+    let why = match order(&etcd.members, old_name, answers) {
+        Order::JoinFirst if !deleting => return Ok(None),
+        Order::RemoveOldFirst { failed } if old.spec.hold && !deleting => {
+            format!("{failed}; {}", held(old_name))
         }
-        let old_says = old
-            .status
-            .as_ref()
-            .and_then(|s| s.membership.as_ref())
-            .and_then(|m| m.message.clone())
-            .unwrap_or_else(|| "its removal has not begun".into());
-        format!("waiting for {old_name}, which it replaces, to leave etcd first: {old_says}")
-    } else {
-        let answers = match view::admin(ctx, cluster, &old, &old.spec.address).await {
-            Ok(c) => c.version("").await.is_ok(),
-            Err(_) => false,
-        };
-        match order(&etcd.members, old_name, answers) {
-            Order::JoinFirst => return Ok(None),
-            Order::RemoveOldFirst { failed } if old.spec.hold => {
-                format!("{failed}; {}", held(old_name))
+        Order::RemoveOldFirst { failed } if !deleting => {
+            start_removal(ctx, &old, removal_of(&old, &failed), true).await?;
+            announce(ctx, machine, &failed).await;
+            format!(
+                "{failed}: it is removed first (a peer removes its member by id, its Node is deleted); {name} joins once etcd no longer lists it"
+            )
+        }
+        order => {
+            // Its removal runs; one refused because its node stopped
+            // answering since is forced now.
+            if let Order::RemoveOldFirst { failed } = order {
+                start_removal(ctx, &old, removal_of(&old, &failed), false).await?;
             }
-            Order::RemoveOldFirst { failed } => {
-                remove_failed(ctx, machine, &old, &failed).await?;
-                format!(
-                    "{failed}: it is removed first (a peer removes its member by id, its Node is deleted); {name} joins once etcd no longer lists it"
-                )
-            }
+            let old_says = old
+                .status
+                .as_ref()
+                .and_then(|s| s.membership.as_ref())
+                .and_then(|m| m.message.clone())
+                .unwrap_or_else(|| "its removal has not begun".into());
+            format!("waiting for {old_name}, which it replaces, to leave etcd first: {old_says}")
         }
     };
     set(status, MembershipPhase::Joining, why, &now);
@@ -161,21 +166,18 @@ fn held(old_name: &str) -> String {
     )
 }
 
-/// Starts a failed old control plane's removal: forced when its node does
+/// The removal of a failed old control plane: forced when its node does
 /// not answer (its member removed by id from a peer, its Node deleted,
 /// nothing written to it).
-async fn remove_failed(
-    ctx: &Context,
-    machine: &TalosMachine,
-    old: &TalosMachine,
-    failed: &Failed,
-) -> Result<()> {
+fn removal_of(old: &TalosMachine, failed: &Failed) -> MachineRemoval {
     let asked = old.spec.removal.unwrap_or_default();
-    let removal = MachineRemoval {
+    MachineRemoval {
         force: asked.force || failed.force(),
         ..asked
-    };
-    start_removal(ctx, machine, old, removal).await?;
+    }
+}
+
+async fn announce(ctx: &Context, machine: &TalosMachine, failed: &Failed) {
     let note = format!(
         "{failed}: it is removed before {} joins (its member by id from a peer, then its Node){}",
         machine.name_any(),
@@ -186,18 +188,17 @@ async fn remove_failed(
         }
     );
     event(ctx, machine, EventType::Warning, reasons::LEAVING, note).await;
-    Ok(())
 }
 
 /// Writes `spec.removal` on the old machine when it differs, then deletes
-/// it: its finalizer runs the removal.
+/// it (`delete`): its finalizer runs the removal.
 async fn start_removal(
     ctx: &Context,
-    machine: &TalosMachine,
     old: &TalosMachine,
     removal: MachineRemoval,
+    delete: bool,
 ) -> Result<()> {
-    let namespace = machine.namespace().unwrap_or_default();
+    let namespace = old.namespace().unwrap_or_default();
     let old_name = old.name_any();
     let api = Api::<TalosMachine>::namespaced(ctx.client.clone(), &namespace);
     if old.spec.removal != Some(removal) {
@@ -208,10 +209,12 @@ async fn start_removal(
                 "setting spec.removal of TalosMachine {namespace}/{old_name}"
             )))?;
     }
-    api.delete(&old_name, &DeleteParams::default())
-        .await
-        .map_err(Error::kube(format!(
-            "deleting TalosMachine {namespace}/{old_name}"
-        )))?;
+    if delete {
+        api.delete(&old_name, &DeleteParams::default())
+            .await
+            .map_err(Error::kube(format!(
+                "deleting TalosMachine {namespace}/{old_name}"
+            )))?;
+    }
     Ok(())
 }
