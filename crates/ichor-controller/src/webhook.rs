@@ -745,6 +745,21 @@ mod operation_review {
         );
     }
 
+    /// A check on Secrets is refused at admission, naming it.
+    /// Covers: R15.5
+    #[test]
+    fn a_check_on_secrets_is_refused() {
+        let secret = json!([{"name": "peek", "expression": "object.data.token == 'x'",
+            "target": {"apiVersion": "v1", "kind": "Secret", "namespace": "kube-system", "name": "bootstrap"}}]);
+        let bad = operation_problems(&op(secret, json!([])));
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert!(
+            bad[0].starts_with("spec.healthChecks[0] (peek): a health check may not read Secrets"),
+            "{}",
+            bad[0]
+        );
+    }
+
     /// Covers: R15.8
     #[test]
     fn a_window_that_cannot_be_read_is_refused_as_on_the_cluster() {
