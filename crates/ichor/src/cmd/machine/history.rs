@@ -332,36 +332,46 @@ pub async fn diff(args: MachineDiffArgs) -> anyhow::Result<()> {
         None => None,
     };
     let values = rows.is_some();
-    let rows = rows.unwrap_or_else(|| status_paths(&kept, from, to));
     let out = DiffData {
         from,
         to,
         values,
         redacted: !args.show_secrets,
-        paths: rows,
+        paths: rows.unwrap_or_else(|| status_paths(&kept, from, to)),
     };
-    if let Some(format) = args.output {
-        return print_data(&out, format);
-    }
-    if out.paths.is_empty() {
-        printer::data(&format!(
-            "revisions {from} and {to} of TalosMachine {full} have the same config"
-        ));
-        return Ok(());
-    }
-    printer::data(&format!("revision {from} → {to}:"));
-    for row in &out.paths {
-        match (&row.from, &row.to, values) {
-            (_, _, false) => printer::data(&format!("  {}", row.path)),
-            (f, t, true) => printer::data(&format!(
-                "  {}: {} → {}",
-                row.path,
-                f.as_deref().unwrap_or("(absent)"),
-                t.as_deref().unwrap_or("(absent)")
-            )),
+    match args.output {
+        Some(format) => print_data(&out, format),
+        None => {
+            diff_lines(&out, &full)
+                .iter()
+                .for_each(|l| printer::data(l));
+            Ok(())
         }
     }
-    Ok(())
+}
+
+/// A diff for people: the revisions, then a path a line (with its values
+/// when there are).
+fn diff_lines(out: &DiffData, full: &str) -> Vec<String> {
+    let (from, to) = (out.from, out.to);
+    if out.paths.is_empty() {
+        return vec![format!(
+            "revisions {from} and {to} of TalosMachine {full} have the same config"
+        )];
+    }
+    let mut lines = vec![format!("revision {from} → {to}:")];
+    lines.extend(out.paths.iter().map(|row| {
+        if !out.values {
+            return format!("  {}", row.path);
+        }
+        format!(
+            "  {}: {} → {}",
+            row.path,
+            row.from.as_deref().unwrap_or("(absent)"),
+            row.to.as_deref().unwrap_or("(absent)")
+        )
+    }));
+    lines
 }
 
 /// The plan as lines for people.
@@ -437,16 +447,14 @@ fn added_since(
         .collect())
 }
 
-pub async fn rollback(args: MachineRollbackArgs) -> anyhow::Result<()> {
-    let t = target(&args.place, &args.name).await?;
-    let full = format!("{}/{}", args.place.namespace, args.name);
-    let clusters = Api::<TalosCluster>::namespaced(t.client.clone(), &args.place.namespace);
-    let cluster_name = t.machine.spec.cluster_ref.name.clone();
-    let cluster_full = format!("{}/{cluster_name}", args.place.namespace);
-    let cluster = clusters
-        .get(&cluster_name)
-        .await
-        .with_context(|| format!("cannot read TalosCluster {cluster_full}"))?;
+/// The history Secret's data and revision `args.to`'s record; refused,
+/// nothing written, when this kubeconfig may not read it or it keeps no
+/// such revision.
+async fn rollback_inputs(
+    t: &Target,
+    args: &MachineRollbackArgs,
+    full: &str,
+) -> anyhow::Result<(BTreeMap<String, Vec<u8>>, RevisionRecord)> {
     let data = match history_secret(&t.client, &t.machine).await? {
         History::Readable(data) => data,
         History::NotAllowed(secret) => {
@@ -459,7 +467,7 @@ pub async fn rollback(args: MachineRollbackArgs) -> anyhow::Result<()> {
             ));
         }
     };
-    let Some(record) = record(&data, args.to, &full)? else {
+    let Some(record) = record(&data, args.to, full)? else {
         let kept: Vec<String> = store::numbers(&data).iter().map(u64::to_string).collect();
         return Err(refused(
             "rollback",
@@ -474,36 +482,21 @@ pub async fn rollback(args: MachineRollbackArgs) -> anyhow::Result<()> {
             )],
         ));
     };
-    let plan = rollback::plan(
-        &record,
-        &serde_json::to_value(&t.machine.spec)?,
-        &serde_json::to_value(&cluster.spec)?,
-        args.include_cluster,
-    );
-    if plan.is_empty() {
-        printer::step(&format!(
-            "TalosMachine {full}'s spec{} is revision {}'s already; nothing was written",
-            if args.include_cluster {
-                " and its cluster's"
-            } else {
-                ""
-            },
-            args.to
-        ));
-        return Ok(());
-    }
-    for line in plan_lines(&full, &cluster_full, &record, &plan) {
-        printer::step(&line);
-    }
-    let added = added_since(&data, &record, &full)?;
-    if !added.is_empty() {
-        printer::step(&format!(
-            "  {} came after revision {} and stay: Ichor renders over the node's config, and that revision's inputs do not set them",
-            added.join(", "),
-            args.to
-        ));
-    }
-    consent("rollback", args.yes, "Roll this machine back? [y/N] ")?;
+    Ok((data, record))
+}
+
+/// Writes the plan: the cluster's spec first (when it changes), then the
+/// machine's with the mark naming the generations those writes gave.
+async fn write_rollback(
+    t: &Target,
+    args: &MachineRollbackArgs,
+    full: &str,
+    clusters: &Api<TalosCluster>,
+    cluster: &TalosCluster,
+    plan: &rollback::Plan,
+) -> anyhow::Result<()> {
+    let cluster_name = cluster.name_any();
+    let cluster_full = format!("{}/{cluster_name}", args.place.namespace);
     let cluster_generation = match plan.cluster.as_ref().filter(|c| !c.fields.is_empty()) {
         Some(c) => {
             let mut written = cluster.clone();
@@ -549,6 +542,51 @@ pub async fn rollback(args: MachineRollbackArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot mark TalosMachine {full} as rolled back"))?;
     }
+    Ok(())
+}
+
+pub async fn rollback(args: MachineRollbackArgs) -> anyhow::Result<()> {
+    let t = target(&args.place, &args.name).await?;
+    let full = format!("{}/{}", args.place.namespace, args.name);
+    let clusters = Api::<TalosCluster>::namespaced(t.client.clone(), &args.place.namespace);
+    let cluster_name = t.machine.spec.cluster_ref.name.clone();
+    let cluster_full = format!("{}/{cluster_name}", args.place.namespace);
+    let cluster = clusters
+        .get(&cluster_name)
+        .await
+        .with_context(|| format!("cannot read TalosCluster {cluster_full}"))?;
+    let (data, record) = rollback_inputs(&t, &args, &full).await?;
+    let plan = rollback::plan(
+        &record,
+        &serde_json::to_value(&t.machine.spec)?,
+        &serde_json::to_value(&cluster.spec)?,
+        args.include_cluster,
+    );
+    if plan.is_empty() {
+        printer::step(&format!(
+            "TalosMachine {full}'s spec{} is revision {}'s already; nothing was written",
+            if args.include_cluster {
+                " and its cluster's"
+            } else {
+                ""
+            },
+            args.to
+        ));
+        return Ok(());
+    }
+    for line in plan_lines(&full, &cluster_full, &record, &plan) {
+        printer::step(&line);
+    }
+    let added = added_since(&data, &record, &full)?;
+    if !added.is_empty() {
+        printer::step(&format!(
+            "  {} came after revision {} and stay: Ichor renders over the node's config, and that revision's inputs do not set them",
+            added.join(", "),
+            args.to
+        ));
+    }
+    consent("rollback", args.yes, "Roll this machine back? [y/N] ")?;
+    write_rollback(&t, &args, &full, &clusters, &cluster, &plan).await?;
     printer::step(&format!(
         "TalosMachine {full} rolled back to revision {}'s inputs; `ichor machine history {}` shows the apply that follows",
         args.to, args.name
