@@ -250,6 +250,20 @@ async fn two_writers_two_revisions_then_a_rollback_restores_the_first_config_on_
         .list(&ListParams::default())
         .await
         .unwrap();
+    // The audit: the machine's Events name each revision's writer and reason.
+    for (number, writer) in [(first, "editor-a"), (second, "editor-b")] {
+        let told = format!(
+            "revision {number} (Drift, spec changed by {})",
+            editor(writer)
+        );
+        assert!(
+            events
+                .items
+                .iter()
+                .any(|e| e.message.as_deref().is_some_and(|m| m.contains(&told))),
+            "an Event says {told:?}"
+        );
+    }
     said.insert("events", serde_json::to_string(&events.items).unwrap());
     for (what, text) in &said {
         let found = markers_in(text, MARK);
