@@ -165,6 +165,44 @@ async fn roll_back_from_the_history_page(
         last.config_hash_after, revisions[0].config_hash_after,
         "the node runs revision 1's config again"
     );
+    // A request for a revision not kept is removed, with a Warning saying why.
+    machines
+        .patch(
+            "node-w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {ichor_api::history::ROLLBACK_ANNOTATION: "99"}}})),
+        )
+        .await
+        .unwrap();
+    let events =
+        Api::<k8s_openapi::api::core::v1::Event>::namespaced(machines.clone().into_client(), ns);
+    wait::until(
+        "the refused rollback's Warning",
+        WAIT,
+        Duration::from_millis(200),
+        || async {
+            let refused = events
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("RollbackRefused")
+                        && e.message
+                            .as_deref()
+                            .is_some_and(|m| m.contains("revision 99"))
+                });
+            let w = machines.get("node-w").await.unwrap();
+            let removed = !w
+                .annotations()
+                .contains_key(ichor_api::history::ROLLBACK_ANNOTATION);
+            (removed && refused.is_some()).then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(machines.get("node-w").await.unwrap().spec.patches, first);
 }
 
 /// Covers: R12.2, R12.3, the UI's end-to-end test in docs/ui.md (Chromium against the lab: sign in with a ServiceAccount token, a held machine's drift, release and watch it apply, a reboot operation's progress, read-only shows no action and a POST gets 405, a user without patch talosmachines sees no release button and gets 403), R5.3 settings.readOnly, R16.8 (the history page after an apply, and a rollback from it carried out by the controller as revision 3), R16.2
