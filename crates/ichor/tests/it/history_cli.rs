@@ -85,10 +85,16 @@ async fn grant_reader(client: &kube::Client) {
         .await;
 }
 
-/// A rendered config: a public value and a secret one that change.
+/// A rendered config: a public value and a secret one that change, and
+/// from the second on a path the first lacks.
 fn config(sysctl: u32, token: &str) -> String {
+    let added = if sysctl > 100 {
+        "    vm.added: \"1\"\n"
+    } else {
+        ""
+    };
     format!(
-        "version: v1alpha1\nmachine:\n  type: worker\n  token: {MARK}-{token}\n  sysctls:\n    net.core.somaxconn: \"{sysctl}\"\n"
+        "version: v1alpha1\nmachine:\n  type: worker\n  token: {MARK}-{token}\n  sysctls:\n    net.core.somaxconn: \"{sysctl}\"\n{added}"
     )
 }
 
@@ -380,6 +386,11 @@ async fn history_diff_and_rollback_read_status_and_the_history_secret_and_refuse
         "{said}"
     );
     assert!(said.contains("write back spec.patches"), "{said}");
+    // Ichor renders over the node's config: a path only revision 2 has stays.
+    assert!(
+        said.contains("machine.sysctls[\"vm.added\"] came after revision 1 and stay"),
+        "{said}"
+    );
     assert!(
         said.contains("spec.talosVersion differ from revision 1 and stay as they are"),
         "{said}"
