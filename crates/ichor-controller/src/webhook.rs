@@ -22,6 +22,8 @@ use serde_json::Value;
 
 use crate::{Error, Result, WebhookCertError};
 
+pub mod access;
+
 /// The path the ValidatingWebhookConfiguration calls for TalosClusters.
 pub const VALIDATE_TALOSCLUSTER_PATH: &str = "/validate-ichor-maesh-dev-v1alpha1-taloscluster";
 /// The path the ValidatingWebhookConfiguration calls for TalosMachines.
@@ -52,6 +54,10 @@ pub struct AdmissionRequest {
     pub object: Option<Value>,
     #[serde(default)]
     pub old_object: Option<Value>,
+    /// Who the API server authenticated (a TalosOperation's health checks
+    /// are asked about as this user).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_info: Option<k8s_openapi::api::authentication::v1::UserInfo>,
 }
 
 /// The response part.
@@ -145,6 +151,34 @@ pub fn review_operation(req: AdmissionReview) -> AdmissionReview {
     })
 }
 
+/// [`review_operation`], then, on create, whether the creator may read
+/// what each health check reads ([`access::problems`], asking the API
+/// server through `client`; without one, an operation with checks is
+/// refused).
+pub async fn review_operation_access(
+    client: Option<&kube::Client>,
+    req: AdmissionReview,
+) -> AdmissionReview {
+    let request = req.request.clone();
+    let mut out = review_operation(req);
+    let Some(request) = request else { return out };
+    let (Some(response), Some(new)) = (out.response.as_mut(), request.object.as_ref()) else {
+        return out;
+    };
+    if !response.allowed || request.operation != "CREATE" || request.old_object.is_some() {
+        return out;
+    }
+    let problems = access::problems(client, request.user_info.as_ref(), new).await;
+    if !problems.is_empty() {
+        response.allowed = false;
+        response.status = Some(ResponseStatus {
+            code: 403,
+            message: problems.join("; "),
+        });
+    }
+    out
+}
+
 /// What is wrong with a new TalosOperation's health checks and windows.
 pub fn operation_problems(new: &Value) -> Vec<String> {
     let spec = new.get("spec");
@@ -229,8 +263,15 @@ fn review_with(
 /// default of 2 MiB would refuse updates of large TalosMachines.
 pub const MAX_REVIEW_BYTES: usize = 8 * 1024 * 1024;
 
-/// The webhook routes.
+/// The webhook routes, without an API client: a TalosOperation with health
+/// checks is refused (nothing to ask whether its creator may read them).
 pub fn router() -> Router {
+    router_with(None)
+}
+
+/// The webhook routes; `client` asks the API server whether a
+/// TalosOperation's creator may read what its health checks read.
+pub fn router_with(client: Option<kube::Client>) -> Router {
     Router::new()
         .route(
             VALIDATE_TALOSCLUSTER_PATH,
@@ -242,7 +283,9 @@ pub fn router() -> Router {
         )
         .route(
             VALIDATE_TALOSOPERATION_PATH,
-            post(|Json(r): Json<AdmissionReview>| async move { Json(review_operation(r)) }),
+            post(move |Json(r): Json<AdmissionReview>| async move {
+                Json(review_operation_access(client.as_ref(), r).await)
+            }),
         )
         .route(
             crate::changed_by::MUTATE_CHANGED_BY_PATH,
@@ -317,13 +360,15 @@ pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener> {
     Ok(listener)
 }
 
-/// Serves [`router`] over HTTPS until `shutdown`.
+/// Serves [`router_with`] `client` over HTTPS until `shutdown`.
 pub async fn serve(
+    client: kube::Client,
     addr: SocketAddr,
     tls: Arc<rustls::ServerConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     serve_with(
+        client,
         bind(addr)?,
         axum_server::tls_rustls::RustlsConfig::from_config(tls),
         shutdown,
@@ -332,6 +377,7 @@ pub async fn serve(
 }
 
 async fn serve_with(
+    client: kube::Client,
     listener: std::net::TcpListener,
     tls: axum_server::tls_rustls::RustlsConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -353,12 +399,12 @@ async fn serve_with(
     axum_server::from_tcp_rustls(listener, tls)
         .map_err(serve_error)?
         .handle(handle)
-        .serve(router().into_make_service())
+        .serve(router_with(Some(client)).into_make_service())
         .await
         .map_err(serve_error)
 }
 
-/// Serves [`router`] on `listener` (from [`bind`]) with the certificate in
+/// Serves [`router_with`] the client on `listener` (from [`bind`]) with the certificate in
 /// `namespace/secret`, reloading it when the Secret changes.
 pub async fn serve_from_secret(
     client: kube::Client,
@@ -371,6 +417,7 @@ pub async fn serve_from_secret(
     let first = load_tls(&client, &namespace, &secret).await?;
     let config = axum_server::tls_rustls::RustlsConfig::from_config(first);
     let reloader = config.clone();
+    let server_client = client.clone();
     let watcher = tokio::spawn(async move {
         let api = Api::<Secret>::namespaced(client.clone(), &namespace);
         let mut seen = api
@@ -405,7 +452,7 @@ pub async fn serve_from_secret(
             }
         }
     });
-    let r = serve_with(listener, config, shutdown).await;
+    let r = serve_with(server_client, listener, config, shutdown).await;
     watcher.abort();
     r
 }
@@ -788,6 +835,7 @@ mod operation_review {
                 operation: if old.is_some() { "UPDATE" } else { "CREATE" }.into(),
                 object: Some(bad.clone()),
                 old_object: old,
+                user_info: None,
             }),
             response: None,
         };
