@@ -109,7 +109,11 @@ pub fn controller_cluster_rules() -> Value {
         // Health checks (spec.healthChecks of a TalosOperation) read the
         // workloads they name; another kind needs its own grant (a check
         // that may not read its target pauses the operation saying so).
-        {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "daemonsets"], "verbs": ["get", "list"]}
+        {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "daemonsets"], "verbs": ["get", "list"]},
+        // The TalosOperation webhook asks whether an operation's creator may
+        // read what its health checks read (a check they may not read is
+        // refused: status would show them what it found).
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}
     ])
 }
 

@@ -163,6 +163,12 @@
   verbs:
   - get
   - list
+- apiGroups:
+  - authorization.k8s.io
+  resources:
+  - subjectaccessreviews
+  verbs:
+  - create
 {{- end }}
 
 {{- /* The rules of the controller's Role in its own namespace, the same as the installer path's. */}}
