@@ -6,6 +6,8 @@
 //! a defect here cannot block writes (the validating webhooks refuse what
 //! is invalid).
 
+use std::sync::OnceLock;
+
 use axum::Json;
 use chrono::{SecondsFormat, Utc};
 use ichor_reconcile::history::actor;
@@ -62,16 +64,58 @@ pub struct MutatingResponse {
     pub patch_type: Option<String>,
 }
 
+/// The user this controller is authenticated as, learnt once at start: its
+/// own write that carries out a rollback keeps the requester's name.
+static CONTROLLER_USER: OnceLock<String> = OnceLock::new();
+
+/// Asks the API server who this process is (a SelfSubjectReview, which
+/// every authenticated user may create). Unknown, the controller's writes
+/// are stamped as any writer's, so a rollback asked for in the UI names the
+/// controller: worse, never wrong, and said in the log.
+pub async fn learn_controller_user(client: &kube::Client) {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let api = kube::Api::<SelfSubjectReview>::all(client.clone());
+    let review = api
+        .create(
+            &kube::api::PostParams::default(),
+            &SelfSubjectReview::default(),
+        )
+        .await;
+    let user = review.map(|r| r.status.and_then(|s| s.user_info).and_then(|u| u.username));
+    match user {
+        Ok(Some(user)) => {
+            let _ = CONTROLLER_USER.set(user);
+        }
+        Ok(None) => tracing::warn!(
+            "the API server's SelfSubjectReview named no user; a rollback asked for in the UI will name the controller"
+        ),
+        Err(e) => tracing::warn!(
+            error = %ichor_api::error_text::chain(&e),
+            "asking the API server who the controller is; a rollback asked for in the UI will name the controller"
+        ),
+    }
+}
+
 /// Answers one review: allowed always, with the stamp's patch when the
 /// request creates the object or changes its spec, or touches the stamp.
 pub fn review_changed_by(review: MutatingReview, now: chrono::DateTime<Utc>) -> MutatingReview {
+    review_changed_by_as(review, now, CONTROLLER_USER.get().map(String::as_str))
+}
+
+/// [`review_changed_by`] with the controller's own user given.
+pub fn review_changed_by_as(
+    review: MutatingReview,
+    now: chrono::DateTime<Utc>,
+    controller: Option<&str>,
+) -> MutatingReview {
     let (uid, patch) = match review.request {
         Some(request) => {
             let patch = match (request.operation.as_str(), &request.object) {
                 ("CREATE" | "UPDATE", Some(new)) => {
                     let at = now.to_rfc3339_opts(SecondsFormat::Secs, true);
                     let old = request.old_object.as_ref();
-                    let stamp = actor::stamp(old, new, &request.user_info.username, &at);
+                    let user = &request.user_info.username;
+                    let stamp = actor::stamp(old, new, user, &at, controller);
                     actor::patch(&stamp, new)
                 }
                 _ => None,

@@ -322,6 +322,7 @@ pub async fn run_with(
 ) -> Result<()> {
     let metrics = Arc::new(Metrics::default());
     let shutdown = shutdown.shared();
+    changed_by::learn_controller_user(&client).await;
     start_servers(&client, &config, &metrics, shutdown.clone()).await?;
 
     // Ready once the servers run: every replica serves the webhooks, the

@@ -6,8 +6,15 @@
 //! writes the annotation by hand gets it overwritten (when it also changes the
 //! spec) or put back (when it does not), so the annotation always names the
 //! last writer of the spec as it stands.
+//!
+//! A rollback asked for with [`ROLLBACK_ANNOTATION`] (the UI's way: its
+//! identity may not read the revision it names) is a spec change asked for:
+//! the request names its user, and the controller's own write that carries
+//! it out (the spec written back, the request removed) keeps that name. Only
+//! the controller's identity gets that: anyone else's spec change names
+//! them, whatever request it removes.
 
-use ichor_api::history::{CHANGED_BY_ANNOTATION, ChangedBy};
+use ichor_api::history::{CHANGED_BY_ANNOTATION, ChangedBy, ROLLBACK_ANNOTATION};
 use serde_json::{Value, json};
 
 /// What the webhook does to the annotation of one request.
@@ -23,8 +30,15 @@ pub enum Stamp {
 }
 
 /// The stamp for one admission request. `old` is absent on create; `at` is
-/// the admission time, RFC 3339 in UTC.
-pub fn stamp(old: Option<&Value>, new: &Value, user: &str, at: &str) -> Stamp {
+/// the admission time, RFC 3339 in UTC; `controller` is the user the
+/// controller itself is authenticated as, when it is known.
+pub fn stamp(
+    old: Option<&Value>,
+    new: &Value,
+    user: &str,
+    at: &str,
+    controller: Option<&str>,
+) -> Stamp {
     let set = || {
         Stamp::Set(ChangedBy {
             user: user.to_owned(),
@@ -34,7 +48,14 @@ pub fn stamp(old: Option<&Value>, new: &Value, user: &str, at: &str) -> Stamp {
     let Some(old) = old else {
         return set();
     };
-    if old.get("spec") != new.get("spec") {
+    let asked = rollback_request(new);
+    if asked.is_some() && asked != rollback_request(old) {
+        return set();
+    }
+    let carries_out_a_rollback = controller == Some(user)
+        && rollback_request(old).is_some()
+        && rollback_request(new).is_none();
+    if old.get("spec") != new.get("spec") && !carries_out_a_rollback {
         return set();
     }
     let before = annotation(old);
@@ -51,6 +72,13 @@ fn annotation(object: &Value) -> Option<&str> {
         .pointer("/metadata/annotations")?
         .get(CHANGED_BY_ANNOTATION)?
         .as_str()
+}
+
+/// The rollback request an object carries, if any.
+fn rollback_request(object: &Value) -> Option<&Value> {
+    object
+        .pointer("/metadata/annotations")?
+        .get(ROLLBACK_ANNOTATION)
 }
 
 /// The changed-by record an object carries, when its annotation holds one.
@@ -136,7 +164,7 @@ mod tests {
     #[test]
     fn a_create_names_its_user_even_with_a_hand_set_annotation() {
         let new = machine(json!({"hold": true}), Some(&forged()));
-        let s = stamp(None, &new, "system:serviceaccount:a:writer", AT);
+        let s = stamp(None, &new, "system:serviceaccount:a:writer", AT, None);
         let mut stored = new.clone();
         apply(&patch(&s, &new).unwrap(), &mut stored);
         let by = changed_by(&stored).unwrap();
@@ -150,7 +178,7 @@ mod tests {
     fn a_spec_change_with_a_forged_annotation_records_the_real_user() {
         let old = machine(json!({"hold": true}), None);
         let new = machine(json!({"hold": false}), Some(&forged()));
-        let s = stamp(Some(&old), &new, "bob", AT);
+        let s = stamp(Some(&old), &new, "bob", AT, None);
         let mut stored = new.clone();
         apply(&patch(&s, &new).unwrap(), &mut stored);
         assert_eq!(changed_by(&stored).unwrap().user, "bob");
@@ -166,14 +194,14 @@ mod tests {
         .unwrap();
         let old = machine(json!({"hold": true}), Some(&real));
         let new = machine(json!({"hold": true}), Some(&forged()));
-        let s = stamp(Some(&old), &new, "mallory", AT);
+        let s = stamp(Some(&old), &new, "mallory", AT, None);
         assert_eq!(s, Stamp::Restore(Some(real.clone())));
         let mut stored = new.clone();
         apply(&patch(&s, &new).unwrap(), &mut stored);
         assert_eq!(changed_by(&stored).unwrap().user, "alice");
 
         let old = machine(json!({"hold": true}), None);
-        let s = stamp(Some(&old), &new, "mallory", AT);
+        let s = stamp(Some(&old), &new, "mallory", AT, None);
         assert_eq!(s, Stamp::Restore(None));
         let mut stored = new.clone();
         apply(&patch(&s, &new).unwrap(), &mut stored);
@@ -191,14 +219,14 @@ mod tests {
         let old = machine(json!({"hold": true}), Some(&real));
         let mut new = old.clone();
         new["metadata"]["labels"] = json!({"team": "a"});
-        assert_eq!(stamp(Some(&old), &new, "bob", AT), Stamp::Keep);
+        assert_eq!(stamp(Some(&old), &new, "bob", AT, None), Stamp::Keep);
         assert_eq!(patch(&Stamp::Keep, &new), None);
     }
 
     #[test]
     fn an_object_without_annotations_gets_the_map() {
         let new = machine(json!({}), None);
-        let s = stamp(None, &new, "alice", AT);
+        let s = stamp(None, &new, "alice", AT, None);
         let p = patch(&s, &new).unwrap();
         assert_eq!(p[0]["path"], "/metadata/annotations");
         let mut stored = new.clone();
@@ -228,7 +256,7 @@ mod tests {
                 for spec_changes in [false, true] {
                     let old = machine(json!({"hold": true}), old_a.as_deref());
                     let new = machine(json!({"hold": !spec_changes}), new_a.as_deref());
-                    let s = stamp(Some(&old), &new, "requester", AT);
+                    let s = stamp(Some(&old), &new, "requester", AT, None);
                     let mut stored = new.clone();
                     if let Some(p) = patch(&s, &new) {
                         apply(&p, &mut stored);
@@ -241,5 +269,74 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn with_rollback_request(mut object: Value, revision: Option<&str>) -> Value {
+        if let Some(r) = revision {
+            object["metadata"]["annotations"][ROLLBACK_ANNOTATION] = json!(r);
+        }
+        object
+    }
+
+    const CONTROLLER: &str = "system:serviceaccount:ichor-system:ichor-controller";
+
+    /// Covers: R16.8
+    #[test]
+    fn a_rollback_asked_for_names_its_user_and_the_controllers_write_back_keeps_it() {
+        let alice = serde_json::to_string(&ChangedBy {
+            user: "alice".into(),
+            at: AT.into(),
+        })
+        .unwrap();
+        // Carol asks, changing no spec field: she is named.
+        let old = machine(json!({"patches": ["b"]}), Some(&alice));
+        let asked = with_rollback_request(old.clone(), Some("1"));
+        let s = stamp(Some(&old), &asked, "carol", AT, Some(CONTROLLER));
+        let mut stored = asked.clone();
+        apply(&patch(&s, &asked).unwrap(), &mut stored);
+        assert_eq!(changed_by(&stored).unwrap().user, "carol");
+        // The controller writes revision 1's spec back and removes the
+        // request: Carol stays named.
+        let mut written = stored.clone();
+        written["spec"] = json!({"patches": ["a"]});
+        written["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(ROLLBACK_ANNOTATION);
+        let s = stamp(Some(&stored), &written, CONTROLLER, AT, Some(CONTROLLER));
+        assert_eq!(s, Stamp::Keep);
+        assert_eq!(changed_by(&written).unwrap().user, "carol");
+    }
+
+    /// Covers: R16.4
+    #[test]
+    fn only_the_controller_keeps_the_requesters_name_when_a_request_goes() {
+        let carol = serde_json::to_string(&ChangedBy {
+            user: "carol".into(),
+            at: AT.into(),
+        })
+        .unwrap();
+        let old =
+            with_rollback_request(machine(json!({"patches": ["b"]}), Some(&carol)), Some("1"));
+        let new = machine(json!({"patches": ["mallory's"]}), Some(&carol));
+        // Mallory removes Carol's request while changing the spec.
+        let s = stamp(Some(&old), &new, "mallory", AT, Some(CONTROLLER));
+        assert!(
+            matches!(&s, Stamp::Set(by) if by.user == "mallory"),
+            "{s:?}"
+        );
+        // A controller whose identity is not known is named as any writer.
+        let s = stamp(Some(&old), &new, CONTROLLER, AT, None);
+        assert!(
+            matches!(&s, Stamp::Set(by) if by.user == CONTROLLER),
+            "{s:?}"
+        );
+        // The controller changing the spec with no request pending is named.
+        let plain = machine(json!({"patches": ["b"]}), Some(&carol));
+        let s = stamp(Some(&plain), &new, CONTROLLER, AT, Some(CONTROLLER));
+        assert!(
+            matches!(&s, Stamp::Set(by) if by.user == CONTROLLER),
+            "{s:?}"
+        );
     }
 }
