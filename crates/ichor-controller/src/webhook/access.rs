@@ -209,7 +209,8 @@ async fn kind_of(client: &kube::Client, target: &HealthCheckTarget) -> Kind {
             namespaced: caps.scope == kube::discovery::Scope::Namespaced,
         },
         Err(kube::Error::Discovery(_)) => Kind::Unknown,
-        Err(kube::Error::Api(s)) if s.is_not_found() => Kind::Unknown,
+        // An unknown group or version: the API server has no such path.
+        Err(kube::Error::Api(s)) if s.code == 404 => Kind::Unknown,
         Err(e) => Kind::Failed(chain(&e)),
     }
 }

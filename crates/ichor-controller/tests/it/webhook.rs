@@ -121,6 +121,75 @@ async fn an_operation_with_a_check_that_does_not_compile_is_refused(
     .unwrap();
 }
 
+/// Through the API server, a health check on a ConfigMap is refused to a
+/// user who may create TalosOperations but not read ConfigMaps there (the
+/// webhook asks with a SubjectAccessReview as that user), naming the check
+/// and the resource, and nothing is stored; a user who may read them is
+/// let through. A kind the API server does not serve is refused naming it.
+/// Covers: R15.5
+async fn a_check_its_creator_may_not_read_is_refused(
+    env: &TestEnv,
+    admin: &kube::Client,
+    ns: &str,
+) {
+    let op = |name: &str, api_version: &str, kind: &str| {
+        serde_json::from_value::<ichor_api::operation::TalosOperation>(json!({
+            "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosOperation",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"kind": "reboot", "target": {"clusterRef": {"name": "good"}}, "dryRun": true,
+                "healthChecks": [{"name": "flags-on", "expression": "object.data.on == 'yes'",
+                    "target": {"apiVersion": api_version, "kind": kind, "namespace": ns, "name": "flags"}}]}
+        }))
+        .unwrap()
+    };
+    let create_ops = json!([{"apiGroups": ["ichor.maesh.dev"], "resources": ["talosoperations"],
+        "verbs": ["create", "get"]}]);
+    grant(admin, ns, "op-writer", create_ops.clone()).await;
+    let mut reader = create_ops.as_array().unwrap().clone();
+    reader.push(json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}));
+    grant(admin, ns, "op-reader", Value::Array(reader)).await;
+
+    let writer = Api::<ichor_api::operation::TalosOperation>::namespaced(
+        as_user(env, "op-writer").await,
+        ns,
+    );
+    let err = writer
+        .create(&PostParams::default(), &op("peek", "v1", "ConfigMap"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("spec.healthChecks[0] (flags-on): op-writer may not get configmaps \"flags\" in namespace"),
+        "{err}"
+    );
+    let ops = Api::<ichor_api::operation::TalosOperation>::namespaced(admin.clone(), ns);
+    assert!(ops.get_opt("peek").await.unwrap().is_none());
+
+    let reader = Api::<ichor_api::operation::TalosOperation>::namespaced(
+        as_user(env, "op-reader").await,
+        ns,
+    );
+    reader
+        .create(&PostParams::default(), &op("allowed", "v1", "ConfigMap"))
+        .await
+        .unwrap();
+
+    let err = ops
+        .create(
+            &PostParams::default(),
+            &op("widget", "example.com/v1", "Widget"),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(
+            "spec.healthChecks[0] (flags-on): the API server serves no kind example.com/v1 Widget"
+        ),
+        "{err}"
+    );
+}
+
 /// Through the real API server: the CRD's CEL and enum rules refuse a
 /// changed tunnel and an unknown preset; the webhook, called by the API
 /// server over TLS with the serving certificate from a Secret, refuses
@@ -302,6 +371,7 @@ async fn webhook_refuses_through_the_api_server_and_nothing_is_stored() {
     }
     assert!(clusters.get_opt("bad-windows").await.unwrap().is_none());
     an_operation_with_a_check_that_does_not_compile_is_refused(&client, &ns).await;
+    a_check_its_creator_may_not_read_is_refused(env, &client, &ns).await;
 
     // A changed tunnel: refused with the reason, the stored object unchanged.
     let good = clusters
