@@ -313,6 +313,30 @@ async fn two_writers_two_revisions_then_a_rollback_restores_the_first_config_on_
         "{}",
         text(&out)
     );
+    // The UI's way: editor-a asks for revision 2 with the request
+    // annotation; the installed controller writes it back, and the
+    // revision names editor-a, not the controller.
+    Api::<TalosMachine>::namespaced(client_as(&h, &editor("editor-a")).await, NS)
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                ichor_api::history::ROLLBACK_ANNOTATION: second.to_string()}}})),
+        )
+        .await
+        .unwrap();
+    let kept = revision_count(&h, &name, n0 + 4).await;
+    let fourth = &kept[n0 + 3];
+    assert_eq!(
+        (fourth.reason, fourth.rollback_of),
+        (RevisionReason::Rollback, Some(second)),
+        "{kept:#?}"
+    );
+    assert_eq!(
+        fourth.changed_by.as_ref().map(|by| by.user.clone()),
+        Some(editor("editor-a")),
+        "the rollback names who asked for it: {fourth:#?}"
+    );
     println!(
         "history lab: adopted {adopted:?}, two revisions {two:?}, all {:?}",
         started.elapsed()
