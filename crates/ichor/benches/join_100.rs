@@ -34,6 +34,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ichor_api::{MembershipPhase, TalosMachine};
@@ -42,6 +43,7 @@ use ichor_testenv::Tool;
 use ichor_testenv::bench::{Figure, record};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, BufReader};
 
 const NS: &str = "ichor-system";
 /// The goal (docs/benchmarks.md).
@@ -57,6 +59,7 @@ struct Seen {
     created: Option<Duration>,
     applied: Option<Duration>,
     registered: Option<Duration>,
+    node_ready: Option<Duration>,
     member: Option<Duration>,
     ready: Option<Duration>,
 }
@@ -80,7 +83,12 @@ fn applied(m: &TalosMachine) -> bool {
 }
 
 /// One look at the machines and Nodes, noted into `seen` at `at`.
-fn note(seen: &mut BTreeMap<String, Seen>, machines: &[TalosMachine], nodes: &[Node], at: Duration) {
+fn note(
+    seen: &mut BTreeMap<String, Seen>,
+    machines: &[TalosMachine],
+    nodes: &[Node],
+    at: Duration,
+) {
     let ready: BTreeMap<&str, bool> = nodes
         .iter()
         .filter_map(|n| Some((n.metadata.name.as_deref()?, node_ready(n))))
@@ -96,6 +104,9 @@ fn note(seen: &mut BTreeMap<String, Seen>, machines: &[TalosMachine], nodes: &[N
         }
         if ready.contains_key(name) {
             s.registered.get_or_insert(at);
+        }
+        if ready.get(name).copied().unwrap_or(false) {
+            s.node_ready.get_or_insert(at);
         }
         let member = phase(m) == Some(MembershipPhase::Member);
         if member {
@@ -211,8 +222,44 @@ async fn lab_with_ichor(dir: &Path) -> Lab {
     }
 }
 
+/// The lines `ichor machine add` printed, each with when it came.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<(Duration, String)>>>);
+
+impl Lines {
+    fn follow(&self, out: Option<impl AsyncRead + Unpin + Send + 'static>, started: Instant) {
+        let Some(out) = out else { return };
+        let lines = self.0.clone();
+        tokio::spawn(async move {
+            let mut out = BufReader::new(out).lines();
+            while let Ok(Some(line)) = out.next_line().await {
+                let mut lines = lines.lock().unwrap_or_else(|e| e.into_inner());
+                lines.push((started.elapsed(), line));
+            }
+        });
+    }
+
+    fn taken(&self) -> Vec<(Duration, String)> {
+        let mut lines = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        lines.sort_by_key(|(at, _)| *at);
+        lines
+    }
+
+    /// When the first and the last line holding `what` came.
+    fn span(&self, what: &str) -> (Option<Duration>, Option<Duration>) {
+        let at: Vec<Duration> = self
+            .taken()
+            .into_iter()
+            .filter(|(_, l)| l.contains(what))
+            .map(|(at, _)| at)
+            .collect();
+        (at.first().copied(), at.last().copied())
+    }
+}
+
 /// What one run measured.
 struct Run {
+    lines: Lines,
     total: Option<Duration>,
     seen: BTreeMap<String, Seen>,
     add_exit: Option<(Duration, bool)>,
@@ -234,13 +281,12 @@ async fn join_all(lab: &Lab, added: &[ichor_lab::AddedNode]) -> Run {
     let pid = controller_pid(lab.state_dir());
     let cpu_before = pid.and_then(cpu_secs);
     let load_before = load();
-    let log = std::fs::File::create(lab.state_dir().join("machine-add.log")).expect("a log file");
     let started = Instant::now();
     let mut add = tokio::process::Command::new(env!("CARGO_BIN_EXE_ichor"))
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("the log again"))
-        .stderr(log)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .args(["machine", "add"])
         .args(added.iter().map(|a| a.address.to_string()))
         .args(["--cluster", "lab", "--role", "worker", "--yes", "--wait"])
@@ -248,6 +294,9 @@ async fn join_all(lab: &Lab, added: &[ichor_lab::AddedNode]) -> Run {
         .arg(&lab.kubeconfig)
         .spawn()
         .expect("run ichor machine add");
+    let lines = Lines::default();
+    lines.follow(add.stdout.take(), started);
+    lines.follow(add.stderr.take(), started);
     let mut add_exit = None;
     let total = loop {
         let at = started.elapsed();
@@ -280,6 +329,7 @@ async fn join_all(lab: &Lab, added: &[ichor_lab::AddedNode]) -> Run {
         };
     }
     Run {
+        lines,
         total,
         seen,
         add_exit,
@@ -310,11 +360,27 @@ fn spread(seen: &BTreeMap<String, Seen>, step: impl Fn(&Seen) -> Option<Duration
 
 fn report(run: &Run, nodes: usize, lab_secs: f64) {
     let s = &run.seen;
+    let first_created = s.values().filter_map(|s| s.created).min();
     let last_created = s.values().filter_map(|s| s.created).max();
     println!("\njoin_100: {nodes} maintenance-mode workers, `ichor machine add … --wait`");
     println!("  lab up, Ichor adopted, {nodes} nodes booted: {lab_secs:.1} s (untimed)");
-    println!("  load (1 min) at the start / end: {} / {}", run.loads.0, run.loads.1);
-    println!("  last TalosMachine seen: {}", secs(last_created));
+    println!(
+        "  load (1 min) at the start / end: {} / {}",
+        run.loads.0, run.loads.1
+    );
+    let (read, _) = run.lines.span("plan:");
+    let (first_made, last_made) = run.lines.span("created");
+    println!(
+        "  ichor machine add: the {nodes} nodes read, plan printed at {}; TalosMachines created {} to {}",
+        secs(read),
+        secs(first_made),
+        secs(last_made)
+    );
+    println!(
+        "  first / last TalosMachine seen: {} / {}",
+        secs(first_created),
+        secs(last_created)
+    );
     println!("  all Member with a Ready Node: {}", secs(run.total));
     match run.add_exit {
         Some((d, ok)) => println!(
@@ -327,16 +393,24 @@ fn report(run: &Run, nodes: usize, lab_secs: f64) {
     println!("  per machine, from its TalosMachine seen:");
     println!("    config applied:   {}", spread(s, |s| s.applied));
     println!("    Node registered:  {}", spread(s, |s| s.registered));
+    println!("    Node Ready:       {}", spread(s, |s| s.node_ready));
     println!("    Member:           {}", spread(s, |s| s.member));
     println!("    Member + Ready:   {}", spread(s, |s| s.ready));
     let cpu = run.cpu.map_or_else(|| "-".into(), |c| format!("{c:.1} s"));
-    let hwm = run.hwm_mib.map_or_else(|| "-".into(), |m| format!("{m:.0} MiB"));
+    let hwm = run
+        .hwm_mib
+        .map_or_else(|| "-".into(), |m| format!("{m:.0} MiB"));
     println!("  controller: {cpu} CPU over the joins, peak RSS {hwm}");
     let met = run.total.map(|t| t < GOAL);
     let mut figures = vec![Figure::alone(
         format!("{nodes} maintenance-mode nodes joined at once, until all Ready (lab)"),
         "< 60 s",
-        format!("{} (load {} → {})", secs(run.total), run.loads.0, run.loads.1),
+        format!(
+            "{} (load {} → {})",
+            secs(run.total),
+            run.loads.0,
+            run.loads.1
+        ),
         met,
     )];
     figures.push(Figure::alone(
@@ -372,16 +446,26 @@ async fn main() {
             role: NodeRole::Worker,
             shape: None,
         };
-        added.push(lab.add_node(node).await.expect("a node in maintenance mode"));
+        added.push(
+            lab.add_node(node)
+                .await
+                .expect("a node in maintenance mode"),
+        );
     }
     let lab_secs = up.elapsed().as_secs_f64();
     let run = join_all(&lab, &added).await;
     report(&run, count, lab_secs);
+    let log = ichor_testenv::bench::target_dir().join("bench-figures/join_100-machine-add.log");
+    let text: String = run
+        .lines
+        .taken()
+        .iter()
+        .map(|(at, l)| format!("{:7.2} s  {l}\n", at.as_secs_f64()))
+        .collect();
+    if std::fs::write(&log, &text).is_ok() {
+        println!("  ichor machine add's output, timed: {}", log.display());
+    }
     if run.total.is_none() {
-        let log = lab.state_dir().join("machine-add.log");
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let tail: Vec<&str> = text.lines().rev().take(20).collect();
-        eprintln!("not all joined within {} s; ichor machine add's last lines:", BOUND.as_secs());
-        tail.iter().rev().for_each(|l| eprintln!("  {l}"));
+        eprintln!("not all joined within {} s", BOUND.as_secs());
     }
 }
