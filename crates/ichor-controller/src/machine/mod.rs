@@ -285,8 +285,21 @@ async fn observe_and_act(
     }
     let live = read::read_live(&talos, machine).await?;
     let plan = decide_apply(machine, cluster, &live, status, now)?;
+    let target = try_mode::Target {
+        machine,
+        cluster,
+        talos: &talos,
+        ctx,
+    };
+    let (mode, timeout) = ichor_api::apply::effective(
+        machine.spec.apply_mode,
+        machine.spec.try_timeout.as_deref(),
+        cluster.spec.apply_mode,
+        cluster.spec.try_timeout.as_deref(),
+    );
+    try_mode::refresh(&target, mode, status).await?;
     if try_mode::look_again(status).is_some() {
-        return try_mode::follow(machine, cluster, &talos, ctx, &live, status, now).await;
+        return try_mode::follow(&target, &live, status, now).await;
     }
     if try_mode::held_by_revert(machine, status) {
         try_mode::hold_conditions(machine, status, now);
@@ -295,15 +308,9 @@ async fn observe_and_act(
     let Some(plan) = plan else {
         return Ok(None);
     };
-    let (mode, timeout) = ichor_api::apply::effective(
-        machine.spec.apply_mode,
-        machine.spec.try_timeout.as_deref(),
-        cluster.spec.apply_mode,
-        cluster.spec.try_timeout.as_deref(),
-    );
     match mode {
         ichor_api::apply::ApplyMode::Try => {
-            try_mode::start(machine, cluster, &talos, ctx, &plan, timeout, status, now).await
+            try_mode::start(&target, &plan, timeout, status, now).await
         }
         ichor_api::apply::ApplyMode::NoReboot => {
             write::apply_and_read_back(machine, cluster, &talos, ctx, &plan, status, now).await

@@ -13,7 +13,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use ichor_api::apply::{TryApply, TryPhase};
+use ichor_api::apply::{ApplyMode as ApplyModeSetting, TryApply, TryPhase};
 use ichor_api::conditions::{self, Status, reasons, types};
 use ichor_api::history::{RevisionApplyMode, RevisionOutcome};
 use ichor_api::{DriftClass, TalosCluster, TalosMachine, TalosMachineStatus};
@@ -121,6 +121,26 @@ pub(super) fn judge(t: &TryApply, seen: &Seen, now: &Time) -> Step {
     }
 }
 
+/// The try in flight and the revisions as the API server has them now, for
+/// a machine in try mode or with a try recorded: the reconcile's object
+/// may come from a store that has not seen the last status write yet, and
+/// a try forgotten (or confirmed twice) would write the node again.
+pub(super) async fn refresh(
+    target: &Target<'_>,
+    mode: ApplyModeSetting,
+    status: &mut TalosMachineStatus,
+) -> Result<()> {
+    if mode != ApplyModeSetting::Try && status.try_apply.is_none() {
+        return Ok(());
+    }
+    let current = super::read::read_machine_now(target.machine, target.ctx).await?;
+    if let Some(now) = current.status {
+        status.try_apply = now.try_apply;
+        status.revisions = now.revisions;
+    }
+    Ok(())
+}
+
 /// When to look at the machine again: soon while a try is in flight,
 /// whatever its inputs (no waiting for the resync).
 pub(super) fn look_again(status: &TalosMachineStatus) -> Option<Duration> {
@@ -209,18 +229,30 @@ pub(super) fn hold_conditions(machine: &TalosMachine, status: &mut TalosMachineS
     }
 }
 
+/// The machine a try is for, its cluster, its node's Talos API, and the
+/// controller's context.
+#[derive(Clone, Copy)]
+pub(super) struct Target<'a> {
+    pub machine: &'a TalosMachine,
+    pub cluster: &'a TalosCluster,
+    pub talos: &'a TalosClient,
+    pub ctx: &'a Context,
+}
+
 /// Applies `plan` in `TRY` mode with `timeout` and records the try in flight.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn start(
-    machine: &TalosMachine,
-    cluster: &TalosCluster,
-    talos: &TalosClient,
-    ctx: &Context,
+    target: &Target<'_>,
     plan: &ApplyPlan,
     timeout: Duration,
     status: &mut TalosMachineStatus,
     now: &Time,
 ) -> Result<Option<Note>> {
+    let Target {
+        machine,
+        cluster,
+        talos,
+        ctx,
+    } = *target;
     if let Some(note) = super::write::refused_since_read(machine, ctx, status, now).await? {
         return Ok(Some(note));
     }
@@ -288,16 +320,18 @@ pub(super) async fn start(
 
 /// Follows a try in flight: judges it ([`judge`]) on what the node and the
 /// cluster show, and confirms it, records its revert, or waits.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn follow(
-    machine: &TalosMachine,
-    cluster: &TalosCluster,
-    talos: &TalosClient,
-    ctx: &Context,
+    target: &Target<'_>,
     live: &ParsedConfig,
     status: &mut TalosMachineStatus,
     now: &Time,
 ) -> Result<Option<Note>> {
+    let Target {
+        machine,
+        talos,
+        ctx,
+        ..
+    } = *target;
     let Some(mut t) = status.try_apply.clone() else {
         return Ok(None);
     };
@@ -322,7 +356,7 @@ pub(super) async fn follow(
             status.try_apply = Some(t);
             Ok(None)
         }
-        Step::Confirm => confirm(machine, cluster, talos, ctx, live, &t, status, now).await,
+        Step::Confirm => confirm(target, live, &t, status, now).await,
         Step::Reverted => {
             set_outcome(status, t.revision, RevisionOutcome::RevertedByTry);
             t.phase = TryPhase::Reverted;
@@ -353,17 +387,19 @@ fn set_outcome(status: &mut TalosMachineStatus, revision: u64, outcome: Revision
 
 /// The no-reboot apply of the config tried (rendered again: the same hash is
 /// the same config), which cancels Talos's revert.
-#[allow(clippy::too_many_arguments)]
 async fn confirm(
-    machine: &TalosMachine,
-    cluster: &TalosCluster,
-    talos: &TalosClient,
-    ctx: &Context,
+    target: &Target<'_>,
     live: &ParsedConfig,
     t: &TryApply,
     status: &mut TalosMachineStatus,
     now: &Time,
 ) -> Result<Option<Note>> {
+    let Target {
+        machine,
+        cluster,
+        talos,
+        ctx,
+    } = *target;
     let render = ichor_render::render_machine_from(
         &RenderInput::from_objects(cluster, machine, &live.config),
         &live.mappings,
