@@ -254,8 +254,8 @@ pub async fn problems(
     let mut kinds = BTreeMap::new();
     for c in &checks {
         let key = (c.target.api_version.clone(), c.target.kind.clone());
-        if !kinds.contains_key(&key) {
-            kinds.insert(key, kind_of(client, &c.target).await);
+        if let std::collections::btree_map::Entry::Vacant(slot) = kinds.entry(key) {
+            slot.insert(kind_of(client, &c.target).await);
         }
     }
     let (asked, mut refused) = questions(&checks, &kinds);
