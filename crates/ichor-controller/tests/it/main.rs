@@ -9,6 +9,7 @@ mod fan_out;
 mod fuzz_webhook;
 mod handover_inventory;
 mod health_gates;
+mod history;
 mod hold_race;
 mod http;
 mod machines;

@@ -1210,7 +1210,8 @@ pub(crate) fn kubernetes_operation(
 /// that Cilium to the inline copy.
 /// Covers: R11.1, R11.5, kubernetes-upgrade, ADR 0014 (kubernetes-upgrade end to end, dry-run plan,
 /// version path, each node's Talos supports the target, the bootstrap-manifests
-/// sync never overwrites Ichor's Cilium), R6.1
+/// sync never overwrites Ichor's Cilium), R6.1, R16.1 (each step a revision
+/// of its machine)
 #[tokio::test]
 async fn kubernetes_upgrade_component_by_component() {
     let env = TestEnv::shared();
@@ -1460,6 +1461,35 @@ async fn kubernetes_upgrade_component_by_component() {
         }),
         "a write of the kubernetes-upgrade that is not a no-reboot apply"
     );
+    // Each component step is a revision of its machine (R16.1): the
+    // operation named, no spec writer, digests before and after, the one
+    // image path changed (its value not kept); none on the held worker.
+    let machines = Api::<TalosMachine>::namespaced(s.client.clone(), &s.ns);
+    for (machine, _, _) in &s.lab.machines {
+        let m = machines.get(machine).await.unwrap();
+        let revisions: Vec<_> = m
+            .status
+            .map(|st| st.revisions)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|r| r.reason == ichor_api::history::RevisionReason::Operation)
+            .collect();
+        if *machine == "w-2" {
+            assert!(revisions.is_empty(), "{machine}: {revisions:?}");
+            continue;
+        }
+        assert!(
+            !revisions.is_empty(),
+            "{machine}: no revision of the upgrade"
+        );
+        for r in &revisions {
+            assert_eq!(r.operation.as_deref(), Some("k8s"), "{machine}: {r:?}");
+            assert!(r.changed_by.is_none(), "{machine}: {r:?}");
+            assert_eq!(r.changed_paths.len(), 1, "{machine}: {r:?}");
+            assert!(!r.changed_paths[0].contains("v1.37.0"), "{machine}: {r:?}");
+            assert_ne!(r.config_hash_before.as_ref(), Some(&r.config_hash_after));
+        }
+    }
 
     // The bootstrap-manifests sync: kube-proxy's DaemonSet runs the new
     // image and keeps Talos's owning-inventory annotation; Cilium, whose
