@@ -26,6 +26,8 @@
 //!
 //! Run: `cargo bench -p ichor --bench join_100` (`ICHOR_BENCH_JOIN_NODES`
 //! changes the 100).
+//!
+//! Covers: R14.25
 
 // A bench's figures are its output: it prints them (docs/STYLE.md's lint
 // forbids printing elsewhere).
