@@ -8,3 +8,11 @@ pub mod diff;
 pub mod record;
 pub mod rollback;
 pub mod store;
+
+/// A control plane's config as Talos generates one (the v1.14 stability
+/// fixture), for the tests.
+#[cfg(test)]
+pub(crate) const CONTROL_PLANE_FIXTURE: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../testdata/talos/stability-v1.14/base-controlplane.yaml"
+));

@@ -191,8 +191,7 @@ mod tests {
     /// Covers: R16.1
     #[test]
     fn a_whole_config_apply_changes_the_paths_it_differs_on() {
-        let text =
-            include_str!("../../../../testdata/talos/stability-v1.14/base-controlplane.yaml");
+        let text = crate::history::CONTROL_PLANE_FIXTURE;
         let live = documents(text);
         let joined = change(None, &live);
         assert_eq!(joined.config_hash_before, None);

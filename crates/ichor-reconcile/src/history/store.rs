@@ -288,8 +288,7 @@ mod tests {
     /// worst case for compression), with a node label naming the apply.
     fn fixture_config(i: u64) -> String {
         const BASE64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let text =
-            include_str!("../../../../testdata/talos/stability-v1.14/base-controlplane.yaml");
+        let text = crate::history::CONTROL_PLANE_FIXTURE;
         let mut digest = Sha256::digest(i.to_be_bytes());
         let mut random = std::iter::from_fn(move || {
             digest = Sha256::digest(digest);
