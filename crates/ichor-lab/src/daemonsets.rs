@@ -13,7 +13,9 @@
 //! - The DaemonSet's status counts those pods.
 //! - A node is Ready exactly when a CNI agent pod on it (Cilium's, flannel's,
 //!   Calico's) is Running and Ready; until then it keeps the kubelet's
-//!   network-plugin message and the `not-ready` taint.
+//!   network-plugin message and the `not-ready` taint. A node whose active
+//!   config the lab plays as unhealthy ([`crate::readiness`]) is NotReady
+//!   whatever its CNI pod does, as a kubelet a bad change broke would be.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -229,8 +231,13 @@ fn talos_node(node: &Node, kube_proxy: bool) -> TalosNode {
 }
 
 /// One pass: daemon pods, DaemonSet status, and each node's Ready condition.
-/// Returns whether some node is Ready.
-pub async fn tick(client: &kube::Client, nodes: &[Node]) -> Result<bool, kube::Error> {
+/// `unhealthy`: the nodes whose active config the lab plays as unhealthy.
+/// Returns whether some node's pod network is up.
+pub async fn tick(
+    client: &kube::Client,
+    nodes: &[Node],
+    unhealthy: &HashSet<String>,
+) -> Result<bool, kube::Error> {
     let lp = ListParams::default();
     let daemonsets = Api::<DaemonSet>::all(client.clone()).list(&lp).await?.items;
     let kube_proxy = daemonsets.iter().any(|d| {
@@ -261,7 +268,16 @@ pub async fn tick(client: &kube::Client, nodes: &[Node]) -> Result<bool, kube::E
 
     for node in nodes {
         let name = node.metadata.name.clone().unwrap_or_default();
-        set_node_ready(client, node, network_ready_nodes.contains(&name)).await?;
+        let kubelet = Kubelet {
+            network_ready: network_ready_nodes.contains(&name),
+            stopped: node
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(KUBELET_STOPPED_ANNOTATION)),
+            config_healthy: !unhealthy.contains(&name),
+        };
+        set_node_ready(client, node, kubelet.ready_condition()).await?;
     }
     Ok(!network_ready_nodes.is_empty())
 }
@@ -510,39 +526,68 @@ async fn delete_orphaned_pods(
     }
 }
 
+/// What a node's kubelet goes by for its Ready condition.
+#[derive(Debug, Clone, Copy)]
+struct Kubelet {
+    /// A CNI agent pod on the node is Running and Ready.
+    network_ready: bool,
+    /// A test stopped the kubelet ([`KUBELET_STOPPED_ANNOTATION`]).
+    stopped: bool,
+    /// The node's active config is healthy ([`crate::readiness`]).
+    config_healthy: bool,
+}
+
+/// A Ready condition: status, reason, message.
+type ReadyCondition = (&'static str, &'static str, &'static str);
+
+impl Kubelet {
+    /// The Ready condition the node reports: Unknown for a stopped kubelet,
+    /// NotReady for an unhealthy config (ahead of a missing network, which
+    /// the bad config would mask), NotReady for no pod network, else Ready.
+    fn ready_condition(self) -> ReadyCondition {
+        if self.stopped {
+            (
+                "Unknown",
+                "NodeStatusUnknown",
+                "Kubelet stopped posting node status.",
+            )
+        } else if !self.config_healthy {
+            (
+                "False",
+                "KubeletNotReady",
+                crate::readiness::UNHEALTHY_MESSAGE,
+            )
+        } else if self.network_ready {
+            ("True", "KubeletReady", crate::simulator::READY_MESSAGE)
+        } else {
+            ("False", "KubeletNotReady", crate::simulator::NO_CNI_MESSAGE)
+        }
+    }
+}
+
 /// Sets a node's Ready condition (and the `not-ready` taint, as the node
-/// lifecycle controller does) when it differs from `ready`.
+/// lifecycle controller does) when it differs from `condition`.
 async fn set_node_ready(
     client: &kube::Client,
     node: &Node,
-    ready: bool,
+    condition: ReadyCondition,
 ) -> Result<(), kube::Error> {
     let api: Api<Node> = Api::all(client.clone());
     let name = node.metadata.name.as_deref().unwrap_or_default();
-    let stopped = node
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(KUBELET_STOPPED_ANNOTATION));
-    let ready = ready && !stopped;
+    let (status, reason, message) = condition;
+    let ready = status == "True";
     let current = node
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .map(|c| c.status.as_str());
-    let (status, reason, message) = if stopped {
-        (
-            "Unknown",
-            "NodeStatusUnknown",
-            "Kubelet stopped posting node status.",
-        )
-    } else if ready {
-        ("True", "KubeletReady", crate::simulator::READY_MESSAGE)
-    } else {
-        ("False", "KubeletNotReady", crate::simulator::NO_CNI_MESSAGE)
-    };
-    if current != Some(status) {
+        .map(|c| (c.status.as_str(), c.message.as_deref()));
+    // Whether the config is to blame too: a node NotReady for its network
+    // that turns NotReady for its config says so.
+    let unhealthy = |m: Option<&str>| m == Some(crate::readiness::UNHEALTHY_MESSAGE);
+    let unchanged =
+        current.is_some_and(|(s, m)| s == status && unhealthy(m) == unhealthy(Some(message)));
+    if !unchanged {
         let now = now();
         api.patch_status(
             name,
@@ -584,6 +629,34 @@ async fn set_node_ready(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Covers: R16.3b
+    #[test]
+    fn an_unhealthy_config_keeps_a_node_not_ready_whatever_its_network() {
+        let k = |network_ready, stopped, config_healthy| {
+            Kubelet {
+                network_ready,
+                stopped,
+                config_healthy,
+            }
+            .ready_condition()
+        };
+        assert_eq!(k(true, false, true).0, "True");
+        assert_eq!(
+            k(true, false, false),
+            (
+                "False",
+                "KubeletNotReady",
+                crate::readiness::UNHEALTHY_MESSAGE
+            )
+        );
+        assert_eq!(
+            k(false, false, false).2,
+            crate::readiness::UNHEALTHY_MESSAGE
+        );
+        assert_eq!(k(false, false, true).2, crate::simulator::NO_CNI_MESSAGE);
+        assert_eq!(k(true, true, false).0, "Unknown");
+    }
 
     fn node(labels: &[(&str, &str)], taints: Value) -> Node {
         serde_json::from_value(json!({

@@ -335,7 +335,11 @@ async fn start_kubernetes(
         network,
         ichor_log: None,
     });
-    let simulator = Some(simulator::spawn(client.clone(), runner));
+    let simulator = Some(simulator::spawn(
+        client.clone(),
+        runner,
+        Some(emulator.active_configs()),
+    ));
     if let Some(apply) = &options.bootstrap_manifests {
         apply(client.clone(), config).await?;
     }

@@ -519,7 +519,11 @@ impl Lab {
         if !options.cilium_chart.is_real() {
             tracing::warn!("lab: Ichor installs {}", options.cilium_chart.describe());
         }
-        let simulator = Some(simulator::spawn(client.clone(), runner));
+        let simulator = Some(simulator::spawn(
+            client.clone(),
+            runner,
+            Some(emulator.active_configs()),
+        ));
         let components = spawn_components(&client, &options, &hostnames, &emulator)?;
         if options.cni != LabCni::None {
             // A cluster that already runs a CNI starts with Ready nodes.

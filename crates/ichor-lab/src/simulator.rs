@@ -52,13 +52,21 @@ pub use crate::pods::ProcessRunner as JobRunner;
 /// The image repository whose Jobs and pods the lab runs.
 pub const ICHOR_IMAGE: &str = crate::pods::ICHOR_IMAGE;
 
-/// Runs the simulator until the task is dropped or aborted.
-pub fn spawn(client: kube::Client, runner: Option<JobRunner>) -> tokio::task::JoinHandle<()> {
+/// Runs the simulator until the task is dropped or aborted; `configs`: the
+/// emulated nodes' active configs, whose health the kubelets play
+/// ([`crate::readiness`]).
+pub fn spawn(
+    client: kube::Client,
+    runner: Option<JobRunner>,
+    configs: Option<ichor_talemu::ActiveConfigs>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let mut health = crate::readiness::ConfigHealth::new(configs);
         let mut started = std::collections::HashSet::new();
         let mut ichor_pods = runner.clone().map(crate::pods::IchorPods::new);
         loop {
-            if let Err(e) = tick(&client, ichor_pods.is_some()).await {
+            let unhealthy = health.unhealthy();
+            if let Err(e) = tick(&client, ichor_pods.is_some(), &unhealthy).await {
                 tracing::debug!(error = %ichor_api::error_text::chain(&e), "node simulator");
             }
             if let Some(pods) = ichor_pods.as_mut()
@@ -205,12 +213,17 @@ fn job_outcome_status(ok: bool, message: &str, end: &str) -> Value {
 }
 
 /// One pass over the cluster; `run_ichor`: Ichor's Deployments are left to
-/// [`crate::pods`] once their pods can be scheduled.
-pub async fn tick(client: &kube::Client, run_ichor: bool) -> Result<(), kube::Error> {
+/// [`crate::pods`] once their pods can be scheduled; `unhealthy`: the nodes
+/// whose active config the lab plays as unhealthy.
+pub async fn tick(
+    client: &kube::Client,
+    run_ichor: bool,
+    unhealthy: &std::collections::HashSet<String>,
+) -> Result<(), kube::Error> {
     let lp = ListParams::default();
     let nodes = Api::<Node>::all(client.clone()).list(&lp).await?.items;
     let n = nodes.len() as i32;
-    let nodes_ready = crate::daemonsets::tick(client, &nodes).await?;
+    let nodes_ready = crate::daemonsets::tick(client, &nodes, unhealthy).await?;
 
     let mut operator_ready = false;
     for d in Api::<Deployment>::all(client.clone())

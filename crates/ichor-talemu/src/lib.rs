@@ -147,6 +147,34 @@ pub struct ConfiguredNode {
     pub talos_version: String,
 }
 
+/// A handle on every node's active machine config that outlives a borrow
+/// of the [`Emulator`]: the lab's kubelets read it to play each Node's
+/// readiness from the config it runs.
+#[derive(Clone)]
+pub struct ActiveConfigs {
+    cluster: Arc<Cluster>,
+}
+
+impl std::fmt::Debug for ActiveConfigs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActiveConfigs").finish_non_exhaustive()
+    }
+}
+
+impl ActiveConfigs {
+    /// Each node's hostname as it was started (the name its kubelet
+    /// registers under in the lab) and its active config (`None` in
+    /// maintenance mode), in node order.
+    pub fn by_hostname(&self) -> Vec<(String, Option<Vec<u8>>)> {
+        self.cluster
+            .nodes
+            .all()
+            .iter()
+            .map(|n| (n.spec.hostname.clone(), n.lock().active.clone()))
+            .collect()
+    }
+}
+
 /// One emulator process holding N nodes, each on its own listener.
 pub struct Emulator {
     pki: Pki,
@@ -368,6 +396,13 @@ impl Emulator {
     /// Node `i`'s active machine config (`None` in maintenance mode).
     pub fn active_config(&self, i: usize) -> Option<Vec<u8>> {
         self.cluster.nodes.get(i).lock().active.clone()
+    }
+
+    /// A handle on every node's active config ([`ActiveConfigs`]).
+    pub fn active_configs(&self) -> ActiveConfigs {
+        ActiveConfigs {
+            cluster: Arc::clone(&self.cluster),
+        }
     }
 
     /// Node `i`'s persisted machine config.
