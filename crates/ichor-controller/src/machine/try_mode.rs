@@ -260,21 +260,7 @@ pub(super) async fn start(
     let mut request = ApplyRequest::new(plan.desired_yaml.clone().into_bytes(), ApplyMode::Try);
     request.try_timeout = Some(timeout);
     if let Err(e) = talos.apply_configuration("", &request).await {
-        conditions::set(
-            &mut status.conditions,
-            conditions::new(
-                types::APPLIED,
-                Status::False,
-                reasons::APPLY_FAILED,
-                format!(
-                    "the node refused the try-mode apply of {}: {}; Ichor retries; check the node with talosctl",
-                    plan.paths.join(", "),
-                    ichor_api::error_text::chain(&e)
-                ),
-                generation,
-                now.clone(),
-            ),
-        );
+        super::write::set_apply_refused(status, "try-mode", plan, &e, generation, now);
         return Err(talos_error(machine, e));
     }
     tracing::info!(machine = %machine.name_any(), paths = ?plan.paths, ?timeout, "applied class B drift in try mode");

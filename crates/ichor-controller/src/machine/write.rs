@@ -40,21 +40,7 @@ pub(super) async fn apply_and_read_back(
     );
     if let Err(e) = talos.apply_configuration("", &request).await {
         ctx.metrics.applied_to(&key, "failed", now.0.as_second());
-        conditions::set(
-            &mut status.conditions,
-            conditions::new(
-                types::APPLIED,
-                Status::False,
-                reasons::APPLY_FAILED,
-                format!(
-                    "the node refused the no-reboot apply of {}: {}; Ichor retries; check the node with talosctl",
-                    plan.paths.join(", "),
-                    ichor_api::error_text::chain(&e)
-                ),
-                generation,
-                now.clone(),
-            ),
-        );
+        set_apply_refused(status, "no-reboot", plan, &e, generation, now);
         return Err(talos_error(machine, e));
     }
     tracing::info!(machine = %key, paths = ?plan.paths, "applied class B drift in no-reboot mode");
@@ -136,4 +122,31 @@ pub(super) fn revision_words(
         ));
     }
     words
+}
+
+/// The Applied condition of an apply the node refused (`mode`: how it was
+/// asked, in words); the reconcile retries.
+pub(super) fn set_apply_refused(
+    status: &mut TalosMachineStatus,
+    mode: &str,
+    plan: &ApplyPlan,
+    error: &ichor_talos_client::Error,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    conditions::set(
+        &mut status.conditions,
+        conditions::new(
+            types::APPLIED,
+            Status::False,
+            reasons::APPLY_FAILED,
+            format!(
+                "the node refused the {mode} apply of {}: {}; Ichor retries; check the node with talosctl",
+                plan.paths.join(", "),
+                ichor_api::error_text::chain(error)
+            ),
+            generation,
+            now.clone(),
+        ),
+    );
 }
