@@ -28,6 +28,7 @@ mod recover_emu_e2e;
 mod recover_lab_e2e;
 mod recover_restore_e2e;
 mod shapes_e2e;
+mod try_lab_e2e;
 mod ui_cli;
 mod ui_lab_e2e;
 mod upgrade_lab_e2e;
