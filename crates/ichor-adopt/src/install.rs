@@ -67,7 +67,7 @@ pub fn controller_image(version: &str) -> String {
 pub fn controller_cluster_rules() -> Value {
     json!([
         {"apiGroups": [ichor_api::GROUP], "resources": ["talosclusters"], "verbs": ["get", "list", "watch"]},
-        // TalosMachines: the membership finalizer (patch), and a replaced
+        // TalosMachines: the membership and history finalizers (patch), and a replaced
         // control plane's spec.removal and deletion once its replacement
         // counts in etcd.
         {"apiGroups": [ichor_api::GROUP], "resources": ["talosmachines"], "verbs": ["get", "list", "watch", "patch", "delete"]},
