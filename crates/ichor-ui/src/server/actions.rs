@@ -70,6 +70,25 @@ fn api_error(what: &str, e: kube::Error) -> Response {
     )
 }
 
+/// The user's TalosMachine API in `ns`, once a SubjectAccessReview says
+/// they may `verb` TalosMachine `ns/name`; else the page that says why not.
+async fn machine_api(
+    state: &AppState,
+    caller: &Caller,
+    verb: &str,
+    ns: &str,
+    name: &str,
+) -> Result<Api<TalosMachine>, Response> {
+    let access = Access {
+        verb,
+        resource: "talosmachines",
+        namespace: Some(ns),
+        name: Some(name),
+    };
+    let (_, client) = authorise(state, caller, access).await?;
+    Ok(Api::namespaced(client, ns))
+}
+
 async fn set_hold(
     state: AppState,
     caller: Caller,
@@ -77,17 +96,10 @@ async fn set_hold(
     name: String,
     hold: bool,
 ) -> Response {
-    let access = Access {
-        verb: "patch",
-        resource: "talosmachines",
-        namespace: Some(&ns),
-        name: Some(&name),
-    };
-    let client = match authorise(&state, &caller, access).await {
-        Ok((_, client)) => client,
+    let api = match machine_api(&state, &caller, "patch", &ns, &name).await {
+        Ok(api) => api,
         Err(r) => return r,
     };
-    let api: Api<TalosMachine> = Api::namespaced(client, &ns);
     let patch = json!({ "spec": { "hold": hold } });
     match api
         .patch(&name, &write_params(), &Patch::Merge(&patch))
@@ -130,14 +142,8 @@ pub(super) async fn remove_machine(
     Path((ns, name)): Path<(String, String)>,
     Form(pairs): Form<FormPairs>,
 ) -> Response {
-    let access = Access {
-        verb: "delete",
-        resource: "talosmachines",
-        namespace: Some(&ns),
-        name: Some(&name),
-    };
-    let client = match authorise(&state, &caller, access).await {
-        Ok((_, client)) => client,
+    let api = match machine_api(&state, &caller, "delete", &ns, &name).await {
+        Ok(api) => api,
         Err(r) => return r,
     };
     if form_value(&pairs, "confirm") != Some("yes") {
@@ -147,7 +153,6 @@ pub(super) async fn remove_machine(
             &format!("Tick the box to remove TalosMachine {ns}/{name}; nothing was written."),
         );
     }
-    let api: Api<TalosMachine> = Api::namespaced(client, &ns);
     match api.delete(&name, &kube::api::DeleteParams::default()).await {
         Ok(_) => Redirect::to(&format!("/machines/{ns}/{name}")).into_response(),
         Err(e) => api_error(&format!("removing TalosMachine {ns}/{name}"), e),
@@ -166,14 +171,8 @@ pub(super) async fn roll_back(
     Path((ns, name)): Path<(String, String)>,
     Form(pairs): Form<FormPairs>,
 ) -> Response {
-    let access = Access {
-        verb: "update",
-        resource: "talosmachines",
-        namespace: Some(&ns),
-        name: Some(&name),
-    };
-    let client = match authorise(&state, &caller, access).await {
-        Ok((_, client)) => client,
+    let api = match machine_api(&state, &caller, "update", &ns, &name).await {
+        Ok(api) => api,
         Err(r) => return r,
     };
     let Some(number) = form_value(&pairs, "revision").and_then(rollback_target) else {
@@ -185,7 +184,6 @@ pub(super) async fn roll_back(
             ),
         );
     };
-    let api: Api<TalosMachine> = Api::namespaced(client, &ns);
     let mut machine = match api.get(&name).await {
         Ok(m) => m,
         Err(e) => return api_error(&format!("reading TalosMachine {ns}/{name}"), e),
