@@ -63,6 +63,30 @@ fn eprint_lines(lines: &[String]) {
     }
 }
 
+/// Cells as lines, each column as wide as its widest cell.
+pub fn columns<const N: usize>(cells: &[[String; N]]) -> Vec<String> {
+    let widths: Vec<usize> = (0..N)
+        .map(|i| {
+            cells
+                .iter()
+                .map(|c| c[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    cells
+        .iter()
+        .map(|c| {
+            let line: Vec<String> = c
+                .iter()
+                .zip(&widths)
+                .map(|(cell, w)| format!("{cell:<w$}"))
+                .collect();
+            line.join("  ").trim_end().to_string()
+        })
+        .collect()
+}
+
 /// A question on stderr, without a newline (the answer follows on the line).
 pub fn ask(question: &str) {
     use std::io::Write as _;

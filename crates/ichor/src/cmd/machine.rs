@@ -101,20 +101,7 @@ fn table(rows: &[MachineRow]) -> Vec<String> {
             if r.held { "yes" } else { "no" }.to_string(),
         ]);
     }
-    let widths: Vec<usize> = (0..8)
-        .map(|i| cells.iter().map(|c| c[i].len()).max().unwrap_or(0))
-        .collect();
-    cells
-        .iter()
-        .map(|c| {
-            let line: Vec<String> = c
-                .iter()
-                .zip(&widths)
-                .map(|(cell, w)| format!("{cell:<w$}"))
-                .collect();
-            line.join("  ").trim_end().to_string()
-        })
-        .collect()
+    crate::printer::columns(&cells)
 }
 
 fn print_data<T: Serialize>(value: &T, format: OutputFormat) -> anyhow::Result<()> {

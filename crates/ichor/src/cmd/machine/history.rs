@@ -74,30 +74,6 @@ fn reason(r: &MachineRevision) -> String {
     }
 }
 
-/// Cells as lines, each column as wide as its widest cell.
-fn lines<const N: usize>(cells: &[[String; N]]) -> Vec<String> {
-    let widths: Vec<usize> = (0..N)
-        .map(|i| {
-            cells
-                .iter()
-                .map(|c| c[i].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    cells
-        .iter()
-        .map(|c| {
-            let line: Vec<String> = c
-                .iter()
-                .zip(&widths)
-                .map(|(cell, w)| format!("{cell:<w$}"))
-                .collect();
-            line.join("  ").trim_end().to_string()
-        })
-        .collect()
-}
-
 /// The revisions as a table, a header first.
 fn history_table(revisions: &[MachineRevision]) -> Vec<String> {
     let mut cells = vec![
@@ -124,7 +100,7 @@ fn history_table(revisions: &[MachineRevision]) -> Vec<String> {
             format!("{:?}", r.outcome),
         ]);
     }
-    lines(&cells)
+    crate::printer::columns(&cells)
 }
 
 pub async fn list(args: MachineHistoryArgs) -> anyhow::Result<()> {
