@@ -606,11 +606,17 @@ async fn f1_helm_install_with_the_ui_serves_tls_and_chromium_releases_a_hold() {
         h.lab.emulator.writes().len() > writes_before,
         "the worker's config was written by the chart's controller"
     );
+    // The apply is the worker's first revision, naming the operator whose
+    // release the chart's controller carried out (its webhook stamped them).
+    c.goto(&format!("{machine_url}/history")).await.unwrap();
+    let history = page_shows(&c, "id=\"revision-1\"").await;
+    let operator = format!("system:serviceaccount:{NS}:operator");
+    assert!(history.contains(&operator), "{history}");
+    screenshot(&c, "lab-machine-history").await;
     c.close().await.unwrap();
     // The release was made with the operator's own token: the API server's
     // audit log names the operator, and the UI's ServiceAccount wrote nothing.
     let patches = authors(&h, "patch", "talosmachines");
-    let operator = format!("system:serviceaccount:{NS}:operator");
     assert!(
         patches
             .iter()
