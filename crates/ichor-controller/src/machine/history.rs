@@ -188,6 +188,33 @@ pub(crate) async fn record_whole_on(
     Ok(())
 }
 
+/// Takes the revisions the API server has for the machine when they are
+/// newer than `status`'s: a reconcile that a write of its own before the
+/// apply brought may read the machine from a store that has not yet seen
+/// the revision written after it, and its status write must not drop it.
+pub(crate) async fn catch_up(
+    ctx: &Context,
+    machine: &TalosMachine,
+    status: &mut TalosMachineStatus,
+) -> Result<()> {
+    let namespace = machine.namespace().unwrap_or_default();
+    let name = machine.name_any();
+    let fresh = Api::<TalosMachine>::namespaced(ctx.client.clone(), &namespace)
+        .get_opt(&name)
+        .await
+        .map_err(|source| Error::Kube {
+            what: format!("reading TalosMachine {namespace}/{name}"),
+            source,
+        })?;
+    let newest = |r: &[MachineRevision]| r.iter().map(|r| r.number).max();
+    if let Some(revisions) = fresh.and_then(|m| m.status).map(|s| s.revisions)
+        && newest(&revisions) > newest(&status.revisions)
+    {
+        status.revisions = revisions;
+    }
+    Ok(())
+}
+
 /// The revision of a whole-config apply. Who: for a join, the newer of the
 /// machine's and the cluster's writers (the join carries out their specs);
 /// for an operation step, no spec writer (the operation asked; its name is

@@ -61,6 +61,9 @@ pub(super) async fn join(
         // A configured node (adopted, or initialised): nothing to join.
         return Ok(None);
     }
+    if status.membership.as_ref().and_then(|m| m.step.as_deref()) == Some(APPLIED) {
+        history::catch_up(ctx, machine, status).await?;
+    }
     let others = view::cluster_machines(ctx, machine);
     let (seen, etcd) = observe(machine, cluster, ctx, maintenance.as_ref(), &others).await?;
     let waited = status

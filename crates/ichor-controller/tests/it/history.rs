@@ -168,3 +168,81 @@ async fn a_machine_outside_ichors_namespace_takes_its_history_secret_with_it() {
     .await;
     running.stop().await.unwrap();
 }
+
+/// A worker that answers in maintenance mode is joined: the join's apply is
+/// revision 1 (reason Join, over the maintenance API, no config before it,
+/// the digest of the config applied), its rendered config in the history
+/// Secret is the config the node now runs, and a Revision Event names it.
+/// Covers: R16.9
+#[tokio::test]
+async fn a_joins_apply_is_a_revision() {
+    let env = TestEnv::shared();
+    let client = env.client().await;
+    let ns = env.namespace("hist-join").await;
+    crds(&client).await;
+    bundle_secret(&client, &ns).await;
+    let emu = emulator(vec![NodeSpec::maintenance("hist-w-1")]).await;
+    Api::<TalosCluster>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &cluster(&ns))
+        .await
+        .unwrap();
+    let machines = Api::<TalosMachine>::namespaced(client.clone(), &ns);
+    let mut m = machine(&ns, &emu.endpoint(0));
+    m.spec.hold = false;
+    machines.create(&PostParams::default(), &m).await.unwrap();
+    let running = start(client.clone(), config(&ns, &ns));
+    wait_for("the join's revision of hist-w-1", || async {
+        machines.get("hist-w-1").await.is_ok_and(|m| {
+            m.status
+                .as_ref()
+                .is_some_and(|s| s.revisions.iter().any(|r| r.reason == RevisionReason::Join))
+        })
+    })
+    .await;
+    let m = machines.get("hist-w-1").await.unwrap();
+    let revision = m.status.unwrap().revisions[0].clone();
+    assert_eq!(revision.number, 1);
+    assert_eq!(
+        revision.apply_mode,
+        ichor_api::history::RevisionApplyMode::Maintenance
+    );
+    assert_eq!(revision.config_hash_before, None);
+    assert!(!revision.changed_paths.is_empty());
+    let secret = Api::<Secret>::namespaced(client.clone(), &ns)
+        .get(&store::secret_name(&ns, "hist-w-1"))
+        .await
+        .unwrap();
+    assert!(secret.metadata.owner_references.is_some());
+    let data = secret
+        .data
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    let record = store::find(&data, 1).unwrap().unwrap();
+    assert_eq!(
+        record.rendered_config,
+        String::from_utf8(emu.active_config(0).unwrap()).unwrap()
+    );
+    let events = Api::<Event>::namespaced(client.clone(), &ns);
+    wait_for("a Revision Event naming the join", || async {
+        events.list(&Default::default()).await.is_ok_and(|l| {
+            l.items.iter().any(|e| {
+                e.reason.as_deref() == Some("Revision")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("revision 1 (Join") && n.contains("config "))
+            })
+        })
+    })
+    .await;
+    for e in events.list(&Default::default()).await.unwrap().items {
+        let note = e.note.unwrap_or_default();
+        assert!(!note.contains(MARKER), "{note}");
+    }
+    // The join's later looks (their status writes) keep the revision.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let kept = machines.get("hist-w-1").await.unwrap().status.unwrap();
+    assert_eq!(kept.revisions.first(), Some(&revision), "{kept:#?}");
+    running.stop().await.unwrap();
+}
