@@ -221,6 +221,9 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
         publish(&ctx, &machine.metadata, type_, &reason, note).await;
     }
     status.observed_generation = generation;
+    // An operation's step records its revision beside this reconcile; the
+    // status written here must not drop one recorded since the read.
+    history::catch_up(&ctx, machine, &mut status).await?;
     let namespace = machine.namespace().unwrap_or_default();
     pipeline::write_status::<TalosMachine>(&ctx.client, &namespace, &machine.name_any(), &status)
         .await?;
