@@ -21,7 +21,7 @@ use ichor_api::conditions::{self, gitops, reasons};
 use ichor_api::{MachineRole, TalosCluster, TalosMachine, TalosMachineStatus};
 use ichor_reconcile::machine::{decide_apply, held_condition, ready_condition};
 use ichor_talos_client::ClientOptions;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt as _;
 use kube::api::Api;
 use kube::core::DeserializeGuard;
@@ -201,16 +201,7 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
             .map_err(|e| (ready_reason(e), ichor_api::error_text::chain(e))),
         &now,
     );
-    let event = match &outcome {
-        Ok(Some((reason, note))) => Some((try_mode::event_type(reason), *reason, note.clone())),
-        Ok(None) => None,
-        Err(e) => Some((
-            EventType::Warning,
-            ready.reason.as_str(),
-            ichor_api::error_text::chain(e),
-        )),
-    }
-    .map(|(t, r, n)| (t, r.to_owned(), n));
+    let event = outcome_event(&outcome, &ready);
     gitops::settle(
         &mut status.conditions,
         &gitops::machine(&ready),
@@ -237,6 +228,27 @@ async fn reconcile(obj: Arc<DeserializeGuard<TalosMachine>>, ctx: Arc<Context>) 
         }
         (Ok(_), None) => Ok(Action::requeue(ctx.config.resync)),
         (Err(e), _) => Err(e),
+    }
+}
+
+/// The Event a reconcile's outcome tells: its note, or the error under the
+/// Ready condition's reason; none when nothing happened.
+fn outcome_event(
+    outcome: &Result<Option<Note>>,
+    ready: &Condition,
+) -> Option<(EventType, String, String)> {
+    match outcome {
+        Ok(Some((reason, note))) => Some((
+            try_mode::event_type(reason),
+            (*reason).to_owned(),
+            note.clone(),
+        )),
+        Ok(None) => None,
+        Err(e) => Some((
+            EventType::Warning,
+            ready.reason.clone(),
+            ichor_api::error_text::chain(e),
+        )),
     }
 }
 
