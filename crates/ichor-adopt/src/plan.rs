@@ -221,6 +221,7 @@ impl Plan {
                 alertmanager: None,
                 apply_mode: None,
                 try_timeout: None,
+                revisions_kept: None,
             },
         );
         cluster.metadata.namespace = Some(self.namespace.clone());

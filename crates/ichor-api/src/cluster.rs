@@ -94,6 +94,12 @@ pub struct TalosClusterSpec {
     #[schemars(length(max = 16))]
     #[x_kube(validation = Rule::new(crate::apply::TRY_TIMEOUT_RULE).message("tryTimeout must be a duration from 1s to 10m, such as 45s, 2m or 1m30s"))]
     pub try_timeout: Option<String>,
+    /// How many revisions each of this cluster's machines keeps, in its
+    /// status and in its history Secret (1 to 50; the Secret also stays
+    /// under its size bound, dropping the oldest first). Unset: 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 50))]
+    pub revisions_kept: Option<u32>,
 }
 
 /// Pod and service networks of the cluster (CIDRs).

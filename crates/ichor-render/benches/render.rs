@@ -128,6 +128,7 @@ fn main() {
         alertmanager: None,
         apply_mode: None,
         try_timeout: None,
+        revisions_kept: None,
     };
     for f in files {
         let text = std::fs::read_to_string(&f).expect("read fixture");

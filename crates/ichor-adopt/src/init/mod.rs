@@ -664,6 +664,7 @@ pub fn talos_cluster(
             alertmanager: None,
             apply_mode: None,
             try_timeout: None,
+            revisions_kept: None,
         },
     );
     cluster.metadata.namespace = Some(ichor_api::SYSTEM_NAMESPACE.to_string());

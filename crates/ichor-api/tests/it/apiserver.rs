@@ -35,6 +35,7 @@ fn cluster(name: &str) -> TalosCluster {
             alertmanager: None,
             apply_mode: None,
             try_timeout: None,
+            revisions_kept: None,
         },
     )
 }

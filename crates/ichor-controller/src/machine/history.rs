@@ -98,7 +98,7 @@ async fn record(
     record::push(
         &mut status.revisions,
         revision.clone(),
-        record::DEFAULT_KEPT,
+        record::kept_for(cluster),
     );
     let kept = keep_inputs(ctx, machine, cluster, rendered, &revision).await;
     (revision, kept)
@@ -161,7 +161,7 @@ pub(crate) async fn record_whole_on(
         record::push(
             &mut status.revisions,
             revision.clone(),
-            record::DEFAULT_KEPT,
+            record::kept_for(cluster),
         );
         let patch = json!({
             "metadata": {"resourceVersion": fresh.resource_version()},
@@ -314,7 +314,12 @@ async fn keep_inputs(
         cluster_spec: serde_json::to_value(&cluster.spec).unwrap_or_default(),
         rendered_config: rendered.to_owned(),
     };
-    if let Err(e) = store::append(&mut data, &record, record::DEFAULT_KEPT, store::MAX_BYTES) {
+    if let Err(e) = store::append(
+        &mut data,
+        &record,
+        record::kept_for(cluster),
+        store::MAX_BYTES,
+    ) {
         tracing::warn!(machine = %machine.name_any(), error = %ichor_api::error_text::chain(&e), "the revision's inputs are not kept");
         return Ok(());
     }

@@ -12,6 +12,18 @@ use serde_yaml_ng::Mapping;
 /// otherwise; the history Secret keeps the inputs of as many.
 pub const DEFAULT_KEPT: usize = 10;
 
+/// The most revisions a cluster may ask its machines to keep.
+pub const MAX_KEPT: u32 = 50;
+
+/// How many revisions `cluster`'s machines keep: its `revisionsKept`
+/// (within 1 to [`MAX_KEPT`], as its schema admits), else [`DEFAULT_KEPT`].
+pub fn kept_for(cluster: &ichor_api::TalosCluster) -> usize {
+    cluster
+        .spec
+        .revisions_kept
+        .map_or(DEFAULT_KEPT, |n| n.clamp(1, MAX_KEPT) as usize)
+}
+
 /// What the controller knows about one apply when it sends it.
 #[derive(Debug, Clone)]
 pub struct Apply {
@@ -227,5 +239,29 @@ mod tests {
         push(&mut history, r, 0);
         assert_eq!(history.len(), 1);
         assert_eq!(history[0].number, 1001);
+    }
+
+    /// Covers: R16.1
+    #[test]
+    fn a_cluster_sets_how_many_revisions_its_machines_keep() {
+        let mut cluster: ichor_api::TalosCluster =
+            serde_yaml_ng::from_str(include_str!("../fixtures/cluster-base.yaml")).unwrap();
+        assert_eq!(kept_for(&cluster), DEFAULT_KEPT);
+        cluster.spec.revisions_kept = Some(3);
+        let kept = kept_for(&cluster);
+        assert_eq!(kept, 3);
+        let mut history = Vec::new();
+        for _ in 0..7 {
+            let r = next(&history, apply(RevisionApplyMode::NoReboot), Vec::new());
+            push(&mut history, r, kept);
+        }
+        let numbers: Vec<u64> = history.iter().map(|r| r.number).collect();
+        assert_eq!(numbers, [5, 6, 7], "the newest 3, numbered on");
+        // Outside what the schema admits (an object written before it):
+        // held within the bounds.
+        cluster.spec.revisions_kept = Some(0);
+        assert_eq!(kept_for(&cluster), 1);
+        cluster.spec.revisions_kept = Some(1_000);
+        assert_eq!(kept_for(&cluster), MAX_KEPT as usize);
     }
 }

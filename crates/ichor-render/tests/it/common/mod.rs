@@ -38,6 +38,7 @@ pub fn cluster(preset: CniPreset, kube_proxy: KubeProxyMode) -> TalosClusterSpec
         alertmanager: None,
         apply_mode: None,
         try_timeout: None,
+        revisions_kept: None,
     }
 }
 
