@@ -113,7 +113,12 @@ pub fn controller_cluster_rules() -> Value {
         // The TalosOperation webhook asks whether an operation's creator may
         // read what its health checks read (a check they may not read is
         // refused: status would show them what it found).
-        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+        // The controller asks once who it is, so that its own write carrying
+        // out a rollback keeps the name of the user who asked for it (every
+        // authenticated user may by default; granted here so that the
+        // ClusterRole says all the controller does).
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"], "verbs": ["create"]}
     ])
 }
 

@@ -169,6 +169,12 @@
   - subjectaccessreviews
   verbs:
   - create
+- apiGroups:
+  - authentication.k8s.io
+  resources:
+  - selfsubjectreviews
+  verbs:
+  - create
 {{- end }}
 
 {{- /* The rules of the controller's Role in its own namespace, the same as the installer path's. */}}

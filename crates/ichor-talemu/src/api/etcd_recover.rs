@@ -282,7 +282,6 @@ impl NodeApi {
                     st.etcd_data = true;
                     st.journal.talos("etcd recovered from the snapshot");
                 }
-                self.cluster.discovery.mark_bootstrapped();
                 self.start_etcd_members(i);
                 let _ = self.cluster.bootstraps.send(i);
             }

@@ -355,7 +355,6 @@ impl NodeApi {
             st.journal
                 .talos("bootstrap request received: bootstrapping etcd as a new cluster");
         }
-        self.cluster.discovery.mark_bootstrapped();
         self.start_etcd_members(i);
         node.record(WriteAction::Bootstrap);
         let _ = self.cluster.bootstraps.send(i);
@@ -397,10 +396,14 @@ impl NodeApi {
         }
     }
 
-    /// etcd was bootstrapped on node `bootstrapper`: every configured control
+    /// etcd is bootstrapped on node `bootstrapper`: every configured control
     /// plane's member starts (the others join it), and says so in its record.
+    /// The members are listed before the cluster counts as bootstrapped, so
+    /// the etcd service's own pass never sees a bootstrapped cluster without
+    /// them (it would join the bootstrapper as a learner).
     pub(super) fn start_etcd_members(&self, bootstrapper: usize) {
         self.add_bootstrap_members(bootstrapper);
+        self.cluster.discovery.mark_bootstrapped();
         for (j, n) in self.cluster.nodes.all().iter().enumerate() {
             let mut st = n.lock();
             let Some(config) = st.active.clone() else {
