@@ -400,11 +400,7 @@ async fn confirm(
         .apply_configuration("", &request)
         .await
         .map_err(|e| talos_error(machine, e))?;
-    let key = format!(
-        "{}/{}",
-        machine.namespace().unwrap_or_default(),
-        machine.name_any()
-    );
+    let key = super::write::metrics_key(machine);
     ctx.metrics.applied_to(&key, "applied", now.0.as_second());
     set_outcome(status, t.revision, RevisionOutcome::Applied);
     status.try_apply = None;

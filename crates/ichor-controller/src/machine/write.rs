@@ -33,11 +33,7 @@ pub(super) async fn apply_and_read_back(
         return Ok(Some(note));
     }
     let request = ApplyRequest::new(plan.desired_yaml.clone().into_bytes(), ApplyMode::NoReboot);
-    let key = format!(
-        "{}/{}",
-        machine.namespace().unwrap_or_default(),
-        machine.name_any()
-    );
+    let key = metrics_key(machine);
     if let Err(e) = talos.apply_configuration("", &request).await {
         ctx.metrics.applied_to(&key, "failed", now.0.as_second());
         set_apply_refused(status, "no-reboot", plan, &e, generation, now);
@@ -149,4 +145,13 @@ pub(super) fn set_apply_refused(
             now.clone(),
         ),
     );
+}
+
+/// The key a machine's apply metrics carry: `namespace/name`.
+pub(super) fn metrics_key(machine: &TalosMachine) -> String {
+    format!(
+        "{}/{}",
+        machine.namespace().unwrap_or_default(),
+        machine.name_any()
+    )
 }
