@@ -121,7 +121,8 @@ async fn unavailable_deployment(client: &kube::Client) -> Api<Deployment> {
     deployments
 }
 
-/// The test stops (`true`) or starts again the lab kubelet of `node`.
+/// The test stops (`true`) or starts again the lab kubelet of `node`, and
+/// waits for the Node's Ready condition to show it.
 async fn kubelet_stopped(client: &kube::Client, node: &str, stopped: bool) {
     let value = stopped.then_some("played by the test");
     Api::<Node>::all(client.clone())
@@ -134,6 +135,29 @@ async fn kubelet_stopped(client: &kube::Client, node: &str, stopped: bool) {
         )
         .await
         .unwrap();
+    // The lab's kubelet acts on its next pass: the test goes on once the
+    // Node's Ready condition says so, as a real silent kubelet is seen only
+    // once the node lifecycle controller marks it.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let ready = Api::<Node>::all(client.clone())
+            .get(node)
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.conditions)
+            .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status);
+        if (ready.as_deref() == Some("Unknown")) == stopped {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Node {node}: Ready is {ready:?} {WAIT:?} after its kubelet was {}",
+            if stopped { "stopped" } else { "started" }
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// On a lab of one control plane and two workers, a reboot of the two
