@@ -264,6 +264,7 @@ pub(super) async fn start(
         return Err(talos_error(machine, e));
     }
     tracing::info!(machine = %machine.name_any(), paths = ?plan.paths, ?timeout, "applied class B drift in try mode");
+    ctx.metrics.try_apply("tried");
     let (revision, kept) = super::history::record_apply_in(
         ctx,
         machine,
@@ -345,6 +346,7 @@ pub(super) async fn follow(
         Step::Confirm => confirm(target, live, &t, status, now).await,
         Step::Reverted => {
             set_outcome(status, t.revision, RevisionOutcome::RevertedByTry);
+            ctx.metrics.try_apply("reverted");
             t.phase = TryPhase::Reverted;
             status.try_apply = Some(t.clone());
             hold_conditions(machine, status, now);
@@ -359,6 +361,7 @@ pub(super) async fn follow(
         }
         Step::Superseded => {
             set_outcome(status, t.revision, RevisionOutcome::RevertedByTry);
+            ctx.metrics.try_apply("reverted");
             status.try_apply = None;
             Ok(None)
         }
@@ -402,6 +405,7 @@ async fn confirm(
         .map_err(|e| talos_error(machine, e))?;
     let key = super::write::metrics_key(machine);
     ctx.metrics.applied_to(&key, "applied", now.0.as_second());
+    ctx.metrics.try_apply("confirmed");
     set_outcome(status, t.revision, RevisionOutcome::Applied);
     status.try_apply = None;
     let note = format!(

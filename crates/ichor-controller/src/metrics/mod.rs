@@ -87,6 +87,7 @@ pub struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     reconcile_durations: Histograms<ControllerLabels>,
     applies: Family<OutcomeLabels, Counter>,
+    tries: Family<OutcomeLabels, Counter>,
     operations: Family<KindPhase, Counter>,
     phase_changes: Family<KindPhase, Counter>,
     steps: Histograms<KindStep>,
@@ -146,6 +147,11 @@ impl Metrics {
                 &mut r,
                 "ichor_node_applies",
                 "Config applies to nodes, by outcome",
+            ),
+            tries: registered(
+                &mut r,
+                "ichor_try_applies",
+                "Applies in Talos's try mode, by outcome: tried, confirmed, reverted",
             ),
             operations: registered(
                 &mut r,
@@ -219,6 +225,12 @@ impl Metrics {
     /// One apply to a node, by outcome (`applied`, `failed`, `read_back_mismatch`).
     pub fn applied(&self, outcome: &'static str) {
         self.applies.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// One step of an apply in try mode: `tried` (applied, Talos reverts it
+    /// unless confirmed), `confirmed` or `reverted`.
+    pub fn try_apply(&self, outcome: &'static str) {
+        self.tries.get_or_create(&OutcomeLabels { outcome }).inc();
     }
 
     /// One apply to the machine `namespace/name`, at `at_seconds` (Unix

@@ -8,6 +8,8 @@ fn renders_counters_with_labels() {
     m.reconciled("talosmachine");
     m.failed("talosmachine", "talos");
     m.applied("applied");
+    m.try_apply("tried");
+    m.try_apply("reverted");
     m.set_leader(true);
     m.operation_finished("talos-upgrade", "Succeeded");
     m.operation_step(
@@ -30,6 +32,8 @@ fn renders_counters_with_labels() {
         "ichor_reconcile_errors_total{controller=\"talosmachine\",error=\"talos\"} 1",
         "ichor_reconcile_duration_seconds_count{controller=\"talosmachine\"} 1",
         "ichor_node_applies_total{outcome=\"applied\"} 1",
+        "ichor_try_applies_total{outcome=\"tried\"} 1",
+        "ichor_try_applies_total{outcome=\"reverted\"} 1",
         "ichor_leader 1",
         "ichor_build_info{version=\"v1.2.3\"} 1",
         "# TYPE ichor_reconciles_total counter",

@@ -19,19 +19,15 @@ use std::time::{Duration, Instant};
 
 use ichor_api::backup::{BackupPhase, TalosBackup};
 use ichor_api::{OperationPhase, TalosCluster, TalosMachine, TalosOperation};
-use ichor_lab::pods::{NETWORK_SOCKET, ServiceForward};
 use ichor_testenv::Tool;
 use ichor_testenv::s3::S3Server;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::common::{LabHarness, NS, run, text};
+use crate::common::{LabHarness, METRICS_SERVICE, NS, metrics_forward, run, scrape, text};
 
-/// The chart's metrics Service (templates/monitoring.yaml), as the test
-/// creates it for the controller `ichor adopt` installed.
-const METRICS_SERVICE: &str = "ichor-controller-metrics";
 /// A class B change (applied without a reboot).
 const LABELS: &str = "machine:\n  nodeLabels:\n    ichor.maesh.dev/observed: \"yes\"\n";
 /// The bound on every wait of this test.
@@ -154,20 +150,6 @@ where
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-/// GET `path` from `addr` (HTTP/1.0: the body is what follows the headers).
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: ichor\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or(out)
 }
 
 /// `promtool check metrics` on `body`: its complaints, empty when none.
@@ -293,27 +275,7 @@ async fn alerts_fire_and_stop_and_the_dashboard_has_data() {
     let adopted = started.elapsed();
 
     // The metrics Service, as the chart's, and Prometheus behind it.
-    create::<Service>(
-        &Api::namespaced(client.clone(), NS),
-        json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": METRICS_SERVICE, "namespace": NS},
-            "spec": {
-                "selector": {"app.kubernetes.io/name": "ichor-controller"},
-                "ports": [{"name": "metrics", "port": 8080, "targetPort": "metrics"}]
-            }
-        }),
-    )
-    .await;
-    let forward = ServiceForward::start(
-        client.clone(),
-        &h.lab.state_dir().join(NETWORK_SOCKET),
-        NS,
-        METRICS_SERVICE,
-        "metrics",
-    )
-    .await
-    .unwrap();
+    let forward = metrics_forward(&h, &client).await;
     let rules = rules_for_the_test(h.dir.path());
     let p = start_prometheus(h.dir.path(), forward.addr, &rules);
     until(&h, &p, "both machines in the scraped metrics", || async {
@@ -322,7 +284,7 @@ async fn alerts_fire_and_stop_and_the_dashboard_has_data() {
             .is_some_and(|s| s.len() == 2)
     })
     .await;
-    let served = http_get(forward.addr, "/metrics").await;
+    let served = scrape(forward.addr).await;
     let lint = promtool_check_metrics(&served);
     assert!(lint.is_empty(), "promtool check metrics: {lint}\n{served}");
 

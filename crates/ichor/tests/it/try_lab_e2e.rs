@@ -12,11 +12,11 @@
 //! `tryTimeout` gets a healthy patch applied in `TRY` mode, judged healthy
 //! (Talos services, Node Ready) and confirmed with a `NO_REBOOT` apply of the
 //! same config: two writes, the revision Applied. Then a patch adding the
-//! unhealthy label: applied in `TRY` mode once, never confirmed while the
-//! Node is NotReady; the emulator's timer reverts it (the `TryRollback` in
+//! unhealthy label, with a 20s `tryTimeout`: applied in `TRY` mode once,
+//! never confirmed while the Node is NotReady; the emulator's timer reverts it (the `TryRollback` in
 //! the write log is the emulator's own entry, not a write by Ichor) and the
 //! controller holds the machine with reason TryReverted, writing nothing
-//! more.
+//! more. Its `/metrics` counts two tries, one confirmed, one reverted.
 
 #![allow(clippy::print_stdout)]
 
@@ -32,9 +32,9 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use crate::common::{LabHarness, NS, run, text};
+use crate::common::{LabHarness, NS, metrics_forward, run, scrape, text};
 
-const WAIT: Duration = Duration::from_secs(40);
+const WAIT: Duration = Duration::from_secs(90);
 
 /// Node `node`'s writes from the `from`th on, without the config bytes.
 fn writes_of(h: &LabHarness, node: &str, from: usize) -> Vec<String> {
@@ -104,7 +104,7 @@ async fn machine_until(
     }
 }
 
-/// Covers: R16.3b
+/// Covers: R16.3b, R16.3c
 #[tokio::test(flavor = "multi_thread")]
 async fn try_mode_confirms_a_healthy_patch_and_the_timer_reverts_an_unhealthy_one_on_the_lab() {
     let started = Instant::now();
@@ -186,7 +186,10 @@ async fn try_mode_confirms_a_healthy_patch_and_the_timer_reverts_an_unhealthy_on
         .patch(
             &name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"patches": [healthy, unhealthy]}})),
+            // A longer timeout: judging starts at half of it, and the lab
+            // plays the Node NotReady only on a later pass (seconds on a
+            // loaded machine).
+            &Patch::Merge(json!({"spec": {"tryTimeout": "20s", "patches": [healthy, unhealthy]}})),
         )
         .await
         .unwrap();
@@ -230,6 +233,15 @@ async fn try_mode_confirms_a_healthy_patch_and_the_timer_reverts_an_unhealthy_on
 
     // Held: the node is Ready again on its previous config, and nothing is
     // written over the next resyncs.
+    let deadline = Instant::now() + WAIT;
+    while node_ready(&nodes, &name).await.map(|r| r.0).as_deref() != Some("True") {
+        assert!(
+            Instant::now() < deadline,
+            "{name} Ready again on its previous config\n{}",
+            h.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(writes_of(&h, &name, before), ["apply try", "TryRollback"]);
     let m = machines.get(&name).await.unwrap();
@@ -237,10 +249,17 @@ async fn try_mode_confirms_a_healthy_patch_and_the_timer_reverts_an_unhealthy_on
         reason_of(&m, types::HELD).as_deref(),
         Some(reasons::TRY_REVERTED)
     );
-    assert_eq!(
-        node_ready(&nodes, &name).await.map(|r| r.0).as_deref(),
-        Some("True")
-    );
+    // What the controller counted, read from its /metrics through a
+    // Service as the chart's: two tries, one confirmed, one reverted.
+    let forward = metrics_forward(&h, &admin).await;
+    let served = scrape(forward.addr).await;
+    for (outcome, count) in [("tried", 2), ("confirmed", 1), ("reverted", 1)] {
+        let line = format!("ichor_try_applies_total{{outcome=\"{outcome}\"}} {count}");
+        assert!(
+            served.lines().any(|l| l == line),
+            "{line} is not served:\n{served}"
+        );
+    }
     println!(
         "try lab: adopted {adopted:?}, confirmed {confirmed:?}, reverted {reverted:?}, all {:?}",
         started.elapsed()

@@ -261,3 +261,70 @@ pub async fn ready_pod(client: &kube::Client, ns: &str, name: &str, app: &str, n
     .await
     .unwrap();
 }
+
+/// The chart's metrics Service (templates/monitoring.yaml), as a test
+/// creates it for the controller `ichor adopt` installed.
+pub const METRICS_SERVICE: &str = "ichor-controller-metrics";
+
+/// [`METRICS_SERVICE`] created in [`NS`] (as the chart's: the controller's
+/// pod, port `metrics`) and forwarded to a local address.
+pub async fn metrics_forward(
+    h: &LabHarness,
+    client: &kube::Client,
+) -> ichor_lab::pods::ServiceForward {
+    let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": METRICS_SERVICE, "namespace": NS},
+        "spec": {
+            "selector": {"app.kubernetes.io/name": "ichor-controller"},
+            "ports": [{"name": "metrics", "port": 8080, "targetPort": "metrics"}]
+        }
+    }))
+    .expect("a Service");
+    kube::Api::namespaced(client.clone(), NS)
+        .create(&kube::api::PostParams::default(), &service)
+        .await
+        .unwrap_or_else(|e| panic!("creating Service {NS}/{METRICS_SERVICE}: {e}"));
+    ichor_lab::pods::ServiceForward::start(
+        client.clone(),
+        &h.lab.state_dir().join(ichor_lab::pods::NETWORK_SOCKET),
+        NS,
+        METRICS_SERVICE,
+        "metrics",
+    )
+    .await
+    .unwrap()
+}
+
+/// GET `path` from `addr` (HTTP/1.0: the body is what follows the headers).
+async fn try_http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: ichor\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or(out))
+}
+
+/// The controller's `/metrics` through a forward made by
+/// [`metrics_forward`], once the Service has an endpoint (the lab's
+/// endpoints follow the Service on a later pass), bounded by a minute.
+pub async fn scrape(addr: std::net::SocketAddr) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let last = match try_http_get(addr, "/metrics").await {
+            Ok(body) if body.contains("# TYPE ichor_") => return body,
+            Ok(body) => format!("not the controller's metrics: {body}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no metrics from {addr} within a minute: {last}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
