@@ -14,6 +14,7 @@ use std::io::{BufRead as _, IsTerminal as _};
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
+use futures::StreamExt as _;
 use ichor_api::error_text::chain;
 use ichor_api::{
     ClusterRef, MachinePatch, MachineRemoval, MachineRole, MembershipPhase, RemovalMode,
@@ -408,19 +409,37 @@ async fn join(place: &MachinePlace, r: JoinRequest<'_>, opts: &MachineJoin) -> a
         printer::step(&line);
     }
     consent(command, opts.yes, "Create these TalosMachines? [y/N] ")?;
-    for p in &planned {
-        api.create(&PostParams::default(), &machine_of(cluster, p, &patches))
-            .await
-            .with_context(|| {
-                format!(
-                    "cannot create TalosMachine {}/{}; may this kubeconfig create TalosMachines?",
+    // Several creates in flight (each passes Ichor's webhooks), reported in
+    // the plan's order; every failure is told, not only the first.
+    let created: Vec<_> = futures::stream::iter(planned.iter().map(|p| {
+        let machine = machine_of(cluster, p, &patches);
+        let api = api.clone();
+        async move { api.create(&PostParams::default(), &machine).await }
+    }))
+    .buffered(CREATES_AT_ONCE)
+    .collect()
+    .await;
+    let mut failed = None;
+    for (p, result) in planned.iter().zip(created) {
+        let failure = match result {
+            Ok(_) => {
+                printer::step(&format!(
+                    "TalosMachine {}/{} created",
                     place.namespace, p.name
-                )
-            })?;
-        printer::step(&format!(
-            "TalosMachine {}/{} created",
-            place.namespace, p.name
-        ));
+                ));
+                continue;
+            }
+            Err(e) => anyhow::Error::new(e).context(format!(
+                "cannot create TalosMachine {}/{}; may this kubeconfig create TalosMachines?",
+                place.namespace, p.name
+            )),
+        };
+        if let Some(earlier) = failed.replace(failure) {
+            printer::step(&format!("error: {earlier:#}"));
+        }
+    }
+    if let Some(failure) = failed {
+        return Err(failure);
     }
     if opts.wait {
         let names: Vec<String> = planned.iter().map(|p| p.name.clone()).collect();
@@ -434,6 +453,9 @@ async fn join(place: &MachinePlace, r: JoinRequest<'_>, opts: &MachineJoin) -> a
     }
     Ok(())
 }
+
+/// How many TalosMachines `add` creates at once.
+const CREATES_AT_ONCE: usize = 16;
 
 pub async fn add(args: MachineAddArgs) -> anyhow::Result<()> {
     let request = JoinRequest {
