@@ -112,7 +112,6 @@ async fn helm_apply_follows_the_talos_cluster() {
     )
     .await
     .unwrap();
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let cluster: ichor_api::TalosCluster = serde_json::from_value(serde_json::json!({
         "apiVersion": "ichor.maesh.dev/v1alpha1", "kind": "TalosCluster",
         "metadata": {"name": "lab", "namespace": "ichor-system"},
@@ -121,10 +120,15 @@ async fn helm_apply_follows_the_talos_cluster() {
     }))
     .unwrap();
     let clusters: Api<ichor_api::TalosCluster> = Api::namespaced(client.clone(), "ichor-system");
-    clusters
-        .create(&Default::default(), &cluster)
-        .await
-        .unwrap();
+    // Accepted once the API server serves the new CRD.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while let Err(e) = clusters.create(&Default::default(), &cluster).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the TalosCluster was never created: {e}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
 
     let out = ichor(&h, &["cni", "helm", "apply", "--cluster", "lab"]);
     assert!(out.status.success(), "{}", text(&out));

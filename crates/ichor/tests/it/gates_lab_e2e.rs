@@ -193,7 +193,9 @@ async fn an_operation_waits_for_its_window_and_pauses_at_its_gates() {
     let held = h.lab.emulator.hold_reboots(1);
 
     let ops = Api::<TalosOperation>::namespaced(client.clone(), NS);
-    let opens = next_minute_after(Utc::now(), Duration::from_secs(6));
+    // Far enough ahead that the controller's first look, however late on a
+    // loaded machine, comes before the window.
+    let opens = next_minute_after(Utc::now(), Duration::from_secs(20));
     let windows = json!([{"cron": cron_at(opens), "duration": "1h", "timeZone": ZONE}]);
     let checks = json!([{"name": "api-available",
         "expression": "object.status.conditions.exists(c, c.type == 'Available' && c.status == 'True')",

@@ -641,11 +641,25 @@ async fn after_helm_upgrade_adopt_checks_the_deployed_chart_version() {
     inst.metadata.namespace = Some(NS.into());
     let api = Api::<IchorInstallation>::namespaced(h.client().await, NS);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while let Err(e) = api.create(&Default::default(), &inst).await {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "creating the IchorInstallation: {e}"
-        );
+    loop {
+        match api.create(&Default::default(), &inst).await {
+            Ok(_) => break,
+            // The chart's controller created it first: what a v0.0.9 one writes.
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                api.patch(
+                    "ichor",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(serde_json::json!({"spec": {"version": "v0.0.9"}})),
+                )
+                .await
+                .expect("the IchorInstallation at v0.0.9");
+                break;
+            }
+            Err(e) => assert!(
+                std::time::Instant::now() < deadline,
+                "creating the IchorInstallation: {e}"
+            ),
+        }
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     }
 
