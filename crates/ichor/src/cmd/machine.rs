@@ -409,38 +409,7 @@ async fn join(place: &MachinePlace, r: JoinRequest<'_>, opts: &MachineJoin) -> a
         printer::step(&line);
     }
     consent(command, opts.yes, "Create these TalosMachines? [y/N] ")?;
-    // Several creates in flight (each passes Ichor's webhooks), reported in
-    // the plan's order; every failure is told, not only the first.
-    let created: Vec<_> = futures::stream::iter(planned.iter().map(|p| {
-        let machine = machine_of(cluster, p, &patches);
-        let api = api.clone();
-        async move { api.create(&PostParams::default(), &machine).await }
-    }))
-    .buffered(CREATES_AT_ONCE)
-    .collect()
-    .await;
-    let mut failed = None;
-    for (p, result) in planned.iter().zip(created) {
-        let failure = match result {
-            Ok(_) => {
-                printer::step(&format!(
-                    "TalosMachine {}/{} created",
-                    place.namespace, p.name
-                ));
-                continue;
-            }
-            Err(e) => anyhow::Error::new(e).context(format!(
-                "cannot create TalosMachine {}/{}; may this kubeconfig create TalosMachines?",
-                place.namespace, p.name
-            )),
-        };
-        if let Some(earlier) = failed.replace(failure) {
-            printer::step(&format!("error: {earlier:#}"));
-        }
-    }
-    if let Some(failure) = failed {
-        return Err(failure);
-    }
+    create_all(&api, &place.namespace, cluster, &planned, &patches).await?;
     if opts.wait {
         let names: Vec<String> = planned.iter().map(|p| p.name.clone()).collect();
         follow::joined(&api, &names, opts.wait_timeout).await?;
@@ -450,6 +419,44 @@ async fn join(place: &MachinePlace, r: JoinRequest<'_>, opts: &MachineJoin) -> a
             ));
             follow::removed(&api, old, opts.wait_timeout).await?;
         }
+    }
+    Ok(())
+}
+
+/// The planned TalosMachines created, several in flight (each passes
+/// Ichor's webhooks), reported in the plan's order as they finish; every
+/// failure is told, not only the first.
+async fn create_all(
+    api: &Api<TalosMachine>,
+    namespace: &str,
+    cluster: &str,
+    planned: &[PlannedMachine],
+    patches: &[MachinePatch],
+) -> anyhow::Result<()> {
+    let mut created = futures::stream::iter(planned.iter().map(|p| {
+        let machine = machine_of(cluster, p, patches);
+        let api = api.clone();
+        async move { (p, api.create(&PostParams::default(), &machine).await) }
+    }))
+    .buffered(CREATES_AT_ONCE);
+    let mut failed = None;
+    while let Some((p, result)) = created.next().await {
+        let failure = match result {
+            Ok(_) => {
+                printer::step(&format!("TalosMachine {}/{} created", namespace, p.name));
+                continue;
+            }
+            Err(e) => anyhow::Error::new(e).context(format!(
+                "cannot create TalosMachine {}/{}; may this kubeconfig create TalosMachines?",
+                namespace, p.name
+            )),
+        };
+        if let Some(earlier) = failed.replace(failure) {
+            printer::step(&format!("error: {earlier:#}"));
+        }
+    }
+    if let Some(failure) = failed {
+        return Err(failure);
     }
     Ok(())
 }
